@@ -1,0 +1,2 @@
+//! The `basis` command (under construction).
+fn main() {}

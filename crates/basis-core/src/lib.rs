@@ -1,0 +1,3 @@
+//! basis-core (under construction).
+#![no_std]
+#![forbid(unsafe_code)]

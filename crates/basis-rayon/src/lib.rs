@@ -1,0 +1,1 @@
+//! basis-rayon (under construction).

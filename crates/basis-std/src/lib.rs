@@ -1,0 +1,1 @@
+//! basis-std (under construction).

@@ -1,0 +1,1 @@
+//! comm-mpi (under construction).

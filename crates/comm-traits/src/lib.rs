@@ -1,0 +1,256 @@
+#![doc = include_str!("../README.md")]
+#![no_std]
+#![forbid(unsafe_code)]
+
+use core::fmt;
+
+/// Why a collective failed. Every variant is reported on every rank that can
+/// observe it; none of them leaves a rank waiting forever.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CommError {
+    /// Ranks disagree on a size (buffer length, chunk size, element count).
+    LengthMismatch {
+        /// What this rank passed.
+        local: u64,
+        /// What another rank passed (or what the operation requires).
+        remote: u64,
+    },
+    /// Ranks disagree on protocol metadata (step, dtype, operation kind, magic).
+    HeaderMismatch {
+        /// Which field disagreed.
+        field: &'static str,
+        /// This rank's value.
+        local: u64,
+        /// Another rank's value.
+        remote: u64,
+    },
+    /// A buffer passed by this rank has the wrong size for the call
+    /// (e.g. `recv.len() != size()·send.len()`); detected before any exchange.
+    BadArgument(&'static str),
+    /// Another rank failed, panicked, exited or dropped its communicator.
+    PeerLost {
+        /// The rank that went away, if known.
+        rank: Option<usize>,
+    },
+    /// No progress within the backend's timeout.
+    Timeout,
+    /// The transport (e.g. MPI) reported an error; the code is backend-specific.
+    Transport {
+        /// Backend error code.
+        code: i32,
+    },
+}
+
+impl fmt::Display for CommError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::LengthMismatch { local, remote } => {
+                write!(
+                    f,
+                    "ranks disagree on a length: this rank {local}, another {remote}"
+                )
+            }
+            Self::HeaderMismatch {
+                field,
+                local,
+                remote,
+            } => {
+                write!(
+                    f,
+                    "ranks disagree on {field}: this rank {local}, another {remote}"
+                )
+            }
+            Self::BadArgument(what) => write!(f, "bad collective argument: {what}"),
+            Self::PeerLost { rank: Some(r) } => write!(f, "rank {r} failed or left the group"),
+            Self::PeerLost { rank: None } => write!(f, "a peer rank failed or left the group"),
+            Self::Timeout => write!(f, "collective timed out"),
+            Self::Transport { code } => write!(f, "transport error (code {code})"),
+        }
+    }
+}
+
+impl core::error::Error for CommError {}
+
+/// The collective operations, for byte accounting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Collective {
+    /// Element-wise f32 sum (ring model).
+    AllReduceSum,
+    /// Personalised exchange of equal chunks.
+    AllToAll,
+    /// Every rank's buffer to every rank.
+    AllGather,
+    /// Synchronisation only.
+    Barrier,
+}
+
+/// Cumulative logical bytes this rank sent and received, and calls made.
+/// See the crate docs for the per-collective formulas.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CommStats {
+    /// Bytes this rank put on the wire.
+    pub bytes_sent: u64,
+    /// Bytes this rank took off the wire.
+    pub bytes_received: u64,
+    /// Number of collective calls that completed.
+    pub calls: u64,
+}
+
+impl CommStats {
+    /// Bytes per rank of a ring all-reduce of `n` f32 on `p` ranks:
+    /// `2·(p−1)·⌈4n/p⌉` (reduce-scatter then all-gather).
+    pub fn allreduce_f32_bytes(p: usize, n: usize) -> u64 {
+        if p <= 1 {
+            return 0;
+        }
+        let per_chunk = (4 * n as u64).div_ceil(p as u64);
+        2 * (p as u64 - 1) * per_chunk
+    }
+
+    /// Account one completed collective on `p` ranks whose per-rank payload
+    /// is `bytes` (f32 count × 4 for all-reduce, chunk for all-to-all, send
+    /// length for all-gather).
+    pub fn record(&mut self, op: Collective, p: usize, bytes: usize) {
+        let others = p.saturating_sub(1) as u64;
+        let b = match op {
+            Collective::AllReduceSum => Self::allreduce_f32_bytes(p, bytes / 4),
+            Collective::AllToAll | Collective::AllGather => others * bytes as u64,
+            Collective::Barrier => 0,
+        };
+        self.bytes_sent += b;
+        self.bytes_received += b;
+        self.calls += 1;
+    }
+
+    /// Difference `self − earlier` (bytes of the calls made in between).
+    pub fn since(&self, earlier: &CommStats) -> CommStats {
+        CommStats {
+            bytes_sent: self.bytes_sent - earlier.bytes_sent,
+            bytes_received: self.bytes_received - earlier.bytes_received,
+            calls: self.calls - earlier.calls,
+        }
+    }
+}
+
+/// Collective communication among `size()` ranks. Object-safe: algorithms take
+/// `&mut dyn Communicator` (or a generic `C: Communicator + ?Sized`).
+///
+/// All methods are collective: every rank must call them in the same order.
+pub trait Communicator {
+    /// This rank's index in `0..size()`.
+    fn rank(&self) -> usize;
+
+    /// Number of ranks.
+    fn size(&self) -> usize;
+
+    /// Element-wise sum of `buf` over all ranks, in rank order, result on every rank.
+    ///
+    /// # Errors
+    /// [`CommError::LengthMismatch`] if ranks pass different lengths; transport errors.
+    fn all_reduce_sum(&mut self, buf: &mut [f32]) -> Result<(), CommError>;
+
+    /// Personalised exchange: `send` is `size()` chunks of `chunk` bytes, chunk
+    /// `j` goes to rank `j`; `recv` (same size) receives chunk `i` from rank `i`.
+    ///
+    /// # Errors
+    /// [`CommError::BadArgument`] if `send`/`recv` are not `size()·chunk` bytes;
+    /// [`CommError::LengthMismatch`] if ranks disagree on `chunk`.
+    fn all_to_all(&mut self, send: &[u8], chunk: usize, recv: &mut [u8]) -> Result<(), CommError>;
+
+    /// Gather every rank's `send` (equal lengths) into `recv` in rank order.
+    ///
+    /// # Errors
+    /// [`CommError::BadArgument`] if `recv.len() != size()·send.len()`;
+    /// [`CommError::LengthMismatch`] if ranks disagree on the length.
+    fn all_gather(&mut self, send: &[u8], recv: &mut [u8]) -> Result<(), CommError>;
+
+    /// Wait until every rank arrives.
+    ///
+    /// # Errors
+    /// [`CommError::PeerLost`] / [`CommError::Timeout`] / transport errors.
+    fn barrier(&mut self) -> Result<(), CommError>;
+
+    /// Bytes sent and received by this rank so far (see the crate docs).
+    fn stats(&self) -> CommStats;
+}
+
+/// A group of one rank: every collective is the identity. Useful for
+/// single-process training with the same code path as distributed runs.
+#[derive(Debug, Default, Clone)]
+pub struct SingleRank {
+    stats: CommStats,
+}
+
+impl Communicator for SingleRank {
+    fn rank(&self) -> usize {
+        0
+    }
+    fn size(&self) -> usize {
+        1
+    }
+    fn all_reduce_sum(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
+        self.stats
+            .record(Collective::AllReduceSum, 1, buf.len() * 4);
+        Ok(())
+    }
+    fn all_to_all(&mut self, send: &[u8], chunk: usize, recv: &mut [u8]) -> Result<(), CommError> {
+        if send.len() != chunk || recv.len() != chunk {
+            return Err(CommError::BadArgument(
+                "all_to_all buffers must be size()*chunk bytes",
+            ));
+        }
+        recv.copy_from_slice(send);
+        self.stats.record(Collective::AllToAll, 1, chunk);
+        Ok(())
+    }
+    fn all_gather(&mut self, send: &[u8], recv: &mut [u8]) -> Result<(), CommError> {
+        if recv.len() != send.len() {
+            return Err(CommError::BadArgument(
+                "all_gather recv must be size()*send.len() bytes",
+            ));
+        }
+        recv.copy_from_slice(send);
+        self.stats.record(Collective::AllGather, 1, send.len());
+        Ok(())
+    }
+    fn barrier(&mut self) -> Result<(), CommError> {
+        self.stats.record(Collective::Barrier, 1, 0);
+        Ok(())
+    }
+    fn stats(&self) -> CommStats {
+        self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_allreduce_bytes() {
+        assert_eq!(CommStats::allreduce_f32_bytes(1, 1000), 0);
+        assert_eq!(CommStats::allreduce_f32_bytes(2, 1000), 4000);
+        // 4·10 = 40 bytes over 3 ranks → chunks of 14 bytes, 2·2·14.
+        assert_eq!(CommStats::allreduce_f32_bytes(3, 10), 56);
+    }
+
+    #[test]
+    fn single_rank_is_identity_and_checks_sizes() {
+        let mut c = SingleRank::default();
+        let dyn_c: &mut dyn Communicator = &mut c;
+        let mut buf = [1.0f32, 2.0];
+        dyn_c.all_reduce_sum(&mut buf).unwrap();
+        assert_eq!(buf, [1.0, 2.0]);
+        let mut out = [0u8; 3];
+        dyn_c.all_gather(&[1, 2, 3], &mut out).unwrap();
+        assert_eq!(out, [1, 2, 3]);
+        assert_eq!(
+            dyn_c.all_to_all(&[1, 2], 1, &mut [0u8; 2]),
+            Err(CommError::BadArgument(
+                "all_to_all buffers must be size()*chunk bytes"
+            ))
+        );
+        assert_eq!(dyn_c.stats().calls, 2);
+    }
+}

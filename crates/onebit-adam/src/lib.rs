@@ -1,0 +1,3 @@
+//! onebit-adam (under construction).
+#![no_std]
+#![forbid(unsafe_code)]

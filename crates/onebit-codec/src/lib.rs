@@ -1,0 +1,3 @@
+//! onebit-codec (under construction).
+#![no_std]
+#![forbid(unsafe_code)]

@@ -1,0 +1,20 @@
+#![doc = include_str!("../README.md")]
+#![no_std]
+#![forbid(unsafe_code)]
+
+#[cfg(feature = "hash")]
+pub use balanced_hash as hash;
+#[cfg(feature = "core")]
+pub use basis_core as core;
+#[cfg(feature = "rayon")]
+pub use basis_rayon as rayon;
+#[cfg(feature = "std")]
+pub use basis_std as std;
+#[cfg(feature = "mpi")]
+pub use comm_mpi as mpi;
+#[cfg(feature = "comm")]
+pub use comm_traits as comm;
+#[cfg(feature = "adam")]
+pub use onebit_adam as adam;
+#[cfg(feature = "codec")]
+pub use onebit_codec as codec;

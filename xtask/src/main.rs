@@ -1,0 +1,50 @@
+//! `cargo xtask <command>`: project automation (matklad's xtask pattern).
+//!
+//! Commands:
+//! - `ci`     the whole test suite (installs what a fresh machine lacks first)
+//! - `test`   `cargo test --workspace`
+//! - `nostd`  prove the `no_std` crates build with no `std` in their tree
+//! - `bench`  run the criterion benches (`cargo xtask bench [crate] [filter]`)
+//! - `loom`   loom models of the concurrent tables
+//! - `fuzz`   cargo-fuzz targets (`fuzz <target>|--all --seconds N`)
+//! - `mpi`    the MPI integration program under mpirun (`--bench [--net 1gbit]`)
+//! - `data`   `data fetch movielens|spam`
+//! - `demo`   the README's main job
+
+mod ci;
+mod data;
+mod demo;
+mod fuzz;
+mod loom;
+mod mpi;
+mod nostd;
+mod util;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some((cmd, rest)) = args.split_first() else {
+        eprintln!("usage: cargo xtask <ci|test|nostd|bench|loom|fuzz|mpi|data|demo> [args]");
+        return ExitCode::from(2);
+    };
+    let result = match cmd.as_str() {
+        "ci" => ci::run(rest),
+        "test" => ci::test(rest),
+        "nostd" => nostd::run(rest),
+        "bench" => ci::bench(rest),
+        "loom" => loom::run(rest),
+        "fuzz" => fuzz::run(rest),
+        "mpi" => mpi::run(rest),
+        "data" => data::run(rest),
+        "demo" => demo::run(rest),
+        other => Err(format!("unknown xtask command `{other}`")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask {cmd}: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! `cargo xtask nostd`: prove every `no_std` crate builds with no `std` in its
+//! dependency tree.
+//!
+//! Two proofs:
+//! 1. If the `x86_64-unknown-none` target is installed (or `rustup target add`
+//!    can fetch it), the check crate below is cross-built for it: that target
+//!    has no `std` at all.
+//! 2. Always: a tiny freestanding `#![no_std] #![no_main]` host binary that
+//!    depends on every `no_std` crate (and the facade with its default
+//!    features) is built and linked with `panic = "abort"`, its own panic
+//!    handler and allocator. If any crate in the tree links `std`, rustc
+//!    rejects the binary (`std`'s panic handler duplicates ours).
+//!
+//! The proof is shown to bite every time: the same binary with a deliberately
+//! leaking dependency (a crate with `extern crate std`) must fail to build.
+
+use crate::util::{self, cargo, root, run_with_timeout};
+use std::fs;
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+/// The crates that promise `no_std` (package name, library name).
+const NO_STD_CRATES: &[(&str, &str)] = &[
+    ("balanced-hash", "balanced_hash"),
+    ("basis-core", "basis_core"),
+    ("onebit-codec", "onebit_codec"),
+    ("comm-traits", "comm_traits"),
+    ("onebit-adam", "onebit_adam"),
+];
+
+const CROSS_TARGET: &str = "x86_64-unknown-none";
+
+pub(crate) fn run(_args: &[String]) -> Result<(), String> {
+    let dir = root().join("target").join("nostd-check");
+    write_check_crate(&dir)?;
+    let target_dir = root().join("target").join("nostd-target");
+
+    // Proof 1: a target without std, when we can have it.
+    if cross_target_available() {
+        util::run(check_build(&dir, &target_dir).args(["--target", CROSS_TARGET]))?;
+        eprintln!("nostd: cross-build for {CROSS_TARGET} passed");
+    } else {
+        eprintln!(
+            "nostd: target {CROSS_TARGET} unavailable (offline?); using the freestanding host link"
+        );
+    }
+
+    // Proof 2: freestanding host binary, linked.
+    util::run(check_build(&dir, &target_dir).env("RUSTFLAGS", "-C link-arg=-nostartfiles"))?;
+    eprintln!(
+        "nostd: freestanding #![no_std] #![no_main] binary linked against {} crates",
+        NO_STD_CRATES.len()
+    );
+
+    // The proof must bite: a leaking dependency has to fail the same build.
+    let out = check_build(&dir, &target_dir)
+        .env("RUSTFLAGS", "-C link-arg=-nostartfiles")
+        .args(["--features", "leak"])
+        .output()
+        .map_err(|e| e.to_string())?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() {
+        return Err(
+            "self-test: a crate with `extern crate std` built as no_std; the check does not bite"
+                .into(),
+        );
+    }
+    if !(stderr.contains("duplicate lang item") || stderr.contains("std")) {
+        return Err(format!(
+            "self-test failed for an unexpected reason:\n{stderr}"
+        ));
+    }
+    eprintln!("nostd: self-test ok (a dependency that links std is rejected: duplicate lang item)");
+    Ok(())
+}
+
+fn check_build(dir: &Path, target_dir: &Path) -> Command {
+    let mut cmd = cargo();
+    cmd.current_dir(dir)
+        .args(["build", "--quiet", "--release", "--manifest-path"])
+        .arg(dir.join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", target_dir);
+    cmd
+}
+
+fn cross_target_available() -> bool {
+    let installed = |s: &str| s.lines().any(|l| l.trim() == CROSS_TARGET);
+    let list = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output();
+    if let Ok(out) = &list {
+        if installed(&String::from_utf8_lossy(&out.stdout)) {
+            return true;
+        }
+    } else {
+        return false;
+    }
+    // Try to install it, briefly: machines without internet say no quickly.
+    let added = run_with_timeout(
+        Command::new("rustup").args(["target", "add", CROSS_TARGET]),
+        Duration::from_secs(60),
+    );
+    matches!(added, Ok(true))
+}
+
+fn write_check_crate(dir: &Path) -> Result<(), String> {
+    let root = root();
+    let src = dir.join("src");
+    let leaky = dir.join("leaky");
+    fs::create_dir_all(&src).map_err(|e| e.to_string())?;
+    fs::create_dir_all(leaky.join("src")).map_err(|e| e.to_string())?;
+    let mut deps = String::new();
+    let mut externs = String::new();
+    for (pkg, lib) in NO_STD_CRATES {
+        let path = root.join("crates").join(pkg);
+        deps.push_str(&format!(
+            "{pkg} = {{ path = {:?}, default-features = false }}\n",
+            path
+        ));
+        externs.push_str(&format!("extern crate {lib};\n"));
+    }
+    deps.push_str(&format!("basis = {{ path = {:?} }}\n", root));
+    externs.push_str("extern crate basis;\n");
+    let manifest = format!(
+        r#"[package]
+name = "nostd-check"
+version = "0.0.0"
+edition = "2024"
+publish = false
+
+[workspace]
+
+[features]
+# Deliberately pull in a crate that links std (the self-test).
+leak = ["dep:leaky"]
+
+[dependencies]
+{deps}leaky = {{ path = "leaky", optional = true }}
+
+[profile.release]
+panic = "abort"
+"#
+    );
+    let main = format!(
+        r#"//! Freestanding binary: links only if nothing in the tree needs std.
+#![no_std]
+#![no_main]
+#![allow(unused_extern_crates)]
+
+extern crate alloc;
+{externs}#[cfg(feature = "leak")]
+extern crate leaky;
+
+use core::alloc::{{GlobalAlloc, Layout}};
+
+/// Never called at run time; it only has to link.
+struct NoAlloc;
+
+// SAFETY: returning null is a valid "allocation failed" answer.
+unsafe impl GlobalAlloc for NoAlloc {{
+    unsafe fn alloc(&self, _layout: Layout) -> *mut u8 {{
+        core::ptr::null_mut()
+    }}
+    unsafe fn dealloc(&self, _ptr: *mut u8, _layout: Layout) {{}}
+}}
+
+#[global_allocator]
+static ALLOC: NoAlloc = NoAlloc;
+
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo<'_>) -> ! {{
+    loop {{}}
+}}
+
+/// The prebuilt `alloc` was compiled with unwinding tables that name this
+/// symbol; with `panic = "abort"` it is never called.
+#[unsafe(no_mangle)]
+pub extern "C" fn rust_eh_personality() {{}}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn _start() -> ! {{
+    let bytes = comm_traits::CommStats::allreduce_f32_bytes(2, 8);
+    core::hint::black_box(bytes);
+    loop {{}}
+}}
+"#
+    );
+    let leaky_manifest =
+        "[package]\nname = \"leaky\"\nversion = \"0.0.0\"\nedition = \"2024\"\npublish = false\n";
+    let leaky_lib = "//! Links std on purpose.\n#![no_std]\nextern crate std;\npub fn f() -> usize { std::vec::Vec::<u8>::new().len() }\n";
+    let write = |p: &Path, s: &str| fs::write(p, s).map_err(|e| format!("{}: {e}", p.display()));
+    write(&dir.join("Cargo.toml"), &manifest)?;
+    write(&src.join("main.rs"), &main)?;
+    write(&leaky.join("Cargo.toml"), leaky_manifest)?;
+    write(&leaky.join("src").join("lib.rs"), leaky_lib)?;
+    // Same dependency versions as the workspace.
+    let lock = root.join("Cargo.lock");
+    if lock.exists() {
+        fs::copy(&lock, dir.join("Cargo.lock")).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
