@@ -1,1 +1,5 @@
-//! basis-std (under construction).
+//! std adapters for the `no_std` crates: in-process ranks ([`local`]) and
+//! crash-safe checkpoint files ([`checkpoint`]).
+
+pub mod checkpoint;
+pub mod local;

@@ -1,0 +1,1 @@
+//! Crash-safe checkpoint files (under construction).

@@ -1,0 +1,1 @@
+//! In-process ranks: `LocalComm` (under construction).
