@@ -1,10 +1,286 @@
-//! `cargo xtask mpi` (filled in by its issue).
+//! `cargo xtask mpi`: the MPI integration program under `mpirun`, and the
+//! MPI benchmark (`--bench`, optionally inside a rate-limited network
+//! namespace with `--net 1gbit|10gbit`).
+//!
+//! - `cargo xtask mpi` builds `comm-mpi`'s `mpi_check` example and runs it
+//!   with `mpirun --oversubscribe -np N` for N = 2, 3, 4 (every rank checks
+//!   its MPI results against `LocalComm` bit for bit), then runs its
+//!   `mismatch` mode and asserts that every rank reported the error and the
+//!   job exited non-zero before the timeout.
+//! - `cargo xtask mpi --bench [--net RATE] [--iters K]` builds `mpi_bench` in
+//!   release mode and runs it on 2 and 4 ranks; with `--net` inside a network
+//!   namespace whose loopback is shaped by `tc tbf` to RATE, MPI forced onto
+//!   TCP over that loopback. The namespace is removed even on failure.
 
-pub(crate) fn run(_args: &[String]) -> Result<(), String> {
-    Err("`mpi` is not implemented yet".into())
+use crate::util::{self, cargo, have, is_root, root};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Rank counts of the integration check.
+const CHECK_RANKS: [usize; 3] = [2, 3, 4];
+/// Rank counts of the benchmark.
+const BENCH_RANKS: [usize; 2] = [2, 4];
+/// Wall-clock limit of one `mpirun` of the check (a hang fails the check).
+const CHECK_TIMEOUT: Duration = Duration::from_secs(120);
+/// Wall-clock limit of the mismatch run: it must fail fast, not hang.
+const MISMATCH_TIMEOUT: Duration = Duration::from_secs(60);
+/// Name of the benchmark's network namespace.
+const NETNS: &str = "basis-mpi-bench";
+
+pub(crate) fn run(args: &[String]) -> Result<(), String> {
+    let mut bench = false;
+    let mut net: Option<String> = None;
+    let mut iters: Option<String> = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--bench" => bench = true,
+            "--net" => net = Some(it.next().ok_or("--net needs a rate (1gbit, 10gbit)")?.clone()),
+            "--iters" => iters = Some(it.next().ok_or("--iters needs a number")?.clone()),
+            other => {
+                return Err(format!(
+                    "unknown argument `{other}` (usage: mpi [--bench [--net 1gbit|10gbit] [--iters K]])"
+                ));
+            }
+        }
+    }
+    if !bench {
+        if net.is_some() || iters.is_some() {
+            return Err("--net and --iters go with --bench".into());
+        }
+        return check();
+    }
+    run_bench(net.as_deref(), iters.as_deref())
 }
 
-/// The part of `cargo xtask ci` that belongs to `mpi`.
+/// The part of `cargo xtask ci` that belongs to `mpi`: the integration check.
 pub(crate) fn ci() -> Result<(), String> {
+    check()
+}
+
+/// Build the check program and run it on 2, 3 and 4 ranks, then the mismatch.
+fn check() -> Result<(), String> {
+    require_mpirun()?;
+    // The `test` profile (opt-level 2) shares artifacts with `cargo test`.
+    util::run(cargo().args([
+        "build",
+        "-p",
+        "comm-mpi",
+        "--example",
+        "mpi_check",
+        "--profile",
+        "test",
+    ]))?;
+    let exe = target_dir().join("debug/examples/mpi_check");
+    for np in CHECK_RANKS {
+        let t = Instant::now();
+        let mut cmd = mpirun(np, false);
+        cmd.arg(&exe).arg("all");
+        if !util::run_with_timeout(&mut cmd, CHECK_TIMEOUT)? {
+            return Err(format!("mpi_check on {np} ranks failed or timed out"));
+        }
+        eprintln!("  mpi_check on {np} ranks: ok ({:.1}s)", t.elapsed().as_secs_f64());
+    }
+    mismatch(&exe, 3)
+}
+
+/// Run the `mismatch` mode on `np` ranks: the job must exit non-zero before
+/// the timeout, and every rank must have printed the disagreement.
+fn mismatch(exe: &std::path::Path, np: usize) -> Result<(), String> {
+    let log = target_dir().join("mpi_check_mismatch.log");
+    let file = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let mut cmd = mpirun(np, false);
+    cmd.arg(exe).arg("mismatch").stdout(file);
+    let t = Instant::now();
+    let ok = util::run_with_timeout(&mut cmd, MISMATCH_TIMEOUT)?;
+    let took = t.elapsed();
+    let out = std::fs::read_to_string(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+    eprint!("{out}");
+    if ok {
+        return Err("the mismatch job exited with status 0".into());
+    }
+    if took >= MISMATCH_TIMEOUT {
+        return Err(format!(
+            "the mismatch job hung (killed after {}s)",
+            MISMATCH_TIMEOUT.as_secs()
+        ));
+    }
+    for rank in 0..np {
+        for call in ["compressed_allreduce", "all_reduce_sum"] {
+            let line = format!("mpi_check rank {rank}/{np}: mismatch detected ({call}):");
+            let found = out
+                .lines()
+                .any(|l| l.starts_with(&line) && l.contains("disagree on a length"));
+            if !found {
+                return Err(format!(
+                    "rank {rank} did not report the length mismatch of {call}"
+                ));
+            }
+        }
+    }
+    eprintln!(
+        "  mismatch on {np} ranks: every rank reported it, exit non-zero after {:.1}s",
+        took.as_secs_f64()
+    );
     Ok(())
+}
+
+/// `cargo xtask mpi --bench [--net RATE]`.
+fn run_bench(net: Option<&str>, iters: Option<&str>) -> Result<(), String> {
+    require_mpirun()?;
+    util::run(cargo().args(["build", "--release", "-p", "comm-mpi", "--example", "mpi_bench"]))?;
+    let exe = target_dir().join("release/examples/mpi_bench");
+    let mut bench_args: Vec<String> = Vec::new();
+    if let Some(k) = iters {
+        bench_args.extend(["--iters".to_string(), k.to_string()]);
+    }
+    if let Some(rate) = net {
+        bench_args.extend(["--label".to_string(), format!("tcp-{rate}")]);
+    }
+    let Some(rate) = net else {
+        for np in BENCH_RANKS {
+            let mut cmd = mpirun(np, false);
+            cmd.arg(&exe).args(&bench_args);
+            util::run(&mut cmd)?;
+        }
+        return Ok(());
+    };
+    let rate = parse_rate(rate)?;
+    if !is_root() {
+        return Err("--net needs root (ip netns, tc)".into());
+    }
+    for tool in ["ip", "tc"] {
+        if !have(tool) {
+            return Err(format!("--net needs `{tool}` (apt-get install iproute2)"));
+        }
+    }
+    // A namespace left over from a killed run would make `add` fail.
+    let _ = Command::new("ip").args(["netns", "del", NETNS]).status();
+    util::run(Command::new("ip").args(["netns", "add", NETNS]))?;
+    let result = (|| {
+        let in_ns = |args: &[&str]| {
+            let mut cmd = Command::new("ip");
+            cmd.args(["netns", "exec", NETNS]).args(args);
+            cmd
+        };
+        util::run(&mut in_ns(&["ip", "link", "set", "lo", "up"]))?;
+        let (rate_arg, burst) = (rate.tc_rate.clone(), rate.burst());
+        util::run(&mut in_ns(&[
+            "tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", &rate_arg, "burst", &burst,
+            "latency", "100ms",
+        ]))?;
+        util::run(&mut in_ns(&["tc", "qdisc", "show", "dev", "lo"]))?;
+        for np in BENCH_RANKS {
+            let mut cmd = Command::new("ip");
+            cmd.args(["netns", "exec", NETNS, "mpirun"]);
+            cmd.args(mpirun_flags(np, true));
+            cmd.arg(&exe).args(&bench_args);
+            cmd.envs(mpirun_env());
+            util::run(&mut cmd)?;
+        }
+        Ok(())
+    })();
+    let removed = util::run(Command::new("ip").args(["netns", "del", NETNS]));
+    result.and(removed)
+}
+
+/// A `tc` rate and the bucket size that goes with it.
+struct Rate {
+    tc_rate: String,
+    bits_per_second: u64,
+}
+
+impl Rate {
+    /// Token-bucket size: 1 ms of traffic, at least 256 KiB (loopback
+    /// packets reach 64 KiB; a bucket smaller than a packet drops it).
+    fn burst(&self) -> String {
+        let bytes = (self.bits_per_second / 8 / 1000).max(256 * 1024);
+        format!("{bytes}b")
+    }
+}
+
+fn parse_rate(s: &str) -> Result<Rate, String> {
+    let lower = s.to_ascii_lowercase();
+    let (num, mult) = if let Some(n) = lower.strip_suffix("gbit") {
+        (n, 1_000_000_000u64)
+    } else if let Some(n) = lower.strip_suffix("mbit") {
+        (n, 1_000_000u64)
+    } else {
+        return Err(format!("rate `{s}`: use e.g. 1gbit, 10gbit, 500mbit"));
+    };
+    let n: u64 = num.parse().map_err(|_| format!("rate `{s}`: bad number"))?;
+    if n == 0 {
+        return Err("rate must be positive".into());
+    }
+    Ok(Rate {
+        tc_rate: lower.clone(),
+        bits_per_second: n * mult,
+    })
+}
+
+fn require_mpirun() -> Result<(), String> {
+    if have("mpirun") {
+        Ok(())
+    } else {
+        Err("mpirun not found: apt-get install openmpi-bin libopenmpi-dev".into())
+    }
+}
+
+/// `mpirun` with the flags of [`mpirun_flags`] and the environment of
+/// [`mpirun_env`].
+fn mpirun(np: usize, tcp: bool) -> Command {
+    let mut cmd = Command::new("mpirun");
+    cmd.args(mpirun_flags(np, tcp)).envs(mpirun_env());
+    cmd
+}
+
+/// Flags that make `mpirun` work on a CI box: any rank count on few cores,
+/// as root, no binding (oversubscribed), one host without a hostfile; shared
+/// memory (`vader`) without the ptrace-based single copy that containers
+/// forbid, or TCP over loopback only (`tcp`).
+fn mpirun_flags(np: usize, tcp: bool) -> Vec<String> {
+    let mut f: Vec<String> = vec!["--oversubscribe".into(), "-np".into(), np.to_string()];
+    if is_root() {
+        f.push("--allow-run-as-root".into());
+    }
+    f.extend(["--bind-to".into(), "none".into()]);
+    let mca: &[(&str, &str)] = if tcp {
+        &[
+            ("btl", "tcp,self"),
+            ("btl_tcp_if_include", "lo"),
+            ("oob_tcp_if_include", "lo"),
+        ]
+    } else {
+        &[
+            ("btl", "self,vader"),
+            ("btl_vader_single_copy_mechanism", "none"),
+        ]
+    };
+    for (k, v) in mca {
+        f.extend(["--mca".into(), (*k).into(), (*v).into()]);
+    }
+    f
+}
+
+/// Environment for `mpirun`: Open MPI's root confirmation (some builds ask
+/// for it in addition to the flag) and no attempt to reach other hosts.
+fn mpirun_env() -> Vec<(&'static str, &'static str)> {
+    let mut env = vec![("OMPI_MCA_plm_rsh_agent", "false")];
+    if is_root() {
+        env.push(("OMPI_ALLOW_RUN_AS_ROOT", "1"));
+        env.push(("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"));
+    }
+    env
+}
+
+/// Where cargo puts build outputs (`$CARGO_TARGET_DIR` or `<root>/target`).
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) => {
+            let d = PathBuf::from(d);
+            if d.is_absolute() { d } else { root().join(d) }
+        }
+        None => root().join("target"),
+    }
 }

@@ -1,12 +1,33 @@
 //! MurmurHash3, Lemire range reduction and balanced multi-choice bucketing.
+#![doc = include_str!("../README.md")]
 #![no_std]
 #![forbid(unsafe_code)]
+
+extern crate alloc;
+
+mod bytes_key;
+mod d_choice;
+mod error;
+mod mix;
+pub mod murmur3;
+mod one_choice;
+mod sign;
+mod stats;
+
+pub use bytes_key::key_of_bytes;
+pub use d_choice::{DChoice, Weighting};
+pub use error::HashError;
+pub use mix::{hash_u64, reduce};
+pub use one_choice::OneChoice;
+pub use sign::SignHash;
+pub use stats::{LoadStats, count_loads};
 
 /// Maps keys (u64 row ids) to buckets `0..buckets()`.
 ///
 /// `bucket` is a pure look-up (never mutates, never allocates). Strategies that
 /// remember a choice per key (d-choice) assign on first sight through `assign`;
-/// `bucket` on a key never assigned returns the strategy's documented fallback.
+/// `bucket` on a key never assigned returns the strategy's documented fallback
+/// (for [`DChoice`]: candidate 0, which is the [`OneChoice`] bucket).
 pub trait Bucketer {
     /// Number of buckets `B` (≥ 1).
     fn buckets(&self) -> u32;

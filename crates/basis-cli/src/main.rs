@@ -1,2 +1,39 @@
-//! The `basis` command (under construction).
-fn main() {}
+//! The `basis` command: train, compare and inspect sparse-embedding optimizers.
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+
+mod checkpoint;
+mod cli;
+mod compare;
+mod data;
+mod hashing;
+mod inspect;
+mod metrics;
+mod model;
+mod optim;
+mod parallel;
+mod plot;
+mod progress;
+mod rng;
+mod spec;
+mod train;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    let progress = !cli.quiet;
+    let result = match &cli.command {
+        cli::Command::Train(a) => compare::train_one(a, progress),
+        cli::Command::Compare(a) => compare::compare(a, progress),
+        cli::Command::Inspect(a) => inspect::run(a, progress),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,1 +1,19 @@
-//! basis-rayon (under construction).
+//! Parallel, deterministic BASIS and codec kernels, and Hogwild bucket tables.
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+
+mod atomic_table;
+mod error;
+mod step;
+mod striped_table;
+mod sync;
+mod table;
+
+#[cfg(all(test, loom))]
+mod loom_models;
+
+pub use atomic_table::AtomicMomentTable;
+pub use error::Error;
+pub use step::{par_step, par_step_dense, thread_pool};
+pub use striped_table::StripedMomentTable;
+pub use table::{MomentParams, MomentTable};

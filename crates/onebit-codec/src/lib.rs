@@ -1,3 +1,20 @@
-//! onebit-codec (under construction).
+#![doc = include_str!("../README.md")]
 #![no_std]
 #![forbid(unsafe_code)]
+
+extern crate alloc;
+
+mod compressor;
+mod error;
+pub mod fuzzing;
+mod pack;
+pub mod reference;
+pub mod scale;
+pub mod stochastic;
+mod wire;
+
+pub use compressor::{Compressor, CompressorConfig, ErrorFeedback};
+pub use error::CodecError;
+pub use pack::{sign_bit, pack_signs, pack_signs_into, packed_len, unpack_add, unpack_signs};
+pub use scale::{ScaleKind, check_finite};
+pub use wire::{Compressed, HEADER_LEN, MAGIC, VERSION, decode, encoded_len};

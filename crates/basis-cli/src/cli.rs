@@ -1,0 +1,199 @@
+//! Command-line arguments (clap derive).
+
+use crate::data::{Format, LoadOptions, synthetic::SynthConfig};
+use crate::spec::OptSpec;
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Train and compare sparse-embedding optimizers (BASIS, Adam, row-wise
+/// AdaGrad, count-sketch, SGD) on a factorization machine.
+#[derive(Debug, Parser)]
+#[command(name = "basis", version, about, long_about = None)]
+pub(crate) struct Cli {
+    /// No progress bars (for scripts); results are still printed.
+    #[arg(short, long, global = true)]
+    pub(crate) quiet: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Train one optimizer and report per-epoch metrics.
+    Train(TrainArgs),
+    /// Train several optimizers on the same data and print one table.
+    Compare(CompareArgs),
+    /// Bucket-load statistics of a data set under one- and multi-choice hashing.
+    Inspect(InspectArgs),
+}
+
+/// Where the data comes from.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct DataArgs {
+    /// Data format.
+    #[arg(long, value_enum, default_value_t = Format::Synthetic)]
+    pub(crate) format: Format,
+    /// File or directory to read (not used by `synthetic`).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) data: Option<PathBuf>,
+    /// Treat any malformed line as an error instead of counting it.
+    #[arg(long)]
+    pub(crate) strict: bool,
+    /// Fraction of examples held out for validation (learning-rate tuning).
+    #[arg(long, default_value_t = 0.1)]
+    pub(crate) valid_frac: f64,
+    /// Fraction of examples held out for the test metrics.
+    #[arg(long, default_value_t = 0.1)]
+    pub(crate) test_frac: f64,
+    /// Seed of the shuffle that splits formats without timestamps.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) split_seed: u64,
+    /// Text corpus: the label folder that is positive (default `spam`).
+    #[arg(long, value_name = "NAME")]
+    pub(crate) positive: Option<String>,
+    /// Synthetic data: number of examples.
+    #[arg(long, default_value_t = SynthConfig::default().examples)]
+    pub(crate) synthetic_examples: usize,
+    /// Synthetic data: seed of the planted model and the samples.
+    #[arg(long, default_value_t = SynthConfig::default().seed)]
+    pub(crate) synthetic_seed: u64,
+    /// Synthetic data: label-flip probability.
+    #[arg(long, default_value_t = SynthConfig::default().noise)]
+    pub(crate) synthetic_noise: f64,
+    /// Synthetic data: Zipf exponent of the ids.
+    #[arg(long, default_value_t = SynthConfig::default().zipf)]
+    pub(crate) synthetic_zipf: f64,
+}
+
+impl DataArgs {
+    /// Loader options.
+    pub(crate) fn options(&self, progress: bool) -> LoadOptions {
+        LoadOptions {
+            format: self.format,
+            path: self.data.clone(),
+            strict: self.strict,
+            valid_frac: self.valid_frac,
+            test_frac: self.test_frac,
+            split_seed: self.split_seed,
+            synthetic: SynthConfig {
+                examples: self.synthetic_examples,
+                seed: self.synthetic_seed,
+                noise: self.synthetic_noise,
+                zipf: self.synthetic_zipf,
+                ..SynthConfig::default()
+            },
+            positive: self.positive.clone(),
+            progress,
+        }
+    }
+}
+
+/// Model and training loop.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct ModelArgs {
+    /// Passes over the training split.
+    #[arg(long, default_value_t = 3)]
+    pub(crate) epochs: u32,
+    /// Examples per mini-batch.
+    #[arg(long, default_value_t = 256)]
+    pub(crate) batch: usize,
+    /// Embedding size k (table rows hold k + 1 values: linear weight + embedding).
+    #[arg(long, default_value_t = 16)]
+    pub(crate) dim: usize,
+    /// Standard deviation of the initial embeddings.
+    #[arg(long, default_value_t = 0.01)]
+    pub(crate) init_std: f32,
+    /// L2 penalty on the rows a batch touches (added to their gradient).
+    #[arg(long, default_value_t = 0.0)]
+    pub(crate) l2: f32,
+    /// Adam learning rate of the dense parameters (the global bias).
+    #[arg(long, default_value_t = 0.01)]
+    pub(crate) dense_lr: f32,
+    /// Seed of initialisation, data order and optimizer randomness.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seed: u64,
+    /// Data-parallel ranks (in-process threads; `mpirun` with the `mpi` feature).
+    /// The dense parameters are synchronised with 1-bit Adam.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) workers: usize,
+}
+
+/// Outputs.
+#[derive(Debug, Clone, Args)]
+pub(crate) struct OutputArgs {
+    /// Write machine-readable results to this file (`-` = stdout, table suppressed).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) json: Option<PathBuf>,
+    /// Draw loss and AUC curves per optimizer into this PNG.
+    #[arg(long, value_name = "OUT.png")]
+    pub(crate) plot: Option<PathBuf>,
+}
+
+/// `basis train`.
+#[derive(Debug, Args)]
+pub(crate) struct TrainArgs {
+    #[command(flatten)]
+    pub(crate) data: DataArgs,
+    #[command(flatten)]
+    pub(crate) model: ModelArgs,
+    #[command(flatten)]
+    pub(crate) out: OutputArgs,
+    /// Optimizer: NAME[:key=value,...] (see `docs/CLI.md`), e.g. `basis:mode=rowscaled,storage=u8`.
+    #[arg(long = "opt", default_value = "basis")]
+    pub(crate) opt: OptSpec,
+    /// Save a checkpoint into DIR after every epoch (atomic, checksummed).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) checkpoint: Option<PathBuf>,
+    /// Continue from the checkpoint in `--checkpoint DIR`.
+    #[arg(long, requires = "checkpoint")]
+    pub(crate) resume: bool,
+}
+
+/// `basis compare`.
+#[derive(Debug, Args)]
+pub(crate) struct CompareArgs {
+    #[command(flatten)]
+    pub(crate) data: DataArgs,
+    #[command(flatten)]
+    pub(crate) model: ModelArgs,
+    #[command(flatten)]
+    pub(crate) out: OutputArgs,
+    /// Optimizers to run (repeat the flag); default: adam, rowwise-adagrad,
+    /// sgd, basis (rowscaled, u8), basis:mode=own, basis:mode=shared, countsketch.
+    #[arg(long = "opt", value_name = "SPEC")]
+    pub(crate) opts: Vec<OptSpec>,
+    /// Seeds per optimizer (seed, seed+1, ...): the table shows mean ± std.
+    #[arg(long, default_value_t = 1)]
+    pub(crate) seeds: u32,
+    /// Learning rates to try per optimizer (comma-separated); the one with the
+    /// best validation AUC is kept and only its test metrics are reported.
+    #[arg(long, value_name = "LR,LR,...", value_delimiter = ',')]
+    pub(crate) tune_lr: Vec<f32>,
+    /// Save/resume each run's checkpoint under DIR/<optimizer>/.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) checkpoint: Option<PathBuf>,
+    /// Continue runs from `--checkpoint DIR`.
+    #[arg(long, requires = "checkpoint")]
+    pub(crate) resume: bool,
+}
+
+/// `basis inspect`.
+#[derive(Debug, Args)]
+pub(crate) struct InspectArgs {
+    #[command(flatten)]
+    pub(crate) data: DataArgs,
+    /// Buckets B (default: rows / ratio).
+    #[arg(long)]
+    pub(crate) buckets: Option<u32>,
+    /// Rows per bucket N/B when `--buckets` is not given.
+    #[arg(long, default_value_t = 100.0)]
+    pub(crate) ratio: f64,
+    /// Largest number of hash choices to compare (1 ..= this).
+    #[arg(long, default_value_t = 2)]
+    pub(crate) choices: u8,
+    /// Write the statistics as JSON (`-` = stdout).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) json: Option<PathBuf>,
+}

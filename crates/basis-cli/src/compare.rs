@@ -1,0 +1,434 @@
+//! `basis train` and `basis compare`: run optimizers, print the tables, write JSON and plots.
+
+use crate::cli::{CompareArgs, ModelArgs, OutputArgs, TrainArgs};
+use crate::data::{Dataset, LoadReport};
+use crate::spec::{DEFAULT_COMPARE, OptSpec};
+use crate::train::{Run, RunResult, train};
+use serde::Serialize;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// What the JSON says about the data set.
+#[derive(Debug, Serialize)]
+pub(crate) struct DataInfo {
+    name: String,
+    fields: Vec<String>,
+    rows: usize,
+    train: usize,
+    valid: usize,
+    test: usize,
+    train_positive_rate: f64,
+    split: String,
+    load: LoadReport,
+}
+
+impl DataInfo {
+    pub(crate) fn of(ds: &Dataset) -> Self {
+        Self {
+            name: ds.name.clone(),
+            fields: ds.fields.clone(),
+            rows: ds.rows,
+            train: ds.train.len(),
+            valid: ds.valid.len(),
+            test: ds.test.len(),
+            train_positive_rate: ds.train.positive_rate(),
+            split: ds.split.clone(),
+            load: ds.report.clone(),
+        }
+    }
+}
+
+/// Mean and sample standard deviation.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub(crate) struct Stat {
+    mean: f64,
+    std: f64,
+}
+
+impl Stat {
+    fn of(xs: impl Iterator<Item = f64>) -> Self {
+        let v: Vec<f64> = xs.collect();
+        let n = v.len().max(1) as f64;
+        let mean = v.iter().sum::<f64>() / n;
+        let std = if v.len() > 1 {
+            (v.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+        } else {
+            0.0
+        };
+        Self { mean, std }
+    }
+}
+
+/// One optimizer's row of the comparison.
+#[derive(Debug, Serialize)]
+pub(crate) struct Entry {
+    /// Spec as given.
+    pub(crate) optimizer: String,
+    /// Learning rate used for the reported runs.
+    pub(crate) lr: f32,
+    /// `(lr, validation AUC)` of each tried learning rate (empty without `--tune-lr`).
+    pub(crate) lr_search: Vec<(f32, f64)>,
+    test_auc: Stat,
+    test_logloss: Stat,
+    valid_auc: Stat,
+    wall_secs: Stat,
+    state_bytes: usize,
+    bytes_per_row: f64,
+    compression_vs_adam: f64,
+    /// One record per seed.
+    pub(crate) runs: Vec<RunResult>,
+}
+
+/// The JSON document of `compare` / `train`.
+#[derive(Debug, Serialize)]
+struct Output<'a> {
+    command: &'a str,
+    data: DataInfo,
+    epochs: u32,
+    batch: usize,
+    embedding_dim: usize,
+    workers: usize,
+    results: &'a [Entry],
+}
+
+fn entry(spec: &OptSpec, lr_search: Vec<(f32, f64)>, runs: Vec<RunResult>) -> Entry {
+    let first = &runs[0];
+    Entry {
+        optimizer: spec.label.clone(),
+        lr: spec.lr(),
+        lr_search,
+        test_auc: Stat::of(runs.iter().map(|r| r.final_metrics.test_auc)),
+        test_logloss: Stat::of(runs.iter().map(|r| r.final_metrics.test_loss)),
+        valid_auc: Stat::of(runs.iter().map(|r| r.final_metrics.valid_auc)),
+        wall_secs: Stat::of(runs.iter().map(|r| r.wall_secs)),
+        state_bytes: first.memory.total,
+        bytes_per_row: first.bytes_per_row,
+        compression_vs_adam: first.compression_vs_adam,
+        runs,
+    }
+}
+
+/// Human-readable bytes (binary prefixes).
+pub(crate) fn human_bytes(b: usize) -> String {
+    let b = b as f64;
+    if b >= 1024.0 * 1024.0 {
+        format!("{:.2} MiB", b / 1024.0 / 1024.0)
+    } else if b >= 1024.0 {
+        format!("{:.1} KiB", b / 1024.0)
+    } else {
+        format!("{b} B")
+    }
+}
+
+fn pm(s: Stat, digits: usize, seeds: usize) -> String {
+    if seeds > 1 {
+        format!("{:.digits$} ± {:.digits$}", s.mean, s.std)
+    } else {
+        format!("{:.digits$}", s.mean)
+    }
+}
+
+fn sparkline(h: &[u64]) -> String {
+    const BARS: [char; 9] = [' ', '▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let max = h.iter().copied().max().unwrap_or(0).max(1);
+    h.iter()
+        .map(|&c| {
+            if c == 0 {
+                '·'
+            } else {
+                BARS[(1 + (c * 7) / max) as usize]
+            }
+        })
+        .collect()
+}
+
+/// The comparison table (Markdown) plus the BASIS telemetry table.
+pub(crate) fn table(entries: &[Entry], seeds: usize) -> String {
+    let comm = entries.iter().any(|e| e.runs.iter().any(|r| r.comm_bytes.is_some()));
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        "| optimizer | lr | test AUC | test log-loss | state bytes | bytes/row | vs Adam | wall s |"
+    );
+    if comm {
+        s.push_str(" bytes sent/rank |");
+    }
+    s.push_str("\n|---|---:|---:|---:|---:|---:|---:|---:|");
+    if comm {
+        s.push_str("---:|");
+    }
+    s.push('\n');
+    for e in entries {
+        let vs = if e.compression_vs_adam.is_finite() {
+            format!("{:.1}×", e.compression_vs_adam)
+        } else {
+            "∞".into()
+        };
+        let _ = write!(
+            s,
+            "| {} | {} | {} | {} | {} | {:.2} | {} | {:.1} |",
+            e.optimizer,
+            e.lr,
+            pm(e.test_auc, 4, seeds),
+            pm(e.test_logloss, 4, seeds),
+            human_bytes(e.state_bytes),
+            e.bytes_per_row,
+            vs,
+            e.wall_secs.mean
+        );
+        if comm {
+            let c = e.runs.first().and_then(|r| r.comm_bytes).unwrap_or(0);
+            let _ = write!(s, " {} |", human_bytes(c as usize));
+        }
+        s.push('\n');
+    }
+    let basis: Vec<&Entry> = entries
+        .iter()
+        .filter(|e| e.runs.first().is_some_and(|r| r.telemetry.is_some()))
+        .collect();
+    if !basis.is_empty() {
+        s.push_str("\nBASIS telemetry (last seed):\n\n");
+        s.push_str("| optimizer | scalar mean | at min clip | at max clip | scalar histogram | buckets | load max / mean | empty buckets | non-finite rows |\n");
+        s.push_str("|---|---:|---:|---:|---|---:|---:|---:|---:|\n");
+        for e in basis {
+            let Some(t) = e.runs.last().and_then(|r| r.telemetry.as_ref()) else {
+                continue;
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {:.3e} | {:.3} | {:.3} | `{}` | {} | {} / {:.1} | {} | {} |",
+                e.optimizer,
+                t.scalar_mean,
+                t.fraction_at_min,
+                t.fraction_at_max,
+                sparkline(&t.scalar_histogram),
+                t.buckets,
+                t.bucket_load_max,
+                t.bucket_load_mean,
+                t.empty_buckets,
+                t.nonfinite_rows
+            );
+        }
+    }
+    s
+}
+
+/// A one-paragraph description of the data.
+pub(crate) fn describe(ds: &Dataset) -> String {
+    let r = &ds.report;
+    let mut s = format!(
+        "data: {}\n  {} rows (distinct training features), {} fields; train/valid/test = {}/{}/{} ({}), positive rate {:.3}\n",
+        ds.name,
+        ds.rows,
+        ds.fields.len(),
+        ds.train.len(),
+        ds.valid.len(),
+        ds.test.len(),
+        ds.split,
+        ds.train.positive_rate()
+    );
+    if r.malformed_count > 0 || r.blank > 0 || r.unseen_features > 0 {
+        let _ = writeln!(
+            s,
+            "  {} malformed lines skipped, {} blank lines, {} validation/test feature occurrences unseen in training",
+            r.malformed_count, r.blank, r.unseen_features
+        );
+    }
+    for m in r.malformed.iter().take(10) {
+        let _ = writeln!(s, "  malformed: {}:{}: {}", m.file, m.line, m.reason);
+    }
+    if r.malformed_count > 10 {
+        let _ = writeln!(s, "  ... and {} more (all listed in --json)", r.malformed_count - 10);
+    }
+    s
+}
+
+fn checkpoint_path(dir: &Option<PathBuf>, label: &str, lr: f32, seed: u64) -> Option<PathBuf> {
+    dir.as_ref().map(|d| {
+        let safe: String = label
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+            .collect();
+        d.join(format!("{safe}-lr{lr}-seed{seed}.ckpt"))
+    })
+}
+
+/// Run the comparison.
+#[allow(clippy::too_many_arguments)] // the two commands share this one driver
+fn run_all(
+    ds: &Dataset,
+    specs: &[OptSpec],
+    model: &ModelArgs,
+    seeds: u32,
+    tune: &[f32],
+    ckpt: &Option<PathBuf>,
+    resume: bool,
+    progress: bool,
+) -> Result<Vec<Entry>, String> {
+    let mut entries = Vec::new();
+    for spec in specs {
+        let mut search = Vec::new();
+        let spec = if tune.is_empty() {
+            spec.clone()
+        } else {
+            let mut best: Option<(f64, f32)> = None;
+            for &lr in tune {
+                let s = spec.with_lr(lr);
+                let r = train(
+                    ds,
+                    &Run {
+                        spec: &s,
+                        model,
+                        checkpoint: None,
+                        resume: false,
+                        progress,
+                    },
+                )?;
+                let v = r.final_metrics.valid_auc;
+                search.push((lr, v));
+                if best.is_none_or(|(b, _)| v > b) {
+                    best = Some((v, lr));
+                }
+            }
+            let lr = best.map_or(spec.lr(), |(_, lr)| lr);
+            OptSpec {
+                label: spec.label.clone(),
+                ..spec.with_lr(lr)
+            }
+        };
+        let mut runs = Vec::new();
+        for k in 0..seeds.max(1) {
+            let m = ModelArgs {
+                seed: model.seed + u64::from(k),
+                ..model.clone()
+            };
+            runs.push(train(
+                ds,
+                &Run {
+                    spec: &spec,
+                    model: &m,
+                    checkpoint: checkpoint_path(ckpt, &spec.label, spec.lr(), m.seed),
+                    resume,
+                    progress,
+                },
+            )?);
+        }
+        entries.push(entry(&spec, search, runs));
+    }
+    Ok(entries)
+}
+
+fn write_outputs(
+    command: &str,
+    ds: &Dataset,
+    model: &ModelArgs,
+    out: &OutputArgs,
+    entries: &[Entry],
+) -> Result<bool, String> {
+    if let Some(path) = &out.plot {
+        crate::plot::draw(path, entries).map_err(|e| format!("--plot {}: {e}", path.display()))?;
+    }
+    let Some(path) = &out.json else {
+        return Ok(false);
+    };
+    let doc = Output {
+        command,
+        data: DataInfo::of(ds),
+        epochs: model.epochs,
+        batch: model.batch,
+        embedding_dim: model.dim,
+        workers: model.workers,
+        results: entries,
+    };
+    let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+    write_text(path, &text)?;
+    Ok(path == Path::new("-"))
+}
+
+/// Write `text` to `path` (`-` = stdout).
+pub(crate) fn write_text(path: &Path, text: &str) -> Result<(), String> {
+    if path == Path::new("-") {
+        println!("{text}");
+        Ok(())
+    } else {
+        std::fs::write(path, text).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    }
+}
+
+/// `basis compare`.
+pub(crate) fn compare(args: &CompareArgs, progress: bool) -> Result<(), String> {
+    let ds = crate::data::load(&args.data.options(progress)).map_err(|e| e.to_string())?;
+    let specs: Vec<OptSpec> = if args.opts.is_empty() {
+        DEFAULT_COMPARE
+            .iter()
+            .map(|s| s.parse().map_err(|e: crate::spec::SpecError| e.to_string()))
+            .collect::<Result<_, _>>()?
+    } else {
+        args.opts.clone()
+    };
+    if args.tune_lr.iter().any(|&lr| !(lr.is_finite() && lr > 0.0)) {
+        return Err("--tune-lr: learning rates must be > 0".into());
+    }
+    let entries = run_all(
+        &ds,
+        &specs,
+        &args.model,
+        args.seeds,
+        &args.tune_lr,
+        &args.checkpoint,
+        args.resume,
+        progress,
+    )?;
+    let json_to_stdout = write_outputs("compare", &ds, &args.model, &args.out, &entries)?;
+    if !json_to_stdout {
+        print!("{}", describe(&ds));
+        println!(
+            "model: FM, k = {} (row dim {}), {} epochs, batch {}, {} seed(s){}\n",
+            args.model.dim,
+            args.model.dim + 1,
+            args.model.epochs,
+            args.model.batch,
+            args.seeds.max(1),
+            if args.tune_lr.is_empty() {
+                String::new()
+            } else {
+                format!(", lr tuned on validation AUC over {:?}", args.tune_lr)
+            }
+        );
+        print!("{}", table(&entries, args.seeds.max(1) as usize));
+    }
+    Ok(())
+}
+
+/// `basis train`.
+pub(crate) fn train_one(args: &TrainArgs, progress: bool) -> Result<(), String> {
+    let ds = crate::data::load(&args.data.options(progress)).map_err(|e| e.to_string())?;
+    let ckpt = args.checkpoint.as_ref().map(|d| d.join("run.ckpt"));
+    let r = train(
+        &ds,
+        &Run {
+            spec: &args.opt,
+            model: &args.model,
+            checkpoint: ckpt,
+            resume: args.resume,
+            progress,
+        },
+    )?;
+    let entries = [entry(&args.opt, Vec::new(), vec![r])];
+    let json_to_stdout = write_outputs("train", &ds, &args.model, &args.out, &entries)?;
+    if !json_to_stdout {
+        print!("{}", describe(&ds));
+        println!("| epoch | train loss | valid AUC | valid loss | test AUC | test loss |");
+        println!("|---:|---:|---:|---:|---:|---:|");
+        for p in &entries[0].runs[0].curve {
+            println!(
+                "| {} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} |",
+                p.epoch, p.train_loss, p.valid_auc, p.valid_loss, p.test_auc, p.test_loss
+            );
+        }
+        println!();
+        print!("{}", table(&entries, 1));
+        println!("model crc32: {:08x}", entries[0].runs[0].model_crc32);
+    }
+    Ok(())
+}

@@ -1,0 +1,511 @@
+//! Data sets: the embedded synthetic generator and the real-data parsers.
+//!
+//! Every parser produces [`RawData`]: examples as lists of `(feature key,
+//! value)` with a 0/1 label and, when the format has one, a timestamp. The
+//! loader then splits train / validation / test (time-ordered when there are
+//! timestamps, else a seeded shuffle), builds the row vocabulary from the
+//! training split only, and maps every split to dense table rows.
+//!
+//! Malformed lines are never dropped silently: each one is recorded in the
+//! [`LoadReport`] with its file and line number. A file where no line parses,
+//! or where more than half of the non-blank lines are malformed, is not in the
+//! named format and is a [`DataError::NotFormat`]; with `--strict` the first
+//! malformed line is an error. See `docs/DATA.md`.
+
+pub(crate) mod criteo;
+pub(crate) mod libsvm;
+pub(crate) mod movielens;
+pub(crate) mod synthetic;
+pub(crate) mod text;
+
+use crate::hashing::KeyMap;
+use crate::rng::Rng;
+use core::fmt;
+use serde::Serialize;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+
+/// A data format the CLI can read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Format {
+    /// The embedded deterministic synthetic CTR data (no file).
+    Synthetic,
+    /// MovieLens `u.data` (`user \t item \t rating \t time`) or RecBole `.inter` (+ `.user`, `.item`).
+    Movielens,
+    /// Criteo TSV: label, 13 integer and 26 categorical columns.
+    Criteo,
+    /// libsvm / svmlight: `label idx:val idx:val ...`.
+    Libsvm,
+    /// A directory with one sub-directory per label; each file is one document.
+    Text,
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Synthetic => "synthetic",
+            Self::Movielens => "movielens",
+            Self::Criteo => "criteo",
+            Self::Libsvm => "libsvm",
+            Self::Text => "text",
+        })
+    }
+}
+
+/// Why a data set could not be loaded.
+#[derive(Debug)]
+pub(crate) enum DataError {
+    /// A file or directory could not be read.
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// The operating-system error.
+        error: std::io::Error,
+    },
+    /// The input is not in the named format (no line parses, a required header
+    /// is missing, or more than half of the lines are malformed).
+    NotFormat {
+        /// The path.
+        path: PathBuf,
+        /// The format that was named.
+        format: Format,
+        /// The first offending line (1-based; 0 when the problem is not a line).
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// `--strict`: a malformed line.
+    Malformed {
+        /// The path.
+        path: PathBuf,
+        /// The line (1-based).
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The data set has too few examples, or a split holds one class only
+    /// (AUC is undefined then).
+    Unusable(String),
+    /// Bad generator or split parameters.
+    Config(String),
+}
+
+impl fmt::Display for DataError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Io { path, error } => write!(f, "cannot read {}: {error}", path.display()),
+            Self::NotFormat {
+                path,
+                format,
+                line,
+                reason,
+            } => {
+                write!(f, "{} is not a {format} file", path.display())?;
+                if *line > 0 {
+                    write!(f, " (line {line}: {reason})")
+                } else {
+                    write!(f, " ({reason})")
+                }
+            }
+            Self::Malformed { path, line, reason } => {
+                write!(f, "{}:{line}: malformed line: {reason}", path.display())
+            }
+            Self::Unusable(msg) => write!(f, "unusable data set: {msg}"),
+            Self::Config(msg) => write!(f, "bad data options: {msg}"),
+        }
+    }
+}
+
+impl core::error::Error for DataError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::Io { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
+
+/// One malformed input line.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Malformed {
+    /// The file.
+    pub(crate) file: String,
+    /// The line (1-based; for the text corpus, 0 = the whole file).
+    pub(crate) line: usize,
+    /// What is wrong.
+    pub(crate) reason: String,
+}
+
+/// How many malformed lines are kept with their reason (all are counted).
+const KEEP_MALFORMED: usize = 1000;
+
+/// What loading saw: lines, examples, and every malformed line.
+#[derive(Debug, Clone, Default, Serialize)]
+pub(crate) struct LoadReport {
+    /// Lines (or documents) read, blank ones included.
+    pub(crate) lines: usize,
+    /// Blank lines skipped (not errors).
+    pub(crate) blank: usize,
+    /// Examples parsed.
+    pub(crate) examples: usize,
+    /// Malformed lines, all counted.
+    pub(crate) malformed_count: usize,
+    /// The first [`KEEP_MALFORMED`] malformed lines with file, line and reason.
+    pub(crate) malformed: Vec<Malformed>,
+    /// Feature occurrences in validation/test whose feature never occurs in training
+    /// (they have no table row and contribute nothing).
+    pub(crate) unseen_features: usize,
+}
+
+impl LoadReport {
+    /// Record a malformed line (or return the `--strict` error).
+    pub(crate) fn malformed(
+        &mut self,
+        path: &Path,
+        line: usize,
+        reason: impl Into<String>,
+        strict: bool,
+    ) -> Result<(), DataError> {
+        let reason = reason.into();
+        if strict {
+            return Err(DataError::Malformed {
+                path: path.to_path_buf(),
+                line,
+                reason,
+            });
+        }
+        self.malformed_count += 1;
+        if self.malformed.len() < KEEP_MALFORMED {
+            self.malformed.push(Malformed {
+                file: path.display().to_string(),
+                line,
+                reason,
+            });
+        }
+        Ok(())
+    }
+
+    /// The rule "a file is not in the named format": called after a file is
+    /// parsed with the counts for that file only.
+    pub(crate) fn check_format(
+        path: &Path,
+        format: Format,
+        parsed: usize,
+        malformed_here: usize,
+        first_bad: Option<&Malformed>,
+    ) -> Result<(), DataError> {
+        if parsed == 0 || malformed_here > parsed {
+            let (line, reason) = first_bad.map_or((0, "no examples".to_string()), |m| {
+                (m.line, m.reason.clone())
+            });
+            return Err(DataError::NotFormat {
+                path: path.to_path_buf(),
+                format,
+                line,
+                reason,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Parsed examples before splitting: flat arrays (CSR).
+#[derive(Debug, Default)]
+pub(crate) struct RawData {
+    /// Field names (for reports).
+    pub(crate) fields: Vec<String>,
+    offsets: Vec<usize>,
+    keys: Vec<u64>,
+    values: Vec<f32>,
+    labels: Vec<f32>,
+    times: Vec<i64>,
+    /// Whether `times` are real timestamps (time-ordered split) or line order.
+    pub(crate) timed: bool,
+}
+
+impl RawData {
+    /// Empty data with the given field names.
+    pub(crate) fn new(fields: Vec<String>, timed: bool) -> Self {
+        Self {
+            fields,
+            offsets: vec![0],
+            timed,
+            ..Self::default()
+        }
+    }
+
+    /// Append one example.
+    pub(crate) fn push(&mut self, features: &[(u64, f32)], label: f32, time: i64) {
+        for &(k, v) in features {
+            self.keys.push(k);
+            self.values.push(v);
+        }
+        self.offsets.push(self.keys.len());
+        self.labels.push(label);
+        self.times.push(time);
+    }
+
+    /// Number of examples.
+    pub(crate) fn len(&self) -> usize {
+        self.labels.len()
+    }
+}
+
+/// Examples mapped to table rows (CSR: example `e` has rows
+/// `rows[offsets[e]..offsets[e+1]]` with values, and a label).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Examples {
+    pub(crate) offsets: Vec<usize>,
+    pub(crate) rows: Vec<u32>,
+    pub(crate) values: Vec<f32>,
+    pub(crate) labels: Vec<f32>,
+}
+
+impl Examples {
+    fn new() -> Self {
+        Self {
+            offsets: vec![0],
+            ..Self::default()
+        }
+    }
+
+    /// Number of examples.
+    pub(crate) fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// Rows and values of example `e`.
+    pub(crate) fn features(&self, e: usize) -> (&[u32], &[f32]) {
+        let (a, b) = (self.offsets[e], self.offsets[e + 1]);
+        (&self.rows[a..b], &self.values[a..b])
+    }
+
+    /// Fraction of positive labels.
+    pub(crate) fn positive_rate(&self) -> f64 {
+        if self.labels.is_empty() {
+            return 0.0;
+        }
+        self.labels.iter().map(|&l| f64::from(l)).sum::<f64>() / self.labels.len() as f64
+    }
+}
+
+/// A loaded, split data set with dense table rows.
+#[derive(Debug)]
+pub(crate) struct Dataset {
+    /// A short description (format and source).
+    pub(crate) name: String,
+    /// Field names.
+    pub(crate) fields: Vec<String>,
+    /// Number of table rows (distinct training features).
+    pub(crate) rows: usize,
+    /// Training occurrences of each row (for bucket-load reports).
+    pub(crate) row_counts: Vec<u32>,
+    /// Training split.
+    pub(crate) train: Examples,
+    /// Validation split (for tuning; never the test split).
+    pub(crate) valid: Examples,
+    /// Test split.
+    pub(crate) test: Examples,
+    /// How the split was made.
+    pub(crate) split: String,
+    /// What loading saw.
+    pub(crate) report: LoadReport,
+}
+
+/// Options for loading.
+#[derive(Debug, Clone)]
+pub(crate) struct LoadOptions {
+    /// The format.
+    pub(crate) format: Format,
+    /// The file or directory (ignored for `synthetic`).
+    pub(crate) path: Option<PathBuf>,
+    /// Any malformed line is an error.
+    pub(crate) strict: bool,
+    /// Validation and test fractions.
+    pub(crate) valid_frac: f64,
+    pub(crate) test_frac: f64,
+    /// Seed of the shuffle for formats without timestamps.
+    pub(crate) split_seed: u64,
+    /// Synthetic generator parameters.
+    pub(crate) synthetic: synthetic::SynthConfig,
+    /// The label folder that counts as positive in a text corpus.
+    pub(crate) positive: Option<String>,
+    /// Show progress bars.
+    pub(crate) progress: bool,
+}
+
+/// Load, split and index a data set.
+///
+/// Fails with a [`DataError`] when a file cannot be read or is not in the
+/// named format, on a malformed line with `strict`, or when a split would be
+/// empty or one-class.
+pub(crate) fn load(opts: &LoadOptions) -> Result<Dataset, DataError> {
+    if !(opts.valid_frac >= 0.0 && opts.test_frac > 0.0 && opts.valid_frac + opts.test_frac < 1.0)
+    {
+        return Err(DataError::Config(format!(
+            "need 0 <= valid ({}) , 0 < test ({}), valid + test < 1",
+            opts.valid_frac, opts.test_frac
+        )));
+    }
+    let mut report = LoadReport::default();
+    let path = || {
+        opts.path.clone().ok_or_else(|| {
+            DataError::Config(format!("format `{}` needs --data PATH", opts.format))
+        })
+    };
+    let (raw, name) = match opts.format {
+        Format::Synthetic => (
+            synthetic::generate(&opts.synthetic)?,
+            format!("synthetic ({})", opts.synthetic.describe()),
+        ),
+        Format::Movielens => {
+            let p = path()?;
+            (movielens::load(&p, opts, &mut report)?, format!("movielens {}", p.display()))
+        }
+        Format::Criteo => {
+            let p = path()?;
+            (criteo::load(&p, opts, &mut report)?, format!("criteo {}", p.display()))
+        }
+        Format::Libsvm => {
+            let p = path()?;
+            (libsvm::load(&p, opts, &mut report)?, format!("libsvm {}", p.display()))
+        }
+        Format::Text => {
+            let p = path()?;
+            (text::load(&p, opts, &mut report)?, format!("text {}", p.display()))
+        }
+    };
+    report.examples = raw.len();
+    index(raw, name, opts, report)
+}
+
+/// Split and map features to rows (vocabulary from the training split only).
+fn index(
+    raw: RawData,
+    name: String,
+    opts: &LoadOptions,
+    mut report: LoadReport,
+) -> Result<Dataset, DataError> {
+    let n = raw.len();
+    if n < 10 {
+        return Err(DataError::Unusable(format!("{n} examples; need at least 10")));
+    }
+    let mut order: Vec<usize> = (0..n).collect();
+    let split = if raw.timed {
+        order.sort_by_key(|&i| (raw.times[i], i));
+        "time-ordered".to_string()
+    } else {
+        Rng::derive(opts.split_seed, 0x5917).shuffle(&mut order);
+        format!("shuffled (split seed {})", opts.split_seed)
+    };
+    let n_test = ((n as f64 * opts.test_frac).round() as usize).max(1);
+    let n_valid = (n as f64 * opts.valid_frac).round() as usize;
+    let n_train = n - n_test - n_valid;
+    if n_train == 0 {
+        return Err(DataError::Unusable("empty training split".into()));
+    }
+    let mut vocab: KeyMap<u32> = KeyMap::default();
+    let mut row_counts: Vec<u32> = Vec::new();
+    let mut train = Examples::new();
+    for &i in &order[..n_train] {
+        for j in raw.offsets[i]..raw.offsets[i + 1] {
+            let next = vocab.len() as u32;
+            let row = *vocab.entry(raw.keys[j]).or_insert(next);
+            if row == next {
+                row_counts.push(0);
+            }
+            row_counts[row as usize] += 1;
+            train.rows.push(row);
+            train.values.push(raw.values[j]);
+        }
+        train.offsets.push(train.rows.len());
+        train.labels.push(raw.labels[i]);
+    }
+    let mut map = |idx: &[usize]| {
+        let mut ex = Examples::new();
+        for &i in idx {
+            for j in raw.offsets[i]..raw.offsets[i + 1] {
+                if let Some(&row) = vocab.get(&raw.keys[j]) {
+                    ex.rows.push(row);
+                    ex.values.push(raw.values[j]);
+                } else {
+                    report.unseen_features += 1;
+                }
+            }
+            ex.offsets.push(ex.rows.len());
+            ex.labels.push(raw.labels[i]);
+        }
+        ex
+    };
+    let valid = map(&order[n_train..n_train + n_valid]);
+    let test = map(&order[n_train + n_valid..]);
+    for (what, ex) in [("training", &train), ("test", &test)] {
+        let p = ex.positive_rate();
+        if p == 0.0 || p == 1.0 {
+            return Err(DataError::Unusable(format!(
+                "the {what} split has one class only (positive rate {p})"
+            )));
+        }
+    }
+    Ok(Dataset {
+        name,
+        fields: raw.fields,
+        rows: vocab.len(),
+        row_counts,
+        train,
+        valid,
+        test,
+        split,
+        report,
+    })
+}
+
+/// Read `path` line by line (bytes; `\r\n` and `\n` endings), calling
+/// `f(line_number, line)`; returns the number of lines.
+pub(crate) fn for_each_line(
+    path: &Path,
+    progress: bool,
+    mut f: impl FnMut(usize, &[u8]) -> Result<(), DataError>,
+) -> Result<usize, DataError> {
+    let io = |error| DataError::Io {
+        path: path.to_path_buf(),
+        error,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    let bar = crate::progress::bytes(len, &format!("reading {}", path.display()), progress);
+    let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
+    let mut buf = Vec::new();
+    let mut line_no = 0;
+    loop {
+        buf.clear();
+        let got = reader.read_until(b'\n', &mut buf).map_err(io)?;
+        if got == 0 {
+            break;
+        }
+        bar.inc(got as u64);
+        line_no += 1;
+        let mut line = buf.as_slice();
+        if let Some(l) = line.strip_suffix(b"\n") {
+            line = l;
+        }
+        if let Some(l) = line.strip_suffix(b"\r") {
+            line = l;
+        }
+        f(line_no, line)?;
+    }
+    bar.finish_and_clear();
+    Ok(line_no)
+}
+
+/// Whether a line holds only whitespace.
+pub(crate) fn is_blank(line: &[u8]) -> bool {
+    line.iter().all(u8::is_ascii_whitespace)
+}
+
+/// A short printable excerpt of a line for error messages.
+pub(crate) fn excerpt(bytes: &[u8]) -> String {
+    let s = String::from_utf8_lossy(&bytes[..bytes.len().min(40)]).into_owned();
+    if bytes.len() > 40 { format!("{s}...") } else { s }
+}

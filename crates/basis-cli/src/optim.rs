@@ -1,0 +1,192 @@
+//! Building `basis-core` optimizers from an [`OptSpec`] and reading their telemetry.
+
+use crate::spec::{Kind, Mode, OptSpec, Storage};
+use balanced_hash::{DChoice, LoadStats, OneChoice};
+use basis_core::{
+    Accumulate, AdagradConfig, AdamConfig, Basis, BasisConfig, DenseTable, Diagnostics, Direction,
+    ExactAdam, MemoryReport, RowIndex, RowScaleConfig, RowwiseAdagrad, ScalarRule, ScalarStorage,
+    Sgd, SparseOptimizer, StateError, StepReport,
+};
+use serde::Serialize;
+
+/// A built optimizer (concrete types, so BASIS telemetry stays readable).
+#[derive(Debug)]
+pub(crate) enum Optimizer {
+    /// Exact per-row Adam.
+    Adam(ExactAdam),
+    /// Row-wise AdaGrad.
+    Adagrad(RowwiseAdagrad),
+    /// SGD.
+    Sgd(Sgd),
+    /// BASIS with one-choice hashing.
+    Basis1(Box<Basis<OneChoice>>),
+    /// BASIS with d-choice hashing.
+    BasisD(Box<Basis<DChoice>>),
+}
+
+/// BASIS training telemetry (what the source document says to watch).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Telemetry {
+    /// Histogram of row scalars (`RowScaled`: of `log₂ G_i`).
+    pub(crate) scalar_histogram: Vec<u64>,
+    /// Bin edges of the histogram.
+    pub(crate) histogram_edges: Vec<f32>,
+    /// Fraction of rows at the lower clip bound.
+    pub(crate) fraction_at_min: f64,
+    /// Fraction of rows at the upper clip bound.
+    pub(crate) fraction_at_max: f64,
+    /// Mean row scalar.
+    pub(crate) scalar_mean: f64,
+    /// Buckets.
+    pub(crate) buckets: usize,
+    /// Most distinct rows in one bucket.
+    pub(crate) bucket_load_max: u64,
+    /// Mean distinct rows per bucket.
+    pub(crate) bucket_load_mean: f64,
+    /// Buckets with no row.
+    pub(crate) empty_buckets: u64,
+    /// Rows skipped as non-finite.
+    pub(crate) nonfinite_rows: u64,
+}
+
+impl Telemetry {
+    fn from_diagnostics(d: &Diagnostics) -> Self {
+        let loads: Vec<u64> = d.bucket_loads.iter().map(|&l| u64::from(l)).collect();
+        let stats = LoadStats::from_loads(&loads).ok();
+        Self {
+            scalar_histogram: d.scalar_histogram.to_vec(),
+            histogram_edges: d.histogram_edges.to_vec(),
+            fraction_at_min: d.fraction_at_min,
+            fraction_at_max: d.fraction_at_max,
+            scalar_mean: d.scalar_mean,
+            buckets: loads.len(),
+            bucket_load_max: stats.as_ref().map_or(0, |s| s.max),
+            bucket_load_mean: stats.as_ref().map_or(0.0, |s| s.mean),
+            empty_buckets: stats.as_ref().map_or(0, |s| s.empty_buckets),
+            nonfinite_rows: d.nonfinite_rows,
+        }
+    }
+}
+
+/// Build the optimizer of `spec` for a table of `rows` rows of `dim` values.
+///
+/// Fails with a message when the configuration is rejected by `basis-core`
+/// or the bucketer cannot be built.
+pub(crate) fn build(spec: &OptSpec, rows: usize, dim: usize, seed: u64) -> Result<Optimizer, String> {
+    let err = |e: &dyn core::fmt::Display| format!("{}: {e}", spec.label);
+    let row_index = RowIndex::Dense { rows: rows as u64 };
+    let lr = spec.lr();
+    Ok(match spec.kind {
+        Kind::Adam => Optimizer::Adam(
+            ExactAdam::new(AdamConfig {
+                dim,
+                lr,
+                row_index,
+                ..AdamConfig::default()
+            })
+            .map_err(|e| err(&e))?,
+        ),
+        Kind::RowwiseAdagrad => Optimizer::Adagrad(
+            RowwiseAdagrad::new(AdagradConfig {
+                dim,
+                lr,
+                row_index,
+                ..AdagradConfig::default()
+            })
+            .map_err(|e| err(&e))?,
+        ),
+        Kind::Sgd => Optimizer::Sgd(Sgd::new(dim, lr).map_err(|e| err(&e))?),
+        Kind::Basis | Kind::Countsketch => {
+            let defaults = BasisConfig::default();
+            let config = BasisConfig {
+                dim,
+                lr,
+                direction: match spec.mode {
+                    Mode::RowScaled => Direction::RowScaled,
+                    Mode::Shared => Direction::Shared,
+                    Mode::Signed => Direction::Signed,
+                    Mode::Own => Direction::OwnGradient,
+                },
+                scalar_rule: if spec.hypergradient {
+                    ScalarRule::Hypergradient
+                } else {
+                    ScalarRule::Normalized
+                },
+                scalar_lr: spec.scalar_lr.unwrap_or(defaults.scalar_lr),
+                scalar_storage: match spec.storage() {
+                    Storage::F32 => ScalarStorage::F32,
+                    Storage::Bf16 => ScalarStorage::Bf16,
+                    Storage::U8 => ScalarStorage::LogU8,
+                },
+                row_scale: RowScaleConfig {
+                    accumulate: spec.ema.map_or(Accumulate::Sum, |beta| Accumulate::Ema { beta }),
+                    ..defaults.row_scale
+                },
+                row_index,
+                seed: defaults.seed ^ seed,
+                ..defaults
+            };
+            let b = spec.buckets_for(rows);
+            let hash_seed = 0xB0C4_E75E ^ seed;
+            if spec.choices <= 1 {
+                let h = OneChoice::new(b, hash_seed).map_err(|e| err(&e))?;
+                Optimizer::Basis1(Box::new(Basis::new(config, h).map_err(|e| err(&e))?))
+            } else {
+                let h = DChoice::dense(rows as u64, b, spec.choices, hash_seed).map_err(|e| err(&e))?;
+                Optimizer::BasisD(Box::new(Basis::new(config, h).map_err(|e| err(&e))?))
+            }
+        }
+    })
+}
+
+impl Optimizer {
+    fn inner(&mut self) -> &mut dyn SparseOptimizer {
+        match self {
+            Self::Adam(o) => o,
+            Self::Adagrad(o) => o,
+            Self::Sgd(o) => o,
+            Self::Basis1(o) => o.as_mut(),
+            Self::BasisD(o) => o.as_mut(),
+        }
+    }
+
+    fn inner_ref(&self) -> &dyn SparseOptimizer {
+        match self {
+            Self::Adam(o) => o,
+            Self::Adagrad(o) => o,
+            Self::Sgd(o) => o,
+            Self::Basis1(o) => o.as_ref(),
+            Self::BasisD(o) => o.as_ref(),
+        }
+    }
+
+    /// One step on the dense `table` (`dim` values per row).
+    pub(crate) fn step(&mut self, ids: &[u64], grads: &[f32], table: &mut [f32], dim: usize) -> Result<StepReport, String> {
+        let mut t = DenseTable::new(table, dim).map_err(|e| e.to_string())?;
+        self.inner().step(ids, grads, &mut t).map_err(|e| e.to_string())
+    }
+
+    /// Exact bytes of optimizer state.
+    pub(crate) fn memory(&self) -> MemoryReport {
+        self.inner_ref().memory()
+    }
+
+    /// State as bytes (for checkpoints).
+    pub(crate) fn export_state(&self) -> Vec<u8> {
+        self.inner_ref().export_state()
+    }
+
+    /// Restore exported state.
+    pub(crate) fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
+        self.inner().import_state(bytes)
+    }
+
+    /// BASIS telemetry (`None` for the baselines).
+    pub(crate) fn telemetry(&self) -> Option<Telemetry> {
+        match self {
+            Self::Basis1(b) => Some(Telemetry::from_diagnostics(&b.diagnostics())),
+            Self::BasisD(b) => Some(Telemetry::from_diagnostics(&b.diagnostics())),
+            _ => None,
+        }
+    }
+}

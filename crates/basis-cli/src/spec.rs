@@ -1,0 +1,318 @@
+//! Optimizer specifications: `NAME[:key=value,key=value...]` on the command line.
+//!
+//! | name | keys |
+//! |---|---|
+//! | `adam` | `lr` |
+//! | `rowwise-adagrad` | `lr` |
+//! | `sgd` | `lr` |
+//! | `basis` | `lr`, `mode`, `buckets` or `ratio`, `rule`, `storage`, `choices`, `scalar-lr`, `accumulate`, `beta` |
+//! | `countsketch` | as `basis`, with `mode=signed` fixed |
+//!
+//! `mode` is `rowscaled` (default), `shared`, `signed` or `own`; `ratio` is
+//! rows per bucket `N/B` (default 1000 for `rowscaled`, 100 otherwise);
+//! `rule` is `normalized` (default) or `hypergradient`; `storage` is `f32`,
+//! `bf16` or `u8` (default `u8` for `rowscaled`, `f32` otherwise); `choices`
+//! is 1 (default) to 4 hash choices; `accumulate` is `sum` (default) or `ema`
+//! (with `beta`, default 0.99) for `rowscaled`.
+
+use core::fmt;
+use serde::Serialize;
+
+/// The optimizer family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Kind {
+    /// Exact per-row Adam (`m`, `v` per coordinate).
+    Adam,
+    /// BASIS (hash-bucketed state).
+    Basis,
+    /// FBGEMM's exact row-wise AdaGrad.
+    RowwiseAdagrad,
+    /// BASIS in `Signed` (count-sketch momentum) mode.
+    Countsketch,
+    /// Plain SGD (no state).
+    Sgd,
+}
+
+/// BASIS direction mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Mode {
+    /// Per-row magnitude × bucket profile.
+    RowScaled,
+    /// The source document's shared bucket direction.
+    Shared,
+    /// Count-sketch momentum.
+    Signed,
+    /// Own gradient over a shared second moment.
+    Own,
+}
+
+/// Row-scalar storage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Storage {
+    /// 4 bytes.
+    F32,
+    /// 2 bytes.
+    Bf16,
+    /// 1 byte, log-scale with stochastic rounding.
+    U8,
+}
+
+/// A parsed optimizer specification.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub(crate) struct OptSpec {
+    /// The text as given (the label in tables).
+    pub(crate) label: String,
+    /// Family.
+    pub(crate) kind: Kind,
+    /// Learning rate (`None` = the family default).
+    pub(crate) lr: Option<f32>,
+    /// BASIS mode.
+    pub(crate) mode: Mode,
+    /// Explicit bucket count.
+    pub(crate) buckets: Option<u32>,
+    /// Rows per bucket (used when `buckets` is not given).
+    pub(crate) ratio: Option<f64>,
+    /// Hypergradient (true) or normalized (false) scalar rule.
+    pub(crate) hypergradient: bool,
+    /// Row-scalar storage (`None` = mode default).
+    pub(crate) storage: Option<Storage>,
+    /// Hash choices (1 = one-choice).
+    pub(crate) choices: u8,
+    /// Scalar learning rate (`None` = core default).
+    pub(crate) scalar_lr: Option<f32>,
+    /// `RowScaled` EMA β (`None` = AdaGrad sums).
+    pub(crate) ema: Option<f32>,
+}
+
+/// A bad specification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SpecError(pub(crate) String);
+
+impl fmt::Display for SpecError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "bad optimizer spec: {}", self.0)
+    }
+}
+
+impl core::error::Error for SpecError {}
+
+impl OptSpec {
+    /// Default learning rate of the family (chosen on the synthetic data's
+    /// validation split; see docs/RESULTS.md).
+    pub(crate) fn default_lr(&self) -> f32 {
+        match self.kind {
+            Kind::Adam => 0.005,
+            Kind::RowwiseAdagrad => 0.05,
+            Kind::Sgd => 5.0,
+            Kind::Basis | Kind::Countsketch => match self.mode {
+                Mode::RowScaled => 0.05,
+                Mode::Shared | Mode::Signed | Mode::Own => 0.005,
+            },
+        }
+    }
+
+    /// The learning rate in use.
+    pub(crate) fn lr(&self) -> f32 {
+        self.lr.unwrap_or_else(|| self.default_lr())
+    }
+
+    /// Rows per bucket in use.
+    pub(crate) fn ratio(&self) -> f64 {
+        self.ratio.unwrap_or(match self.mode {
+            Mode::RowScaled => 1000.0,
+            _ => 100.0,
+        })
+    }
+
+    /// Row-scalar storage in use.
+    pub(crate) fn storage(&self) -> Storage {
+        self.storage.unwrap_or(match self.mode {
+            Mode::RowScaled => Storage::U8,
+            _ => Storage::F32,
+        })
+    }
+
+    /// Bucket count for `rows` rows.
+    pub(crate) fn buckets_for(&self, rows: usize) -> u32 {
+        self.buckets
+            .unwrap_or_else(|| ((rows as f64 / self.ratio()).ceil() as u32).max(1))
+    }
+
+    /// A copy with another learning rate and a label saying so.
+    pub(crate) fn with_lr(&self, lr: f32) -> Self {
+        Self {
+            lr: Some(lr),
+            ..self.clone()
+        }
+    }
+}
+
+fn num<T: core::str::FromStr>(key: &str, v: &str) -> Result<T, SpecError> {
+    v.parse()
+        .map_err(|_| SpecError(format!("`{key}={v}`: not a valid number")))
+}
+
+impl core::str::FromStr for OptSpec {
+    type Err = SpecError;
+
+    fn from_str(text: &str) -> Result<Self, SpecError> {
+        let (name, rest) = text.split_once(':').unwrap_or((text, ""));
+        let kind = match name {
+            "adam" => Kind::Adam,
+            "basis" => Kind::Basis,
+            "rowwise-adagrad" | "adagrad" => Kind::RowwiseAdagrad,
+            "countsketch" => Kind::Countsketch,
+            "sgd" => Kind::Sgd,
+            other => {
+                return Err(SpecError(format!(
+                    "unknown optimizer `{other}` (adam, basis, rowwise-adagrad, countsketch, sgd)"
+                )));
+            }
+        };
+        let mut spec = Self {
+            label: text.to_string(),
+            kind,
+            lr: None,
+            mode: if kind == Kind::Countsketch {
+                Mode::Signed
+            } else {
+                Mode::RowScaled
+            },
+            buckets: None,
+            ratio: None,
+            hypergradient: false,
+            storage: None,
+            choices: 1,
+            scalar_lr: None,
+            ema: None,
+        };
+        let bucketed = matches!(kind, Kind::Basis | Kind::Countsketch);
+        for kv in rest.split(',').filter(|s| !s.is_empty()) {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| SpecError(format!("`{kv}` is not key=value")))?;
+            if k != "lr" && !bucketed {
+                return Err(SpecError(format!("`{name}` takes only `lr`, not `{k}`")));
+            }
+            match k {
+                "lr" => {
+                    let lr: f32 = num(k, v)?;
+                    if !(lr.is_finite() && lr > 0.0) {
+                        return Err(SpecError(format!("lr must be > 0, got {v}")));
+                    }
+                    spec.lr = Some(lr);
+                }
+                "mode" if kind == Kind::Basis => {
+                    spec.mode = match v {
+                        "rowscaled" | "row-scaled" => Mode::RowScaled,
+                        "shared" => Mode::Shared,
+                        "signed" => Mode::Signed,
+                        "own" | "own-gradient" => Mode::Own,
+                        _ => {
+                            return Err(SpecError(format!(
+                                "mode `{v}` (rowscaled, shared, signed, own)"
+                            )));
+                        }
+                    }
+                }
+                "buckets" => {
+                    let b: u32 = num(k, v)?;
+                    if b == 0 {
+                        return Err(SpecError("buckets must be >= 1".into()));
+                    }
+                    spec.buckets = Some(b);
+                }
+                "ratio" => {
+                    let r: f64 = num(k, v)?;
+                    if !(r.is_finite() && r >= 1.0) {
+                        return Err(SpecError("ratio (rows per bucket) must be >= 1".into()));
+                    }
+                    spec.ratio = Some(r);
+                }
+                "rule" => {
+                    spec.hypergradient = match v {
+                        "normalized" => false,
+                        "hypergradient" => true,
+                        _ => return Err(SpecError(format!("rule `{v}` (normalized, hypergradient)"))),
+                    }
+                }
+                "storage" => {
+                    spec.storage = Some(match v {
+                        "f32" => Storage::F32,
+                        "bf16" => Storage::Bf16,
+                        "u8" => Storage::U8,
+                        _ => return Err(SpecError(format!("storage `{v}` (f32, bf16, u8)"))),
+                    })
+                }
+                "choices" => {
+                    let c: u8 = num(k, v)?;
+                    if !(1..=4).contains(&c) {
+                        return Err(SpecError("choices must be 1 to 4".into()));
+                    }
+                    spec.choices = c;
+                }
+                "scalar-lr" => {
+                    let s: f32 = num(k, v)?;
+                    if !(s.is_finite() && s >= 0.0) {
+                        return Err(SpecError("scalar-lr must be >= 0".into()));
+                    }
+                    spec.scalar_lr = Some(s);
+                }
+                "accumulate" => match v {
+                    "sum" => spec.ema = None,
+                    "ema" => spec.ema = Some(spec.ema.unwrap_or(0.99)),
+                    _ => return Err(SpecError(format!("accumulate `{v}` (sum, ema)"))),
+                },
+                "beta" => {
+                    let b: f32 = num(k, v)?;
+                    if !(0.0..1.0).contains(&b) {
+                        return Err(SpecError("beta must be in [0, 1)".into()));
+                    }
+                    spec.ema = Some(b);
+                }
+                _ => {
+                    return Err(SpecError(format!(
+                        "unknown key `{k}` for `{name}` (lr, mode, buckets, ratio, rule, storage, choices, scalar-lr, accumulate, beta)"
+                    )));
+                }
+            }
+        }
+        if spec.buckets.is_some() && spec.ratio.is_some() {
+            return Err(SpecError("give `buckets` or `ratio`, not both".into()));
+        }
+        Ok(spec)
+    }
+}
+
+/// The optimizers `basis compare` runs when none is named.
+pub(crate) const DEFAULT_COMPARE: &[&str] = &[
+    "adam",
+    "rowwise-adagrad",
+    "sgd",
+    "basis",
+    "basis:mode=own",
+    "basis:mode=shared",
+    "countsketch",
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_default_and_rejects_nonsense() {
+        for s in DEFAULT_COMPARE {
+            let spec: OptSpec = s.parse().unwrap();
+            assert_eq!(spec.label, *s);
+        }
+        let s: OptSpec = "basis:mode=shared,ratio=50,storage=bf16,choices=2,lr=0.1".parse().unwrap();
+        assert_eq!((s.mode, s.ratio, s.storage(), s.choices, s.lr), (Mode::Shared, Some(50.0), Storage::Bf16, 2, Some(0.1)));
+        assert_eq!(s.buckets_for(1000), 20);
+        for bad in ["nope", "adam:mode=shared", "basis:ratio=0.5", "basis:buckets=3,ratio=2", "basis:lr=-1", "basis:x"] {
+            assert!(bad.parse::<OptSpec>().is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! [`RowwiseAdagrad`]: FBGEMM's `EXACT_ROWWISE_ADAGRAD`, one f32 per row.
+
+use alloc::vec::Vec;
+
+use num_traits::Float;
+
+use crate::batch::{apply_row, merge};
+use crate::config::{NonFinitePolicy, RowIndex, ScalarStorage};
+use crate::error::{ConfigError, StateError, StepError};
+use crate::optimizer::SparseOptimizer;
+use crate::report::{MemoryReport, StepReport};
+use crate::state::{Reader, Writer, kind};
+use crate::store::ScalarStore;
+use crate::table::RowAccess;
+
+/// Hyper-parameters of [`RowwiseAdagrad`] (FBGEMM's defaults).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdagradConfig {
+    /// Row dimension.
+    pub dim: usize,
+    /// Learning rate.
+    pub lr: f32,
+    /// ε added to `√G_i`.
+    pub eps: f32,
+    /// L2 weight decay folded into the gradient (`g += λ·θ`, FBGEMM's `L2` mode).
+    pub weight_decay: f32,
+    /// Non-finite gradient policy.
+    pub nonfinite: NonFinitePolicy,
+    /// Optional per-row L2 gradient clip.
+    pub grad_clip: Option<f32>,
+    /// Dense or sparse row state.
+    pub row_index: RowIndex,
+}
+
+impl Default for AdagradConfig {
+    fn default() -> Self {
+        Self {
+            dim: 16,
+            lr: 0.01,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            nonfinite: NonFinitePolicy::Skip,
+            grad_clip: None,
+            row_index: RowIndex::Sparse,
+        }
+    }
+}
+
+impl AdagradConfig {
+    /// Checks every value.
+    ///
+    /// # Errors
+    /// The first [`ConfigError`] found.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.dim == 0 {
+            return Err(ConfigError::ZeroDim);
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return Err(ConfigError::LearningRate);
+        }
+        if !(self.eps.is_finite() && self.eps > 0.0) {
+            return Err(ConfigError::Epsilon);
+        }
+        if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
+            return Err(ConfigError::WeightDecay);
+        }
+        if self.grad_clip.is_some_and(|c| !(c.is_finite() && c > 0.0)) {
+            return Err(ConfigError::GradClip);
+        }
+        Ok(())
+    }
+}
+
+/// Row-wise AdaGrad: `G_i += mean_d g_i²; θ_i −= η/(√G_i + ε) · g_i`.
+#[derive(Debug, Clone)]
+pub struct RowwiseAdagrad {
+    config: AdagradConfig,
+    sums: ScalarStore,
+    steps: u64,
+    nonfinite: u64,
+}
+
+impl RowwiseAdagrad {
+    /// Zero accumulators.
+    ///
+    /// # Errors
+    /// [`ConfigError`] from [`AdagradConfig::validate`].
+    pub fn new(config: AdagradConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let sums = ScalarStore::new(
+            config.row_index,
+            ScalarStorage::F32,
+            0.0,
+            (-1.0, 1.0),
+            false,
+        );
+        Ok(Self {
+            config,
+            sums,
+            steps: 0,
+            nonfinite: 0,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AdagradConfig {
+        &self.config
+    }
+
+    /// Row `id`'s accumulator `G_i` (0 when never updated).
+    pub fn accumulator(&self, id: u64) -> f32 {
+        self.sums.get(id).0
+    }
+}
+
+impl SparseOptimizer for RowwiseAdagrad {
+    fn dim(&self) -> usize {
+        self.config.dim
+    }
+
+    fn step(
+        &mut self,
+        ids: &[u64],
+        grads: &[f32],
+        table: &mut dyn RowAccess,
+    ) -> Result<StepReport, StepError> {
+        let c = self.config;
+        let d = c.dim;
+        let sums = &self.sums;
+        let mut merged = merge(ids, grads, d, c.nonfinite, c.grad_clip, table, |id| {
+            sums.index.check(id)
+        })?;
+        let inv_d = 1.0 / d as f32;
+        for (k, &id) in merged.ids.iter().enumerate() {
+            let Some(row) = table.row_mut(id) else {
+                continue;
+            };
+            let g = &mut merged.grads[k * d..(k + 1) * d];
+            if c.weight_decay != 0.0 {
+                for (gj, &x) in g.iter_mut().zip(row.iter()) {
+                    *gj += c.weight_decay * x;
+                }
+            }
+            let mut sq = 0.0f32;
+            for &x in g.iter() {
+                sq += x * x;
+            }
+            let sum = self.sums.get(id).0 + sq * inv_d;
+            self.sums.set(id, sum, 0, 0);
+            let multiplier = c.lr / (Float::sqrt(sum) + c.eps);
+            g.iter_mut().for_each(|x| *x *= multiplier);
+            apply_row(row, g, 0.0);
+        }
+        self.steps += 1;
+        self.nonfinite += merged.skipped as u64;
+        Ok(StepReport {
+            rows_updated: merged.ids.len(),
+            rows_skipped_nonfinite: merged.skipped,
+            buckets_touched: 0,
+        })
+    }
+
+    fn memory(&self) -> MemoryReport {
+        MemoryReport {
+            scalars: self.sums.value_bytes(),
+            row_index: self.sums.index.bytes(),
+            rows_with_state: self.sums.len() as u64,
+            ..MemoryReport::default()
+        }
+        .finish()
+    }
+
+    fn export_state(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.u64(self.config.dim as u64);
+        w.u64(self.steps);
+        w.u64(self.nonfinite);
+        self.sums.write(&mut w);
+        w.finish(kind::ADAGRAD)
+    }
+
+    fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
+        let mut r = Reader::open(bytes, kind::ADAGRAD)?;
+        if r.u64()? != self.config.dim as u64 {
+            return Err(StateError::ConfigMismatch);
+        }
+        let steps = r.u64()?;
+        let nonfinite = r.u64()?;
+        let sums = self.sums.read(&mut r)?;
+        r.end()?;
+        self.sums = sums;
+        self.steps = steps;
+        self.nonfinite = nonfinite;
+        Ok(())
+    }
+}

@@ -1,0 +1,270 @@
+//! [`ExactAdam`]: plain per-row Adam(W), the readable reference BASIS reduces to.
+
+use alloc::vec::Vec;
+use core::mem::size_of;
+
+use num_traits::Float;
+
+use crate::batch::{apply_row, merge};
+use crate::config::{NonFinitePolicy, RowIndex};
+use crate::error::{ConfigError, StateError, StepError};
+use crate::kernel::bias_corrections;
+use crate::optimizer::SparseOptimizer;
+use crate::report::{MemoryReport, StepReport};
+use crate::state::{Reader, Writer, kind};
+use crate::store::SlotIndex;
+use crate::table::RowAccess;
+
+/// Hyper-parameters of [`ExactAdam`] (PyTorch's defaults).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AdamConfig {
+    /// Row dimension.
+    pub dim: usize,
+    /// Learning rate.
+    pub lr: f32,
+    /// β1.
+    pub beta1: f32,
+    /// β2.
+    pub beta2: f32,
+    /// ε.
+    pub eps: f32,
+    /// Decoupled weight decay (AdamW: `θ *= 1 − lr·λ`).
+    pub weight_decay: f32,
+    /// Bias correction on.
+    pub bias_correction: bool,
+    /// Non-finite gradient policy.
+    pub nonfinite: NonFinitePolicy,
+    /// Optional per-row L2 gradient clip.
+    pub grad_clip: Option<f32>,
+    /// Dense or sparse row state.
+    pub row_index: RowIndex,
+}
+
+impl Default for AdamConfig {
+    fn default() -> Self {
+        Self {
+            dim: 16,
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            bias_correction: true,
+            nonfinite: NonFinitePolicy::Skip,
+            grad_clip: None,
+            row_index: RowIndex::Sparse,
+        }
+    }
+}
+
+impl AdamConfig {
+    /// Checks every value.
+    ///
+    /// # Errors
+    /// The first [`ConfigError`] found.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.dim == 0 {
+            return Err(ConfigError::ZeroDim);
+        }
+        if !(self.lr.is_finite() && self.lr > 0.0) {
+            return Err(ConfigError::LearningRate);
+        }
+        if !(0.0..1.0).contains(&self.beta1) || !(0.0..1.0).contains(&self.beta2) {
+            return Err(ConfigError::Beta);
+        }
+        if !(self.eps.is_finite() && self.eps > 0.0) {
+            return Err(ConfigError::Epsilon);
+        }
+        if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
+            return Err(ConfigError::WeightDecay);
+        }
+        if self.grad_clip.is_some_and(|c| !(c.is_finite() && c > 0.0)) {
+            return Err(ConfigError::GradClip);
+        }
+        Ok(())
+    }
+}
+
+/// Per-row Adam: `m_i, v_i ∈ R^d` for every row seen, one global step count
+/// (PyTorch `SparseAdam` semantics: rows absent from a batch keep their
+/// moments; bias correction uses the number of steps taken).
+#[derive(Debug, Clone)]
+pub struct ExactAdam {
+    config: AdamConfig,
+    index: SlotIndex,
+    m: Vec<f32>,
+    v: Vec<f32>,
+    slots: usize,
+    steps: u32,
+    nonfinite: u64,
+}
+
+impl ExactAdam {
+    /// Zero moments.
+    ///
+    /// # Errors
+    /// [`ConfigError`] from [`AdamConfig::validate`].
+    pub fn new(config: AdamConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let index = SlotIndex::new(config.row_index);
+        let n = index.dense_rows() * config.dim;
+        let slots = index.dense_rows();
+        Ok(Self {
+            config,
+            index,
+            m: alloc::vec![0.0; n],
+            v: alloc::vec![0.0; n],
+            slots,
+            steps: 0,
+            nonfinite: 0,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AdamConfig {
+        &self.config
+    }
+
+    /// Row `id`'s `(m, v)`, if it has state.
+    pub fn moments(&self, id: u64) -> Option<(&[f32], &[f32])> {
+        let d = self.config.dim;
+        let s = self.index.get(id)?;
+        Some((&self.m[s * d..(s + 1) * d], &self.v[s * d..(s + 1) * d]))
+    }
+}
+
+impl SparseOptimizer for ExactAdam {
+    fn dim(&self) -> usize {
+        self.config.dim
+    }
+
+    fn step(
+        &mut self,
+        ids: &[u64],
+        grads: &[f32],
+        table: &mut dyn RowAccess,
+    ) -> Result<StepReport, StepError> {
+        let c = self.config;
+        let d = c.dim;
+        let index = &self.index;
+        let merged = merge(ids, grads, d, c.nonfinite, c.grad_clip, table, |id| {
+            index.check(id)
+        })?;
+        self.steps = self.steps.saturating_add(1);
+        let (bc1, bc2) = bias_corrections(c.beta1, c.beta2, self.steps, c.bias_correction);
+        let mut upd = alloc::vec![0.0f32; d];
+        for (k, &id) in merged.ids.iter().enumerate() {
+            let (slot, created) = self.index.get_or_insert(id, self.slots);
+            if created {
+                self.slots += 1;
+                self.m.resize(self.slots * d, 0.0);
+                self.v.resize(self.slots * d, 0.0);
+            }
+            let g = &merged.grads[k * d..(k + 1) * d];
+            let m = &mut self.m[slot * d..(slot + 1) * d];
+            let v = &mut self.v[slot * d..(slot + 1) * d];
+            for j in 0..d {
+                m[j] = c.beta1 * m[j] + (1.0 - c.beta1) * g[j];
+                v[j] = c.beta2 * v[j] + (1.0 - c.beta2) * (g[j] * g[j]);
+                let u = (m[j] / bc1) / (Float::sqrt(v[j] / bc2) + c.eps);
+                upd[j] = c.lr * u;
+            }
+            if let Some(row) = table.row_mut(id) {
+                apply_row(row, &upd, c.lr * c.weight_decay);
+            }
+        }
+        self.nonfinite += merged.skipped as u64;
+        Ok(StepReport {
+            rows_updated: merged.ids.len(),
+            rows_skipped_nonfinite: merged.skipped,
+            buckets_touched: 0,
+        })
+    }
+
+    fn memory(&self) -> MemoryReport {
+        MemoryReport {
+            scalars: (self.m.capacity() + self.v.capacity()) * size_of::<f32>(),
+            row_index: self.index.bytes(),
+            rows_with_state: self.slots as u64,
+            ..MemoryReport::default()
+        }
+        .finish()
+    }
+
+    fn export_state(&self) -> Vec<u8> {
+        let d = self.config.dim;
+        let mut w = Writer::default();
+        w.u64(d as u64);
+        w.u64(if self.index.is_dense() {
+            self.index.dense_rows() as u64
+        } else {
+            u64::MAX
+        });
+        w.u32(self.steps);
+        w.u64(self.nonfinite);
+        w.u64(self.slots as u64);
+        let put = |w: &mut Writer, slot: usize| {
+            w.f32s(&self.m[slot * d..(slot + 1) * d]);
+            w.f32s(&self.v[slot * d..(slot + 1) * d]);
+        };
+        match self.index.sorted_pairs() {
+            None => (0..self.slots).for_each(|s| put(&mut w, s)),
+            Some(pairs) => pairs.into_iter().for_each(|(id, s)| {
+                w.u64(id);
+                put(&mut w, s as usize);
+            }),
+        }
+        w.finish(kind::ADAM)
+    }
+
+    fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
+        let d = self.config.dim;
+        let mut r = Reader::open(bytes, kind::ADAM)?;
+        let dense = if self.index.is_dense() {
+            self.index.dense_rows() as u64
+        } else {
+            u64::MAX
+        };
+        if r.u64()? != d as u64 || r.u64()? != dense {
+            return Err(StateError::ConfigMismatch);
+        }
+        let steps = r.u32()?;
+        let nonfinite = r.u64()?;
+        let slots = usize::try_from(r.u64()?).map_err(|_| StateError::Malformed)?;
+        if self.index.is_dense() && slots != self.index.dense_rows() {
+            return Err(StateError::ConfigMismatch);
+        }
+        let per = 8 * d + if self.index.is_dense() { 0 } else { 8 };
+        r.ensure(slots, per)?;
+        let mut index = SlotIndex::new(self.config.row_index);
+        let mut m = Vec::with_capacity(slots * d);
+        let mut v = Vec::with_capacity(slots * d);
+        let mut last = None;
+        for s in 0..slots {
+            if !index.is_dense() {
+                let id = r.u64()?;
+                if last.is_some_and(|l| l >= id) {
+                    return Err(StateError::Malformed);
+                }
+                last = Some(id);
+                index.get_or_insert(id, s);
+            }
+            m.extend(r.f32s(d)?);
+            v.extend(r.f32s(d)?);
+        }
+        if v.iter().any(|&x| x < 0.0) {
+            return Err(StateError::Malformed);
+        }
+        r.end()?;
+        *self = Self {
+            config: self.config,
+            index,
+            m,
+            v,
+            slots,
+            steps,
+            nonfinite,
+        };
+        Ok(())
+    }
+}

@@ -1,0 +1,509 @@
+//! The BASIS optimizer: hashed shared state plus a per-row scalar.
+
+use alloc::vec::Vec;
+use core::mem::size_of;
+
+use balanced_hash::{Bucketer, SignHash};
+use half::bf16;
+use num_traits::Float;
+
+use crate::batch::{apply_row, merge};
+use crate::config::{BasisConfig, Direction, ScalarLrSchedule, ScalarStorage, TablePrecision};
+use crate::error::{ConfigError, StateError, StepError};
+use crate::kernel::{
+    BucketGroup, BucketJob, KernelParams, ScalarParams, StepPlan, Tables, update_bucket,
+};
+use crate::optimizer::SparseOptimizer;
+use crate::quant::random_bits;
+use crate::report::{Diagnostics, HISTOGRAM_BINS, MemoryReport, StepReport};
+use crate::state::{Reader, Writer, kind};
+use crate::store::ScalarStore;
+use crate::table::RowAccess;
+
+/// Domain separator of the scalar store's stochastic rounding.
+const SCALAR_DOMAIN: u64 = 0x5CA1_A55E_ED00_0002;
+
+/// The count-sketch sign `σ(id) ∈ {−1, +1}` BASIS uses under `seed`
+/// ([`balanced_hash::SignHash`], independent of the bucket hash).
+pub fn sign_of(seed: u64, id: u64) -> f32 {
+    SignHash::new(seed).sign(id)
+}
+
+/// A copy of one bucket's state, for inspection and tests.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BucketView {
+    /// First moment (absent in modes without one).
+    pub m: Option<Vec<f32>>,
+    /// Second moment, or the `RowScaled` profile `C_b`.
+    pub v: Vec<f32>,
+    /// Step count `t_b`.
+    pub steps: u32,
+}
+
+/// BASIS optimizer state over any [`Bucketer`].
+///
+/// Memory: `B·d` (or `2·B·d`) table values, `B` step counts, one scalar per row
+/// that has been updated (or per row of a dense range), plus the bucketer's own.
+#[derive(Debug, Clone)]
+pub struct Basis<H: Bucketer> {
+    config: BasisConfig,
+    bucketer: H,
+    tables: Tables,
+    bucket_steps: Vec<u32>,
+    scalars: ScalarStore,
+    steps: u64,
+    nonfinite: u64,
+}
+
+fn needs_first_moment(c: &BasisConfig) -> bool {
+    match c.direction {
+        Direction::Shared | Direction::Signed => true,
+        Direction::OwnGradient => c.scalar_learns(),
+        Direction::RowScaled => false,
+    }
+}
+
+impl<H: Bucketer> Basis<H> {
+    /// A fresh optimizer: zero tables, every scalar 1 (`G_i = 0` in `RowScaled`).
+    ///
+    /// # Errors
+    /// [`ConfigError`] from [`BasisConfig::validate`], or
+    /// [`ConfigError::NoBuckets`] when the bucketer has no bucket.
+    pub fn new(config: BasisConfig, bucketer: H) -> Result<Self, ConfigError> {
+        config.validate()?;
+        let b = bucketer.buckets() as usize;
+        if b == 0 {
+            return Err(ConfigError::NoBuckets);
+        }
+        let n = b * config.dim;
+        let with_m = needs_first_moment(&config);
+        let tables = match config.table_precision {
+            TablePrecision::F32 => Tables::F32 {
+                m: with_m.then(|| alloc::vec![0.0; n]),
+                v: alloc::vec![0.0; n],
+            },
+            TablePrecision::Bf16 => {
+                let z = bf16::from_f32(0.0);
+                Tables::Bf16 {
+                    m: with_m.then(|| alloc::vec![z; n]),
+                    v: alloc::vec![z; n],
+                }
+            }
+        };
+        let row_scaled = config.direction == Direction::RowScaled;
+        let (initial, range) = if row_scaled {
+            (0.0, config.row_scale.log2_range)
+        } else {
+            (
+                1.0,
+                (
+                    Float::log2(config.scalar_clip.0),
+                    Float::log2(config.scalar_clip.1),
+                ),
+            )
+        };
+        let with_counts = config.scalar_learns()
+            && matches!(
+                config.scalar_lr_schedule,
+                ScalarLrSchedule::InverseFrequency { .. }
+            );
+        let scalars = ScalarStore::new(
+            config.row_index,
+            config.scalar_storage,
+            initial,
+            range,
+            with_counts,
+        );
+        Ok(Self {
+            config,
+            bucketer,
+            tables,
+            bucket_steps: alloc::vec![0; b],
+            scalars,
+            steps: 0,
+            nonfinite: 0,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &BasisConfig {
+        &self.config
+    }
+
+    /// The bucketer.
+    pub fn bucketer(&self) -> &H {
+        &self.bucketer
+    }
+
+    /// Steps taken.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// Row `id`'s scalar: `s_i` (1 when never updated), or `G_i` in `RowScaled`.
+    pub fn scalar(&self, id: u64) -> f32 {
+        self.scalars.get(id).0
+    }
+
+    /// A copy of bucket `b`'s state, or `None` when `b ≥ B`.
+    pub fn bucket_view(&self, b: u32) -> Option<BucketView> {
+        let d = self.config.dim;
+        let r = (b as usize).checked_mul(d)?..(b as usize + 1) * d;
+        let steps = *self.bucket_steps.get(b as usize)?;
+        Some(match &self.tables {
+            Tables::F32 { m, v } => BucketView {
+                m: m.as_ref().map(|m| m[r.clone()].to_vec()),
+                v: v[r].to_vec(),
+                steps,
+            },
+            Tables::Bf16 { m, v } => BucketView {
+                m: m.as_ref()
+                    .map(|m| m[r.clone()].iter().map(|x| x.to_f32()).collect()),
+                v: v[r].iter().map(|x| x.to_f32()).collect(),
+                steps,
+            },
+        })
+    }
+
+    /// The parameters phase 3 runs with, for `plan`.
+    pub fn kernel_params(&self, plan: &StepPlan) -> KernelParams {
+        let c = &self.config;
+        KernelParams {
+            dim: c.dim,
+            direction: c.direction,
+            lr: c.lr,
+            beta1: c.beta1,
+            beta2: c.beta2,
+            eps: c.effective_eps(),
+            bias_correction: c.bias_correction,
+            scalar: c.scalar_learns().then_some(ScalarParams {
+                lr: c.scalar_lr,
+                clip: c.scalar_clip,
+                rule: c.scalar_rule,
+                schedule: c.scalar_lr_schedule,
+            }),
+            accumulate: c.row_scale.accumulate,
+            seed: c.seed,
+            step: plan.step,
+        }
+    }
+
+    /// Phases 1–2: validate, merge duplicates, assign buckets, group rows and
+    /// gather their scalars. Only the bucketer's remembered choices change
+    /// (d-choice assigns rows on first sight, in id order).
+    ///
+    /// # Errors
+    /// See [`SparseOptimizer::step`]; on error nothing changed.
+    pub fn plan(
+        &mut self,
+        ids: &[u64],
+        grads: &[f32],
+        table: &mut dyn RowAccess,
+    ) -> Result<StepPlan, StepError> {
+        let d = self.config.dim;
+        let scalars = &self.scalars;
+        let merged = merge(
+            ids,
+            grads,
+            d,
+            self.config.nonfinite,
+            self.config.grad_clip,
+            table,
+            |id| scalars.index.check(id),
+        )?;
+        let n = merged.ids.len();
+        let mut keyed: Vec<(u32, u64, usize)> = merged
+            .ids
+            .iter()
+            .enumerate()
+            .map(|(k, &id)| (self.bucketer.assign(id), id, k))
+            .collect();
+        keyed.sort_unstable();
+        let with_counts = self.scalars.counts.is_some();
+        let sigma = SignHash::new(self.config.seed);
+        let mut plan = StepPlan {
+            dim: d,
+            step: self.steps,
+            ids: Vec::with_capacity(n),
+            signs: Vec::with_capacity(n),
+            grads: Vec::with_capacity(n * d),
+            scalars: Vec::with_capacity(n),
+            counts: Vec::with_capacity(if with_counts { n } else { 0 }),
+            updates: alloc::vec![0.0; n * d],
+            groups: Vec::new(),
+            skipped: merged.skipped,
+        };
+        for (pos, &(bucket, id, k)) in keyed.iter().enumerate() {
+            match plan.groups.last_mut() {
+                Some(g) if g.bucket == bucket => g.end = pos + 1,
+                _ => plan.groups.push(BucketGroup {
+                    bucket,
+                    start: pos,
+                    end: pos + 1,
+                }),
+            }
+            plan.ids.push(id);
+            plan.signs.push(sigma.sign(id));
+            plan.grads
+                .extend_from_slice(&merged.grads[k * d..(k + 1) * d]);
+            let (s, c) = self.scalars.get(id);
+            plan.scalars.push(s);
+            if with_counts {
+                plan.counts.push(c);
+            }
+        }
+        Ok(plan)
+    }
+
+    /// Phase 3: hands the disjoint per-bucket jobs of `plan` to `run`, which
+    /// must call [`update_bucket`] on each exactly once (in any order, on any
+    /// thread).
+    pub fn run_plan<F>(&mut self, plan: &mut StepPlan, run: F)
+    where
+        F: FnOnce(&KernelParams, Vec<BucketJob<'_>>),
+    {
+        let params = self.kernel_params(plan);
+        let jobs = plan.jobs(&mut self.tables, &mut self.bucket_steps);
+        run(&params, jobs);
+    }
+
+    /// Phase 4: store the new scalars and apply each row's step to `table`.
+    ///
+    /// `table` must be the table `plan` was made with (its rows were checked
+    /// then); a row that vanished since is skipped.
+    pub fn finish(&mut self, plan: StepPlan, table: &mut dyn RowAccess) -> StepReport {
+        let d = self.config.dim;
+        let store_scalars =
+            self.config.scalar_learns() || self.config.direction == Direction::RowScaled;
+        let decay = self.config.lr * self.config.weight_decay;
+        for (k, &id) in plan.ids.iter().enumerate() {
+            if store_scalars {
+                let count = plan.counts.get(k).copied().unwrap_or(0);
+                let bits = random_bits(self.config.seed ^ SCALAR_DOMAIN, plan.step, id);
+                self.scalars.set(id, plan.scalars[k], count, bits);
+            }
+            if let Some(row) = table.row_mut(id) {
+                apply_row(row, &plan.updates[k * d..(k + 1) * d], decay);
+            }
+        }
+        self.steps += 1;
+        self.nonfinite += plan.skipped as u64;
+        StepReport {
+            rows_updated: plan.ids.len(),
+            rows_skipped_nonfinite: plan.skipped,
+            buckets_touched: plan.groups.len(),
+        }
+    }
+
+    /// Exact bytes of state held, broken down.
+    pub fn memory(&self) -> MemoryReport {
+        let shared_tables = match &self.tables {
+            Tables::F32 { m, v } => {
+                (m.as_ref().map_or(0, Vec::capacity) + v.capacity()) * size_of::<f32>()
+            }
+            Tables::Bf16 { m, v } => {
+                (m.as_ref().map_or(0, Vec::capacity) + v.capacity()) * size_of::<bf16>()
+            }
+        };
+        MemoryReport {
+            total_bytes: 0,
+            shared_tables,
+            step_counts: self.bucket_steps.capacity() * size_of::<u32>(),
+            scalars: self.scalars.value_bytes(),
+            row_counters: self.scalars.count_bytes(),
+            row_index: self.scalars.index.bytes(),
+            bucket_map: self.bucketer.memory_bytes(),
+            rows_with_state: self.scalars.len() as u64,
+        }
+        .finish()
+    }
+
+    /// `memory().total_bytes`.
+    pub fn memory_bytes(&self) -> usize {
+        self.memory().total_bytes
+    }
+
+    /// The numbers to watch (O(rows with state + B)).
+    pub fn diagnostics(&self) -> Diagnostics {
+        let c = &self.config;
+        let (lo, hi) = if c.direction == Direction::RowScaled {
+            c.row_scale.log2_range
+        } else {
+            (Float::log2(c.scalar_clip.0), Float::log2(c.scalar_clip.1))
+        };
+        let mut diag = Diagnostics {
+            bucket_loads: alloc::vec![0; self.bucket_steps.len()],
+            bucket_updates: self.bucket_steps.clone(),
+            nonfinite_rows: self.nonfinite,
+            steps: self.steps,
+            ..Diagnostics::default()
+        };
+        for (i, e) in diag.histogram_edges.iter_mut().enumerate() {
+            *e = Float::exp2(lo + (hi - lo) * i as f32 / HISTOGRAM_BINS as f32);
+        }
+        // Bounds as stored: a compact format may round a bound by one step.
+        let tol = match c.scalar_storage {
+            ScalarStorage::F32 => 1e-6,
+            ScalarStorage::Bf16 => 1.0 / 128.0,
+            ScalarStorage::LogU8 => 1e-5,
+        };
+        let (mut at_min, mut at_max, mut sum) = (0u64, 0u64, 0.0f64);
+        let learned = c.direction != Direction::RowScaled;
+        self.scalars.for_each(|id, s| {
+            diag.rows += 1;
+            sum += f64::from(s);
+            if learned {
+                at_min += u64::from(s <= c.scalar_clip.0 * (1.0 + tol));
+                at_max += u64::from(s >= c.scalar_clip.1 * (1.0 - tol));
+            }
+            let pos = if s > 0.0 {
+                (Float::log2(s) - lo) / (hi - lo)
+            } else {
+                0.0
+            };
+            let bin =
+                ((pos * HISTOGRAM_BINS as f32) as isize).clamp(0, HISTOGRAM_BINS as isize - 1);
+            diag.scalar_histogram[bin as usize] += 1;
+            let b = self.bucketer.bucket(id) as usize;
+            if let Some(load) = diag.bucket_loads.get_mut(b) {
+                *load += 1;
+            }
+        });
+        if diag.rows > 0 {
+            let n = diag.rows as f64;
+            diag.fraction_at_min = at_min as f64 / n;
+            diag.fraction_at_max = at_max as f64 / n;
+            diag.scalar_mean = sum / n;
+        }
+        diag
+    }
+
+    fn fingerprint(&self, w: &mut Writer) {
+        let c = &self.config;
+        w.u64(c.dim as u64);
+        w.u32(self.bucket_steps.len() as u32);
+        w.u8(match c.direction {
+            Direction::Shared => 0,
+            Direction::Signed => 1,
+            Direction::OwnGradient => 2,
+            Direction::RowScaled => 3,
+        });
+        w.u8(c.scalar_storage.bytes() as u8);
+        w.u8(c.table_precision.bytes() as u8);
+        w.u8(u8::from(needs_first_moment(c)));
+        w.u8(u8::from(self.scalars.counts.is_some()));
+        w.u64(if self.scalars.index.is_dense() {
+            self.scalars.index.dense_rows() as u64
+        } else {
+            u64::MAX
+        });
+    }
+}
+
+impl<H: Bucketer> SparseOptimizer for Basis<H> {
+    fn dim(&self) -> usize {
+        self.config.dim
+    }
+
+    fn step(
+        &mut self,
+        ids: &[u64],
+        grads: &[f32],
+        table: &mut dyn RowAccess,
+    ) -> Result<StepReport, StepError> {
+        let mut plan = self.plan(ids, grads, table)?;
+        self.run_plan(&mut plan, |p, jobs| {
+            jobs.into_iter().for_each(|j| update_bucket(p, j))
+        });
+        Ok(self.finish(plan, table))
+    }
+
+    fn memory(&self) -> MemoryReport {
+        Basis::memory(self)
+    }
+
+    /// Everything but the bucketer's remembered choices (persist a d-choice
+    /// bucketer yourself; one-choice hashing has no state).
+    fn export_state(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        self.fingerprint(&mut w);
+        w.u64(self.steps);
+        w.u64(self.nonfinite);
+        self.bucket_steps.iter().for_each(|&t| w.u32(t));
+        match &self.tables {
+            Tables::F32 { m, v } => {
+                if let Some(m) = m {
+                    w.f32s(m);
+                }
+                w.f32s(v);
+            }
+            Tables::Bf16 { m, v } => {
+                if let Some(m) = m {
+                    m.iter().for_each(|x| w.u16(x.to_bits()));
+                }
+                v.iter().for_each(|x| w.u16(x.to_bits()));
+            }
+        }
+        self.scalars.write(&mut w);
+        w.finish(kind::BASIS)
+    }
+
+    fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
+        let mut r = Reader::open(bytes, kind::BASIS)?;
+        let mut expect = Writer::default();
+        self.fingerprint(&mut expect);
+        let expect = expect.finish(0);
+        let fp_len = expect.len() - 16 - 4;
+        for &byte in &expect[16..16 + fp_len] {
+            if r.u8()? != byte {
+                return Err(StateError::ConfigMismatch);
+            }
+        }
+        let steps = r.u64()?;
+        let nonfinite = r.u64()?;
+        let b = self.bucket_steps.len();
+        let n = b * self.config.dim;
+        r.ensure(b, 4)?;
+        let bucket_steps = (0..b).map(|_| r.u32()).collect::<Result<Vec<u32>, _>>()?;
+        let tables = match &self.tables {
+            Tables::F32 { m, .. } => {
+                let m = match m {
+                    Some(_) => Some(r.f32s(n)?),
+                    None => None,
+                };
+                Tables::F32 { m, v: r.f32s(n)? }
+            }
+            Tables::Bf16 { m, .. } => {
+                let read = |r: &mut Reader<'_>| -> Result<Vec<bf16>, StateError> {
+                    r.ensure(n, 2)?;
+                    (0..n)
+                        .map(|_| {
+                            let x = bf16::from_bits(r.u16()?);
+                            if x.is_finite() {
+                                Ok(x)
+                            } else {
+                                Err(StateError::Malformed)
+                            }
+                        })
+                        .collect()
+                };
+                let m = match m {
+                    Some(_) => Some(read(&mut r)?),
+                    None => None,
+                };
+                Tables::Bf16 {
+                    m,
+                    v: read(&mut r)?,
+                }
+            }
+        };
+        let scalars = self.scalars.read(&mut r)?;
+        r.end()?;
+        self.steps = steps;
+        self.nonfinite = nonfinite;
+        self.bucket_steps = bucket_steps;
+        self.tables = tables;
+        self.scalars = scalars;
+        Ok(())
+    }
+}

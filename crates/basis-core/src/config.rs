@@ -1,0 +1,297 @@
+//! Hyper-parameters of BASIS ([`BasisConfig`]) and the mode enums.
+
+use crate::error::ConfigError;
+
+/// What row `i` moves along (SPEC.md § BASIS, "Direction").
+///
+/// Every mode keeps optimizer memory at `O(B·d + N·bytes(row scalar))`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Direction {
+    /// The source document's rule: every row of bucket `b` moves along the
+    /// bucket's shared `M̂_b/(√V̂_b+ε)`, times its learned scalar `s_i`.
+    Shared,
+    /// Count-sketch momentum (Spring et al. 2019): `M_b` accumulates the sum of
+    /// `σ(i)·g_i` with an independent sign hash and row `i` reads
+    /// `σ(i)·M̂_b` — an unbiased estimate of its own momentum. `V` is unsigned.
+    Signed,
+    /// No shared first moment for the update: row `i` moves along its own
+    /// `g_i/(√V̂_b+ε)` (Adam with β1 = 0 on a shared second moment), times `s_i`.
+    /// A bucket `M` is kept only when the scalar learns (`scalar_lr > 0`), as
+    /// the scalar's reference direction.
+    OwnGradient,
+    /// Per-row second-moment magnitude `G_i` (the row scalar) times a bucket
+    /// per-dimension profile `C_b`: `V̂_ij = G_i·C_bj/mean_j(C_bj)`,
+    /// `θ_ij −= η·g_ij/(√V̂_ij+ε)`. A row-wise AdaGrad that separates
+    /// dimensions whose scales differ.
+    RowScaled,
+}
+
+/// How the learned scalar `s_i` moves (Shared, Signed, OwnGradient modes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScalarRule {
+    /// `s_i ← clip(s_i + η_s·η·⟨g_i, u_b⟩)`: gradient descent on `s_i`
+    /// (`∂L/∂s_i = −η⟨g_i, u⟩`). Its raw scale is tiny (~1e-6 per step), so
+    /// `η_s` must be large (1e3–1e5).
+    Hypergradient,
+    /// `s_i ← clip(s_i·exp(η_s·cos(g_i, u_b)))`: scale-free in the gradient.
+    Normalized,
+}
+
+/// How the scalar learning rate depends on a row's update count `n_i`
+/// (the source document's §5.2 "frequency-aware scalar learning rate").
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ScalarLrSchedule {
+    /// The same `η_s` for every row.
+    Constant,
+    /// `η_s,i = η_s · n_i^(−power)` (rare rows adapt faster). Costs a 2-byte
+    /// saturating update counter per row.
+    InverseFrequency {
+        /// The exponent (≥ 0; 0.5 is a good start, 1 is "inversely proportional").
+        power: f32,
+    },
+}
+
+/// How the per-row scalar is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScalarStorage {
+    /// 4 bytes per row, exact.
+    F32,
+    /// 2 bytes per row, bfloat16 with stochastic rounding.
+    Bf16,
+    /// 1 byte per row: a logarithmic code with stochastic rounding, unbiased
+    /// in value. For learned scalars the code spans the clip range; for
+    /// `RowScaled` it spans [`RowScaleConfig::log2_range`].
+    LogU8,
+}
+
+impl ScalarStorage {
+    /// Bytes per stored row scalar.
+    pub const fn bytes(self) -> usize {
+        match self {
+            Self::F32 => 4,
+            Self::Bf16 => 2,
+            Self::LogU8 => 1,
+        }
+    }
+}
+
+/// Precision of the shared bucket tables (`M`, `V`, or the `RowScaled` profile).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TablePrecision {
+    /// f32.
+    F32,
+    /// bfloat16 with stochastic rounding; ε is raised to at least
+    /// [`BasisConfig::bf16_eps_floor`] as the source document advises.
+    Bf16,
+}
+
+impl TablePrecision {
+    /// Bytes per stored value.
+    pub const fn bytes(self) -> usize {
+        match self {
+            Self::F32 => 4,
+            Self::Bf16 => 2,
+        }
+    }
+}
+
+/// What happens to a row whose (summed) gradient holds a NaN or an infinity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NonFinitePolicy {
+    /// Skip the row (it and its bucket are untouched) and count it.
+    Skip,
+    /// Reject the whole step with [`StepError::NonFinite`](crate::StepError::NonFinite).
+    Error,
+}
+
+/// Where per-row optimizer state lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowIndex {
+    /// Ids `0..rows` in a flat array (fastest, memory for every row).
+    Dense {
+        /// Number of rows.
+        rows: u64,
+    },
+    /// Arbitrary u64 ids in a hash map (memory only for rows seen).
+    Sparse,
+}
+
+/// How `RowScaled` accumulates the per-row magnitude `G_i` and the bucket profile.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Accumulate {
+    /// AdaGrad: running sums (the default; matches FBGEMM's row-wise AdaGrad).
+    Sum,
+    /// Exponential moving average with this β (a row's first value seeds it).
+    Ema {
+        /// Decay in `[0, 1)`.
+        beta: f32,
+    },
+}
+
+/// Options of the `RowScaled` direction.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RowScaleConfig {
+    /// Sum (AdaGrad) or EMA.
+    pub accumulate: Accumulate,
+    /// log₂ of the smallest and largest non-zero `G_i` a 1-byte code holds
+    /// (values below the smallest round stochastically to 0 or it; above the
+    /// largest saturate).
+    pub log2_range: (f32, f32),
+}
+
+impl Default for RowScaleConfig {
+    fn default() -> Self {
+        Self {
+            accumulate: Accumulate::Sum,
+            log2_range: (-48.0, 24.0),
+        }
+    }
+}
+
+/// Hyper-parameters of [`Basis`](crate::Basis). `Default` holds the reference values.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct BasisConfig {
+    /// Row dimension `d`.
+    pub dim: usize,
+    /// Learning rate η.
+    pub lr: f32,
+    /// First-moment decay β1.
+    pub beta1: f32,
+    /// Second-moment decay β2.
+    pub beta2: f32,
+    /// ε added to `√V̂`.
+    pub eps: f32,
+    /// Decoupled weight decay λ (`θ −= η·λ·θ`, AdamW style).
+    pub weight_decay: f32,
+    /// Adam bias correction from each bucket's step count `t_b`.
+    pub bias_correction: bool,
+    /// What rows move along.
+    pub direction: Direction,
+    /// Scalar learning rate η_s (0 freezes every scalar at 1).
+    pub scalar_lr: f32,
+    /// Scalar clip range `[s_min, s_max]`.
+    pub scalar_clip: (f32, f32),
+    /// Scalar update rule.
+    pub scalar_rule: ScalarRule,
+    /// Frequency-aware scalar learning rate.
+    pub scalar_lr_schedule: ScalarLrSchedule,
+    /// Per-row scalar storage.
+    pub scalar_storage: ScalarStorage,
+    /// Shared-table precision.
+    pub table_precision: TablePrecision,
+    /// ε used with bf16 tables is `max(eps, bf16_eps_floor)`.
+    pub bf16_eps_floor: f32,
+    /// Non-finite gradient policy.
+    pub nonfinite: NonFinitePolicy,
+    /// Optional per-row L2 gradient clip (applied to the summed gradient).
+    pub grad_clip: Option<f32>,
+    /// Options of the `RowScaled` direction.
+    pub row_scale: RowScaleConfig,
+    /// Dense or sparse per-row state.
+    pub row_index: RowIndex,
+    /// Seed of the sign hash and of stochastic rounding.
+    pub seed: u64,
+}
+
+impl Default for BasisConfig {
+    fn default() -> Self {
+        Self {
+            dim: 16,
+            lr: 1e-2,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            bias_correction: true,
+            direction: Direction::RowScaled,
+            scalar_lr: 1e-2,
+            scalar_clip: (0.1, 10.0),
+            scalar_rule: ScalarRule::Normalized,
+            scalar_lr_schedule: ScalarLrSchedule::Constant,
+            scalar_storage: ScalarStorage::F32,
+            table_precision: TablePrecision::F32,
+            bf16_eps_floor: 1e-6,
+            nonfinite: NonFinitePolicy::Skip,
+            grad_clip: None,
+            row_scale: RowScaleConfig::default(),
+            row_index: RowIndex::Sparse,
+            seed: 0x5EED_BA51_5000_0001,
+        }
+    }
+}
+
+fn finite_pos(x: f32) -> bool {
+    x.is_finite() && x > 0.0
+}
+
+fn finite_nonneg(x: f32) -> bool {
+    x.is_finite() && x >= 0.0
+}
+
+fn beta_ok(b: f32) -> bool {
+    (0.0..1.0).contains(&b)
+}
+
+impl BasisConfig {
+    /// Checks every value.
+    ///
+    /// # Errors
+    /// The first [`ConfigError`] found.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.dim == 0 {
+            return Err(ConfigError::ZeroDim);
+        }
+        if !finite_pos(self.lr) {
+            return Err(ConfigError::LearningRate);
+        }
+        if !beta_ok(self.beta1) || !beta_ok(self.beta2) {
+            return Err(ConfigError::Beta);
+        }
+        if !finite_pos(self.eps) || !finite_pos(self.bf16_eps_floor) {
+            return Err(ConfigError::Epsilon);
+        }
+        if !finite_nonneg(self.weight_decay) {
+            return Err(ConfigError::WeightDecay);
+        }
+        if !finite_nonneg(self.scalar_lr) {
+            return Err(ConfigError::ScalarLearningRate);
+        }
+        let (lo, hi) = self.scalar_clip;
+        if !(finite_pos(lo) && hi.is_finite() && lo <= 1.0 && hi >= 1.0) {
+            return Err(ConfigError::ScalarClip);
+        }
+        if let Some(c) = self.grad_clip {
+            if !finite_pos(c) {
+                return Err(ConfigError::GradClip);
+            }
+        }
+        if let ScalarLrSchedule::InverseFrequency { power } = self.scalar_lr_schedule {
+            if !finite_nonneg(power) {
+                return Err(ConfigError::FrequencyPower);
+            }
+        }
+        if let Accumulate::Ema { beta } = self.row_scale.accumulate {
+            if !beta_ok(beta) {
+                return Err(ConfigError::Beta);
+            }
+        }
+        let (a, b) = self.row_scale.log2_range;
+        if !(a.is_finite() && b.is_finite() && a < b && a > -126.0 && b < 127.0) {
+            return Err(ConfigError::RowScaleRange);
+        }
+        Ok(())
+    }
+
+    /// The ε in use: raised to `bf16_eps_floor` for bf16 tables.
+    pub fn effective_eps(&self) -> f32 {
+        match self.table_precision {
+            TablePrecision::F32 => self.eps,
+            TablePrecision::Bf16 => self.eps.max(self.bf16_eps_floor),
+        }
+    }
+
+    /// Whether the learned scalar `s_i` is updated at all.
+    pub fn scalar_learns(&self) -> bool {
+        self.scalar_lr > 0.0 && self.direction != Direction::RowScaled
+    }
+}

@@ -1,0 +1,548 @@
+//! The phases of one BASIS step, public so that an adapter crate can run the
+//! per-bucket phase in parallel and get bit-identical results.
+//!
+//! A step is:
+//! 1. **validate and merge** ([`Basis::plan`](crate::Basis::plan)): check
+//!    lengths, rows and ranges; sum duplicate ids in a canonical order (sorted
+//!    by id, ties by gradient bits); apply the non-finite policy and the
+//!    optional L2 clip;
+//! 2. **group** (also in `plan`): map each row to its bucket (in id order, so
+//!    d-choice decisions do not depend on the batch order), sort rows by
+//!    `(bucket, id)`, gather each row's scalar into the [`StepPlan`];
+//! 3. **per-bucket kernel** ([`update_bucket`]): one [`BucketJob`] per touched
+//!    bucket owns that bucket's `M`/`V`/`t_b` slices and its rows' slices of the
+//!    plan; it updates them and writes each row's step into the plan. Jobs are
+//!    disjoint, and within a job every reduction runs in row-id order, so any
+//!    schedule (sequential or parallel) gives the same bits;
+//! 4. **apply** ([`Basis::finish`](crate::Basis::finish)): store the new
+//!    scalars (stochastic rounding draws bits from `(seed, step, id)`), and
+//!    apply each row's step to the caller's table.
+//!
+//! [`Basis::run_plan`](crate::Basis::run_plan) hands phase 3 to a closure:
+//! the sequential step passes `|p, jobs| jobs.into_iter().for_each(|j| update_bucket(p, j))`;
+//! a parallel crate passes the same with a parallel iterator.
+
+// The kernels walk several parallel slices (grads, moments, updates) by the
+// same index; index loops read clearer than nested zips there.
+#![allow(clippy::needless_range_loop)]
+
+use alloc::vec::Vec;
+
+use half::bf16;
+use num_traits::Float;
+
+use crate::config::{Accumulate, Direction, ScalarLrSchedule, ScalarRule};
+use crate::quant::{bf16_stochastic, random_bits};
+
+/// Everything the per-bucket kernel needs besides the job itself.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KernelParams {
+    /// Row dimension.
+    pub dim: usize,
+    /// Direction mode.
+    pub direction: Direction,
+    /// Learning rate η.
+    pub lr: f32,
+    /// β1.
+    pub beta1: f32,
+    /// β2.
+    pub beta2: f32,
+    /// Effective ε (raised for bf16 tables).
+    pub eps: f32,
+    /// Adam bias correction on.
+    pub bias_correction: bool,
+    /// Scalar learning (None: scalars stay as they are).
+    pub scalar: Option<ScalarParams>,
+    /// `RowScaled` accumulation.
+    pub accumulate: Accumulate,
+    /// Seed of stochastic rounding.
+    pub seed: u64,
+    /// Index of this step (0-based), part of every random draw.
+    pub step: u64,
+}
+
+/// How scalars learn inside the kernel.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScalarParams {
+    /// η_s.
+    pub lr: f32,
+    /// `[s_min, s_max]`.
+    pub clip: (f32, f32),
+    /// Update rule.
+    pub rule: ScalarRule,
+    /// Frequency-aware η_s.
+    pub schedule: ScalarLrSchedule,
+}
+
+/// One bucket's shared tables.
+#[derive(Debug)]
+pub enum BucketTables<'a> {
+    /// f32 tables: `m` (absent in modes without a first moment) and `v`
+    /// (the profile `C_b` in `RowScaled`), `dim` values each.
+    F32 {
+        /// First moment.
+        m: Option<&'a mut [f32]>,
+        /// Second moment or profile.
+        v: &'a mut [f32],
+    },
+    /// bf16 tables, rounded stochastically when written.
+    Bf16 {
+        /// First moment.
+        m: Option<&'a mut [bf16]>,
+        /// Second moment or profile.
+        v: &'a mut [bf16],
+    },
+}
+
+/// One touched bucket and its rows: disjoint from every other job.
+#[derive(Debug)]
+pub struct BucketJob<'a> {
+    /// Bucket index.
+    pub bucket: u32,
+    /// The bucket's tables.
+    pub tables: BucketTables<'a>,
+    /// The bucket's step count `t_b`.
+    pub steps: &'a mut u32,
+    /// Row ids, ascending.
+    pub ids: &'a [u64],
+    /// Sign `σ(i)` per row (±1; `Signed` mode reads them).
+    pub signs: &'a [f32],
+    /// Merged gradients, `ids.len() * dim`.
+    pub grads: &'a [f32],
+    /// Row scalars (`s_i`, or `G_i` in `RowScaled`), read and written.
+    pub scalars: &'a mut [f32],
+    /// Row update counts (empty unless the scalar lr is frequency-aware).
+    pub counts: &'a mut [u16],
+    /// Output: the amount to subtract from each row (`ids.len() * dim`).
+    pub updates: &'a mut [f32],
+}
+
+/// A row group: `bucket` holds plan rows `start..end`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BucketGroup {
+    /// Bucket index.
+    pub bucket: u32,
+    /// First plan row.
+    pub start: usize,
+    /// One past the last plan row.
+    pub end: usize,
+}
+
+/// The batch after phases 1–2: merged, validated rows sorted by `(bucket, id)`.
+#[derive(Debug, Clone, Default)]
+pub struct StepPlan {
+    pub(crate) dim: usize,
+    pub(crate) step: u64,
+    pub(crate) ids: Vec<u64>,
+    pub(crate) signs: Vec<f32>,
+    pub(crate) grads: Vec<f32>,
+    pub(crate) scalars: Vec<f32>,
+    pub(crate) counts: Vec<u16>,
+    pub(crate) updates: Vec<f32>,
+    pub(crate) groups: Vec<BucketGroup>,
+    pub(crate) skipped: usize,
+}
+
+impl StepPlan {
+    /// Rows to update (distinct, finite).
+    pub fn rows(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Row ids in plan order (by bucket, then id).
+    pub fn ids(&self) -> &[u64] {
+        &self.ids
+    }
+
+    /// The bucket groups, ascending by bucket.
+    pub fn groups(&self) -> &[BucketGroup] {
+        &self.groups
+    }
+
+    /// Rows skipped as non-finite.
+    pub fn skipped(&self) -> usize {
+        self.skipped
+    }
+
+    /// The step each row will take (valid after phase 3), `rows() * dim`.
+    pub fn updates(&self) -> &[f32] {
+        &self.updates
+    }
+}
+
+/// Splits `slice` into the `dim`-sized pieces of the (ascending) `buckets`.
+fn bucket_pieces<'a, T>(
+    mut slice: &'a mut [T],
+    dim: usize,
+    buckets: &[BucketGroup],
+) -> Vec<&'a mut [T]> {
+    let mut out = Vec::with_capacity(buckets.len());
+    let mut offset = 0usize;
+    for g in buckets {
+        let start = g.bucket as usize * dim;
+        let (_, rest) = core::mem::take(&mut slice).split_at_mut(start - offset);
+        let (piece, rest) = rest.split_at_mut(dim);
+        out.push(piece);
+        slice = rest;
+        offset = start + dim;
+    }
+    out
+}
+
+/// Splits `slice` (rows × `width`) into each group's rows.
+fn row_pieces<'a, T>(
+    mut slice: &'a mut [T],
+    width: usize,
+    groups: &[BucketGroup],
+) -> Vec<&'a mut [T]> {
+    let mut out = Vec::with_capacity(groups.len());
+    for g in groups {
+        let (piece, rest) = core::mem::take(&mut slice).split_at_mut((g.end - g.start) * width);
+        out.push(piece);
+        slice = rest;
+    }
+    out
+}
+
+/// The shared tables of all buckets (flat, `buckets × dim`), and step counts.
+#[derive(Debug, Clone)]
+pub(crate) enum Tables {
+    F32 { m: Option<Vec<f32>>, v: Vec<f32> },
+    Bf16 { m: Option<Vec<bf16>>, v: Vec<bf16> },
+}
+
+impl StepPlan {
+    /// Phase 3's jobs: disjoint borrows of the touched buckets' state and rows.
+    pub(crate) fn jobs<'a>(
+        &'a mut self,
+        tables: &'a mut Tables,
+        steps: &'a mut [u32],
+    ) -> Vec<BucketJob<'a>> {
+        let dim = self.dim;
+        let groups = &self.groups;
+        let grads = &self.grads;
+        let count_width = usize::from(!self.counts.is_empty());
+        let mut scalars = row_pieces(&mut self.scalars, 1, groups).into_iter();
+        let mut counts = row_pieces(&mut self.counts, count_width, groups).into_iter();
+        let mut updates = row_pieces(&mut self.updates, dim, groups).into_iter();
+        let mut step_refs = bucket_pieces(steps, 1, groups).into_iter();
+        let mut table_parts: Vec<BucketTables<'a>> = match tables {
+            Tables::F32 { m, v } => {
+                let ms = m.as_deref_mut().map(|m| bucket_pieces(m, dim, groups));
+                let vs = bucket_pieces(v, dim, groups);
+                match ms {
+                    Some(ms) => ms
+                        .into_iter()
+                        .zip(vs)
+                        .map(|(m, v)| BucketTables::F32 { m: Some(m), v })
+                        .collect(),
+                    None => vs
+                        .into_iter()
+                        .map(|v| BucketTables::F32 { m: None, v })
+                        .collect(),
+                }
+            }
+            Tables::Bf16 { m, v } => {
+                let ms = m.as_deref_mut().map(|m| bucket_pieces(m, dim, groups));
+                let vs = bucket_pieces(v, dim, groups);
+                match ms {
+                    Some(ms) => ms
+                        .into_iter()
+                        .zip(vs)
+                        .map(|(m, v)| BucketTables::Bf16 { m: Some(m), v })
+                        .collect(),
+                    None => vs
+                        .into_iter()
+                        .map(|v| BucketTables::Bf16 { m: None, v })
+                        .collect(),
+                }
+            }
+        };
+        table_parts.reverse();
+        let mut jobs = Vec::with_capacity(groups.len());
+        for g in groups {
+            let (Some(tables), Some(steps), Some(scalars), Some(counts), Some(updates)) = (
+                table_parts.pop(),
+                step_refs.next(),
+                scalars.next(),
+                counts.next(),
+                updates.next(),
+            ) else {
+                break;
+            };
+            jobs.push(BucketJob {
+                bucket: g.bucket,
+                tables,
+                steps: &mut steps[0],
+                ids: &self.ids[g.start..g.end],
+                signs: &self.signs[g.start..g.end],
+                grads: &grads[g.start * dim..g.end * dim],
+                scalars,
+                counts,
+                updates,
+            });
+        }
+        jobs
+    }
+}
+
+/// Adam's bias corrections `(1 − β1^t, 1 − β2^t)` (or `(1, 1)` when off).
+/// ExactAdam uses the same function, so both round identically.
+pub(crate) fn bias_corrections(beta1: f32, beta2: f32, t: u32, enabled: bool) -> (f32, f32) {
+    if !enabled {
+        return (1.0, 1.0);
+    }
+    let t = i32::try_from(t).unwrap_or(i32::MAX);
+    let p1 = Float::powi(f64::from(beta1), t);
+    let p2 = Float::powi(f64::from(beta2), t);
+    ((1.0 - p1) as f32, (1.0 - p2) as f32)
+}
+
+/// Rows of a job, the mutable f32 view the inner kernels work on.
+struct Rows<'r, 'a> {
+    ids: &'r [u64],
+    signs: &'r [f32],
+    grads: &'r [f32],
+    scalars: &'r mut [f32],
+    counts: &'r mut [u16],
+    updates: &'r mut [f32],
+    _p: core::marker::PhantomData<&'a ()>,
+}
+
+/// Phase 3 for one bucket. Pure function of the job's inputs and `p`.
+pub fn update_bucket(p: &KernelParams, job: BucketJob<'_>) {
+    let BucketJob {
+        bucket,
+        tables,
+        steps,
+        ids,
+        signs,
+        grads,
+        scalars,
+        counts,
+        updates,
+    } = job;
+    let mut rows = Rows {
+        ids,
+        signs,
+        grads,
+        scalars,
+        counts,
+        updates,
+        _p: core::marker::PhantomData,
+    };
+    match tables {
+        BucketTables::F32 { m, v } => kernel_f32(p, m, v, steps, &mut rows),
+        BucketTables::Bf16 { m, v } => {
+            let d = p.dim;
+            let mut m32: Option<Vec<f32>> =
+                m.as_deref().map(|m| m.iter().map(|x| x.to_f32()).collect());
+            let mut v32: Vec<f32> = v.iter().map(|x| x.to_f32()).collect();
+            kernel_f32(p, m32.as_deref_mut(), &mut v32, steps, &mut rows);
+            let key = u64::from(bucket) << 20;
+            if let (Some(m), Some(m32)) = (m, m32) {
+                for (j, (dst, &x)) in m.iter_mut().zip(&m32).enumerate() {
+                    *dst = bf16_stochastic(x, random_bits(p.seed ^ 0x4D4D, p.step, key + j as u64));
+                }
+            }
+            for (j, (dst, &x)) in v.iter_mut().zip(&v32).enumerate() {
+                *dst = bf16_stochastic(
+                    x,
+                    random_bits(p.seed ^ 0x5656, p.step, key + (d + j) as u64),
+                );
+            }
+        }
+    }
+}
+
+fn kernel_f32(
+    p: &KernelParams,
+    m: Option<&mut [f32]>,
+    v: &mut [f32],
+    t: &mut u32,
+    rows: &mut Rows<'_, '_>,
+) {
+    match p.direction {
+        Direction::RowScaled => row_scaled(p, v, t, rows),
+        _ => adam_like(p, m, v, t, rows),
+    }
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut s = 0.0f32;
+    for (x, y) in a.iter().zip(b) {
+        s += x * y;
+    }
+    s
+}
+
+/// Shared, Signed, OwnGradient.
+fn adam_like(
+    p: &KernelParams,
+    mut m: Option<&mut [f32]>,
+    v: &mut [f32],
+    t: &mut u32,
+    rows: &mut Rows<'_, '_>,
+) {
+    let d = p.dim;
+    let n = rows.ids.len();
+    if n == 0 {
+        return;
+    }
+    let signed = p.direction == Direction::Signed;
+    // Step 3: scalars move along the bucket direction before it moves.
+    if let (Some(sp), Some(m)) = (p.scalar, m.as_deref()) {
+        if *t > 0 {
+            let (bc1, bc2) = bias_corrections(p.beta1, p.beta2, *t, p.bias_correction);
+            // u_j = M̂_j / (√V̂_j + ε), scratch in the first row's update slot.
+            let u = &mut rows.updates[..d];
+            for j in 0..d {
+                u[j] = (m[j] / bc1) / (Float::sqrt(v[j] / bc2) + p.eps);
+            }
+            let u_norm = Float::sqrt(dot(u, u));
+            for k in 0..n {
+                let g = &rows.grads[k * d..(k + 1) * d];
+                let sign = if signed { rows.signs[k] } else { 1.0 };
+                let dot_gu = sign * dot(g, &rows.updates[..d]);
+                let mut lr_s = sp.lr;
+                if let Some(c) = rows.counts.get_mut(k) {
+                    *c = c.saturating_add(1);
+                    if let ScalarLrSchedule::InverseFrequency { power } = sp.schedule {
+                        lr_s *= Float::powf(f32::from(*c), -power);
+                    }
+                }
+                let s = rows.scalars[k];
+                let next = match sp.rule {
+                    ScalarRule::Hypergradient => s + lr_s * p.lr * dot_gu,
+                    ScalarRule::Normalized => {
+                        let g_norm = Float::sqrt(dot(g, g));
+                        let cos = if g_norm > 0.0 && u_norm > 0.0 {
+                            dot_gu / (g_norm * u_norm)
+                        } else {
+                            0.0
+                        };
+                        s * Float::exp(lr_s * cos)
+                    }
+                };
+                rows.scalars[k] = next.clamp(sp.clip.0, sp.clip.1);
+            }
+        } else {
+            for c in rows.counts.iter_mut() {
+                *c = c.saturating_add(1);
+            }
+        }
+    }
+    // Steps 2 and 4: aggregate in row-id order, then the EMAs.
+    let inv_n = 1.0 / n as f32;
+    for j in 0..d {
+        let g0 = rows.grads[j];
+        let mut sum_g = if signed { rows.signs[0] * g0 } else { g0 };
+        let mut sum_q = g0 * g0;
+        for k in 1..n {
+            let g = rows.grads[k * d + j];
+            sum_g += if signed { rows.signs[k] * g } else { g };
+            sum_q += g * g;
+        }
+        // The count sketch sums (unbiased for each row's own momentum); the
+        // other modes average.
+        let g_bar = if signed { sum_g } else { sum_g * inv_n };
+        let q_bar = sum_q * inv_n;
+        if let Some(m) = m.as_deref_mut() {
+            m[j] = p.beta1 * m[j] + (1.0 - p.beta1) * g_bar;
+        }
+        v[j] = p.beta2 * v[j] + (1.0 - p.beta2) * q_bar;
+    }
+    *t = t.saturating_add(1);
+    // Step 5: each row's step.
+    let (bc1, bc2) = bias_corrections(p.beta1, p.beta2, *t, p.bias_correction);
+    for k in 0..n {
+        let s = rows.scalars[k];
+        let sign = rows.signs[k];
+        let upd = &mut rows.updates[k * d..(k + 1) * d];
+        let g = &rows.grads[k * d..(k + 1) * d];
+        match (p.direction, m.as_deref()) {
+            (Direction::OwnGradient, _) | (_, None) => {
+                for j in 0..d {
+                    let u = g[j] / (Float::sqrt(v[j] / bc2) + p.eps);
+                    upd[j] = p.lr * (s * u);
+                }
+            }
+            (Direction::Signed, Some(m)) => {
+                for j in 0..d {
+                    let u = (m[j] / bc1) / (Float::sqrt(v[j] / bc2) + p.eps);
+                    upd[j] = p.lr * (s * (sign * u));
+                }
+            }
+            (_, Some(m)) => {
+                for j in 0..d {
+                    let u = (m[j] / bc1) / (Float::sqrt(v[j] / bc2) + p.eps);
+                    upd[j] = p.lr * (s * u);
+                }
+            }
+        }
+    }
+}
+
+/// RowScaled: `G_i` per row, profile `C_b` per bucket.
+fn row_scaled(p: &KernelParams, c: &mut [f32], t: &mut u32, rows: &mut Rows<'_, '_>) {
+    let d = p.dim;
+    let n = rows.ids.len();
+    if n == 0 {
+        return;
+    }
+    let inv_d = 1.0 / d as f32;
+    for k in 0..n {
+        let g = &rows.grads[k * d..(k + 1) * d];
+        let x = dot(g, g) * inv_d;
+        let old = rows.scalars[k];
+        rows.scalars[k] = match p.accumulate {
+            Accumulate::Sum => old + x,
+            Accumulate::Ema { beta } => {
+                if old == 0.0 {
+                    x
+                } else {
+                    beta * old + (1.0 - beta) * x
+                }
+            }
+        };
+        if let Some(cnt) = rows.counts.get_mut(k) {
+            *cnt = cnt.saturating_add(1);
+        }
+    }
+    for j in 0..d {
+        let g0 = rows.grads[j];
+        let mut add = g0 * g0;
+        for k in 1..n {
+            let g = rows.grads[k * d + j];
+            add += g * g;
+        }
+        let cj = &mut c[j];
+        *cj = match p.accumulate {
+            Accumulate::Sum => *cj + add,
+            Accumulate::Ema { beta } => beta * *cj + (1.0 - beta) * add,
+        };
+    }
+    *t = t.saturating_add(1);
+    let mut c_sum = 0.0f32;
+    for &x in c.iter() {
+        c_sum += x;
+    }
+    let c_mean = c_sum * inv_d;
+    for k in 0..n {
+        let big_g = rows.scalars[k];
+        let g = &rows.grads[k * d..(k + 1) * d];
+        let upd = &mut rows.updates[k * d..(k + 1) * d];
+        if c_mean > 0.0 {
+            let inv_mean = 1.0 / c_mean;
+            for j in 0..d {
+                let v_hat = big_g * (c[j] * inv_mean);
+                upd[j] = p.lr * (g[j] / (Float::sqrt(v_hat) + p.eps));
+            }
+        } else {
+            let denom = Float::sqrt(big_g) + p.eps;
+            for j in 0..d {
+                upd[j] = p.lr * (g[j] / denom);
+            }
+        }
+    }
+}

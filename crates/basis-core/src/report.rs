@@ -1,0 +1,86 @@
+//! What a step did ([`StepReport`]), what the optimizer holds ([`MemoryReport`])
+//! and what to watch while training ([`Diagnostics`]).
+
+use alloc::vec::Vec;
+
+/// The outcome of one successful step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StepReport {
+    /// Distinct rows updated (duplicate ids count once).
+    pub rows_updated: usize,
+    /// Distinct rows skipped because their summed gradient was non-finite.
+    pub rows_skipped_nonfinite: usize,
+    /// Distinct shared buckets written (0 for optimizers without buckets).
+    pub buckets_touched: usize,
+}
+
+/// Exact bytes of optimizer state held, broken down. The caller's embedding
+/// table is never included. Every figure counts allocated capacity, so it is
+/// what the allocator handed out, not an estimate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryReport {
+    /// Sum of all parts below.
+    pub total_bytes: usize,
+    /// Shared bucket tables (`M`, `V` or the `RowScaled` profile).
+    pub shared_tables: usize,
+    /// Per-bucket step counts `t_b`.
+    pub step_counts: usize,
+    /// Per-row state values: BASIS scalars or `G_i`, Adam's `m`/`v`, AdaGrad's `G`.
+    pub scalars: usize,
+    /// Per-row update counters (frequency-aware scalar learning rate only).
+    pub row_counters: usize,
+    /// Hash-map index from sparse ids to state slots (0 for dense rows).
+    pub row_index: usize,
+    /// What the bucketer remembers (e.g. d-choice decisions).
+    pub bucket_map: usize,
+    /// Rows that currently have a state slot.
+    pub rows_with_state: u64,
+}
+
+impl MemoryReport {
+    /// Adds up the parts into `total_bytes`.
+    pub(crate) fn finish(mut self) -> Self {
+        self.total_bytes = self.shared_tables
+            + self.step_counts
+            + self.scalars
+            + self.row_counters
+            + self.row_index
+            + self.bucket_map;
+        self
+    }
+
+    /// `total_bytes / rows` (as f64; `rows == 0` gives infinity).
+    pub fn bytes_per_row(&self, rows: u64) -> f64 {
+        self.total_bytes as f64 / rows as f64
+    }
+}
+
+/// Number of bins of [`Diagnostics::scalar_histogram`].
+pub const HISTOGRAM_BINS: usize = 16;
+
+/// Numbers the source document tells users to watch (§4, §5): the scalar
+/// distribution, bucket loads and update counts, non-finite rows skipped.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Diagnostics {
+    /// Rows with a stored scalar.
+    pub rows: u64,
+    /// Histogram of the row scalars over [`Self::histogram_edges`]
+    /// (log-spaced; `RowScaled`: of `log₂ G_i` over the code range).
+    pub scalar_histogram: [u64; HISTOGRAM_BINS],
+    /// `HISTOGRAM_BINS + 1` bin edges of the histogram.
+    pub histogram_edges: [f32; HISTOGRAM_BINS + 1],
+    /// Fraction of rows whose scalar sits at the lower clip bound.
+    pub fraction_at_min: f64,
+    /// Fraction of rows whose scalar sits at the upper clip bound.
+    pub fraction_at_max: f64,
+    /// Mean of the row scalars.
+    pub scalar_mean: f64,
+    /// Distinct rows seen per bucket (rows with state, mapped through the bucketer).
+    pub bucket_loads: Vec<u32>,
+    /// Updates per bucket (its step count `t_b`).
+    pub bucket_updates: Vec<u32>,
+    /// Rows skipped as non-finite since creation.
+    pub nonfinite_rows: u64,
+    /// Steps taken.
+    pub steps: u64,
+}

@@ -1,0 +1,98 @@
+//! [`Sgd`]: plain sparse SGD, the floor every adaptive method must beat.
+
+use alloc::vec::Vec;
+
+use crate::batch::{apply_row, merge};
+use crate::config::NonFinitePolicy;
+use crate::error::{ConfigError, StateError, StepError};
+use crate::optimizer::SparseOptimizer;
+use crate::report::{MemoryReport, StepReport};
+use crate::state::{Reader, Writer, kind};
+use crate::table::RowAccess;
+
+/// `θ_i −= η·g_i` (duplicates summed), no state beyond a step counter.
+#[derive(Debug, Clone)]
+pub struct Sgd {
+    dim: usize,
+    lr: f32,
+    nonfinite: NonFinitePolicy,
+    steps: u64,
+}
+
+impl Sgd {
+    /// Plain SGD with learning rate `lr`, skipping non-finite rows.
+    ///
+    /// # Errors
+    /// [`ConfigError::ZeroDim`] or [`ConfigError::LearningRate`].
+    pub fn new(dim: usize, lr: f32) -> Result<Self, ConfigError> {
+        if dim == 0 {
+            return Err(ConfigError::ZeroDim);
+        }
+        if !(lr.is_finite() && lr > 0.0) {
+            return Err(ConfigError::LearningRate);
+        }
+        Ok(Self {
+            dim,
+            lr,
+            nonfinite: NonFinitePolicy::Skip,
+            steps: 0,
+        })
+    }
+
+    /// The same with another non-finite policy.
+    pub fn with_nonfinite(mut self, policy: NonFinitePolicy) -> Self {
+        self.nonfinite = policy;
+        self
+    }
+}
+
+impl SparseOptimizer for Sgd {
+    fn dim(&self) -> usize {
+        self.dim
+    }
+
+    fn step(
+        &mut self,
+        ids: &[u64],
+        grads: &[f32],
+        table: &mut dyn RowAccess,
+    ) -> Result<StepReport, StepError> {
+        let d = self.dim;
+        let mut merged = merge(ids, grads, d, self.nonfinite, None, table, |_| Ok(()))?;
+        for (k, &id) in merged.ids.iter().enumerate() {
+            let g = &mut merged.grads[k * d..(k + 1) * d];
+            g.iter_mut().for_each(|x| *x *= self.lr);
+            if let Some(row) = table.row_mut(id) {
+                apply_row(row, g, 0.0);
+            }
+        }
+        self.steps += 1;
+        Ok(StepReport {
+            rows_updated: merged.ids.len(),
+            rows_skipped_nonfinite: merged.skipped,
+            buckets_touched: 0,
+        })
+    }
+
+    fn memory(&self) -> MemoryReport {
+        MemoryReport::default()
+    }
+
+    fn export_state(&self) -> Vec<u8> {
+        let mut w = Writer::default();
+        w.u64(self.dim as u64);
+        w.u64(self.steps);
+        w.finish(kind::SGD)
+    }
+
+    fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
+        let mut r = Reader::open(bytes, kind::SGD)?;
+        if r.u64()? != self.dim as u64 {
+            return Err(StateError::ConfigMismatch);
+        }
+        let steps = r.u64()?;
+        r.end()?;
+        self.steps = steps;
+        Ok(())
+    }
+}

@@ -1,0 +1,353 @@
+//! Per-row state stores: dense (a flat array by id) or sparse (a hashbrown
+//! map from u64 id to a slot), and the compact row-scalar store.
+
+use alloc::vec::Vec;
+use core::hash::{BuildHasher, Hasher};
+use core::mem::size_of;
+
+use half::bf16;
+use hashbrown::HashMap;
+
+use crate::config::{RowIndex, ScalarStorage};
+use crate::error::StepError;
+use crate::quant::{LogCode, bf16_stochastic};
+
+/// A fast, deterministic hasher for u64 ids (SplitMix64 finalizer).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        crate::quant::mix64(self.0)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01B3);
+        }
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.0 ^= i;
+    }
+}
+
+/// Builds [`IdHasher`]s.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct IdBuild;
+
+impl BuildHasher for IdBuild {
+    type Hasher = IdHasher;
+    fn build_hasher(&self) -> IdHasher {
+        IdHasher(0)
+    }
+}
+
+/// Exact bytes a hashbrown map holds (its one allocation).
+pub(crate) fn map_bytes(map: &HashMap<u64, u32, IdBuild>) -> usize {
+    map.allocation_size()
+}
+
+/// Id → slot.
+#[derive(Debug, Clone)]
+pub(crate) enum SlotIndex {
+    Dense { rows: u64 },
+    Sparse { map: HashMap<u64, u32, IdBuild> },
+}
+
+impl SlotIndex {
+    pub(crate) fn new(index: RowIndex) -> Self {
+        match index {
+            RowIndex::Dense { rows } => Self::Dense { rows },
+            RowIndex::Sparse => Self::Sparse {
+                map: HashMap::with_hasher(IdBuild),
+            },
+        }
+    }
+
+    /// Dense: the id must be in range. Sparse: always fine.
+    pub(crate) fn check(&self, id: u64) -> Result<(), StepError> {
+        match self {
+            Self::Dense { rows } if id >= *rows => Err(StepError::IdOutOfRange { id, rows: *rows }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The slot of `id` if it has one.
+    pub(crate) fn get(&self, id: u64) -> Option<usize> {
+        match self {
+            Self::Dense { rows } => (id < *rows).then_some(id as usize),
+            Self::Sparse { map } => map.get(&id).map(|&s| s as usize),
+        }
+    }
+
+    /// The slot of `id`, creating slot `next` (sparse) on first sight.
+    /// Returns `(slot, created)`.
+    pub(crate) fn get_or_insert(&mut self, id: u64, next: usize) -> (usize, bool) {
+        match self {
+            Self::Dense { .. } => (id as usize, false),
+            Self::Sparse { map } => {
+                let mut created = false;
+                let slot = *map.entry(id).or_insert_with(|| {
+                    created = true;
+                    next as u32
+                });
+                (slot as usize, created)
+            }
+        }
+    }
+
+    /// Number of slots a dense store preallocates (0 when sparse).
+    pub(crate) fn dense_rows(&self) -> usize {
+        match self {
+            Self::Dense { rows } => *rows as usize,
+            Self::Sparse { .. } => 0,
+        }
+    }
+
+    pub(crate) fn is_dense(&self) -> bool {
+        matches!(self, Self::Dense { .. })
+    }
+
+    /// Bytes of the index itself.
+    pub(crate) fn bytes(&self) -> usize {
+        match self {
+            Self::Dense { .. } => 0,
+            Self::Sparse { map } => map_bytes(map),
+        }
+    }
+
+    /// `(id, slot)` pairs sorted by id (sparse), or `None` (dense).
+    pub(crate) fn sorted_pairs(&self) -> Option<Vec<(u64, u32)>> {
+        match self {
+            Self::Dense { .. } => None,
+            Self::Sparse { map } => {
+                let mut v: Vec<(u64, u32)> = map.iter().map(|(&k, &s)| (k, s)).collect();
+                v.sort_unstable();
+                Some(v)
+            }
+        }
+    }
+
+    /// Every id with a slot, with its slot, in id order.
+    pub(crate) fn for_each_id(&self, mut f: impl FnMut(u64, usize)) {
+        match self {
+            Self::Dense { rows } => (0..*rows).for_each(|id| f(id, id as usize)),
+            Self::Sparse { .. } => {
+                if let Some(pairs) = self.sorted_pairs() {
+                    for (id, slot) in pairs {
+                        f(id, slot as usize);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Compact values, one per slot.
+#[derive(Debug, Clone)]
+pub(crate) enum Codes {
+    F32(Vec<f32>),
+    Bf16(Vec<bf16>),
+    LogU8(Vec<u8>, alloc::boxed::Box<LogCode>),
+}
+
+/// The per-row scalar store (BASIS `s_i` or `G_i`, AdaGrad `G_i`), with an
+/// optional per-row saturating update counter.
+#[derive(Debug, Clone)]
+pub(crate) struct ScalarStore {
+    pub(crate) index: SlotIndex,
+    pub(crate) codes: Codes,
+    pub(crate) counts: Option<Vec<u16>>,
+    /// The value of a row never written.
+    pub(crate) initial: f32,
+    len: usize,
+}
+
+impl ScalarStore {
+    /// `log_range` is the log₂ span of the 1-byte code.
+    pub(crate) fn new(
+        index: RowIndex,
+        storage: ScalarStorage,
+        initial: f32,
+        log_range: (f32, f32),
+        with_counts: bool,
+    ) -> Self {
+        let index = SlotIndex::new(index);
+        let n = index.dense_rows();
+        let codes = match storage {
+            ScalarStorage::F32 => Codes::F32(alloc::vec![initial; n]),
+            ScalarStorage::Bf16 => Codes::Bf16(alloc::vec![bf16::from_f32(initial); n]),
+            ScalarStorage::LogU8 => Codes::LogU8(
+                alloc::vec![0u8; n],
+                alloc::boxed::Box::new(LogCode::new(log_range.0, log_range.1, initial)),
+            ),
+        };
+        let counts = with_counts.then(|| alloc::vec![0u16; n]);
+        Self {
+            index,
+            codes,
+            counts,
+            initial,
+            len: n,
+        }
+    }
+
+    /// Slots in use.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    fn value_at(&self, slot: usize) -> f32 {
+        match &self.codes {
+            Codes::F32(v) => v[slot],
+            Codes::Bf16(v) => v[slot].to_f32(),
+            Codes::LogU8(v, code) => code.decode(v[slot]),
+        }
+    }
+
+    /// `(value, update count)` of `id` (initial value and 0 when unseen).
+    pub(crate) fn get(&self, id: u64) -> (f32, u16) {
+        match self.index.get(id) {
+            Some(slot) => (
+                self.value_at(slot),
+                self.counts.as_ref().map_or(0, |c| c[slot]),
+            ),
+            None => (self.initial, 0),
+        }
+    }
+
+    /// Stores `value` (rounded with `bits` when compact) and `count` for `id`.
+    pub(crate) fn set(&mut self, id: u64, value: f32, count: u16, bits: u64) {
+        let (slot, created) = self.index.get_or_insert(id, self.len);
+        if created {
+            self.len += 1;
+            match &mut self.codes {
+                Codes::F32(v) => v.push(self.initial),
+                Codes::Bf16(v) => v.push(bf16::from_f32(self.initial)),
+                Codes::LogU8(v, _) => v.push(0),
+            }
+            if let Some(c) = &mut self.counts {
+                c.push(0);
+            }
+        }
+        match &mut self.codes {
+            Codes::F32(v) => v[slot] = value,
+            Codes::Bf16(v) => v[slot] = bf16_stochastic(value, bits),
+            Codes::LogU8(v, code) => v[slot] = code.encode(value, bits),
+        }
+        if let Some(c) = &mut self.counts {
+            c[slot] = count;
+        }
+    }
+
+    /// Bytes of the stored values (capacity), including a 1-byte code's table.
+    pub(crate) fn value_bytes(&self) -> usize {
+        match &self.codes {
+            Codes::F32(v) => v.capacity() * size_of::<f32>(),
+            Codes::Bf16(v) => v.capacity() * size_of::<bf16>(),
+            Codes::LogU8(v, _) => v.capacity() + size_of::<LogCode>(),
+        }
+    }
+
+    /// Bytes of the update counters.
+    pub(crate) fn count_bytes(&self) -> usize {
+        self.counts
+            .as_ref()
+            .map_or(0, |c| c.capacity() * size_of::<u16>())
+    }
+
+    /// Calls `f(id, value)` for every row with a slot, in id order.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(u64, f32)) {
+        self.index
+            .for_each_id(|id, slot| f(id, self.value_at(slot)));
+    }
+}
+
+impl ScalarStore {
+    fn write_slot(&self, w: &mut crate::state::Writer, slot: usize) {
+        match &self.codes {
+            Codes::F32(v) => w.f32(v[slot]),
+            Codes::Bf16(v) => w.u16(v[slot].to_bits()),
+            Codes::LogU8(v, _) => w.u8(v[slot]),
+        }
+        if let Some(c) = &self.counts {
+            w.u16(c[slot]);
+        }
+    }
+
+    /// Serializes every slot (sparse: `(id, value)` pairs in id order).
+    pub(crate) fn write(&self, w: &mut crate::state::Writer) {
+        w.u64(self.len as u64);
+        match self.index.sorted_pairs() {
+            None => (0..self.len).for_each(|slot| self.write_slot(w, slot)),
+            Some(pairs) => {
+                for (id, slot) in pairs {
+                    w.u64(id);
+                    self.write_slot(w, slot as usize);
+                }
+            }
+        }
+    }
+
+    /// Reads a store shaped like `self` (same index kind, storage, counters).
+    pub(crate) fn read(
+        &self,
+        r: &mut crate::state::Reader<'_>,
+    ) -> Result<Self, crate::error::StateError> {
+        use crate::error::StateError;
+        let n = usize::try_from(r.u64()?).map_err(|_| StateError::Malformed)?;
+        let value_size = match &self.codes {
+            Codes::F32(_) => 4,
+            Codes::Bf16(_) => 2,
+            Codes::LogU8(..) => 1,
+        } + if self.counts.is_some() { 2 } else { 0 };
+        let dense = self.index.is_dense();
+        if dense && n != self.index.dense_rows() {
+            return Err(StateError::ConfigMismatch);
+        }
+        r.ensure(n, value_size + if dense { 0 } else { 8 })?;
+        let mut out = Self {
+            index: match &self.index {
+                SlotIndex::Dense { rows } => SlotIndex::Dense { rows: *rows },
+                SlotIndex::Sparse { .. } => {
+                    let mut map = HashMap::with_hasher(IdBuild);
+                    map.reserve(n);
+                    SlotIndex::Sparse { map }
+                }
+            },
+            codes: match &self.codes {
+                Codes::F32(_) => Codes::F32(Vec::with_capacity(n)),
+                Codes::Bf16(_) => Codes::Bf16(Vec::with_capacity(n)),
+                Codes::LogU8(_, code) => Codes::LogU8(Vec::with_capacity(n), code.clone()),
+            },
+            counts: self.counts.as_ref().map(|_| Vec::with_capacity(n)),
+            initial: self.initial,
+            len: n,
+        };
+        let mut last: Option<u64> = None;
+        for slot in 0..n {
+            if let SlotIndex::Sparse { map } = &mut out.index {
+                let id = r.u64()?;
+                if last.is_some_and(|l| l >= id) {
+                    return Err(StateError::Malformed);
+                }
+                last = Some(id);
+                map.insert(id, slot as u32);
+            }
+            match &mut out.codes {
+                Codes::F32(v) => v.push(r.f32()?),
+                Codes::Bf16(v) => {
+                    let x = bf16::from_bits(r.u16()?);
+                    if !x.is_finite() {
+                        return Err(StateError::Malformed);
+                    }
+                    v.push(x);
+                }
+                Codes::LogU8(v, _) => v.push(r.u8()?),
+            }
+            if let Some(c) = &mut out.counts {
+                c.push(r.u16()?);
+            }
+        }
+        Ok(out)
+    }
+}

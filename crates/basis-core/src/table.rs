@@ -1,0 +1,68 @@
+//! The caller's embedding table: [`RowAccess`] and the dense [`DenseTable`].
+
+use crate::error::TableError;
+
+/// Mutable access to the rows of the caller's embedding table.
+///
+/// The optimizer never owns the parameters: it asks for row `id` while it
+/// applies a step. `row_mut` returns `None` for an id the table does not hold;
+/// the step then fails with [`StepError::MissingRow`](crate::StepError::MissingRow)
+/// before anything changes.
+pub trait RowAccess {
+    /// Number of `f32` values per row.
+    fn dim(&self) -> usize;
+    /// Row `id` (`dim()` values), or `None` if the table has no such row.
+    fn row_mut(&mut self, id: u64) -> Option<&mut [f32]>;
+}
+
+/// A dense row-major table over a caller's slice: row `i` is
+/// `data[i*dim .. (i+1)*dim]`.
+#[derive(Debug)]
+pub struct DenseTable<'a> {
+    data: &'a mut [f32],
+    dim: usize,
+}
+
+impl<'a> DenseTable<'a> {
+    /// Wraps `data` as rows of `dim` values.
+    ///
+    /// # Errors
+    /// [`TableError::ZeroDim`] if `dim == 0`, [`TableError::Ragged`] if
+    /// `data.len()` is not a multiple of `dim`.
+    pub fn new(data: &'a mut [f32], dim: usize) -> Result<Self, TableError> {
+        if dim == 0 {
+            return Err(TableError::ZeroDim);
+        }
+        if data.len() % dim != 0 {
+            return Err(TableError::Ragged {
+                len: data.len(),
+                dim,
+            });
+        }
+        Ok(Self { data, dim })
+    }
+
+    /// Number of rows.
+    pub fn rows(&self) -> usize {
+        self.data.len() / self.dim
+    }
+
+    /// Row `id` read-only, or `None` when out of range.
+    pub fn row(&self, id: u64) -> Option<&[f32]> {
+        let i = usize::try_from(id).ok()?;
+        let start = i.checked_mul(self.dim)?;
+        self.data.get(start..start.checked_add(self.dim)?)
+    }
+}
+
+impl RowAccess for DenseTable<'_> {
+    fn dim(&self) -> usize {
+        self.dim
+    }
+
+    fn row_mut(&mut self, id: u64) -> Option<&mut [f32]> {
+        let i = usize::try_from(id).ok()?;
+        let start = i.checked_mul(self.dim)?;
+        self.data.get_mut(start..start.checked_add(self.dim)?)
+    }
+}

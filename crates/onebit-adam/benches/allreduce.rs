@@ -1,0 +1,2 @@
+//! Bench placeholder (under construction).
+fn main() {}

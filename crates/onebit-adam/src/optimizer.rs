@@ -1,0 +1,702 @@
+//! The 1-bit Adam optimizer (SPEC § 1-bit Adam optimizer; DeepSpeed
+//! `onebit/adam.py`), over one flat parameter vector split into groups.
+//!
+//! Per step `t` (1-based) and group, with `ḡ` the mean gradient over ranks:
+//! * **full-precision stage** (warm-up `t ≤ freeze_step`, every step of a
+//!   [`Policy::FullPrecision`] group, and the final stage of a staged
+//!   schedule): `ḡ = all_reduce_sum(g)/P`, `m ← β₁m + (1−β₁)ḡ`,
+//!   `v ← β₂v + (1−β₂)ḡ²`;
+//! * **1-bit stage** ([`Policy::OneBit`] groups after the freeze): `v` is
+//!   frozen; [`Variant::Momentum`]: `m ← β₁m + (1−β₁)g_local`,
+//!   `m ← compressed_allreduce(m)`; [`Variant::DecayedGradient`] (the seed
+//!   document): `ĝ` = mean of the ranks' decayed-error-feedback compressed
+//!   gradients, `m ← β₁m + (1−β₁)ĝ`; then coordinates whose mean gradient was
+//!   exactly 0 at every warm-up step get `m = 0`;
+//! * **update**: `x ← x − lr·(m̂/(√v̂ + ε) + λ·x)`, with `m̂ = m/(1−β₁ᵗ)` and
+//!   `v̂ = v/(1−β₂^{t_v})` when bias correction is on (`t_v` = updates of `v`),
+//!   else `m̂ = m`, `v̂ = v` (the reference's default).
+//!
+//! Every step starts with one header exchange (step, length, group layout,
+//! gradient verdict), so a NaN gradient or a disagreement fails on every rank
+//! before any state changes.
+
+use alloc::vec;
+use alloc::vec::Vec;
+use core::ops::Range;
+
+use comm_traits::{CommStats, Communicator};
+use num_traits::Float;
+use onebit_codec::{Compressor, CompressorConfig, ErrorFeedback, ScaleKind};
+
+use crate::allreduce::{self, AllReduceState, ErrorNorms};
+use crate::header::{self, Op};
+use crate::OneBitError;
+
+/// How a parameter group communicates after the freeze.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Policy {
+    /// Compressed momentum (1 bit per element) after `freeze_step`. The default.
+    #[default]
+    OneBit,
+    /// Full-precision mean all-reduce of gradients and plain Adam at every
+    /// step (DeepSpeed's `non_freeze` groups; e.g. a small output layer).
+    FullPrecision,
+}
+
+/// What is compressed in the 1-bit stage.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum Variant {
+    /// DeepSpeed / SPEC: local momentum through [`crate::compressed_allreduce`]
+    /// (worker and server error feedback). The default.
+    #[default]
+    Momentum,
+    /// The seed document's variant: each rank compresses its **gradient**
+    /// with a decayed error buffer `e ← β·e + (1−β)·(p − α·σ(p))`
+    /// ([`ErrorFeedback::Decayed`]); the ranks all-gather signs and scales and
+    /// average the decoded gradients in rank order; `m` is updated from that
+    /// mean. `scale` is the codec's scale; [`ScaleKind::Unit`] is the seed's
+    /// bare sign (then the momentum is in units of ±1, not of the gradient).
+    DecayedGradient {
+        /// Decay of the old error (the seed suggests β₁ = 0.9).
+        beta: f32,
+        /// Scale of the compressed gradient.
+        scale: ScaleKind,
+    },
+}
+
+/// Hyper-parameters; `Default` holds the reference values (DeepSpeed
+/// `OnebitAdam`: lr 1e-3, betas (0.9, 0.999), eps 1e-8, no weight decay,
+/// freeze_step 100000, no bias correction).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Config {
+    /// Learning rate.
+    pub lr: f32,
+    /// First-moment decay β₁.
+    pub beta1: f32,
+    /// Second-moment decay β₂.
+    pub beta2: f32,
+    /// Denominator guard ε.
+    pub eps: f32,
+    /// Decoupled weight decay λ (groups may override it).
+    pub weight_decay: f32,
+    /// Last warm-up step: steps `1..=freeze_step` are full precision and
+    /// update `v`; `v` of 1-bit groups is frozen afterwards. Must be ≥ 1.
+    pub freeze_step: u64,
+    /// Divide by `1−β₁ᵗ` and `1−β₂^{t_v}` (off in the reference).
+    pub bias_correction: bool,
+    /// What the 1-bit stage compresses.
+    pub variant: Variant,
+    /// Staged schedule (seed document): steps after this one are full
+    /// precision again (`v` resumes). `None`: 1-bit until the end.
+    pub final_full_after: Option<u64>,
+    /// Zero every error buffer after each `k`-th 1-bit step (seed document's
+    /// advice). `None`: never.
+    pub error_reset_every: Option<u64>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            freeze_step: 100_000,
+            bias_correction: false,
+            variant: Variant::Momentum,
+            final_full_after: None,
+            error_reset_every: None,
+        }
+    }
+}
+
+impl Config {
+    /// The seed document's staged schedule for a run of `total_steps`: full
+    /// precision for the first 10 %, 1-bit for the middle 80 %, full precision
+    /// for the last 10 %.
+    pub fn staged(self, total_steps: u64) -> Self {
+        Self {
+            freeze_step: (total_steps / 10).max(1),
+            final_full_after: Some(total_steps - total_steps / 10),
+            ..self
+        }
+    }
+
+    fn validate(&self) -> Result<(), OneBitError> {
+        let unit = |x: f32| (0.0..1.0).contains(&x);
+        if !(self.lr.is_finite() && self.lr >= 0.0) {
+            return Err(OneBitError::Config("lr"));
+        }
+        if !unit(self.beta1) {
+            return Err(OneBitError::Config("beta1"));
+        }
+        if !unit(self.beta2) {
+            return Err(OneBitError::Config("beta2"));
+        }
+        if !(self.eps.is_finite() && self.eps > 0.0) {
+            return Err(OneBitError::Config("eps"));
+        }
+        if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
+            return Err(OneBitError::Config("weight_decay"));
+        }
+        if self.freeze_step == 0 {
+            return Err(OneBitError::Config("freeze_step"));
+        }
+        if self.error_reset_every == Some(0) {
+            return Err(OneBitError::Config("error_reset_every"));
+        }
+        if let Variant::DecayedGradient { beta, .. } = self.variant {
+            if !(0.0..=1.0).contains(&beta) {
+                return Err(OneBitError::Config("variant beta"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One parameter group: a contiguous range of the flat parameter vector.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GroupSpec {
+    /// Number of parameters.
+    pub len: usize,
+    /// Communication policy after the freeze.
+    pub policy: Policy,
+    /// Weight decay for this group (`None`: the config's).
+    pub weight_decay: Option<f32>,
+}
+
+impl GroupSpec {
+    /// A 1-bit group of `len` parameters.
+    pub fn one_bit(len: usize) -> Self {
+        Self {
+            len,
+            policy: Policy::OneBit,
+            weight_decay: None,
+        }
+    }
+
+    /// A full-precision group of `len` parameters.
+    pub fn full_precision(len: usize) -> Self {
+        Self {
+            len,
+            policy: Policy::FullPrecision,
+            weight_decay: None,
+        }
+    }
+}
+
+/// Which stage a step ran in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// `t ≤ freeze_step`: full precision, `v` updated.
+    Warmup,
+    /// 1-bit groups compressed, `v` frozen.
+    Compressed,
+    /// After `final_full_after`: full precision again.
+    FinalFull,
+}
+
+/// What one [`OneBitAdam::step`] did on this rank.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StepReport {
+    /// The step just taken (1-based).
+    pub step: u64,
+    /// Its stage.
+    pub stage: Stage,
+    /// Bytes and calls of this step's collectives on this rank.
+    pub bytes: CommStats,
+}
+
+/// State of one group (besides `m`, `v` which live in the flat vectors).
+#[derive(Debug, Clone)]
+pub(crate) struct GroupState {
+    pub(crate) spec: GroupSpec,
+    pub(crate) range: Range<usize>,
+    /// Updates of `v` so far (for bias correction).
+    pub(crate) v_updates: u64,
+    /// Momentum variant: worker/server errors.
+    pub(crate) allreduce: AllReduceState,
+    /// Seed variant: decayed gradient compressor.
+    pub(crate) seed: Option<Compressor>,
+}
+
+/// The 1-bit Adam optimizer for one rank. Every rank builds it with the same
+/// config and groups and calls [`OneBitAdam::step`] in lockstep.
+#[derive(Debug, Clone)]
+pub struct OneBitAdam {
+    pub(crate) config: Config,
+    pub(crate) groups: Vec<GroupState>,
+    pub(crate) len: usize,
+    /// Completed steps.
+    pub(crate) step: u64,
+    /// 1-bit steps taken (for `error_reset_every`).
+    pub(crate) compressed_steps: u64,
+    pub(crate) m: Vec<f32>,
+    pub(crate) v: Vec<f32>,
+    /// `true` while the mean gradient has been exactly 0 at every warm-up step.
+    pub(crate) zero: Vec<bool>,
+    /// Gradient accumulated since the last step and how many were added.
+    pub(crate) grad_sum: Vec<f32>,
+    pub(crate) grad_count: u32,
+    /// Rank/size the error buffers are bound to (set by the first step).
+    pub(crate) bound: Option<(usize, usize)>,
+    scratch: Vec<f32>,
+    scratch_bits: Vec<u8>,
+    scratch_gather: Vec<u8>,
+}
+
+impl OneBitAdam {
+    /// One 1-bit group of `len` parameters.
+    ///
+    /// # Errors
+    /// [`OneBitError::Config`] naming the invalid hyper-parameter.
+    pub fn new(len: usize, config: Config) -> Result<Self, OneBitError> {
+        Self::with_groups(&[GroupSpec::one_bit(len)], config)
+    }
+
+    /// Groups laid out back to back in the flat parameter vector.
+    ///
+    /// # Errors
+    /// [`OneBitError::Config`] naming the invalid hyper-parameter or a group
+    /// weight decay that is negative or not finite.
+    pub fn with_groups(groups: &[GroupSpec], config: Config) -> Result<Self, OneBitError> {
+        config.validate()?;
+        let mut start = 0;
+        let mut states = Vec::with_capacity(groups.len());
+        for &spec in groups {
+            if let Some(wd) = spec.weight_decay {
+                if !(wd.is_finite() && wd >= 0.0) {
+                    return Err(OneBitError::Config("group weight_decay"));
+                }
+            }
+            let seed = match (spec.policy, config.variant) {
+                (Policy::OneBit, Variant::DecayedGradient { beta, scale }) => Some(
+                    Compressor::with_config(
+                        spec.len,
+                        CompressorConfig {
+                            feedback: ErrorFeedback::Decayed { beta },
+                            scale,
+                            chunk: None,
+                        },
+                    )
+                    .map_err(|_| OneBitError::Config("variant beta"))?,
+                ),
+                _ => None,
+            };
+            states.push(GroupState {
+                spec,
+                range: start..start + spec.len,
+                v_updates: 0,
+                allreduce: AllReduceState::new(),
+                seed,
+            });
+            start += spec.len;
+        }
+        Ok(Self {
+            config,
+            groups: states,
+            len: start,
+            step: 0,
+            compressed_steps: 0,
+            m: vec![0.0; start],
+            v: vec![0.0; start],
+            zero: vec![true; start],
+            grad_sum: vec![0.0; start],
+            grad_count: 0,
+            bound: None,
+            scratch: Vec::new(),
+            scratch_bits: Vec::new(),
+            scratch_gather: Vec::new(),
+        })
+    }
+
+    /// Number of parameters.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are no parameters.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Completed steps.
+    pub fn steps(&self) -> u64 {
+        self.step
+    }
+
+    /// The hyper-parameters.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// First moment `m`.
+    pub fn momentum(&self) -> &[f32] {
+        &self.m
+    }
+
+    /// Second moment `v`.
+    pub fn variance(&self) -> &[f32] {
+        &self.v
+    }
+
+    /// Coordinates whose mean gradient was exactly 0 at every warm-up step
+    /// so far (their momentum is kept at 0 in the 1-bit stage).
+    pub fn zero_coordinates(&self) -> usize {
+        self.zero.iter().filter(|&&z| z).count()
+    }
+
+    /// The stage step `t` (1-based) runs in.
+    pub fn stage_of(&self, t: u64) -> Stage {
+        if t <= self.config.freeze_step {
+            Stage::Warmup
+        } else if self.config.final_full_after.is_some_and(|f| t > f) {
+            Stage::FinalFull
+        } else {
+            Stage::Compressed
+        }
+    }
+
+    /// Error-buffer norms per group (`0` for full-precision groups); for the
+    /// seed variant `worker` is the decayed gradient error and `server` is 0.
+    pub fn error_norms(&self) -> Vec<ErrorNorms> {
+        self.groups
+            .iter()
+            .map(|g| match &g.seed {
+                Some(c) => ErrorNorms {
+                    worker: c.error_norm(),
+                    server: 0.0,
+                },
+                None => g.allreduce.error_norms(),
+            })
+            .collect()
+    }
+
+    /// Zero every error buffer now (all ranks at the same step).
+    pub fn reset_errors(&mut self) {
+        for g in &mut self.groups {
+            g.allreduce.reset_errors();
+            if let Some(c) = &mut g.seed {
+                c.reset_error();
+            }
+        }
+    }
+
+    /// Add one micro-batch gradient; [`Self::step`] uses the average of all
+    /// gradients added since the previous step (both stages).
+    ///
+    /// # Errors
+    /// [`OneBitError::Length`] for a wrong length, [`OneBitError::NonFinite`]
+    /// for a NaN/±Inf; nothing is added then.
+    pub fn accumulate(&mut self, grad: &[f32]) -> Result<(), OneBitError> {
+        self.check_grad(grad)?;
+        if self.grad_count == u32::MAX {
+            return Err(OneBitError::Config("too many accumulated gradients"));
+        }
+        for (s, g) in self.grad_sum.iter_mut().zip(grad) {
+            *s += *g;
+        }
+        self.grad_count += 1;
+        Ok(())
+    }
+
+    fn check_grad(&self, grad: &[f32]) -> Result<(), OneBitError> {
+        if grad.len() != self.len {
+            return Err(OneBitError::Length {
+                expected: self.len,
+                found: grad.len(),
+            });
+        }
+        onebit_codec::check_finite(grad).map_err(|_| OneBitError::NonFinite {
+            index: grad.iter().position(|g| !g.is_finite()).unwrap_or(0),
+        })
+    }
+
+    /// `accumulate(grad)` then `step`, as one collective call: a NaN/±Inf in
+    /// `grad` on any rank fails the step on every rank before anything changes.
+    ///
+    /// # Errors
+    /// As [`Self::step`].
+    pub fn step_with_grad(
+        &mut self,
+        comm: &mut dyn Communicator,
+        params: &mut [f32],
+        grad: &[f32],
+    ) -> Result<StepReport, OneBitError> {
+        self.step_inner(comm, params, Some(grad))
+    }
+
+    /// One optimizer step on `params` with the averaged accumulated gradient.
+    ///
+    /// # Errors
+    /// Every rank returns an error, and nothing changes on any rank, when:
+    /// a rank's `params`/gradient has the wrong length ([`OneBitError::Length`]),
+    /// holds a NaN/±Inf ([`OneBitError::NonFinite`]), has no gradient
+    /// ([`OneBitError::NoGradient`]), or has state bound to another rank or
+    /// group size ([`OneBitError::StateShape`]) — the other ranks get
+    /// [`OneBitError::RemoteInput`]; ranks disagree on step, length or group
+    /// layout ([`OneBitError::Comm`]). Transport failures after the header
+    /// exchange are returned as [`OneBitError::Comm`] (the group is broken).
+    pub fn step(
+        &mut self,
+        comm: &mut dyn Communicator,
+        params: &mut [f32],
+    ) -> Result<StepReport, OneBitError> {
+        self.step_inner(comm, params, None)
+    }
+
+    /// FNV-1a over the group layout: ranks must agree on it.
+    fn layout(&self) -> u64 {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |x: u64| {
+            for b in x.to_le_bytes() {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        };
+        for g in &self.groups {
+            eat(g.spec.len as u64);
+            eat(match g.spec.policy {
+                Policy::OneBit => 1,
+                Policy::FullPrecision => 2,
+            });
+        }
+        eat(match self.config.variant {
+            Variant::Momentum => 1,
+            Variant::DecayedGradient { .. } => 2,
+        });
+        h
+    }
+
+    /// Local verdict: lengths, gradient, binding; fills `scratch` with the
+    /// averaged gradient.
+    fn prepare(
+        &mut self,
+        comm: &dyn Communicator,
+        params: &[f32],
+        extra: Option<&[f32]>,
+    ) -> Result<(), OneBitError> {
+        if params.len() != self.len {
+            return Err(OneBitError::Length {
+                expected: self.len,
+                found: params.len(),
+            });
+        }
+        if let Some(g) = extra {
+            self.check_grad(g)?;
+        }
+        let count = self.grad_count + u32::from(extra.is_some());
+        if count == 0 {
+            return Err(OneBitError::NoGradient);
+        }
+        if let Some((rank, size)) = self.bound {
+            if (rank, size) != (comm.rank(), comm.size()) {
+                return Err(OneBitError::StateShape {
+                    expected: size as u64,
+                    found: comm.size() as u64,
+                });
+            }
+        }
+        let inv = count as f32;
+        self.scratch.clear();
+        match extra {
+            Some(g) => self
+                .scratch
+                .extend(self.grad_sum.iter().zip(g).map(|(s, g)| (s + g) / inv)),
+            None => self.scratch.extend(self.grad_sum.iter().map(|s| s / inv)),
+        }
+        onebit_codec::check_finite(&self.scratch).map_err(|_| OneBitError::NonFinite {
+            index: self.scratch.iter().position(|g| !g.is_finite()).unwrap_or(0),
+        })
+    }
+
+    fn step_inner(
+        &mut self,
+        comm: &mut dyn Communicator,
+        params: &mut [f32],
+        extra: Option<&[f32]>,
+    ) -> Result<StepReport, OneBitError> {
+        let before = comm.stats();
+        let local = self.prepare(comm, params, extra);
+        header::exchange(comm, Op::OptimizerStep, self.len, self.step, self.layout(), local)?;
+        // Agreed: from here on every rank runs the same collectives.
+        self.bound = Some((comm.rank(), comm.size()));
+        self.grad_sum.fill(0.0);
+        self.grad_count = 0;
+        let t = self.step + 1;
+        let stage = self.stage_of(t);
+        let mut g = core::mem::take(&mut self.scratch);
+        for gi in 0..self.groups.len() {
+            let one_bit =
+                stage == Stage::Compressed && self.groups[gi].spec.policy == Policy::OneBit;
+            let range = self.groups[gi].range.clone();
+            if one_bit {
+                self.one_bit_group(comm, gi, &mut g[range.clone()])?;
+            } else {
+                self.full_group(comm, gi, &mut g[range.clone()], stage == Stage::Warmup)?;
+            }
+            self.update(gi, t, &mut params[range]);
+        }
+        self.scratch = g;
+        self.step = t;
+        if stage == Stage::Compressed {
+            self.compressed_steps += 1;
+            if let Some(k) = self.config.error_reset_every {
+                if self.compressed_steps % k == 0 {
+                    self.reset_errors();
+                }
+            }
+        }
+        Ok(StepReport {
+            step: t,
+            stage,
+            bytes: comm.stats().since(&before),
+        })
+    }
+
+    /// Mean all-reduce of the gradient, then `m`, `v` (and the zero mask
+    /// during warm-up).
+    fn full_group(
+        &mut self,
+        comm: &mut dyn Communicator,
+        gi: usize,
+        g: &mut [f32],
+        warmup: bool,
+    ) -> Result<(), OneBitError> {
+        comm.all_reduce_sum(g)?;
+        let pf = comm.size() as f32;
+        let (b1, b2) = (self.config.beta1, self.config.beta2);
+        let range = self.groups[gi].range.clone();
+        let (m, v, z) = (
+            &mut self.m[range.clone()],
+            &mut self.v[range.clone()],
+            &mut self.zero[range],
+        );
+        for (((g, m), v), z) in g.iter_mut().zip(m).zip(v).zip(z) {
+            *g /= pf;
+            *m = b1 * *m + (1.0 - b1) * *g;
+            *v = b2 * *v + (1.0 - b2) * *g * *g;
+            if warmup {
+                *z &= *g == 0.0;
+            }
+        }
+        self.groups[gi].v_updates += 1;
+        Ok(())
+    }
+
+    /// 1-bit stage of one group: compressed momentum (or the seed variant's
+    /// compressed gradient), then the zero mask.
+    fn one_bit_group(
+        &mut self,
+        comm: &mut dyn Communicator,
+        gi: usize,
+        g: &mut [f32],
+    ) -> Result<(), OneBitError> {
+        let b1 = self.config.beta1;
+        let range = self.groups[gi].range.clone();
+        let (p, rank) = (comm.size(), comm.rank());
+        match self.config.variant {
+            Variant::Momentum => {
+                let m = &mut self.m[range.clone()];
+                for (m, g) in m.iter_mut().zip(g.iter()) {
+                    *m = b1 * *m + (1.0 - b1) * *g;
+                }
+                let state = &mut self.groups[gi].allreduce;
+                state.bind(m.len(), p, rank)?;
+                if !m.is_empty() {
+                    allreduce::reduce_bound(comm, m, state)?;
+                }
+                state.calls += 1;
+            }
+            Variant::DecayedGradient { .. } => {
+                self.gather_mean(comm, gi, g)?;
+                let m = &mut self.m[range.clone()];
+                for (m, g) in m.iter_mut().zip(g.iter()) {
+                    *m = b1 * *m + (1.0 - b1) * *g;
+                }
+            }
+        }
+        for (m, &z) in self.m[range.clone()].iter_mut().zip(&self.zero[range]) {
+            if z {
+                *m = 0.0;
+            }
+        }
+        Ok(())
+    }
+
+    /// Seed variant: compress `g` with decayed error feedback, all-gather
+    /// `[signs | scale]`, and replace `g` by the rank-order mean of the
+    /// decoded gradients `Σ_i (α_i/P)·σ_i`.
+    fn gather_mean(
+        &mut self,
+        comm: &mut dyn Communicator,
+        gi: usize,
+        g: &mut [f32],
+    ) -> Result<(), OneBitError> {
+        let p = comm.size();
+        let Some(c) = self.groups[gi].seed.as_mut() else {
+            return Err(OneBitError::Config("seed variant compressor missing"));
+        };
+        let bytes = onebit_codec::packed_len(g.len());
+        let unit = bytes + 4;
+        self.scratch_bits.clear();
+        self.scratch_bits.resize(unit, 0);
+        // An overflow is sent as a NaN scale so every rank fails together.
+        let result = c.compress_into(g, &mut self.scratch_bits[..bytes]);
+        let alpha = *result.as_ref().unwrap_or(&f32::NAN);
+        self.scratch_bits[bytes..].copy_from_slice(&alpha.to_le_bytes());
+        self.scratch_gather.clear();
+        self.scratch_gather.resize(p * unit, 0);
+        comm.all_gather(&self.scratch_bits, &mut self.scratch_gather)?;
+        if let Err(onebit_codec::CodecError::NonFinite { index }) = result {
+            return Err(OneBitError::NonFinite { index });
+        }
+        let pf = p as f32;
+        let mut scales = Vec::with_capacity(p);
+        for (i, piece) in self.scratch_gather.chunks_exact(unit).enumerate() {
+            let mut w = [0u8; 4];
+            w.copy_from_slice(&piece[bytes..]);
+            let a = f32::from_le_bytes(w);
+            if !a.is_finite() {
+                return Err(OneBitError::RemoteInput { rank: i });
+            }
+            scales.push(a / pf);
+        }
+        g.fill(0.0);
+        for (piece, &a) in self.scratch_gather.chunks_exact(unit).zip(&scales) {
+            onebit_codec::unpack_add(&piece[..bytes], a, g)
+                .map_err(|_| OneBitError::Config("internal buffer size"))?;
+        }
+        Ok(())
+    }
+
+    /// `x ← x − lr·(m̂/(√v̂+ε) + λ·x)` for one group at step `t`.
+    fn update(&mut self, gi: usize, t: u64, x: &mut [f32]) {
+        let c = self.config;
+        let group = &self.groups[gi];
+        let wd = group.spec.weight_decay.unwrap_or(c.weight_decay);
+        let (mc, vc) = if c.bias_correction {
+            (
+                1.0 - f64::from(c.beta1).powi(clamp_i32(t)),
+                1.0 - f64::from(c.beta2).powi(clamp_i32(group.v_updates)),
+            )
+        } else {
+            (1.0, 1.0)
+        };
+        let (mc, vc) = (mc as f32, vc as f32);
+        let range = group.range.clone();
+        for ((x, &m), &v) in x.iter_mut().zip(&self.m[range.clone()]).zip(&self.v[range]) {
+            let (m_hat, v_hat) = if c.bias_correction {
+                (m / mc, v / vc)
+            } else {
+                (m, v)
+            };
+            let u = m_hat / (Float::sqrt(v_hat) + c.eps) + wd * *x;
+            *x -= c.lr * u;
+        }
+    }
+}
+
+fn clamp_i32(t: u64) -> i32 {
+    i32::try_from(t).unwrap_or(i32::MAX)
+}

@@ -1,0 +1,99 @@
+//! A plain, single-threaded simulation of [`crate::compressed_allreduce`] on
+//! `P` ranks: the obviously-correct slow path the tests (and the MPI backend's
+//! tests) compare against bit for bit. No packing, no communicator: every
+//! rank's buffer and error vectors are ordinary `Vec`s, and each SPEC step is
+//! a loop written the way the math reads. Only the scale comes from
+//! [`onebit_codec::scale::rms`], whose reduction order is part of the codec's
+//! documented contract.
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use crate::allreduce::padded_len;
+
+/// Worker and server errors of all `P` simulated ranks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReferenceState {
+    /// `worker[r]`: rank `r`'s worker error `e_w` (`N` elements).
+    pub worker: Vec<Vec<f32>>,
+    /// `server[r]`: rank `r`'s server error `e_s` for chunk `r` (`N/P`).
+    pub server: Vec<Vec<f32>>,
+}
+
+impl ReferenceState {
+    /// Zero errors for buffers of `n` elements on `p ≥ 1` ranks.
+    pub fn new(n: usize, p: usize) -> Self {
+        let p = p.max(1);
+        let big_n = padded_len(n, p);
+        Self {
+            worker: vec![vec![0.0; big_n]; p],
+            server: vec![vec![0.0; big_n / p]; p],
+        }
+    }
+}
+
+/// `α·σ(v)` with σ(v) = +1 iff `!(v < 0)`.
+fn signed(v: f32, alpha: f32) -> f32 {
+    if v < 0.0 { -alpha } else { alpha }
+}
+
+/// Run one compressed all-reduce over `bufs` (one buffer per rank, all of
+/// length `n`; `bufs.len()` = P = `state.worker.len()`). On return every
+/// buffer holds the same decoded mean, exactly as every rank of
+/// [`crate::compressed_allreduce`] would.
+///
+/// # Panics
+/// If the buffers or the state do not have the shapes described above (a
+/// test-support function: shapes are the caller's contract).
+pub fn simulate_allreduce(bufs: &mut [Vec<f32>], state: &mut ReferenceState) {
+    let p = bufs.len();
+    assert!(p >= 1 && state.worker.len() == p && state.server.len() == p);
+    let n = bufs[0].len();
+    assert!(bufs.iter().all(|b| b.len() == n));
+    if n == 0 {
+        return;
+    }
+    let big_n = padded_len(n, p);
+    let m = big_n / p;
+
+    // Step 1: each worker forms p = x ⊕ 0 + e_w, its scale, its new error.
+    let mut worker_p = vec![vec![0.0f32; big_n]; p];
+    let mut alpha = vec![0.0f32; p];
+    for r in 0..p {
+        for i in 0..big_n {
+            let x = if i < n { bufs[r][i] } else { 0.0 };
+            worker_p[r][i] = x + state.worker[r][i];
+        }
+        alpha[r] = onebit_codec::scale::rms(&worker_p[r]);
+        for i in 0..big_n {
+            state.worker[r][i] = worker_p[r][i] - signed(worker_p[r][i], alpha[r]);
+        }
+    }
+
+    // Step 3 (step 2 is the routing: server j reads chunk j of every worker):
+    // server j sums (α_i/P)·σ_i in rank order, adds e_s, compresses.
+    let pf = p as f32;
+    let mut server_c = vec![vec![0.0f32; m]; p];
+    let mut beta = vec![0.0f32; p];
+    for j in 0..p {
+        for k in 0..m {
+            let mut c = 0.0f32;
+            for i in 0..p {
+                c += signed(worker_p[i][j * m + k], alpha[i] / pf);
+            }
+            server_c[j][k] = c + state.server[j][k];
+        }
+        beta[j] = onebit_codec::scale::rms(&server_c[j]);
+        for k in 0..m {
+            state.server[j][k] = server_c[j][k] - signed(server_c[j][k], beta[j]);
+        }
+    }
+
+    // Step 4: everyone decodes β_j·σ(c_j), truncated to n.
+    for b in bufs.iter_mut() {
+        for (i, out) in b.iter_mut().enumerate() {
+            let (j, k) = (i / m, i % m);
+            *out = signed(server_c[j][k], beta[j]);
+        }
+    }
+}

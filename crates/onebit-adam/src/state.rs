@@ -1,0 +1,253 @@
+//! Export / import of the whole optimizer state of one rank, **including the
+//! worker and server error buffers** (DeepSpeed drops them on checkpoint
+//! load), so a restored run continues bit-identically.
+//!
+//! Record (all integers and floats little-endian):
+//! ```text
+//! magic "1BAS" | version u32 = 1 | rank u32 | size u32 (u32::MAX = unbound)
+//! len u64 | groups u32 | step u64 | compressed_steps u64 | grad_count u32
+//! per group: len u64 | policy u8 | v_updates u64
+//!            | kind u8 (0 none, 1 all-reduce, 2 seed)
+//!            | kind 1: calls u64 | N u64 | e_w f32×N | M u64 | e_s f32×M
+//!            | kind 2: L u64 | e f32×L
+//! m f32×len | v f32×len | zero mask ⌈len/8⌉ bytes (Msb0) | grad_sum f32×len
+//! crc32 u32 over everything before it
+//! ```
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use crate::allreduce::Shape;
+use crate::optimizer::{OneBitAdam, Policy};
+use crate::StateError;
+
+const MAGIC: [u8; 4] = *b"1BAS";
+const VERSION: u32 = 1;
+const UNBOUND: u32 = u32::MAX;
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u8(&mut self, x: u8) {
+        self.0.push(x);
+    }
+    fn u32(&mut self, x: u32) {
+        self.0.extend_from_slice(&x.to_le_bytes());
+    }
+    fn u64(&mut self, x: u64) {
+        self.0.extend_from_slice(&x.to_le_bytes());
+    }
+    fn floats(&mut self, xs: &[f32]) {
+        for x in xs {
+            self.0.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8], StateError> {
+        if self.b.len() < n {
+            return Err(StateError::Truncated);
+        }
+        let (head, rest) = self.b.split_at(n);
+        self.b = rest;
+        Ok(head)
+    }
+    fn u8(&mut self) -> Result<u8, StateError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, StateError> {
+        let mut w = [0u8; 4];
+        w.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(w))
+    }
+    fn u64(&mut self) -> Result<u64, StateError> {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(w))
+    }
+    /// `n` floats, checked finite; the length is checked against the bytes
+    /// left before allocating.
+    fn floats(&mut self, n: u64) -> Result<Vec<f32>, StateError> {
+        let bytes = usize::try_from(n)
+            .ok()
+            .and_then(|n| n.checked_mul(4))
+            .ok_or(StateError::Truncated)?;
+        let raw = self.take(bytes)?;
+        let mut out = Vec::with_capacity(raw.len() / 4);
+        for w in raw.chunks_exact(4) {
+            let x = f32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+            if !x.is_finite() {
+                return Err(StateError::NonFinite);
+            }
+            out.push(x);
+        }
+        Ok(out)
+    }
+    /// A float vector whose length must equal `want`.
+    fn floats_exact(&mut self, want: usize, what: &'static str) -> Result<Vec<f32>, StateError> {
+        let n = self.u64()?;
+        if n != want as u64 {
+            return Err(StateError::Shape(what));
+        }
+        self.floats(n)
+    }
+}
+
+fn policy_byte(p: Policy) -> u8 {
+    match p {
+        Policy::OneBit => 1,
+        Policy::FullPrecision => 2,
+    }
+}
+
+impl OneBitAdam {
+    /// Serialise this rank's state (moments, zero mask, accumulated gradient,
+    /// counters, and every error buffer) as a versioned, CRC-32-checked record
+    /// (layout in the module docs of `state.rs` and in `docs/ONEBIT_ADAM.md`).
+    /// Hyper-parameters are not stored: the caller rebuilds the optimizer
+    /// with its config and groups, then imports.
+    pub fn export_state(&self) -> Vec<u8> {
+        let mut w = Writer(Vec::new());
+        w.0.extend_from_slice(&MAGIC);
+        w.u32(VERSION);
+        let (rank, size) = self
+            .bound
+            .map_or((UNBOUND, UNBOUND), |(r, s)| (r as u32, s as u32));
+        w.u32(rank);
+        w.u32(size);
+        w.u64(self.len as u64);
+        w.u32(self.groups.len() as u32);
+        w.u64(self.step);
+        w.u64(self.compressed_steps);
+        w.u32(self.grad_count);
+        for g in &self.groups {
+            w.u64(g.spec.len as u64);
+            w.u8(policy_byte(g.spec.policy));
+            w.u64(g.v_updates);
+            if let Some(c) = &g.seed {
+                w.u8(2);
+                let mut e = vec![0.0f32; c.len()];
+                // Lengths match by construction.
+                let _ = c.error_into(&mut e);
+                w.u64(e.len() as u64);
+                w.floats(&e);
+            } else if g.allreduce.shape.is_some() {
+                w.u8(1);
+                w.u64(g.allreduce.calls);
+                let we = g.allreduce.worker_error();
+                let se = g.allreduce.server_error();
+                w.u64(we.len() as u64);
+                w.floats(&we);
+                w.u64(se.len() as u64);
+                w.floats(&se);
+            } else {
+                w.u8(0);
+            }
+        }
+        w.floats(&self.m);
+        w.floats(&self.v);
+        let mut mask = vec![0u8; self.len.div_ceil(8)];
+        for (i, &z) in self.zero.iter().enumerate() {
+            if z {
+                mask[i / 8] |= 0x80 >> (i % 8);
+            }
+        }
+        w.0.extend_from_slice(&mask);
+        w.floats(&self.grad_sum);
+        let crc = crc32fast::hash(&w.0);
+        w.u32(crc);
+        w.0
+    }
+
+    /// Restore a record written by [`Self::export_state`] on an optimizer
+    /// built with the same groups (and config). On error `self` is unchanged.
+    ///
+    /// # Errors
+    /// [`StateError::Truncated`], [`StateError::BadMagic`],
+    /// [`StateError::UnsupportedVersion`], [`StateError::Checksum`],
+    /// [`StateError::Shape`] (other parameter count, groups, policies or
+    /// variant), [`StateError::NonFinite`], [`StateError::TrailingBytes`].
+    pub fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
+        if bytes.len() < 12 {
+            return Err(StateError::Truncated);
+        }
+        if bytes[..4] != MAGIC {
+            return Err(StateError::BadMagic);
+        }
+        let version = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
+        if version != VERSION {
+            return Err(StateError::UnsupportedVersion(version));
+        }
+        let (body, tail) = bytes.split_at(bytes.len() - 4);
+        let stored = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
+        let computed = crc32fast::hash(body);
+        if stored != computed {
+            return Err(StateError::Checksum { stored, computed });
+        }
+        let mut r = Reader { b: &body[8..] };
+        let mut next = self.clone();
+        let (rank, size) = (r.u32()?, r.u32()?);
+        next.bound = match (rank, size) {
+            (UNBOUND, UNBOUND) => None,
+            (rank, size) if rank < size => Some((rank as usize, size as usize)),
+            _ => return Err(StateError::Shape("rank")),
+        };
+        if r.u64()? != self.len as u64 {
+            return Err(StateError::Shape("parameter count"));
+        }
+        if r.u32()? != self.groups.len() as u32 {
+            return Err(StateError::Shape("group count"));
+        }
+        next.step = r.u64()?;
+        next.compressed_steps = r.u64()?;
+        next.grad_count = r.u32()?;
+        for g in &mut next.groups {
+            if r.u64()? != g.spec.len as u64 {
+                return Err(StateError::Shape("group length"));
+            }
+            if r.u8()? != policy_byte(g.spec.policy) {
+                return Err(StateError::Shape("group policy"));
+            }
+            g.v_updates = r.u64()?;
+            match (r.u8()?, g.seed.as_mut()) {
+                (0, None) => g.allreduce = Default::default(),
+                (1, None) => {
+                    let (rank, size) = next.bound.ok_or(StateError::Shape("rank"))?;
+                    let shape = Shape {
+                        len: g.spec.len,
+                        ranks: size,
+                        rank,
+                    };
+                    let calls = r.u64()?;
+                    let we = r.floats_exact(shape.padded(), "worker error length")?;
+                    let se = r.floats_exact(shape.server_len(), "server error length")?;
+                    g.allreduce
+                        .restore(shape, calls, &we, &se)
+                        .map_err(|_| StateError::NonFinite)?;
+                }
+                (2, Some(c)) => {
+                    let e = r.floats_exact(g.spec.len, "seed error length")?;
+                    c.set_error(&e).map_err(|_| StateError::NonFinite)?;
+                }
+                _ => return Err(StateError::Shape("variant")),
+            }
+        }
+        next.m = r.floats(self.len as u64)?;
+        next.v = r.floats(self.len as u64)?;
+        let mask = r.take(self.len.div_ceil(8))?;
+        next.zero = (0..self.len)
+            .map(|i| mask[i / 8] & (0x80 >> (i % 8)) != 0)
+            .collect();
+        next.grad_sum = r.floats(self.len as u64)?;
+        if !r.b.is_empty() {
+            return Err(StateError::TrailingBytes);
+        }
+        *self = next;
+        Ok(())
+    }
+}

@@ -1,0 +1,2 @@
+//! Codec benchmarks (placeholder).
+fn main() {}

@@ -1,0 +1,434 @@
+//! Error-feedback compressor: `p = x + e; α = scale(p); e ← p − α·σ(p)`, fused.
+//!
+//! # Exact semantics (`ErrorFeedback::Full`, the reference)
+//! Per element, all in `f32`: `p = x + e`; per chunk `α = scale(p_chunk)`
+//! ([`crate::scale`] order); `σ(p) = +1` if `!(p < 0)` else `−1`;
+//! `e ← p − α·σ(p)`; the signs of `p` are the payload.
+//!
+//! # One pass over memory
+//! After a step the buffer holds `p`, not `e`, plus the pending scales: `e` is
+//! recomputed on the fly as `p − α·σ(p)` (the same `f32` operation, so the same
+//! bits) when the next step reads the buffer. A step therefore reads `x` and the
+//! buffer once and writes the buffer once (~12 B/element), instead of the
+//! reference's two passes. Work goes in L1-sized blocks: update, then sum and
+//! pack the block while it is still in cache.
+
+use alloc::vec;
+use alloc::vec::Vec;
+use core::fmt;
+use core::num::NonZeroUsize;
+
+use crate::pack::{pack_words, packed_len};
+use crate::scale::{Accumulator, ScaleKind, first_non_finite, max_abs_finite};
+use crate::{CodecError, Compressed};
+
+/// How the quantisation error is carried to the next step.
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub enum ErrorFeedback {
+    /// `e ← p − α·σ(p)` (DeepSpeed 1-bit Adam, EF-SignSGD): nothing is lost,
+    /// `Σ_t x̂_t + e_T = Σ_t x_t`. The default.
+    #[default]
+    Full,
+    /// The source document's rule `e ← β·e + (1 − β)·(p − α·σ(p))` (in `f32`,
+    /// `e` the buffer before the step): a decayed buffer that forgets part of
+    /// the error. `beta ∈ [0, 1]`; `beta = 0` is `Full`.
+    Decayed {
+        /// Decay of the old buffer (the document suggests Adam's β₁ = 0.9).
+        beta: f32,
+    },
+}
+
+/// Options of a [`Compressor`]; `Default` is the reference (Full, RMS, one scale).
+#[derive(Clone, Copy, Debug, PartialEq, Default)]
+pub struct CompressorConfig {
+    /// Error-feedback rule.
+    pub feedback: ErrorFeedback,
+    /// Scale of each chunk.
+    pub scale: ScaleKind,
+    /// One scale per `chunk` elements (the last chunk may be shorter); `None`
+    /// is one scale for the whole tensor.
+    pub chunk: Option<NonZeroUsize>,
+}
+
+/// Elements per cache block of the fused pass (multiple of 64: whole sign words).
+const BLOCK: usize = 2048;
+
+/// A 1-bit compressor for tensors of `n` elements that owns the error buffer `e`.
+///
+/// The state is plain data: save it with [`Compressor::error`] and restore it
+/// with [`Compressor::set_error`].
+#[derive(Clone)]
+pub struct Compressor {
+    n: usize,
+    config: CompressorConfig,
+    /// Effective chunk length (≥ 1).
+    chunk: usize,
+    /// `Full`: `p` of the last step (`e = p − α·σ(p)` with `alphas`);
+    /// `Decayed`: `e` itself (its `alphas` stay 0).
+    buf: Vec<f32>,
+    /// Pending scales of the last step, one per chunk; 0 means `buf` is `e`.
+    alphas: Vec<f32>,
+    /// An upper bound on `max |e_i|`, for the overflow check.
+    bound: f32,
+}
+
+impl fmt::Debug for Compressor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Compressor")
+            .field("n", &self.n)
+            .field("config", &self.config)
+            .field("chunks", &self.alphas.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Compressor {
+    /// The reference compressor for `n` elements: `Full` error feedback, RMS
+    /// scale, one scale for the whole tensor, `e = 0`.
+    pub fn new(n: usize) -> Self {
+        Self::build(n, CompressorConfig::default())
+    }
+
+    /// A compressor with the given options.
+    ///
+    /// # Errors
+    /// [`CodecError::InvalidBeta`] when `Decayed { beta }` has `beta` outside
+    /// `[0, 1]` or not finite.
+    pub fn with_config(n: usize, config: CompressorConfig) -> Result<Self, CodecError> {
+        if let ErrorFeedback::Decayed { beta } = config.feedback {
+            if !(0.0..=1.0).contains(&beta) {
+                return Err(CodecError::InvalidBeta);
+            }
+        }
+        Ok(Self::build(n, config))
+    }
+
+    fn build(n: usize, config: CompressorConfig) -> Self {
+        let chunk = config.chunk.map_or(n.max(1), NonZeroUsize::get);
+        Self {
+            n,
+            config,
+            chunk,
+            buf: vec![0.0; n],
+            alphas: vec![0.0; n.div_ceil(chunk)],
+            bound: 0.0,
+        }
+    }
+
+    /// Elements per tensor.
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    /// Whether the tensor has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// The options.
+    pub fn config(&self) -> CompressorConfig {
+        self.config
+    }
+
+    /// Chunk length (elements per scale; `max(n, 1)` without chunking).
+    pub fn chunk_len(&self) -> usize {
+        self.chunk
+    }
+
+    /// Number of scales per step: `ceil(n / chunk)` (0 when `n = 0`).
+    pub fn chunks(&self) -> usize {
+        self.alphas.len()
+    }
+
+    /// One compression step with a single scale (no chunking): writes the
+    /// packed signs of `p = x + e` to `signs_out` and returns `α`.
+    ///
+    /// # Errors
+    /// - [`CodecError::LengthMismatch`] when `x.len() != n`, or when the
+    ///   compressor has more than one chunk (use [`Self::compress_chunks_into`]);
+    /// - [`CodecError::BufferSize`] when `signs_out.len() != ceil(n / 8)`;
+    /// - [`CodecError::NonFinite`] when `x` holds a NaN/±∞ or `x + e` overflows.
+    ///
+    /// On error nothing changes (error buffer, outputs).
+    pub fn compress_into(&mut self, x: &[f32], signs_out: &mut [u8]) -> Result<f32, CodecError> {
+        let k = self.chunks();
+        if k > 1 {
+            return Err(CodecError::LengthMismatch {
+                expected: k,
+                found: 1,
+            });
+        }
+        let mut scale = [Accumulator::new(self.config.scale).finish()];
+        self.compress_chunks_into(x, signs_out, &mut scale[..k])?;
+        Ok(scale[0])
+    }
+
+    /// One compression step with per-chunk scales: packed signs of `p = x + e`
+    /// to `signs_out` (`ceil(n / 8)` bytes), scale of chunk `c` to `scales_out[c]`.
+    ///
+    /// # Errors
+    /// - [`CodecError::LengthMismatch`] when `x.len() != n` or
+    ///   `scales_out.len() != self.chunks()`;
+    /// - [`CodecError::BufferSize`] when `signs_out.len() != ceil(n / 8)`;
+    /// - [`CodecError::NonFinite`] when `x` holds a NaN/±∞ or `x + e` overflows.
+    ///
+    /// On error nothing changes (error buffer, outputs).
+    pub fn compress_chunks_into(
+        &mut self,
+        x: &[f32],
+        signs_out: &mut [u8],
+        scales_out: &mut [f32],
+    ) -> Result<(), CodecError> {
+        self.validate(x, signs_out, scales_out)?;
+        match self.config.feedback {
+            ErrorFeedback::Full => self.step_full(x, signs_out, scales_out),
+            ErrorFeedback::Decayed { beta } => self.step_decayed(beta, x, signs_out, scales_out),
+        }
+        Ok(())
+    }
+
+    /// One compression step returning an owned [`Compressed`] payload.
+    ///
+    /// # Errors
+    /// As [`Self::compress_chunks_into`].
+    pub fn compress(&mut self, x: &[f32]) -> Result<Compressed, CodecError> {
+        let mut bits = vec![0u8; packed_len(self.n)];
+        let mut scales = vec![0.0f32; self.chunks()];
+        self.compress_chunks_into(x, &mut bits, &mut scales)?;
+        Ok(Compressed::from_parts_unchecked(
+            self.n,
+            self.chunk,
+            self.config.scale,
+            scales,
+            bits,
+        ))
+    }
+
+    /// The error buffer `e` (materialises the pending `p − α·σ(p)`, one pass).
+    pub fn error(&mut self) -> &[f32] {
+        if self.alphas.iter().any(|&a| a != 0.0) {
+            let chunk = self.chunk;
+            for (p, &a) in self.buf.chunks_mut(chunk).zip(&self.alphas) {
+                for v in p {
+                    *v -= sign_scale(*v, a);
+                }
+            }
+            self.alphas.fill(0.0);
+        }
+        &self.buf
+    }
+
+    /// Copy the error buffer `e` into `out` without changing the compressor.
+    ///
+    /// # Errors
+    /// [`CodecError::LengthMismatch`] when `out.len() != n`.
+    pub fn error_into(&self, out: &mut [f32]) -> Result<(), CodecError> {
+        check_len(self.n, out.len())?;
+        for ((o, p), &a) in out
+            .chunks_mut(self.chunk)
+            .zip(self.buf.chunks(self.chunk))
+            .zip(&self.alphas)
+        {
+            for (o, &p) in o.iter_mut().zip(p) {
+                *o = p - sign_scale(p, a);
+            }
+        }
+        Ok(())
+    }
+
+    /// Replace the error buffer (restore from a checkpoint).
+    ///
+    /// # Errors
+    /// [`CodecError::LengthMismatch`] when `e.len() != n`;
+    /// [`CodecError::NonFinite`] when `e` holds a NaN/±∞. Nothing changes then.
+    pub fn set_error(&mut self, e: &[f32]) -> Result<(), CodecError> {
+        check_len(self.n, e.len())?;
+        if let Some(index) = first_non_finite(e) {
+            return Err(CodecError::NonFinite { index });
+        }
+        self.buf.copy_from_slice(e);
+        self.alphas.fill(0.0);
+        self.bound = max_abs_finite(e);
+        Ok(())
+    }
+
+    /// Set the error buffer to zero (e.g. the document's periodic reset).
+    pub fn reset_error(&mut self) {
+        self.buf.fill(0.0);
+        self.alphas.fill(0.0);
+        self.bound = 0.0;
+    }
+
+    /// `‖e‖₂` (f64 sum of squares in the [`crate::scale`] order, then `sqrt`).
+    pub fn error_norm(&self) -> f32 {
+        let mut acc = Accumulator::new(ScaleKind::Rms);
+        let mut tmp = [0.0f32; BLOCK];
+        for (p, &a) in self.buf.chunks(self.chunk).zip(&self.alphas) {
+            for block in p.chunks(BLOCK) {
+                let t = &mut tmp[..block.len()];
+                for (t, &p) in t.iter_mut().zip(block) {
+                    *t = p - sign_scale(p, a);
+                }
+                acc.feed(t);
+            }
+        }
+        // rms·√n = ‖e‖₂; recompute from the f64 sum to avoid a second rounding.
+        num_traits::Float::sqrt(acc.sum_sq()) as f32
+    }
+
+    fn validate(&self, x: &[f32], signs_out: &[u8], scales_out: &[f32]) -> Result<(), CodecError> {
+        check_len(self.n, x.len())?;
+        let bytes = packed_len(self.n);
+        if signs_out.len() != bytes {
+            return Err(CodecError::BufferSize {
+                expected: bytes,
+                found: signs_out.len(),
+            });
+        }
+        check_len(self.chunks(), scales_out.len())?;
+        if let Some(index) = first_non_finite(x) {
+            return Err(CodecError::NonFinite { index });
+        }
+        // |x_i + e_i| ≤ max|x| + bound: below f32::MAX (with margin for the f64
+        // sum's rounding) no element can overflow. Otherwise check each one.
+        let headroom = f64::from(f32::MAX) * (1.0 - 1.0 / 1048576.0);
+        if f64::from(max_abs_finite(x)) + f64::from(self.bound) >= headroom {
+            for (c, ((xc, pc), &a)) in x
+                .chunks(self.chunk)
+                .zip(self.buf.chunks(self.chunk))
+                .zip(&self.alphas)
+                .enumerate()
+            {
+                for (i, (&xi, &p)) in xc.iter().zip(pc).enumerate() {
+                    if !(xi + (p - sign_scale(p, a))).is_finite() {
+                        let index = c * self.chunk + i;
+                        return Err(CodecError::NonFinite { index });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Fused `Full` step (inputs validated): one pass over `x` and the buffer.
+    fn step_full(&mut self, x: &[f32], signs_out: &mut [u8], scales_out: &mut [f32]) {
+        let kind = self.config.scale;
+        let mut walk = ChunkWalk::new(self.chunk, self.n, kind);
+        let mut max_bits = 0u32;
+        for start in (0..self.n).step_by(BLOCK) {
+            let end = (start + BLOCK).min(self.n);
+            walk.run(start, end, |c, s, e, acc| {
+                update_full(&x[s..e], &mut self.buf[s..e], self.alphas[c]);
+                acc.feed(&self.buf[s..e]);
+            }, scales_out);
+            let block = &self.buf[start..end];
+            max_bits = block
+                .iter()
+                .fold(max_bits, |m, v| m.max(v.to_bits() & 0x7fff_ffff));
+            pack_words(block, &mut signs_out[start / 8..packed_len(end)]);
+        }
+        self.alphas.copy_from_slice(scales_out);
+        let max_alpha = scales_out.iter().fold(0.0f32, |m, &a| m.max(a));
+        self.bound = f32::from_bits(max_bits).max(max_alpha);
+    }
+
+    /// `Decayed` step (inputs validated): pass 1 forms `p` block-wise for the
+    /// scales and signs, pass 2 updates `e` with the now-known scales.
+    fn step_decayed(&mut self, beta: f32, x: &[f32], signs_out: &mut [u8], scales_out: &mut [f32]) {
+        let kind = self.config.scale;
+        let mut walk = ChunkWalk::new(self.chunk, self.n, kind);
+        let mut tmp = [0.0f32; BLOCK];
+        for start in (0..self.n).step_by(BLOCK) {
+            let end = (start + BLOCK).min(self.n);
+            for ((t, &xi), &e) in tmp.iter_mut().zip(&x[start..end]).zip(&self.buf[start..end]) {
+                *t = xi + e;
+            }
+            walk.run(start, end, |_, s, e, acc| acc.feed(&tmp[s - start..e - start]), scales_out);
+            pack_words(&tmp[..end - start], &mut signs_out[start / 8..packed_len(end)]);
+        }
+        let keep = 1.0 - beta;
+        let mut max_bits = 0u32;
+        for ((xc, ec), &a) in x
+            .chunks(self.chunk)
+            .zip(self.buf.chunks_mut(self.chunk))
+            .zip(scales_out.iter())
+        {
+            for (e, &xi) in ec.iter_mut().zip(xc) {
+                let p = xi + *e;
+                *e = beta * *e + keep * (p - sign_scale(p, a));
+                max_bits = max_bits.max(e.to_bits() & 0x7fff_ffff);
+            }
+        }
+        self.bound = f32::from_bits(max_bits);
+    }
+}
+
+/// `α·σ(p)`: `+α` when `!(p < 0)`, else `−α` (exact in `f32`).
+#[inline(always)]
+pub(crate) fn sign_scale(p: f32, alpha: f32) -> f32 {
+    if p < 0.0 { -alpha } else { alpha }
+}
+
+/// `buf ← x + (buf − α·σ(buf))`: the pending error plus the new input.
+#[inline(always)]
+fn update_full(x: &[f32], buf: &mut [f32], alpha: f32) {
+    for (q, &xi) in buf.iter_mut().zip(x) {
+        *q = xi + (*q - sign_scale(*q, alpha));
+    }
+}
+
+fn check_len(expected: usize, found: usize) -> Result<(), CodecError> {
+    if expected == found {
+        Ok(())
+    } else {
+        Err(CodecError::LengthMismatch { expected, found })
+    }
+}
+
+/// Walks blocks in order, splitting them at chunk boundaries and finishing each
+/// chunk's scale when its last element has been fed.
+struct ChunkWalk {
+    chunk: usize,
+    n: usize,
+    kind: ScaleKind,
+    c: usize,
+    chunk_end: usize,
+    acc: Accumulator,
+}
+
+impl ChunkWalk {
+    fn new(chunk: usize, n: usize, kind: ScaleKind) -> Self {
+        Self {
+            chunk,
+            n,
+            kind,
+            c: 0,
+            chunk_end: chunk.min(n),
+            acc: Accumulator::new(kind),
+        }
+    }
+
+    /// Call `f(chunk, start, end, acc)` for each piece of `start..end` that lies
+    /// in one chunk; write each finished chunk's scale to `scales`.
+    #[inline(always)]
+    fn run(
+        &mut self,
+        start: usize,
+        end: usize,
+        mut f: impl FnMut(usize, usize, usize, &mut Accumulator),
+        scales: &mut [f32],
+    ) {
+        let mut s = start;
+        while s < end {
+            let e = end.min(self.chunk_end);
+            f(self.c, s, e, &mut self.acc);
+            if e == self.chunk_end {
+                scales[self.c] = self.acc.finish();
+                self.c += 1;
+                self.acc = Accumulator::new(self.kind);
+                self.chunk_end = self.chunk_end.saturating_add(self.chunk).min(self.n);
+            }
+            s = e;
+        }
+    }
+}

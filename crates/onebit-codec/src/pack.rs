@@ -1,0 +1,132 @@
+//! Sign packing: 1 bit per element, `numpy.packbits` layout, 64 signs per word.
+//!
+//! Bit rule: bit = 1 iff `!(x < 0)` (so `+0.0`, `-0.0` and NaN give 1).
+//! Bit order: element 0 is the most significant bit of byte 0 (`Msb0`);
+//! padding bits of the last byte are 0.
+
+use bitvec::order::Msb0;
+use bitvec::vec::BitVec;
+
+use crate::CodecError;
+
+/// Bytes needed for `n` packed signs: `ceil(n / 8)`.
+pub const fn packed_len(n: usize) -> usize {
+    n / 8 + (n % 8 != 0) as usize
+}
+
+/// The sign rule: `true` (bit 1, decoded `+1`) iff `!(v < 0)`, so `±0` and NaN
+/// map to 1, exactly like `numpy.packbits(~(x < 0))`.
+#[inline(always)]
+#[allow(
+    clippy::neg_cmp_op_on_partial_ord,
+    reason = "the rule is defined as !(v < 0): NaN gives 1, as in numpy"
+)]
+pub const fn sign_bit(v: f32) -> bool {
+    !(v < 0.0)
+}
+
+#[inline(always)]
+fn bit(v: f32) -> u64 {
+    sign_bit(v) as u64
+}
+
+/// 64 sign bits, element 0 in the most significant bit.
+#[inline(always)]
+pub(crate) fn word_of(x: &[f32; 64]) -> u64 {
+    let mut w = 0u64;
+    for (k, &v) in x.iter().enumerate() {
+        w |= bit(v) << (63 - k);
+    }
+    w
+}
+
+/// Up to 8 sign bits, element 0 in the most significant bit, padding 0.
+#[inline(always)]
+fn byte_of(x: &[f32]) -> u8 {
+    let mut b = 0u8;
+    for (k, &v) in x.iter().enumerate().take(8) {
+        b |= u8::from(sign_bit(v)) << (7 - k);
+    }
+    b
+}
+
+/// Pack the signs of `x` into a bit vector whose raw bytes equal
+/// `numpy.packbits(~(x < 0))`.
+pub fn pack_signs(x: &[f32]) -> BitVec<u8, Msb0> {
+    let mut bytes = alloc::vec![0u8; packed_len(x.len())];
+    pack_words(x, &mut bytes);
+    let mut bv = BitVec::from_vec(bytes);
+    bv.truncate(x.len());
+    bv
+}
+
+/// Pack the signs of `x` into `out` (`numpy.packbits` layout, padding bits 0).
+///
+/// # Errors
+/// [`CodecError::BufferSize`] when `out.len() != ceil(x.len() / 8)`; `out` is
+/// then left unchanged.
+pub fn pack_signs_into(x: &[f32], out: &mut [u8]) -> Result<(), CodecError> {
+    check_bytes(x.len(), out.len())?;
+    pack_words(x, out);
+    Ok(())
+}
+
+/// Packing kernel; `out.len() == packed_len(x.len())` is the caller's contract.
+pub(crate) fn pack_words(x: &[f32], out: &mut [u8]) {
+    let words = x.chunks_exact(64);
+    let tail = words.remainder();
+    let (word_out, tail_out) = out.split_at_mut(x.len() / 64 * 8);
+    for (w, o) in words.zip(word_out.chunks_exact_mut(8)) {
+        if let Ok(w) = <&[f32; 64]>::try_from(w) {
+            o.copy_from_slice(&word_of(w).to_be_bytes());
+        }
+    }
+    for (t, o) in tail.chunks(8).zip(tail_out.iter_mut()) {
+        *o = byte_of(t);
+    }
+}
+
+/// Decode packed signs to `out[i] = +scale` (bit 1) or `-scale` (bit 0).
+///
+/// # Errors
+/// [`CodecError::BufferSize`] when `bits.len() != ceil(out.len() / 8)`.
+pub fn unpack_signs(bits: &[u8], scale: f32, out: &mut [f32]) -> Result<(), CodecError> {
+    check_bytes(out.len(), bits.len())?;
+    for_each_sign(bits, scale, out, |o, s| *o = s);
+    Ok(())
+}
+
+/// Add decoded signs: `acc[i] += +scale` (bit 1) or `-scale` (bit 0), the
+/// server-side sum of a compressed all-reduce.
+///
+/// # Errors
+/// [`CodecError::BufferSize`] when `bits.len() != ceil(acc.len() / 8)`.
+pub fn unpack_add(bits: &[u8], scale: f32, acc: &mut [f32]) -> Result<(), CodecError> {
+    check_bytes(acc.len(), bits.len())?;
+    for_each_sign(bits, scale, acc, |o, s| *o += s);
+    Ok(())
+}
+
+/// Apply `f(out[i], ±scale)` for every element; byte-wise so it vectorises.
+#[inline(always)]
+pub(crate) fn for_each_sign(bits: &[u8], scale: f32, out: &mut [f32], f: impl Fn(&mut f32, f32)) {
+    let neg = -scale;
+    for (o8, &b) in out.chunks_mut(8).zip(bits) {
+        for (k, o) in o8.iter_mut().enumerate() {
+            let s = if (b << k) & 0x80 != 0 { scale } else { neg };
+            f(o, s);
+        }
+    }
+}
+
+fn check_bytes(n: usize, bytes: usize) -> Result<(), CodecError> {
+    let expected = packed_len(n);
+    if bytes == expected {
+        Ok(())
+    } else {
+        Err(CodecError::BufferSize {
+            expected,
+            found: bytes,
+        })
+    }
+}
