@@ -146,8 +146,13 @@ fn a_rank_exiting_at_any_collective_of_compressed_allreduce_fails_every_other_ra
         for die_at in 0..total_calls {
             let out = run_group(p, Some(die_at), None, three_allreduces);
             for (rank, (result, calls)) in out.iter().enumerate().take(p - 1) {
-                let err = result.as_ref().expect_err("a survivor finished without its peer");
-                assert!(is_lost_peer(err), "p={p} die_at={die_at} rank {rank}: {err:?}");
+                let err = result
+                    .as_ref()
+                    .expect_err("a survivor finished without its peer");
+                assert!(
+                    is_lost_peer(err),
+                    "p={p} die_at={die_at} rank {rank}: {err:?}"
+                );
                 assert!(!err.to_string().is_empty(), "errors explain themselves");
                 // The survivor stopped at the collective its peer never joined.
                 assert_eq!(*calls, die_at + 1, "p={p} die_at={die_at} rank {rank}");
@@ -190,7 +195,9 @@ fn a_rank_exiting_mid_training_fails_the_others_in_both_stages() {
     for die_at in [0, 1, total / 4, total / 2, total - 2, total - 1] {
         let out = run_group(p, Some(die_at), None, train);
         for (rank, (result, _)) in out.iter().enumerate().take(p - 1) {
-            let err = result.as_ref().expect_err("a survivor finished without its peer");
+            let err = result
+                .as_ref()
+                .expect_err("a survivor finished without its peer");
             assert!(is_lost_peer(err), "die_at={die_at} rank {rank}: {err:?}");
         }
     }
@@ -210,12 +217,20 @@ fn stall_then_barrier(c: &mut ExitsAt) -> (Result<(), CommError>, Duration) {
 #[test]
 fn a_stalled_rank_times_the_others_out_and_learns_it_was_dropped() {
     let p = 3;
-    let out = run_group(p, None, Some(Duration::from_millis(200)), stall_then_barrier);
+    let out = run_group(
+        p,
+        None,
+        Some(Duration::from_millis(200)),
+        stall_then_barrier,
+    );
     let mut timeouts = 0;
     for (rank, ((result, waited), _)) in out.iter().enumerate() {
         if rank == p - 1 {
             // It comes back to a dead group and is told so.
-            assert!(matches!(result, Err(CommError::PeerLost { .. })), "{result:?}");
+            assert!(
+                matches!(result, Err(CommError::PeerLost { .. })),
+                "{result:?}"
+            );
             continue;
         }
         match result {
@@ -224,7 +239,10 @@ fn a_stalled_rank_times_the_others_out_and_learns_it_was_dropped() {
             other => panic!("rank {rank}: {other:?}"),
         }
         // Well before the stalled rank wakes up (3 s): no one waited for it.
-        assert!(*waited < Duration::from_millis(2500), "rank {rank} waited {waited:?}");
+        assert!(
+            *waited < Duration::from_millis(2500),
+            "rank {rank} waited {waited:?}"
+        );
     }
     assert!(timeouts >= 1, "the first rank to give up reports Timeout");
 }

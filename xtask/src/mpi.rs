@@ -9,13 +9,15 @@
 //!   job exited non-zero before the timeout.
 //! - `cargo xtask mpi --bench [--net RATE] [--iters K]` builds `mpi_bench` in
 //!   release mode and runs it on 2 and 4 ranks; with `--net` inside a network
-//!   namespace whose loopback is shaped by `tc tbf` to RATE, MPI forced onto
-//!   TCP over that loopback. The namespace is removed even on failure.
+//!   namespace whose loopback is shaped by `tc tbf` to RATE (or not shaped:
+//!   `--net unlimited`), MPI forced onto TCP over that loopback. The
+//!   namespace is removed even on failure.
 
 use crate::util::{self, cargo, have, is_root, root};
+use core::time::Duration;
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Rank counts of the integration check.
 const CHECK_RANKS: [usize; 3] = [2, 3, 4];
@@ -36,11 +38,16 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     while let Some(a) = it.next() {
         match a.as_str() {
             "--bench" => bench = true,
-            "--net" => net = Some(it.next().ok_or("--net needs a rate (1gbit, 10gbit)")?.clone()),
+            "--net" => {
+                let rate = it
+                    .next()
+                    .ok_or("--net needs a rate (1gbit, 10gbit, unlimited)")?;
+                net = Some(rate.clone());
+            }
             "--iters" => iters = Some(it.next().ok_or("--iters needs a number")?.clone()),
             other => {
                 return Err(format!(
-                    "unknown argument `{other}` (usage: mpi [--bench [--net 1gbit|10gbit] [--iters K]])"
+                    "unknown argument `{other}` (usage: mpi [--bench [--net 1gbit|10gbit|unlimited] [--iters K]])"
                 ));
             }
         }
@@ -75,12 +82,15 @@ fn check() -> Result<(), String> {
     let exe = target_dir().join("debug/examples/mpi_check");
     for np in CHECK_RANKS {
         let t = Instant::now();
-        let mut cmd = mpirun(np, false);
+        let mut cmd = mpirun(np, Transport::ShmPortable, Some(CHECK_TIMEOUT));
         cmd.arg(&exe).arg("all");
-        if !util::run_with_timeout(&mut cmd, CHECK_TIMEOUT)? {
+        if !util::run_with_timeout(&mut cmd, outer(CHECK_TIMEOUT))? {
             return Err(format!("mpi_check on {np} ranks failed or timed out"));
         }
-        eprintln!("  mpi_check on {np} ranks: ok ({:.1}s)", t.elapsed().as_secs_f64());
+        eprintln!(
+            "  mpi_check on {np} ranks: ok ({:.1}s)",
+            t.elapsed().as_secs_f64()
+        );
     }
     mismatch(&exe, 3)
 }
@@ -90,10 +100,10 @@ fn check() -> Result<(), String> {
 fn mismatch(exe: &std::path::Path, np: usize) -> Result<(), String> {
     let log = target_dir().join("mpi_check_mismatch.log");
     let file = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
-    let mut cmd = mpirun(np, false);
+    let mut cmd = mpirun(np, Transport::ShmPortable, Some(MISMATCH_TIMEOUT));
     cmd.arg(exe).arg("mismatch").stdout(file);
     let t = Instant::now();
-    let ok = util::run_with_timeout(&mut cmd, MISMATCH_TIMEOUT)?;
+    let ok = util::run_with_timeout(&mut cmd, outer(MISMATCH_TIMEOUT))?;
     let took = t.elapsed();
     let out = std::fs::read_to_string(&log).map_err(|e| format!("{}: {e}", log.display()))?;
     eprint!("{out}");
@@ -129,7 +139,14 @@ fn mismatch(exe: &std::path::Path, np: usize) -> Result<(), String> {
 /// `cargo xtask mpi --bench [--net RATE]`.
 fn run_bench(net: Option<&str>, iters: Option<&str>) -> Result<(), String> {
     require_mpirun()?;
-    util::run(cargo().args(["build", "--release", "-p", "comm-mpi", "--example", "mpi_bench"]))?;
+    util::run(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "comm-mpi",
+        "--example",
+        "mpi_bench",
+    ]))?;
     let exe = target_dir().join("release/examples/mpi_bench");
     let mut bench_args: Vec<String> = Vec::new();
     if let Some(k) = iters {
@@ -140,13 +157,18 @@ fn run_bench(net: Option<&str>, iters: Option<&str>) -> Result<(), String> {
     }
     let Some(rate) = net else {
         for np in BENCH_RANKS {
-            let mut cmd = mpirun(np, false);
+            let mut cmd = mpirun(np, Transport::Shm, None);
             cmd.arg(&exe).args(&bench_args);
             util::run(&mut cmd)?;
         }
         return Ok(());
     };
-    let rate = parse_rate(rate)?;
+    // `unlimited`: TCP over the namespace's loopback without shaping.
+    let rate = if rate == "unlimited" {
+        None
+    } else {
+        Some(parse_rate(rate)?)
+    };
     if !is_root() {
         return Err("--net needs root (ip netns, tc)".into());
     }
@@ -165,16 +187,29 @@ fn run_bench(net: Option<&str>, iters: Option<&str>) -> Result<(), String> {
             cmd
         };
         util::run(&mut in_ns(&["ip", "link", "set", "lo", "up"]))?;
-        let (rate_arg, burst) = (rate.tc_rate.clone(), rate.burst());
-        util::run(&mut in_ns(&[
-            "tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", &rate_arg, "burst", &burst,
-            "latency", "100ms",
-        ]))?;
+        if let Some(rate) = &rate {
+            let burst = rate.burst();
+            util::run(&mut in_ns(&[
+                "tc",
+                "qdisc",
+                "add",
+                "dev",
+                "lo",
+                "root",
+                "tbf",
+                "rate",
+                &rate.tc_rate,
+                "burst",
+                &burst,
+                "latency",
+                "100ms",
+            ]))?;
+        }
         util::run(&mut in_ns(&["tc", "qdisc", "show", "dev", "lo"]))?;
         for np in BENCH_RANKS {
             let mut cmd = Command::new("ip");
             cmd.args(["netns", "exec", NETNS, "mpirun"]);
-            cmd.args(mpirun_flags(np, true));
+            cmd.args(mpirun_flags(np, Transport::Tcp));
             cmd.arg(&exe).args(&bench_args);
             cmd.envs(mpirun_env());
             util::run(&mut cmd)?;
@@ -228,37 +263,66 @@ fn require_mpirun() -> Result<(), String> {
 }
 
 /// `mpirun` with the flags of [`mpirun_flags`] and the environment of
-/// [`mpirun_env`].
-fn mpirun(np: usize, tcp: bool) -> Command {
-    let mut cmd = Command::new("mpirun");
-    cmd.args(mpirun_flags(np, tcp)).envs(mpirun_env());
+/// [`mpirun_env`], under coreutils' `timeout` when given a limit: `mpirun`
+/// then gets SIGTERM and takes its ranks down with it, where the SIGKILL of
+/// `util::run_with_timeout` (the outer guard) would orphan them.
+fn mpirun(np: usize, transport: Transport, limit: Option<Duration>) -> Command {
+    let mut cmd = match limit {
+        Some(limit) if have("timeout") => {
+            let mut c = Command::new("timeout");
+            c.args(["-k", "5", &limit.as_secs().to_string(), "mpirun"]);
+            c
+        }
+        _ => Command::new("mpirun"),
+    };
+    cmd.args(mpirun_flags(np, transport)).envs(mpirun_env());
     cmd
 }
 
+/// The outer limit for a command run under [`mpirun`] with `limit`.
+fn outer(limit: Duration) -> Duration {
+    limit + Duration::from_secs(10)
+}
+
+/// How the ranks of one `mpirun` talk to each other.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Transport {
+    /// Shared memory (`vader`) without its ptrace-based single-copy path,
+    /// which containers often forbid: the robust choice for CI.
+    ShmPortable,
+    /// Shared memory with Open MPI's defaults (the fastest baseline).
+    Shm,
+    /// TCP over the loopback only (inside the shaped namespace).
+    Tcp,
+}
+
 /// Flags that make `mpirun` work on a CI box: any rank count on few cores,
-/// as root, no binding (oversubscribed), one host without a hostfile; shared
-/// memory (`vader`) without the ptrace-based single copy that containers
-/// forbid, or TCP over loopback only (`tcp`).
-fn mpirun_flags(np: usize, tcp: bool) -> Vec<String> {
+/// as root, no binding, one host without a hostfile, and idle ranks that
+/// yield the CPU (`mpi_yield_when_idle`): on a shared, oversubscribed
+/// machine a rank spinning in a collective otherwise steals the core its
+/// peer needs — measured here, a 16 MiB all-reduce on 2 ranks took 800 ms
+/// spinning and 99 ms yielding.
+fn mpirun_flags(np: usize, transport: Transport) -> Vec<String> {
     let mut f: Vec<String> = vec!["--oversubscribe".into(), "-np".into(), np.to_string()];
     if is_root() {
         f.push("--allow-run-as-root".into());
     }
     f.extend(["--bind-to".into(), "none".into()]);
-    let mca: &[(&str, &str)] = if tcp {
-        &[
-            ("btl", "tcp,self"),
-            ("btl_tcp_if_include", "lo"),
-            ("oob_tcp_if_include", "lo"),
-        ]
-    } else {
-        &[
-            ("btl", "self,vader"),
-            ("btl_vader_single_copy_mechanism", "none"),
-        ]
-    };
+    let mut mca: Vec<(&str, &str)> = vec![("mpi_yield_when_idle", "1")];
+    match transport {
+        Transport::ShmPortable => {
+            mca.push(("btl", "self,vader"));
+            mca.push(("btl_vader_single_copy_mechanism", "none"));
+        }
+        Transport::Shm => mca.push(("btl", "self,vader")),
+        Transport::Tcp => {
+            mca.push(("btl", "tcp,self"));
+            mca.push(("btl_tcp_if_include", "lo"));
+            mca.push(("oob_tcp_if_include", "lo"));
+        }
+    }
     for (k, v) in mca {
-        f.extend(["--mca".into(), (*k).into(), (*v).into()]);
+        f.extend(["--mca".into(), k.into(), v.into()]);
     }
     f
 }

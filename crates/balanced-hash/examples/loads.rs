@@ -59,7 +59,10 @@ fn main() -> Result<(), HashError> {
 
     let sequential: Vec<u64> = (0..n).collect();
     let strided: Vec<u64> = (0..n).map(|i| i * 64).collect();
-    for (label, keys) in [("sequential ids 0..N", &sequential), ("strided ids 64·i", &strided)] {
+    for (label, keys) in [
+        ("sequential ids 0..N", &sequential),
+        ("strided ids 64·i", &strided),
+    ] {
         println!("\n{label}");
         println!(
             "{:<14} {:>7} {:>9} {:>8} {:>9} {:>7} {:>9} {:>12}",
@@ -72,7 +75,11 @@ fn main() -> Result<(), HashError> {
             let mut dense = DChoice::dense(dense_n, buckets, d, seed)?;
             row(&format!("{d}-choice dense"), &mut dense, keys)?;
         }
-        row("2-choice sparse", &mut DChoice::sparse(buckets, 2, seed)?, keys)?;
+        row(
+            "2-choice sparse",
+            &mut DChoice::sparse(buckets, 2, seed)?,
+            keys,
+        )?;
     }
     Ok(())
 }

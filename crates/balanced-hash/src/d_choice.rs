@@ -3,7 +3,7 @@
 use alloc::vec::Vec;
 use core::hash::BuildHasherDefault;
 
-use bitvec::{field::BitField, order::Lsb0, vec::BitVec};
+use bitvec::{order::Lsb0, vec::BitVec};
 use hashbrown::{HashMap, hash_map::Entry};
 
 use crate::{Bucketer, HashError, mix::GOLDEN, mix::SeededMix, reduce};
@@ -43,6 +43,39 @@ const fn dense_bits(d: u8) -> usize {
     match d {
         2 | 3 => 2,
         _ => 3,
+    }
+}
+
+/// Reads the `bits`-bit code at bit `start` straight from the backing words
+/// (`Lsb0`: bit `i` is bit `i % 64` of word `i / 64`). Same value as
+/// `codes[start..start + bits].load_le::<u8>()`, without bitvec's generic
+/// domain walk: this is the hot path of every look-up.
+#[inline]
+fn read_code(words: &[u64], start: usize, bits: usize) -> u8 {
+    let (word, offset) = (start / 64, start % 64);
+    let mut v = words.get(word).copied().unwrap_or(0) >> offset;
+    if offset + bits > 64 {
+        v |= words.get(word + 1).copied().unwrap_or(0) << (64 - offset);
+    }
+    // `bits ≤ 3`, so the masked value fits in u8.
+    (v & ((1 << bits) - 1)) as u8
+}
+
+/// Writes the `bits`-bit `code` at bit `start`, the inverse of [`read_code`]
+/// (equal to `codes[start..start + bits].store_le(code)`).
+#[inline]
+fn write_code(words: &mut [u64], start: usize, bits: usize, code: u8) {
+    let (word, offset) = (start / 64, start % 64);
+    let mask = (1u64 << bits) - 1;
+    let code = u64::from(code) & mask;
+    if let Some(w) = words.get_mut(word) {
+        *w = (*w & !(mask << offset)) | (code << offset);
+    }
+    if offset + bits > 64 {
+        let high = offset + bits - 64;
+        if let Some(w) = words.get_mut(word + 1) {
+            *w = (*w & !((1u64 << high) - 1)) | (code >> (64 - offset));
+        }
     }
 }
 
@@ -140,7 +173,16 @@ impl DChoice {
         raw.resize(words, 0);
         let mut codes = BitVec::from_vec(raw);
         codes.truncate(total_bits);
-        Self::with_store(buckets, d, seed, Store::Dense { n_keys, bits, codes })
+        Self::with_store(
+            buckets,
+            d,
+            seed,
+            Store::Dense {
+                n_keys,
+                bits,
+                codes,
+            },
+        )
     }
 
     /// A d-choice bucketer for arbitrary u64 ids, remembering choices in a
@@ -235,8 +277,7 @@ impl DChoice {
                 }
                 // key < n_keys and n_keys · bits fit in usize (checked in `dense`).
                 let start = key as usize * bits;
-                let code: u8 = codes[start..start + bits].load_le();
-                code.checked_sub(1)
+                read_code(codes.as_raw_slice(), start, *bits).checked_sub(1)
             }
             Store::Sparse(map) => map.get(&key).copied(),
         }
@@ -295,8 +336,7 @@ impl DChoice {
                 } else {
                     let (c, b) = self.least_loaded(key);
                     if let Store::Dense { codes, .. } = &mut self.store {
-                        let start = key as usize * bits;
-                        codes[start..start + bits].store_le(c + 1);
+                        write_code(codes.as_raw_mut_slice(), key as usize * bits, bits, c + 1);
                     }
                     (b, true)
                 }
@@ -362,9 +402,8 @@ impl DChoice {
                     });
                 }
                 let start = key as usize * *bits;
-                let slot = &mut codes[start..start + *bits];
-                let old: u8 = slot.load_le();
-                slot.store_le(choice + 1);
+                let old = read_code(codes.as_raw_slice(), start, *bits);
+                write_code(codes.as_raw_mut_slice(), start, *bits, choice + 1);
                 old.checked_sub(1)
             }
             Store::Sparse(map) => {
@@ -431,5 +470,43 @@ impl Bucketer for DChoice {
             Store::Sparse(map) => map.allocation_size(),
         };
         size_of::<Self>() + self.loads.capacity() * size_of::<u64>() + store
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bitvec::field::BitField;
+
+    use super::*;
+
+    #[test]
+    fn read_code_matches_bitvec() {
+        let words = [
+            0x0123_4567_89ab_cdef_u64,
+            0xfedc_ba98_7654_3210,
+            0x5555_aaaa_3333_cccc,
+        ];
+        let bv: BitVec<u64, Lsb0> = BitVec::from_vec(words.to_vec());
+        for bits in 1..=3 {
+            for start in 0..(192 - bits) {
+                let expected: u8 = bv[start..start + bits].load_le();
+                assert_eq!(
+                    read_code(&words, start, bits),
+                    expected,
+                    "bits={bits} start={start}"
+                );
+                for code in 0..(1u8 << bits) {
+                    let mut via_bitvec = bv.clone();
+                    via_bitvec[start..start + bits].store_le(code);
+                    let mut raw = words;
+                    write_code(&mut raw, start, bits, code);
+                    assert_eq!(
+                        &raw[..],
+                        via_bitvec.as_raw_slice(),
+                        "bits={bits} start={start}"
+                    );
+                }
+            }
+        }
     }
 }

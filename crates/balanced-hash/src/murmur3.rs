@@ -37,13 +37,22 @@ const fn mix_k2(k2: u64) -> u64 {
     k2.wrapping_mul(C2).rotate_left(33).wrapping_mul(C1)
 }
 
-/// Reads up to 8 little-endian bytes (missing high bytes are zero).
+/// Reads exactly 8 little-endian bytes (a block half).
 #[inline]
 fn le_u64(bytes: &[u8]) -> u64 {
     let mut word = [0u8; 8];
-    let n = bytes.len().min(8);
-    word[..n].copy_from_slice(&bytes[..n]);
+    word.copy_from_slice(bytes);
     u64::from_le_bytes(word)
+}
+
+/// Reads up to 8 little-endian bytes of a tail (missing high bytes are zero).
+#[inline]
+fn le_u64_partial(bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .take(8)
+        .enumerate()
+        .fold(0, |acc, (i, &b)| acc | (u64::from(b) << (8 * i)))
 }
 
 /// MurmurHash3 x64_128 of `data` with a 32-bit `seed`.
@@ -88,10 +97,10 @@ pub fn x64_128(data: &[u8], seed: u32) -> [u64; 2] {
     // bytes little-endian, zero-padded", mixing k2 only when bytes 8.. exist.
     let tail = blocks.remainder();
     if tail.len() > 8 {
-        h2 ^= mix_k2(le_u64(&tail[8..]));
+        h2 ^= mix_k2(le_u64_partial(&tail[8..]));
     }
     if !tail.is_empty() {
-        h1 ^= mix_k1(le_u64(tail));
+        h1 ^= mix_k1(le_u64_partial(tail));
     }
 
     // `usize` -> `u64` is lossless on every supported target (≤ 64-bit).

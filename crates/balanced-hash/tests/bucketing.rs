@@ -1,6 +1,9 @@
 //! Bucketers against obviously-correct slow references, and their properties.
+#![allow(clippy::unwrap_used, reason = "tests: a panic is a failing test")]
 
-use std::collections::BTreeMap;
+extern crate alloc;
+
+use alloc::collections::BTreeMap;
 
 use balanced_hash::murmur3::fmix64;
 use balanced_hash::{
@@ -253,7 +256,10 @@ fn dense_key_out_of_range() {
     let fallback = h.bucket(10);
     assert_eq!(
         h.try_assign(10),
-        Err(HashError::KeyOutOfRange { key: 10, n_keys: 10 })
+        Err(HashError::KeyOutOfRange {
+            key: 10,
+            n_keys: 10
+        })
     );
     assert_eq!(h.assign(10), fallback);
     assert_eq!(h.unremembered(), 1);
@@ -261,7 +267,10 @@ fn dense_key_out_of_range() {
     assert_eq!(h.loads().iter().sum::<u64>(), 0);
     assert_eq!(
         h.restore(10, 0, 1),
-        Err(HashError::KeyOutOfRange { key: 10, n_keys: 10 })
+        Err(HashError::KeyOutOfRange {
+            key: 10,
+            n_keys: 10
+        })
     );
     assert_eq!(h.dense_keys(), Some(10));
 }
@@ -269,16 +278,34 @@ fn dense_key_out_of_range() {
 #[test]
 fn constructor_errors() {
     assert_eq!(OneChoice::new(0, 1), Err(HashError::ZeroBuckets));
-    assert_eq!(DChoice::sparse(0, 2, 1).unwrap_err(), HashError::ZeroBuckets);
-    assert_eq!(DChoice::dense(5, 0, 2, 1).unwrap_err(), HashError::ZeroBuckets);
+    assert_eq!(
+        DChoice::sparse(0, 2, 1).unwrap_err(),
+        HashError::ZeroBuckets
+    );
+    assert_eq!(
+        DChoice::dense(5, 0, 2, 1).unwrap_err(),
+        HashError::ZeroBuckets
+    );
     for d in [0, 1, 5, 255] {
-        assert_eq!(DChoice::sparse(4, d, 1).unwrap_err(), HashError::InvalidChoices { d });
-        assert_eq!(DChoice::dense(4, 4, d, 1).unwrap_err(), HashError::InvalidChoices { d });
+        assert_eq!(
+            DChoice::sparse(4, d, 1).unwrap_err(),
+            HashError::InvalidChoices { d }
+        );
+        assert_eq!(
+            DChoice::dense(4, 4, d, 1).unwrap_err(),
+            HashError::InvalidChoices { d }
+        );
     }
     // A dense table that cannot exist is an error, not a panic or an abort.
-    assert_eq!(DChoice::dense(u64::MAX, 4, 2, 1).unwrap_err(), HashError::AllocationFailed);
+    assert_eq!(
+        DChoice::dense(u64::MAX, 4, 2, 1).unwrap_err(),
+        HashError::AllocationFailed
+    );
     let mut h = DChoice::sparse(4, 3, 1).unwrap();
-    assert_eq!(h.restore(1, 3, 1), Err(HashError::InvalidChoice { choice: 3, d: 3 }));
+    assert_eq!(
+        h.restore(1, 3, 1),
+        Err(HashError::InvalidChoice { choice: 3, d: 3 })
+    );
     assert_eq!(h.assigned_keys(), 0);
 }
 
@@ -303,7 +330,11 @@ fn memory_accounting() {
         let h = DChoice::dense(1_000_000, buckets, d, 0).unwrap();
         let floor = 1_000_000 * bits / 8 + buckets as usize * 8;
         assert!(h.memory_bytes() >= floor, "d={d}");
-        assert!(h.memory_bytes() <= floor + 256, "d={d}: {}", h.memory_bytes());
+        assert!(
+            h.memory_bytes() <= floor + 256,
+            "d={d}: {}",
+            h.memory_bytes()
+        );
     }
     let mut sparse = DChoice::sparse(buckets, 2, 0).unwrap();
     let empty = sparse.memory_bytes();
@@ -312,7 +343,10 @@ fn memory_accounting() {
     }
     // hashbrown: 16-byte (u64, u8) slots + 1 control byte, load ≤ 7/8.
     let grown = sparse.memory_bytes() - empty;
-    assert!(grown >= 10_000 * 17 && grown <= 10_000 * 17 * 2 + 64, "{grown}");
+    assert!(
+        (10_000 * 17..=10_000 * 17 * 2 + 64).contains(&grown),
+        "{grown}"
+    );
     assert_eq!(OneChoice::new(buckets, 0).unwrap().memory_bytes(), 0);
 }
 
@@ -320,14 +354,18 @@ fn memory_accounting() {
 fn frequency_weighting_steers_new_keys_away_from_hot_buckets() {
     // A hot key seen many times loads its bucket under Frequency weighting, so
     // a new key whose candidates include that bucket avoids it.
-    let mut h = DChoice::sparse(16, 2, 3).unwrap().with_weighting(Weighting::Frequency);
+    let mut h = DChoice::sparse(16, 2, 3)
+        .unwrap()
+        .with_weighting(Weighting::Frequency);
     assert_eq!(h.weighting(), Weighting::Frequency);
     let hot = h.assign_weighted(0, 1);
     for _ in 0..100 {
         assert_eq!(h.assign(0), hot);
     }
     assert_eq!(h.loads()[hot as usize], 101);
-    let newcomer = (1..).find(|&k| h.candidate(k, 0) == Some(hot) && h.candidate(k, 1) != Some(hot)).unwrap();
+    let newcomer = (1..)
+        .find(|&k| h.candidate(k, 0) == Some(hot) && h.candidate(k, 1) != Some(hot))
+        .unwrap();
     assert_ne!(h.assign(newcomer), hot);
     // Under Distinct weighting repeated calls do not add load.
     let mut d = DChoice::sparse(16, 2, 3).unwrap();

@@ -1,9 +1,210 @@
-//! `--plot out.png`: loss and AUC curves per optimizer (plotters, bitmap backend).
+//! `--plot out.png`: per-epoch test AUC and test log-loss of every optimizer
+//! (plotters, bitmap backend).
+//!
+//! Plotters needs a font library (`ttf`/`ab_glyph`) to draw text, which a
+//! fresh machine may not have and which would mean shipping a font file.
+//! Titles, tick values and the legend are drawn instead with the small 5×7
+//! pixel font below (upper-case letters, digits, a few signs), so the binary
+//! needs no font at all.
 
 use crate::compare::Entry;
+use plotters::prelude::*;
 use std::path::Path;
 
-/// Draw the curves of `entries` into `path`.
-pub(crate) fn draw(_path: &Path, _entries: &[Entry]) -> Result<(), String> {
-    Err("plotting not built yet".into())
+/// 5×7 glyphs, one string of 7 rows × 5 columns (`#` = ink) per character.
+const GLYPHS: &[(char, [&str; 7])] = &[
+    ('A', [" ### ", "#   #", "#   #", "#####", "#   #", "#   #", "#   #"]),
+    ('B', ["#### ", "#   #", "#   #", "#### ", "#   #", "#   #", "#### "]),
+    ('C', [" ####", "#    ", "#    ", "#    ", "#    ", "#    ", " ####"]),
+    ('D', ["#### ", "#   #", "#   #", "#   #", "#   #", "#   #", "#### "]),
+    ('E', ["#####", "#    ", "#    ", "#### ", "#    ", "#    ", "#####"]),
+    ('F', ["#####", "#    ", "#    ", "#### ", "#    ", "#    ", "#    "]),
+    ('G', [" ####", "#    ", "#    ", "#  ##", "#   #", "#   #", " ####"]),
+    ('H', ["#   #", "#   #", "#   #", "#####", "#   #", "#   #", "#   #"]),
+    ('I', ["#####", "  #  ", "  #  ", "  #  ", "  #  ", "  #  ", "#####"]),
+    ('J', ["  ###", "   # ", "   # ", "   # ", "   # ", "#  # ", " ##  "]),
+    ('K', ["#   #", "#  # ", "# #  ", "##   ", "# #  ", "#  # ", "#   #"]),
+    ('L', ["#    ", "#    ", "#    ", "#    ", "#    ", "#    ", "#####"]),
+    ('M', ["#   #", "## ##", "# # #", "# # #", "#   #", "#   #", "#   #"]),
+    ('N', ["#   #", "##  #", "# # #", "#  ##", "#   #", "#   #", "#   #"]),
+    ('O', [" ### ", "#   #", "#   #", "#   #", "#   #", "#   #", " ### "]),
+    ('P', ["#### ", "#   #", "#   #", "#### ", "#    ", "#    ", "#    "]),
+    ('Q', [" ### ", "#   #", "#   #", "#   #", "# # #", "#  # ", " ## #"]),
+    ('R', ["#### ", "#   #", "#   #", "#### ", "# #  ", "#  # ", "#   #"]),
+    ('S', [" ####", "#    ", "#    ", " ### ", "    #", "    #", "#### "]),
+    ('T', ["#####", "  #  ", "  #  ", "  #  ", "  #  ", "  #  ", "  #  "]),
+    ('U', ["#   #", "#   #", "#   #", "#   #", "#   #", "#   #", " ### "]),
+    ('V', ["#   #", "#   #", "#   #", "#   #", "#   #", " # # ", "  #  "]),
+    ('W', ["#   #", "#   #", "#   #", "# # #", "# # #", "## ##", "#   #"]),
+    ('X', ["#   #", "#   #", " # # ", "  #  ", " # # ", "#   #", "#   #"]),
+    ('Y', ["#   #", "#   #", " # # ", "  #  ", "  #  ", "  #  ", "  #  "]),
+    ('Z', ["#####", "    #", "   # ", "  #  ", " #   ", "#    ", "#####"]),
+    ('0', [" ### ", "#   #", "#  ##", "# # #", "##  #", "#   #", " ### "]),
+    ('1', ["  #  ", " ##  ", "  #  ", "  #  ", "  #  ", "  #  ", " ### "]),
+    ('2', [" ### ", "#   #", "    #", "   # ", "  #  ", " #   ", "#####"]),
+    ('3', ["#####", "   # ", "  #  ", "   # ", "    #", "#   #", " ### "]),
+    ('4', ["   # ", "  ## ", " # # ", "#  # ", "#####", "   # ", "   # "]),
+    ('5', ["#####", "#    ", "#### ", "    #", "    #", "#   #", " ### "]),
+    ('6', ["  ## ", " #   ", "#    ", "#### ", "#   #", "#   #", " ### "]),
+    ('7', ["#####", "    #", "   # ", "  #  ", " #   ", " #   ", " #   "]),
+    ('8', [" ### ", "#   #", "#   #", " ### ", "#   #", "#   #", " ### "]),
+    ('9', [" ### ", "#   #", "#   #", " ####", "    #", "   # ", " ##  "]),
+    ('.', ["     ", "     ", "     ", "     ", "     ", " ##  ", " ##  "]),
+    (',', ["     ", "     ", "     ", "     ", " ##  ", "  #  ", " #   "]),
+    ('-', ["     ", "     ", "     ", "#####", "     ", "     ", "     "]),
+    ('+', ["     ", "  #  ", "  #  ", "#####", "  #  ", "  #  ", "     "]),
+    ('=', ["     ", "     ", "#####", "     ", "#####", "     ", "     "]),
+    (':', ["     ", " ##  ", " ##  ", "     ", " ##  ", " ##  ", "     "]),
+    ('/', ["     ", "    #", "   # ", "  #  ", " #   ", "#    ", "     "]),
+    ('(', ["   # ", "  #  ", " #   ", " #   ", " #   ", "  #  ", "   # "]),
+    (')', [" #   ", "  #  ", "   # ", "   # ", "   # ", "  #  ", " #   "]),
+    ('_', ["     ", "     ", "     ", "     ", "     ", "     ", "#####"]),
+];
+
+/// Draw `text` (upper-cased; unknown characters are blank) with its top-left
+/// corner at `(x, y)`, `scale` pixels per font pixel.
+fn text<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    x: i32,
+    y: i32,
+    s: &str,
+    scale: i32,
+    color: &RGBColor,
+) -> Result<(), String> {
+    for (i, c) in s.chars().enumerate() {
+        let c = c.to_ascii_uppercase();
+        let Some((_, rows)) = GLYPHS.iter().find(|(g, _)| *g == c) else {
+            continue;
+        };
+        let x0 = x + i as i32 * 6 * scale;
+        for (r, row) in rows.iter().enumerate() {
+            for (col, px) in row.bytes().enumerate() {
+                if px == b'#' {
+                    let (px0, py0) = (x0 + col as i32 * scale, y + r as i32 * scale);
+                    area.draw(&Rectangle::new(
+                        [(px0, py0), (px0 + scale - 1, py0 + scale - 1)],
+                        color.filled(),
+                    ))
+                    .map_err(|e| e.to_string())?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Pixel width of `s` at `scale`.
+fn text_width(s: &str, scale: i32) -> i32 {
+    s.chars().count() as i32 * 6 * scale
+}
+
+const COLORS: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(23, 190, 207),
+];
+
+/// One panel: a metric against epochs for every optimizer (first seed).
+fn panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    title: &str,
+    entries: &[Entry],
+    metric: fn(&crate::train::EpochPoint) -> f64,
+) -> Result<(), String> {
+    let series: Vec<Vec<(f64, f64)>> = entries
+        .iter()
+        .map(|e| {
+            e.runs
+                .first()
+                .map(|r| r.curve.iter().map(|p| (f64::from(p.epoch), metric(p))).collect())
+                .unwrap_or_default()
+        })
+        .collect();
+    let pts = series.iter().flatten().filter(|p| p.1.is_finite());
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    let mut max_epoch = 1.0f64;
+    for &(x, y) in pts {
+        lo = lo.min(y);
+        hi = hi.max(y);
+        max_epoch = max_epoch.max(x);
+    }
+    if !lo.is_finite() {
+        (lo, hi) = (0.0, 1.0);
+    }
+    if hi - lo < 1e-6 {
+        (lo, hi) = (lo - 0.01, hi + 0.01);
+    }
+    let pad = (hi - lo) * 0.08;
+    let (lo, hi) = (lo - pad, hi + pad);
+    let (w, h) = area.dim_in_pixel();
+    let (w, h) = (w as i32, h as i32);
+    let black = RGBColor(0, 0, 0);
+    text(area, (w - text_width(title, 2)) / 2, 8, title, 2, &black)?;
+    let (left, top, right, bottom) = (80, 34, w - 16, h - 40);
+    let inner = area.margin(top as u32, (h - bottom) as u32, left as u32, (w - right) as u32);
+    let mut chart = ChartBuilder::on(&inner)
+        .build_cartesian_2d(0.0..max_epoch, lo..hi)
+        .map_err(|e| e.to_string())?;
+    let grey = RGBColor(220, 220, 220);
+    let ticks = 5;
+    for t in 0..=ticks {
+        let y = lo + (hi - lo) * f64::from(t) / f64::from(ticks);
+        chart
+            .draw_series(LineSeries::new([(0.0, y), (max_epoch, y)], grey))
+            .map_err(|e| e.to_string())?;
+        let (_, py) = chart.backend_coord(&(0.0, y));
+        let label = format!("{y:.4}");
+        text(area, left - 8 - text_width(&label, 1), py - 3, &label, 1, &black)?;
+    }
+    for e in 0..=(max_epoch as u32) {
+        let x = f64::from(e);
+        chart
+            .draw_series(LineSeries::new([(x, lo), (x, hi)], grey))
+            .map_err(|e| e.to_string())?;
+        let (px, _) = chart.backend_coord(&(x, lo));
+        let label = e.to_string();
+        text(area, px - text_width(&label, 1) / 2, bottom + 6, &label, 1, &black)?;
+    }
+    text(area, (w - text_width("EPOCH", 1)) / 2, h - 16, "EPOCH", 1, &black)?;
+    chart
+        .draw_series(LineSeries::new([(0.0, lo), (max_epoch, lo), (max_epoch, hi), (0.0, hi), (0.0, lo)], black))
+        .map_err(|e| e.to_string())?;
+    for (i, s) in series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        chart
+            .draw_series(LineSeries::new(s.iter().copied(), color.stroke_width(2)))
+            .map_err(|e| e.to_string())?;
+        chart
+            .draw_series(s.iter().map(|&p| Circle::new(p, 3, color.filled())))
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// Draw the curves of `entries` into the PNG at `path`.
+///
+/// Fails with a message when the image cannot be drawn or written.
+pub(crate) fn draw(path: &Path, entries: &[Entry]) -> Result<(), String> {
+    let legend_h = 24 * entries.len().div_ceil(3) as u32 + 16;
+    let root = BitMapBackend::new(path, (1200, 480 + legend_h)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    let (plots, legend) = root.split_vertically(480);
+    let (left, right) = plots.split_horizontally(600);
+    panel(&left, "TEST AUC", entries, |p| p.test_auc)?;
+    panel(&right, "TEST LOG-LOSS", entries, |p| p.test_loss)?;
+    for (i, e) in entries.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let (x, y) = (80 + (i % 3) as i32 * 370, 8 + (i / 3) as i32 * 24);
+        legend
+            .draw(&Rectangle::new([(x, y + 2), (x + 24, y + 12)], color.filled()))
+            .map_err(|e| e.to_string())?;
+        let scale = if e.optimizer.len() > 26 { 1 } else { 2 };
+        text(&legend, x + 32, y, &e.optimizer, scale, &RGBColor(0, 0, 0))?;
+    }
+    root.present().map_err(|e| e.to_string())
 }

@@ -107,8 +107,11 @@ impl<H: Bucketer> Basis<H> {
                 config.scalar_lr_schedule,
                 ScalarLrSchedule::InverseFrequency { .. }
             );
+        // Frozen scalars (η_s = 0 outside RowScaled) are all 1: hold none.
+        let stored = config.scalar_learns() || row_scaled;
+        let index = if stored { config.row_index } else { crate::config::RowIndex::Sparse };
         let scalars = ScalarStore::new(
-            config.row_index,
+            index,
             config.scalar_storage,
             initial,
             range,

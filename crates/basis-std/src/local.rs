@@ -190,10 +190,7 @@ impl LocalComm {
             // A round sealed with us in it can only be ours: the next one
             // cannot seal before we arrive.
             if st.generation > my_generation {
-                return st
-                    .sealed
-                    .clone()
-                    .ok_or(CommError::PeerLost { rank: None });
+                return st.sealed.clone().ok_or(CommError::PeerLost { rank: None });
             }
             if let Some(rank) = st.lost {
                 return Err(CommError::PeerLost { rank: Some(rank) });
@@ -373,7 +370,11 @@ impl Communicator for LocalComm {
         })?;
         self.validate(&sealed, op)?;
         if !send.is_empty() {
-            for (d, out) in sealed.deposits.iter().zip(recv.chunks_exact_mut(send.len())) {
+            for (d, out) in sealed
+                .deposits
+                .iter()
+                .zip(recv.chunks_exact_mut(send.len()))
+            {
                 if let Payload::Bytes(src) = &d.payload {
                     out.copy_from_slice(src);
                 }

@@ -1,7 +1,9 @@
 //! `LocalComm`: collective results against a plain reference, byte
 //! accounting, and the failure model (mismatch, panic, drop, timeout).
 
-use std::time::Duration;
+#![allow(clippy::unwrap_used, reason = "tests: a failed unwrap is a failed test")]
+
+use core::time::Duration;
 
 use basis_std::local::LocalComm;
 use comm_traits::{Collective, CommError, CommStats, Communicator};

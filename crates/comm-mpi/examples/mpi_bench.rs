@@ -9,13 +9,13 @@
 //! the slowest rank's; the figure is the median over `--iters` calls after
 //! one warm-up call.
 //!
-//! `mpi_bench [--iters K] [--label NAME] [--sizes 16,64] [--skip-train]`
+//! `mpi_bench [--iters K] [--label NAME] [--sizes 16,64] [--skip-train] [--lr X]`
 
 use std::time::Instant;
 
+use comm_mpi::AllReduceAlgorithm;
 use comm_mpi::MpiComm;
 use comm_mpi::comm_traits::{CommError, CommStats, Communicator};
-use comm_mpi::AllReduceAlgorithm;
 use onebit_adam::testing::LogisticProblem;
 use onebit_adam::{AllReduceState, Config, OneBitAdam, Stage, compressed_allreduce};
 
@@ -26,6 +26,7 @@ struct Args {
     label: String,
     sizes_mib: Vec<usize>,
     train: bool,
+    lr: f32,
 }
 
 fn parse_args() -> BenchResult<Args> {
@@ -34,6 +35,7 @@ fn parse_args() -> BenchResult<Args> {
         label: "shm".into(),
         sizes_mib: vec![16, 64],
         train: true,
+        lr: TRAIN_LR,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -55,6 +57,12 @@ fn parse_args() -> BenchResult<Args> {
                     .collect::<BenchResult<_>>()?;
             }
             "--skip-train" => a.train = false,
+            "--lr" => {
+                a.lr = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .ok_or("--lr needs a number")?;
+            }
             other => return Err(format!("unknown argument `{other}`")),
         }
     }
@@ -62,7 +70,10 @@ fn parse_args() -> BenchResult<Args> {
 }
 
 /// The slowest rank's time of `f` (seconds), all ranks starting together.
-fn timed(comm: &mut MpiComm, f: &mut dyn FnMut(&mut MpiComm) -> BenchResult<()>) -> BenchResult<f64> {
+fn timed(
+    comm: &mut MpiComm,
+    f: &mut dyn FnMut(&mut MpiComm) -> BenchResult<()>,
+) -> BenchResult<f64> {
     comm.barrier().map_err(|e| e.to_string())?;
     let t = Instant::now();
     f(comm)?;
@@ -76,7 +87,8 @@ fn slowest(comm: &mut MpiComm, vals: &mut [f64]) -> BenchResult<()> {
     let p = comm.size();
     let mine: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
     let mut all = vec![0u8; p * mine.len()];
-    comm.all_gather(&mine, &mut all).map_err(|e| e.to_string())?;
+    comm.all_gather(&mine, &mut all)
+        .map_err(|e| e.to_string())?;
     for (k, v) in vals.iter_mut().enumerate() {
         *v = all
             .chunks_exact(mine.len())
@@ -134,7 +146,11 @@ impl Communicator for TimedComm<'_> {
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     let m = xs.len() / 2;
-    if xs.len() % 2 == 1 { xs[m] } else { 0.5 * (xs[m - 1] + xs[m]) }
+    if xs.len() % 2 == 1 {
+        xs[m]
+    } else {
+        0.5 * (xs[m - 1] + xs[m])
+    }
 }
 
 /// Deterministic gradient-like data: rank- and step-dependent.
@@ -169,7 +185,9 @@ fn bench_allreduce(comm: &mut MpiComm, args: &Args) -> BenchResult<()> {
     let (p, me) = (comm.size(), comm.rank());
     if me == 0 {
         println!();
-        println!("| transport | P | size | algorithm | median ms/call | min ms | compute ms (slowest rank) | bytes sent/rank/call | speed-up vs MPI_Allreduce |");
+        println!(
+            "| transport | P | size | algorithm | median ms/call | min ms | compute ms (slowest rank) | bytes sent/rank/call | speed-up vs MPI_Allreduce |"
+        );
         println!("|---|---|---|---|---|---|---|---|---|");
     }
     for &mib in &args.sizes_mib {
@@ -187,11 +205,16 @@ fn bench_allreduce(comm: &mut MpiComm, args: &Args) -> BenchResult<()> {
                 let dt = timed(comm, &mut |c| {
                     let before = c.stats();
                     match algo {
-                        Algo::Native => c.all_reduce_sum_native(&mut buf).map_err(|e| e.to_string())?,
+                        Algo::Native => c
+                            .all_reduce_sum_native(&mut buf)
+                            .map_err(|e| e.to_string())?,
                         Algo::RankOrder => c.all_reduce_sum(&mut buf).map_err(|e| e.to_string())?,
                         Algo::Compressed => {
                             let t = Instant::now();
-                            let mut timed = TimedComm { inner: c, in_collectives: 0.0 };
+                            let mut timed = TimedComm {
+                                inner: c,
+                                in_collectives: 0.0,
+                            };
                             compressed_allreduce(&mut timed, &mut buf, &mut state)
                                 .map_err(|e| e.to_string())?;
                             own_compute = t.elapsed().as_secs_f64() - timed.in_collectives;
@@ -239,6 +262,7 @@ const TRAIN_SAMPLES_PER_RANK: usize = 4096;
 const TRAIN_ACTIVE: usize = 16;
 const TRAIN_STEPS: u64 = 60;
 const TRAIN_FREEZE: u64 = 12;
+const TRAIN_LR: f32 = 0.001;
 
 /// 1-bit Adam (freeze after 20 % of the steps) against Adam with a full
 /// all-reduce of the gradient (the same optimizer never leaving warm-up),
@@ -269,9 +293,12 @@ fn bench_training(comm: &mut MpiComm, args: &Args) -> BenchResult<()> {
         println!("|---|---|---|---|---|---|---|---|---|---|");
     }
     let (mut baseline_s, mut onebit_s) = (f64::NAN, f64::NAN);
-    for (name, freeze) in [("Adam, f32 all-reduce", TRAIN_STEPS), ("1-bit Adam", TRAIN_FREEZE)] {
+    for (name, freeze) in [
+        ("Adam, f32 all-reduce", TRAIN_STEPS),
+        ("1-bit Adam", TRAIN_FREEZE),
+    ] {
         let config = Config {
-            lr: 0.01,
+            lr: args.lr,
             freeze_step: freeze,
             ..Config::default()
         };
@@ -304,7 +331,10 @@ fn bench_training(comm: &mut MpiComm, args: &Args) -> BenchResult<()> {
         }
         let bytes = comm.stats().since(&before).bytes_sent;
         let mean = |xs: &[(f64, f64)], wire: bool| {
-            xs.iter().map(|&(t, w)| if wire { w } else { t }).sum::<f64>() / xs.len().max(1) as f64
+            xs.iter()
+                .map(|&(t, w)| if wire { w } else { t })
+                .sum::<f64>()
+                / xs.len().max(1) as f64
         };
         let mut times = [
             start.elapsed().as_secs_f64(),
@@ -321,10 +351,14 @@ fn bench_training(comm: &mut MpiComm, args: &Args) -> BenchResult<()> {
         }
         let mut train_loss = 0.0f64;
         for shard in 0..p {
-            let l = problem.shard_loss_grad(shard, &params, &mut grad).ok_or("no shard")?;
+            let l = problem
+                .shard_loss_grad(shard, &params, &mut grad)
+                .ok_or("no shard")?;
             train_loss += f64::from(l) / p as f64;
         }
-        let held_out = problem.shard_loss_grad(p, &params, &mut grad).ok_or("no shard")?;
+        let held_out = problem
+            .shard_loss_grad(p, &params, &mut grad)
+            .ok_or("no shard")?;
         if me == 0 {
             let onebit_ms = if onebit.is_empty() {
                 "–".to_string()

@@ -99,7 +99,12 @@ fn collectives(comm: &mut MpiComm) -> Result<(), String> {
         comm.all_reduce_sum_native(&mut native)
             .map_err(|e| e.to_string())?;
         let scale: f32 = (0..p)
-            .map(|r| floats(seed, r, n).iter().map(|x| x.abs()).fold(0.0, f32::max))
+            .map(|r| {
+                floats(seed, r, n)
+                    .iter()
+                    .map(|x| x.abs())
+                    .fold(0.0, f32::max)
+            })
             .sum();
         let worst = native
             .iter()
@@ -144,6 +149,9 @@ fn collectives(comm: &mut MpiComm) -> Result<(), String> {
     error_parity(comm)
 }
 
+/// One error scenario, run on every rank of a group.
+type Scenario<'a> = dyn Fn(&mut dyn Communicator) -> Result<(), CommError> + Sync + 'a;
+
 /// Bad arguments and disagreements: the same error as `LocalComm` on every
 /// rank, and the communicator still works afterwards.
 fn error_parity(comm: &mut MpiComm) -> Result<(), String> {
@@ -168,7 +176,7 @@ fn error_parity(comm: &mut MpiComm) -> Result<(), String> {
             c.all_gather(&[], &mut [])
         }
     };
-    let scenarios: [(&str, &(dyn Fn(&mut dyn Communicator) -> Result<(), CommError> + Sync)); 3] = [
+    let scenarios: [(&str, &Scenario<'_>); 3] = [
         ("short recv", &scenario_bad_recv),
         ("length", &scenario_len),
         ("collective", &scenario_op),
@@ -194,7 +202,10 @@ fn error_parity(comm: &mut MpiComm) -> Result<(), String> {
 fn compressed(comm: &mut MpiComm) -> Result<(), String> {
     const CALLS: usize = 3;
     let (p, me) = (comm.size(), comm.rank());
-    for (case, n) in [1, 7, 8 * p - 1, 8 * p + 1, 100_003].into_iter().enumerate() {
+    for (case, n) in [1, 7, 8 * p - 1, 8 * p + 1, 100_003]
+        .into_iter()
+        .enumerate()
+    {
         let input = |rank: usize, call: usize| -> Vec<f32> {
             floats(7000 + 10 * case as u64 + call as u64, rank, n)
         };
@@ -236,7 +247,8 @@ fn compressed(comm: &mut MpiComm) -> Result<(), String> {
             format!("compressed_allreduce n={n}: bytes {bytes:?} != LocalComm {want_bytes:?}")
         })?;
         check(
-            state.worker_error() == sim_state.worker[me] && state.server_error() == sim_state.server[me],
+            state.worker_error() == sim_state.worker[me]
+                && state.server_error() == sim_state.server[me],
             || format!("compressed_allreduce n={n}: error buffers differ from the reference"),
         )?;
     }
@@ -244,7 +256,7 @@ fn compressed(comm: &mut MpiComm) -> Result<(), String> {
 }
 
 /// 1-bit Adam on the shared logistic-regression problem (one shard per
-/// rank, freeze after 25 % of the steps): the run over MPI ends in the same
+/// rank, mini-batches of 128, freeze after 25 % of the steps): the run over MPI ends in the same
 /// parameters, bit for bit, and the same bytes as the run over `LocalComm`.
 fn training(comm: &mut MpiComm) -> Result<(), String> {
     const STEPS: u64 = 40;
@@ -258,7 +270,7 @@ fn training(comm: &mut MpiComm) -> Result<(), String> {
     let train = |c: &mut dyn Communicator| -> Result<(Vec<f32>, u64), onebit_adam::OneBitError> {
         let mut opt = OneBitAdam::new(problem.params(), config)?;
         let mut params = vec![0.0f32; problem.params()];
-        let reports = run_steps(c, &problem, &mut opt, &mut params, STEPS)?;
+        let reports = run_steps(c, &problem, &mut opt, &mut params, STEPS, Some(128))?;
         let bytes = reports.iter().map(|r| r.bytes.bytes_sent).sum();
         Ok((params, bytes))
     };
@@ -304,7 +316,11 @@ fn mismatch(comm: &mut MpiComm) -> ExitCode {
         }
         Ok(()) => println!("mpi_check rank {me}/{p}: mismatch NOT detected (all_reduce_sum)"),
     }
-    if detected == 2 { ExitCode::from(3) } else { ExitCode::SUCCESS }
+    if detected == 2 {
+        ExitCode::from(3)
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 fn main() -> ExitCode {

@@ -168,7 +168,12 @@ impl AllReduceState {
     }
 
     /// Bind the state to `(n, p, rank)` (fresh) or check that it is bound to it.
-    pub(crate) fn bind(&mut self, len: usize, ranks: usize, rank: usize) -> Result<(), OneBitError> {
+    pub(crate) fn bind(
+        &mut self,
+        len: usize,
+        ranks: usize,
+        rank: usize,
+    ) -> Result<(), OneBitError> {
         self.check(len, ranks, rank)?;
         let want = Shape { len, ranks, rank };
         match self.shape {
@@ -320,7 +325,11 @@ pub(crate) fn reduce_bound(
 
     // 2. All-to-all of sign chunks, each followed by α_r.
     s.send.resize(p * unit, 0);
-    for (dst, src) in s.send.chunks_exact_mut(unit).zip(s.signs.chunks_exact(cb.max(1))) {
+    for (dst, src) in s
+        .send
+        .chunks_exact_mut(unit)
+        .zip(s.signs.chunks_exact(cb.max(1)))
+    {
         dst[..cb].copy_from_slice(&src[..cb]);
         dst[cb..].copy_from_slice(&alpha.to_le_bytes());
     }

@@ -17,5 +17,5 @@ pub use allreduce::{
     padded_len,
 };
 pub use error::{OneBitError, StateError};
-pub use optimizer::{Config, GroupSpec, OneBitAdam, Policy, Stage, StepReport, Variant};
 pub use onebit_codec::ScaleKind;
+pub use optimizer::{Config, GroupSpec, OneBitAdam, Policy, Stage, StepReport, Variant};

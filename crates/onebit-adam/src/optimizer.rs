@@ -28,9 +28,9 @@ use comm_traits::{CommStats, Communicator};
 use num_traits::Float;
 use onebit_codec::{Compressor, CompressorConfig, ErrorFeedback, ScaleKind};
 
+use crate::OneBitError;
 use crate::allreduce::{self, AllReduceState, ErrorNorms};
 use crate::header::{self, Op};
-use crate::OneBitError;
 
 /// How a parameter group communicates after the freeze.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -217,7 +217,8 @@ pub(crate) struct GroupState {
     pub(crate) v_updates: u64,
     /// Momentum variant: worker/server errors.
     pub(crate) allreduce: AllReduceState,
-    /// Seed variant: decayed gradient compressor.
+    /// Seed variant: decayed gradient compressor over the live coordinates
+    /// (created at the first 1-bit step).
     pub(crate) seed: Option<Compressor>,
 }
 
@@ -244,6 +245,8 @@ pub struct OneBitAdam {
     scratch: Vec<f32>,
     scratch_bits: Vec<u8>,
     scratch_gather: Vec<u8>,
+    scratch_live: Vec<usize>,
+    scratch_packed: Vec<f32>,
 }
 
 impl OneBitAdam {
@@ -270,26 +273,12 @@ impl OneBitAdam {
                     return Err(OneBitError::Config("group weight_decay"));
                 }
             }
-            let seed = match (spec.policy, config.variant) {
-                (Policy::OneBit, Variant::DecayedGradient { beta, scale }) => Some(
-                    Compressor::with_config(
-                        spec.len,
-                        CompressorConfig {
-                            feedback: ErrorFeedback::Decayed { beta },
-                            scale,
-                            chunk: None,
-                        },
-                    )
-                    .map_err(|_| OneBitError::Config("variant beta"))?,
-                ),
-                _ => None,
-            };
             states.push(GroupState {
                 spec,
                 range: start..start + spec.len,
                 v_updates: 0,
                 allreduce: AllReduceState::new(),
-                seed,
+                seed: None,
             });
             start += spec.len;
         }
@@ -308,6 +297,8 @@ impl OneBitAdam {
             scratch: Vec::new(),
             scratch_bits: Vec::new(),
             scratch_gather: Vec::new(),
+            scratch_live: Vec::new(),
+            scratch_packed: Vec::new(),
         })
     }
 
@@ -506,7 +497,11 @@ impl OneBitAdam {
             None => self.scratch.extend(self.grad_sum.iter().map(|s| s / inv)),
         }
         onebit_codec::check_finite(&self.scratch).map_err(|_| OneBitError::NonFinite {
-            index: self.scratch.iter().position(|g| !g.is_finite()).unwrap_or(0),
+            index: self
+                .scratch
+                .iter()
+                .position(|g| !g.is_finite())
+                .unwrap_or(0),
         })
     }
 
@@ -518,7 +513,14 @@ impl OneBitAdam {
     ) -> Result<StepReport, OneBitError> {
         let before = comm.stats();
         let local = self.prepare(comm, params, extra);
-        header::exchange(comm, Op::OptimizerStep, self.len, self.step, self.layout(), local)?;
+        header::exchange(
+            comm,
+            Op::OptimizerStep,
+            self.len,
+            self.step,
+            self.layout(),
+            local,
+        )?;
         // Agreed: from here on every rank runs the same collectives.
         self.bound = Some((comm.rank(), comm.size()));
         self.grad_sum.fill(0.0);
@@ -585,7 +587,14 @@ impl OneBitAdam {
     }
 
     /// 1-bit stage of one group: compressed momentum (or the seed variant's
-    /// compressed gradient), then the zero mask.
+    /// compressed gradient) over the group's **live** coordinates only.
+    ///
+    /// Coordinates whose mean gradient was exactly 0 at every warm-up step
+    /// are left out of the compressed buffer (the mask is the same on every
+    /// rank, computed from the all-reduced warm-up gradients) and keep `m = 0`.
+    /// Leaving them in would not do: 1 bit cannot say 0, so each would get
+    /// `±α` every step, and their error-feedback residue (`|e| ≈ α`) would
+    /// inflate the RMS scale of the whole buffer.
     fn one_bit_group(
         &mut self,
         comm: &mut dyn Communicator,
@@ -595,79 +604,73 @@ impl OneBitAdam {
         let b1 = self.config.beta1;
         let range = self.groups[gi].range.clone();
         let (p, rank) = (comm.size(), comm.rank());
-        match self.config.variant {
+        let mut live = core::mem::take(&mut self.scratch_live);
+        live.clear();
+        live.extend(
+            self.zero[range.clone()]
+                .iter()
+                .enumerate()
+                .filter(|(_, z)| !**z)
+                .map(|(i, _)| i),
+        );
+        let mut packed = core::mem::take(&mut self.scratch_packed);
+        packed.clear();
+        let m = &mut self.m[range];
+        let result = match self.config.variant {
             Variant::Momentum => {
-                let m = &mut self.m[range.clone()];
-                for (m, g) in m.iter_mut().zip(g.iter()) {
-                    *m = b1 * *m + (1.0 - b1) * *g;
-                }
+                packed.extend(live.iter().map(|&i| b1 * m[i] + (1.0 - b1) * g[i]));
                 let state = &mut self.groups[gi].allreduce;
-                state.bind(m.len(), p, rank)?;
-                if !m.is_empty() {
-                    allreduce::reduce_bound(comm, m, state)?;
-                }
+                state.bind(packed.len(), p, rank)?;
+                let r = if packed.is_empty() {
+                    Ok((0.0, 0.0))
+                } else {
+                    allreduce::reduce_bound(comm, &mut packed, state)
+                };
                 state.calls += 1;
+                r.map(|_| {
+                    for (&i, &v) in live.iter().zip(&packed) {
+                        m[i] = v;
+                    }
+                })
             }
-            Variant::DecayedGradient { .. } => {
-                self.gather_mean(comm, gi, g)?;
-                let m = &mut self.m[range.clone()];
-                for (m, g) in m.iter_mut().zip(g.iter()) {
-                    *m = b1 * *m + (1.0 - b1) * *g;
+            Variant::DecayedGradient { beta, scale } => {
+                packed.extend(live.iter().map(|&i| g[i]));
+                let group = &mut self.groups[gi];
+                if group.seed.is_none() {
+                    let c = Compressor::with_config(
+                        packed.len(),
+                        CompressorConfig {
+                            feedback: ErrorFeedback::Decayed { beta },
+                            scale,
+                            chunk: None,
+                        },
+                    )
+                    .map_err(|_| OneBitError::Config("variant beta"))?;
+                    group.seed = Some(c);
+                }
+                match group.seed.as_mut() {
+                    Some(c) if c.len() == packed.len() => gather_mean(
+                        comm,
+                        c,
+                        &mut packed,
+                        &mut self.scratch_bits,
+                        &mut self.scratch_gather,
+                    )
+                    .map(|()| {
+                        for (&i, &v) in live.iter().zip(&packed) {
+                            m[i] = b1 * m[i] + (1.0 - b1) * v;
+                        }
+                    }),
+                    _ => Err(OneBitError::StateShape {
+                        expected: group.seed.as_ref().map_or(0, Compressor::len) as u64,
+                        found: packed.len() as u64,
+                    }),
                 }
             }
-        }
-        for (m, &z) in self.m[range.clone()].iter_mut().zip(&self.zero[range]) {
-            if z {
-                *m = 0.0;
-            }
-        }
-        Ok(())
-    }
-
-    /// Seed variant: compress `g` with decayed error feedback, all-gather
-    /// `[signs | scale]`, and replace `g` by the rank-order mean of the
-    /// decoded gradients `Σ_i (α_i/P)·σ_i`.
-    fn gather_mean(
-        &mut self,
-        comm: &mut dyn Communicator,
-        gi: usize,
-        g: &mut [f32],
-    ) -> Result<(), OneBitError> {
-        let p = comm.size();
-        let Some(c) = self.groups[gi].seed.as_mut() else {
-            return Err(OneBitError::Config("seed variant compressor missing"));
         };
-        let bytes = onebit_codec::packed_len(g.len());
-        let unit = bytes + 4;
-        self.scratch_bits.clear();
-        self.scratch_bits.resize(unit, 0);
-        // An overflow is sent as a NaN scale so every rank fails together.
-        let result = c.compress_into(g, &mut self.scratch_bits[..bytes]);
-        let alpha = *result.as_ref().unwrap_or(&f32::NAN);
-        self.scratch_bits[bytes..].copy_from_slice(&alpha.to_le_bytes());
-        self.scratch_gather.clear();
-        self.scratch_gather.resize(p * unit, 0);
-        comm.all_gather(&self.scratch_bits, &mut self.scratch_gather)?;
-        if let Err(onebit_codec::CodecError::NonFinite { index }) = result {
-            return Err(OneBitError::NonFinite { index });
-        }
-        let pf = p as f32;
-        let mut scales = Vec::with_capacity(p);
-        for (i, piece) in self.scratch_gather.chunks_exact(unit).enumerate() {
-            let mut w = [0u8; 4];
-            w.copy_from_slice(&piece[bytes..]);
-            let a = f32::from_le_bytes(w);
-            if !a.is_finite() {
-                return Err(OneBitError::RemoteInput { rank: i });
-            }
-            scales.push(a / pf);
-        }
-        g.fill(0.0);
-        for (piece, &a) in self.scratch_gather.chunks_exact(unit).zip(&scales) {
-            onebit_codec::unpack_add(&piece[..bytes], a, g)
-                .map_err(|_| OneBitError::Config("internal buffer size"))?;
-        }
-        Ok(())
+        self.scratch_live = live;
+        self.scratch_packed = packed;
+        result
     }
 
     /// `x ← x − lr·(m̂/(√v̂+ε) + λ·x)` for one group at step `t`.
@@ -699,4 +702,48 @@ impl OneBitAdam {
 
 fn clamp_i32(t: u64) -> i32 {
     i32::try_from(t).unwrap_or(i32::MAX)
+}
+
+/// Seed variant: compress `g` with decayed error feedback, all-gather
+/// `[signs | scale]`, and replace `g` by the rank-order mean of the
+/// decoded gradients `Σ_i (α_i/P)·σ_i`.
+fn gather_mean(
+    comm: &mut dyn Communicator,
+    c: &mut Compressor,
+    g: &mut [f32],
+    send: &mut Vec<u8>,
+    recv: &mut Vec<u8>,
+) -> Result<(), OneBitError> {
+    let p = comm.size();
+    let bytes = onebit_codec::packed_len(g.len());
+    let unit = bytes + 4;
+    send.clear();
+    send.resize(unit, 0);
+    // An overflow is sent as a NaN scale so every rank fails together.
+    let result = c.compress_into(g, &mut send[..bytes]);
+    let alpha = *result.as_ref().unwrap_or(&f32::NAN);
+    send[bytes..].copy_from_slice(&alpha.to_le_bytes());
+    recv.clear();
+    recv.resize(p * unit, 0);
+    comm.all_gather(send, recv)?;
+    if let Err(onebit_codec::CodecError::NonFinite { index }) = result {
+        return Err(OneBitError::NonFinite { index });
+    }
+    let pf = p as f32;
+    let mut scales = Vec::with_capacity(p);
+    for (i, piece) in recv.chunks_exact(unit).enumerate() {
+        let mut w = [0u8; 4];
+        w.copy_from_slice(&piece[bytes..]);
+        let a = f32::from_le_bytes(w);
+        if !a.is_finite() {
+            return Err(OneBitError::RemoteInput { rank: i });
+        }
+        scales.push(a / pf);
+    }
+    g.fill(0.0);
+    for (piece, &a) in recv.chunks_exact(unit).zip(&scales) {
+        onebit_codec::unpack_add(&piece[..bytes], a, g)
+            .map_err(|_| OneBitError::Config("internal buffer size"))?;
+    }
+    Ok(())
 }

@@ -45,6 +45,10 @@ fn signed(v: f32, alpha: f32) -> f32 {
 /// # Panics
 /// If the buffers or the state do not have the shapes described above (a
 /// test-support function: shapes are the caller's contract).
+#[allow(
+    clippy::needless_range_loop,
+    reason = "index loops read like the SPEC's formulas; this is the slow reference"
+)]
 pub fn simulate_allreduce(bufs: &mut [Vec<f32>], state: &mut ReferenceState) {
     let p = bufs.len();
     assert!(p >= 1 && state.worker.len() == p && state.server.len() == p);

@@ -8,8 +8,10 @@
 //! len u64 | groups u32 | step u64 | compressed_steps u64 | grad_count u32
 //! per group: len u64 | policy u8 | v_updates u64
 //!            | kind u8 (0 none, 1 all-reduce, 2 seed)
-//!            | kind 1: calls u64 | N u64 | e_w f32×N | M u64 | e_s f32×M
+//!            | kind 1: calls u64 | L u64 | N u64 | e_w f32×N | M u64 | e_s f32×M
 //!            | kind 2: L u64 | e f32×L
+//! (L = live, i.e. compressed, coordinates of the group; N = L padded to 8P,
+//! M = N/P)
 //! m f32×len | v f32×len | zero mask ⌈len/8⌉ bytes (Msb0) | grad_sum f32×len
 //! crc32 u32 over everything before it
 //! ```
@@ -18,8 +20,10 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::allreduce::Shape;
-use crate::optimizer::{OneBitAdam, Policy};
+use onebit_codec::{Compressor, CompressorConfig, ErrorFeedback};
+
 use crate::StateError;
+use crate::optimizer::{OneBitAdam, Policy, Variant};
 
 const MAGIC: [u8; 4] = *b"1BAS";
 const VERSION: u32 = 1;
@@ -136,9 +140,10 @@ impl OneBitAdam {
                 let _ = c.error_into(&mut e);
                 w.u64(e.len() as u64);
                 w.floats(&e);
-            } else if g.allreduce.shape.is_some() {
+            } else if let Some(shape) = g.allreduce.shape {
                 w.u8(1);
                 w.u64(g.allreduce.calls);
+                w.u64(shape.len as u64);
                 let we = g.allreduce.worker_error();
                 let se = g.allreduce.server_error();
                 w.u64(we.len() as u64);
@@ -214,27 +219,48 @@ impl OneBitAdam {
                 return Err(StateError::Shape("group policy"));
             }
             g.v_updates = r.u64()?;
-            match (r.u8()?, g.seed.as_mut()) {
-                (0, None) => g.allreduce = Default::default(),
-                (1, None) => {
+            g.seed = None;
+            g.allreduce = Default::default();
+            match r.u8()? {
+                0 => {}
+                1 => {
                     let (rank, size) = next.bound.ok_or(StateError::Shape("rank"))?;
+                    let calls = r.u64()?;
+                    let len = usize::try_from(r.u64()?)
+                        .ok()
+                        .filter(|&l| l <= g.spec.len)
+                        .ok_or(StateError::Shape("compressed length"))?;
                     let shape = Shape {
-                        len: g.spec.len,
+                        len,
                         ranks: size,
                         rank,
                     };
-                    let calls = r.u64()?;
                     let we = r.floats_exact(shape.padded(), "worker error length")?;
                     let se = r.floats_exact(shape.server_len(), "server error length")?;
                     g.allreduce
                         .restore(shape, calls, &we, &se)
                         .map_err(|_| StateError::NonFinite)?;
                 }
-                (2, Some(c)) => {
-                    let e = r.floats_exact(g.spec.len, "seed error length")?;
+                2 => {
+                    let Variant::DecayedGradient { beta, scale } = self.config.variant else {
+                        return Err(StateError::Shape("variant"));
+                    };
+                    let len = r.u64()?;
+                    if len > g.spec.len as u64 {
+                        return Err(StateError::Shape("compressed length"));
+                    }
+                    let e = r.floats(len)?;
+                    let config = CompressorConfig {
+                        feedback: ErrorFeedback::Decayed { beta },
+                        scale,
+                        chunk: None,
+                    };
+                    let mut c = Compressor::with_config(e.len(), config)
+                        .map_err(|_| StateError::Shape("variant"))?;
                     c.set_error(&e).map_err(|_| StateError::NonFinite)?;
+                    g.seed = Some(c);
                 }
-                _ => return Err(StateError::Shape("variant")),
+                _ => return Err(StateError::Shape("error buffer kind")),
             }
         }
         next.m = r.floats(self.len as u64)?;

@@ -3,9 +3,9 @@
 //! sparse logistic regression on a generated data set, one shard per rank.
 //!
 //! Data: `samples_per_rank` samples per rank, each with `active` distinct
-//! binary features out of `features`, drawn with a skew towards low indices
-//! (like hashed recommender features; some features never occur, so their
-//! gradient is exactly zero — the case 1-bit Adam's zero detection is for).
+//! features drawn uniformly from the first `features − features/16` (the last
+//! sixteenth never occurs, so its gradient is exactly zero — the case 1-bit
+//! Adam's zero detection is for), with values roughly `N(0, 1)`.
 //! Labels are Bernoulli draws from a teacher model, so the best loss is well
 //! above 0. Everything comes from a SplitMix64 stream seeded by `seed`, and
 //! all arithmetic is fixed-order `f32`/`f64` with libm's `exp`/`ln`, so the
@@ -35,6 +35,10 @@ impl SplitMix64 {
     fn unit(&mut self) -> f64 {
         (self.next() >> 11) as f64 / (1u64 << 53) as f64
     }
+    /// Roughly `N(0, 1)`: centred Irwin–Hall sum of 4 uniforms, scaled by √3.
+    fn normal(&mut self) -> f32 {
+        (((0..4).map(|_| self.unit()).sum::<f64>() - 2.0) * 1.732_050_8) as f32
+    }
 }
 
 /// One rank's samples.
@@ -42,11 +46,13 @@ impl SplitMix64 {
 struct Shard {
     /// `active` feature indices per sample.
     index: Vec<u32>,
+    /// Their values.
+    value: Vec<f32>,
     /// Labels in {0, 1}.
     label: Vec<f32>,
 }
 
-/// Sparse binary logistic regression; parameters are `features` weights
+/// Sparse logistic regression; parameters are `features` weights
 /// followed by one bias.
 #[derive(Debug, Clone)]
 pub struct LogisticProblem {
@@ -75,35 +81,43 @@ impl LogisticProblem {
         seed: u64,
     ) -> Self {
         let features = features.max(1);
-        let active = active.clamp(1, features);
+        let live = (features - features / 16).max(1);
+        let active = active.clamp(1, live);
         let mut rng = SplitMix64(seed);
-        // Teacher: weights roughly N(0, 1) (Irwin–Hall of 4), bias −0.2.
-        let teacher: Vec<f32> = (0..features)
-            .map(|_| ((0..4).map(|_| rng.unit()).sum::<f64>() - 2.0) as f32 * 1.7)
-            .collect();
+        let teacher: Vec<f32> = (0..features).map(|_| 1.5 * rng.normal()).collect();
         let scale = 1.0 / Float::sqrt(active as f32);
         let shards = (0..ranks)
             .map(|_| {
                 let mut index = Vec::with_capacity(samples_per_rank * active);
+                let mut value = Vec::with_capacity(samples_per_rank * active);
                 let mut label = Vec::with_capacity(samples_per_rank);
                 for _ in 0..samples_per_rank {
                     let start = index.len();
                     while index.len() - start < active {
-                        let u = rng.unit();
-                        let f = ((u * u) * features as f64) as u32;
+                        let f = (rng.unit() * live as f64) as u32;
                         if !index[start..].contains(&f) {
                             index.push(f);
+                            value.push(rng.normal());
                         }
                     }
                     let z: f32 = index[start..]
                         .iter()
-                        .map(|&f| teacher[f as usize])
+                        .zip(&value[start..])
+                        .map(|(&f, &x)| teacher[f as usize] * x)
                         .sum::<f32>()
                         * scale
                         - 0.2;
-                    label.push(if (rng.unit() as f32) < sigmoid(z) { 1.0 } else { 0.0 });
+                    label.push(if (rng.unit() as f32) < sigmoid(z) {
+                        1.0
+                    } else {
+                        0.0
+                    });
                 }
-                Shard { index, label }
+                Shard {
+                    index,
+                    value,
+                    label,
+                }
             })
             .collect();
         Self {
@@ -123,27 +137,54 @@ impl LogisticProblem {
         self.shards.len()
     }
 
-    fn logit(&self, sample: &[u32], params: &[f32]) -> f32 {
-        sample.iter().map(|&f| params[f as usize]).sum::<f32>() + params[self.features]
+    fn logit(&self, sample: &[u32], values: &[f32], params: &[f32]) -> f32 {
+        sample
+            .iter()
+            .zip(values)
+            .map(|(&f, &x)| params[f as usize] * x)
+            .sum::<f32>()
+            + params[self.features]
     }
 
     /// Mean loss of shard `rank` at `params`, and its gradient written to
     /// `grad` (`params()` elements). Returns `None` for an unknown rank or
     /// wrong lengths.
     pub fn shard_loss_grad(&self, rank: usize, params: &[f32], grad: &mut [f32]) -> Option<f32> {
+        let all = self.shards.get(rank)?.label.len();
+        self.batch_loss_grad(rank, 0..all, params, grad)
+    }
+
+    /// Like [`Self::shard_loss_grad`] on the samples `batch` of shard `rank`
+    /// (a mini-batch). `None` also when `batch` is out of range.
+    pub fn batch_loss_grad(
+        &self,
+        rank: usize,
+        batch: core::ops::Range<usize>,
+        params: &[f32],
+        grad: &mut [f32],
+    ) -> Option<f32> {
         let shard = self.shards.get(rank)?;
-        if params.len() != self.params() || grad.len() != self.params() {
+        if params.len() != self.params()
+            || grad.len() != self.params()
+            || batch.end > shard.label.len()
+            || batch.start > batch.end
+        {
             return None;
         }
         grad.fill(0.0);
-        let n = shard.label.len().max(1) as f32;
+        let n = batch.len().max(1) as f32;
         let mut loss = 0.0f32;
-        for (sample, &y) in shard.index.chunks_exact(self.active).zip(&shard.label) {
-            let z = self.logit(sample, params);
+        let a = self.active;
+        for ((sample, values), &y) in shard.index[batch.start * a..batch.end * a]
+            .chunks_exact(a)
+            .zip(shard.value[batch.start * a..batch.end * a].chunks_exact(a))
+            .zip(&shard.label[batch.clone()])
+        {
+            let z = self.logit(sample, values, params);
             loss += bce(z, y);
             let d = (sigmoid(z) - y) / n;
-            for &f in sample {
-                grad[f as usize] += d;
+            for (&f, &x) in sample.iter().zip(values) {
+                grad[f as usize] += d * x;
             }
             grad[self.features] += d;
         }
@@ -155,8 +196,13 @@ impl LogisticProblem {
         let mut sum = 0.0f64;
         let mut count = 0usize;
         for shard in &self.shards {
-            for (sample, &y) in shard.index.chunks_exact(self.active).zip(&shard.label) {
-                sum += f64::from(bce(self.logit(sample, params), y));
+            for ((sample, values), &y) in shard
+                .index
+                .chunks_exact(self.active)
+                .zip(shard.value.chunks_exact(self.active))
+                .zip(&shard.label)
+            {
+                sum += f64::from(bce(self.logit(sample, values, params), y));
                 count += 1;
             }
         }
@@ -164,8 +210,10 @@ impl LogisticProblem {
     }
 }
 
-/// Run `steps` full-batch steps of `opt` on this rank's shard of `problem`,
-/// starting from `params`; returns one report per step.
+/// Run `steps` steps of `opt` on this rank's shard of `problem`, starting
+/// from `params`; returns one report per step. With `batch = Some(b)` step
+/// `t` (counted by `opt.steps()`) uses the `b` samples starting at
+/// `(t·b) mod (shard − b + 1)`: deterministic mini-batches; `None` is full batch.
 ///
 /// # Errors
 /// [`OneBitError::Length`] if `params` does not fit the problem or the
@@ -177,7 +225,9 @@ pub fn run_steps(
     opt: &mut OneBitAdam,
     params: &mut [f32],
     steps: u64,
+    batch: Option<usize>,
 ) -> Result<Vec<StepReport>, OneBitError> {
+    let shard = problem.shards.get(comm.rank()).map_or(0, |s| s.label.len());
     if params.len() != problem.params() {
         return Err(OneBitError::Length {
             expected: problem.params(),
@@ -187,8 +237,15 @@ pub fn run_steps(
     let mut grad = vec![0.0f32; problem.params()];
     let mut reports = Vec::new();
     for _ in 0..steps {
+        let range = match batch {
+            Some(b) if b <= shard => {
+                let start = (opt.steps() as usize).wrapping_mul(b) % (shard - b + 1);
+                start..start + b
+            }
+            _ => 0..shard,
+        };
         problem
-            .shard_loss_grad(comm.rank(), params, &mut grad)
+            .batch_loss_grad(comm.rank(), range, params, &mut grad)
             .ok_or(OneBitError::Config("no shard for this rank"))?;
         reports.push(opt.step_with_grad(comm, params, &grad)?);
     }

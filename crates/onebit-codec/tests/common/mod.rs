@@ -4,14 +4,14 @@
 use onebit_codec::{ErrorFeedback, ScaleKind};
 
 /// Sign rule written out: bit 1 iff x is not less than zero.
-pub fn naive_bit(x: f32) -> bool {
+pub(crate) fn naive_bit(x: f32) -> bool {
     #[allow(clippy::neg_cmp_op_on_partial_ord, reason = "the rule itself")]
     let b = !(x < 0.0);
     b
 }
 
 /// Pack one bit at a time: element i → byte i / 8, bit 7 − i % 8.
-pub fn naive_pack(x: &[f32]) -> Vec<u8> {
+pub(crate) fn naive_pack(x: &[f32]) -> Vec<u8> {
     let mut out = vec![0u8; x.len().div_ceil(8)];
     for (i, &v) in x.iter().enumerate() {
         if naive_bit(v) {
@@ -22,12 +22,12 @@ pub fn naive_pack(x: &[f32]) -> Vec<u8> {
 }
 
 /// Bit i of a packed buffer.
-pub fn naive_get(bits: &[u8], i: usize) -> bool {
+pub(crate) fn naive_get(bits: &[u8], i: usize) -> bool {
     bits[i / 8] >> (7 - i % 8) & 1 == 1
 }
 
 /// The documented 8-lane f64 reduction, written as a plain loop.
-pub fn naive_lane_sum(x: &[f32], term: impl Fn(f32) -> f64) -> f64 {
+pub(crate) fn naive_lane_sum(x: &[f32], term: impl Fn(f32) -> f64) -> f64 {
     let mut lanes = [0.0f64; 8];
     for (i, &v) in x.iter().enumerate() {
         lanes[i % 8] += term(v);
@@ -36,7 +36,7 @@ pub fn naive_lane_sum(x: &[f32], term: impl Fn(f32) -> f64) -> f64 {
 }
 
 /// The documented scale formulas.
-pub fn naive_scale(kind: ScaleKind, x: &[f32]) -> f32 {
+pub(crate) fn naive_scale(kind: ScaleKind, x: &[f32]) -> f32 {
     let n = x.len() as f64;
     match kind {
         _ if x.is_empty() && kind == ScaleKind::Unit => 1.0,
@@ -49,7 +49,7 @@ pub fn naive_scale(kind: ScaleKind, x: &[f32]) -> f32 {
 }
 
 /// One error-feedback step element by element; returns (signs, scales).
-pub fn naive_step(
+pub(crate) fn naive_step(
     x: &[f32],
     e: &mut [f32],
     feedback: ErrorFeedback,
@@ -74,6 +74,6 @@ pub fn naive_step(
 }
 
 /// Bit patterns, so `-0.0 != 0.0` and comparisons are exact.
-pub fn bits_of(x: &[f32]) -> Vec<u32> {
+pub(crate) fn bits_of(x: &[f32]) -> Vec<u32> {
     x.iter().map(|v| v.to_bits()).collect()
 }

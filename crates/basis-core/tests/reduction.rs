@@ -1,0 +1,116 @@
+//! Reduction property (SPEC.md § BASIS): with an injective bucket map
+//! (B ≥ N), scalar learning rate 0 and every row in every batch, BASIS is
+//! Adam. `Shared` and `Signed` must equal [`ExactAdam`]; `OwnGradient` must
+//! equal `ExactAdam` with β1 = 0. `RowScaled` with `d = 1` (a flat profile) is
+//! row-wise AdaGrad.
+//!
+//! Tolerance: the kernels evaluate the same f32 expressions in the same order,
+//! so we expect bit equality; the assertion allows `4e-6 · max(1, |θ|)` per
+//! coordinate (a few f32 ulps at the scales involved) and the test prints the
+//! largest difference seen.
+
+mod common;
+
+use basis_core::{
+    AdagradConfig, AdamConfig, Basis, BasisConfig, DenseTable, Direction, ExactAdam, RowIndex, RowwiseAdagrad,
+    SparseOptimizer,
+};
+use common::{Identity, Rng, grads};
+use proptest::prelude::*;
+
+const TOL: f32 = 4e-6;
+
+fn run(opt: &mut dyn SparseOptimizer, n: usize, dim: usize, steps: usize, seed: u64, scale: f32) -> Vec<f32> {
+    let mut rng = Rng(seed);
+    let mut theta: Vec<f32> = (0..n * dim).map(|_| rng.normal() as f32).collect();
+    let mut order_rng = Rng(seed ^ 0xABCD);
+    for _ in 0..steps {
+        let mut ids: Vec<u64> = (0..n as u64).collect();
+        order_rng.shuffle(&mut ids);
+        let g = grads(&mut rng, n, dim, scale);
+        let mut table = DenseTable::new(&mut theta, dim).unwrap();
+        let report = opt.step(&ids, &g, &mut table).unwrap();
+        assert_eq!(report.rows_updated, n);
+    }
+    theta
+}
+
+fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs() / x.abs().max(1.0)).fold(0.0, f32::max)
+}
+
+fn basis_config(dim: usize, n: usize, direction: Direction, wd: f32) -> BasisConfig {
+    BasisConfig {
+        dim,
+        lr: 0.01,
+        weight_decay: wd,
+        direction,
+        scalar_lr: 0.0,
+        row_index: RowIndex::Dense { rows: n as u64 },
+        ..BasisConfig::default()
+    }
+}
+
+fn adam_config(dim: usize, n: usize, beta1: f32, wd: f32) -> AdamConfig {
+    AdamConfig {
+        dim,
+        lr: 0.01,
+        beta1,
+        weight_decay: wd,
+        row_index: RowIndex::Dense { rows: n as u64 },
+        ..AdamConfig::default()
+    }
+}
+
+fn check(direction: Direction, beta1: f32, n: usize, dim: usize, steps: usize, seed: u64, scale: f32, wd: f32) -> f32 {
+    let mut basis = Basis::new(basis_config(dim, n, direction, wd), Identity(n as u32)).unwrap();
+    let mut adam = ExactAdam::new(adam_config(dim, n, beta1, wd)).unwrap();
+    let a = run(&mut basis, n, dim, steps, seed, scale);
+    let b = run(&mut adam, n, dim, steps, seed, scale);
+    max_rel_diff(&a, &b)
+}
+
+#[test]
+fn shared_signed_own_gradient_reduce_to_adam_over_many_steps() {
+    for (direction, beta1) in [(Direction::Shared, 0.9), (Direction::Signed, 0.9), (Direction::OwnGradient, 0.0)] {
+        let diff = check(direction, beta1, 64, 16, 500, 7, 0.3, 0.01);
+        println!("{direction:?}: max |Δθ|/max(1,|θ|) after 500 steps = {diff:e}");
+        assert!(diff <= TOL, "{direction:?} differs from Adam by {diff}");
+    }
+}
+
+#[test]
+fn row_scaled_with_one_dimension_is_rowwise_adagrad() {
+    let (n, dim) = (32, 1);
+    let config = BasisConfig { lr: 0.05, ..basis_config(dim, n, Direction::RowScaled, 0.0) };
+    let mut basis = Basis::new(config, Identity(n as u32)).unwrap();
+    let mut adagrad = RowwiseAdagrad::new(AdagradConfig {
+        dim,
+        lr: 0.05,
+        row_index: RowIndex::Dense { rows: n as u64 },
+        ..AdagradConfig::default()
+    })
+    .unwrap();
+    let a = run(&mut basis, n, dim, 300, 11, 1.0);
+    let b = run(&mut adagrad, n, dim, 300, 11, 1.0);
+    let diff = max_rel_diff(&a, &b);
+    println!("RowScaled(d=1) vs row-wise AdaGrad: {diff:e}");
+    assert!(diff <= 1e-5, "{diff}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, .. ProptestConfig::default() })]
+    #[test]
+    fn reduction_holds_for_random_problems(
+        n in 1usize..20,
+        dim in 1usize..9,
+        steps in 1usize..40,
+        seed in any::<u64>(),
+        scale_exp in -3i32..3,
+        which in 0usize..3,
+    ) {
+        let (direction, beta1) = [(Direction::Shared, 0.9), (Direction::Signed, 0.9), (Direction::OwnGradient, 0.0)][which];
+        let diff = check(direction, beta1, n, dim, steps, seed, 10f32.powi(scale_exp), 0.0);
+        prop_assert!(diff <= TOL, "{:?}: {}", direction, diff);
+    }
+}

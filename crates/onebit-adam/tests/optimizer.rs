@@ -1,0 +1,480 @@
+//! The 1-bit Adam optimizer: training quality against full-precision Adam,
+//! bytes per stage, export/import continuation, exact-zero coordinates,
+//! groups, staged schedule, seed variant, accumulation, failures.
+
+#![allow(clippy::unwrap_used, reason = "tests: a failed unwrap is a failed test")]
+
+use basis_std::local::LocalComm;
+use comm_traits::{CommStats, Communicator, SingleRank};
+use onebit_adam::testing::{LogisticProblem, run_steps};
+use onebit_adam::{
+    Config, GroupSpec, OneBitAdam, OneBitError, ScaleKind, Stage, StateError, StepReport, Variant,
+};
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+const RANKS: usize = 4;
+const STEPS: u64 = 300;
+const FREEZE: u64 = 60; // 20 % of the run
+const BATCH: usize = 256;
+
+fn problem() -> LogisticProblem {
+    // 4095 sparse features (255 never occur) + bias = 4096 parameters,
+    // 4 × 8192 samples with 32 active features each: not separable, the
+    // loss stays well above 0.
+    LogisticProblem::generate(RANKS, 8192, 4095, 32, 7)
+}
+
+fn config() -> Config {
+    Config {
+        lr: 0.005,
+        freeze_step: FREEZE,
+        ..Config::default()
+    }
+}
+
+/// Train on `RANKS` LocalComm ranks; per rank: final params, reports, optimizer.
+fn train(
+    problem: &LogisticProblem,
+    groups: &[GroupSpec],
+    config: Config,
+    steps: u64,
+    batch: Option<usize>,
+) -> Vec<(Vec<f32>, Vec<StepReport>, OneBitAdam)> {
+    LocalComm::run(RANKS, |mut c| {
+        let mut opt = OneBitAdam::with_groups(groups, config).unwrap();
+        let mut params = vec![0.0f32; problem.params()];
+        let reports = run_steps(&mut c, problem, &mut opt, &mut params, steps, batch).unwrap();
+        (params, reports, opt)
+    })
+    .into_iter()
+    .map(|r| r.unwrap())
+    .collect()
+}
+
+fn mean_bytes(reports: &[StepReport], stage: Stage) -> f64 {
+    let sel: Vec<_> = reports.iter().filter(|r| r.stage == stage).collect();
+    sel.iter().map(|r| r.bytes.bytes_sent as f64).sum::<f64>() / sel.len() as f64
+}
+
+#[test]
+fn one_bit_adam_trains_like_adam_with_25x_fewer_bytes() {
+    let pb = problem();
+    let d = pb.params();
+    let onebit = train(&pb, &[GroupSpec::one_bit(d)], config(), STEPS, Some(BATCH));
+    let full = train(
+        &pb,
+        &[GroupSpec::full_precision(d)],
+        config(),
+        STEPS,
+        Some(BATCH),
+    );
+    // Every rank holds identical parameters.
+    for run in [&onebit, &full] {
+        for (p, _, _) in run.iter() {
+            assert_eq!(bits(p), bits(&run[0].0));
+        }
+    }
+    let start = pb.loss(&vec![0.0; d]);
+    let loss_1bit = pb.loss(&onebit[0].0);
+    let loss_adam = pb.loss(&full[0].0);
+    let rel = (loss_1bit - loss_adam).abs() / loss_adam;
+    let warm = mean_bytes(&onebit[0].1, Stage::Warmup);
+    let comp = mean_bytes(&onebit[0].1, Stage::Compressed);
+    let f32_only = CommStats::allreduce_f32_bytes(RANKS, d) as f64;
+    println!(
+        "logistic regression, {RANKS} ranks, {d} params, {STEPS} steps of batch {BATCH}/rank, freeze {FREEZE}: \
+         loss at start {start:.5}; full-precision Adam {loss_adam:.5}; 1-bit Adam {loss_1bit:.5} \
+         (rel. diff {:.3} %)",
+        rel * 100.0
+    );
+    println!(
+        "bytes/rank/step: warm-up {warm:.0}, 1-bit stage {comp:.0} ({:.1}x fewer; \
+         f32 ring all-reduce alone {f32_only:.0}, {:.1}x)",
+        warm / comp,
+        f32_only / comp
+    );
+    assert!(
+        loss_adam < 0.8 * start,
+        "Adam did not learn: {loss_adam} vs {start}"
+    );
+    assert!(
+        rel <= 0.02,
+        "1-bit Adam loss {loss_1bit} vs Adam {loss_adam}"
+    );
+    assert!(f32_only / comp >= 25.0);
+    assert!(warm / comp >= 25.0);
+    // The zero detector found the features that never occur.
+    assert!(onebit[0].2.zero_coordinates() > 0);
+}
+
+#[test]
+fn export_import_mid_run_continues_bit_identically() {
+    let pb = LogisticProblem::generate(RANKS, 64, 500, 8, 3);
+    let d = pb.params();
+    let cfg = Config {
+        lr: 0.02,
+        freeze_step: 10,
+        ..Config::default()
+    };
+    let straight = train(&pb, &[GroupSpec::one_bit(d)], cfg, 40, None);
+    let resumed: Vec<(Vec<f32>, Vec<u8>)> = LocalComm::run(RANKS, |mut c| {
+        let mut opt = OneBitAdam::new(d, cfg).unwrap();
+        let mut params = vec![0.0f32; d];
+        run_steps(&mut c, &pb, &mut opt, &mut params, 25, None).unwrap();
+        let saved = opt.export_state();
+        drop(opt);
+        let mut fresh = OneBitAdam::new(d, cfg).unwrap();
+        fresh.import_state(&saved).unwrap();
+        assert_eq!(fresh.export_state(), saved);
+        run_steps(&mut c, &pb, &mut fresh, &mut params, 15, None).unwrap();
+        (params, fresh.export_state())
+    })
+    .into_iter()
+    .map(|r| r.unwrap())
+    .collect();
+    for (r, (params, state)) in resumed.iter().enumerate() {
+        assert_eq!(bits(params), bits(&straight[r].0));
+        assert_eq!(state, &straight[r].2.export_state());
+    }
+    // Error buffers were really part of it: they are non-zero mid-run.
+    assert!(straight[0].2.error_norms()[0].worker > 0.0);
+}
+
+#[test]
+fn import_rejects_bad_records_and_changes_nothing() {
+    let mut opt = OneBitAdam::new(10, Config::default()).unwrap();
+    let mut c = SingleRank::default();
+    let mut params = vec![0.5f32; 10];
+    opt.step_with_grad(&mut c, &mut params, &[0.1; 10]).unwrap();
+    let good = opt.export_state();
+    let before = opt.export_state();
+    let mut bad_magic = good.clone();
+    bad_magic[0] ^= 1;
+    assert_eq!(opt.import_state(&bad_magic), Err(StateError::BadMagic));
+    let mut bad_version = good.clone();
+    bad_version[4] = 9;
+    assert_eq!(
+        opt.import_state(&bad_version),
+        Err(StateError::UnsupportedVersion(9))
+    );
+    let mut flipped = good.clone();
+    flipped[40] ^= 0x10;
+    assert!(matches!(
+        opt.import_state(&flipped),
+        Err(StateError::Checksum { .. })
+    ));
+    assert_eq!(opt.import_state(&good[..6]), Err(StateError::Truncated));
+    let mut other = OneBitAdam::new(11, Config::default()).unwrap();
+    assert_eq!(
+        other.import_state(&good),
+        Err(StateError::Shape("parameter count"))
+    );
+    let mut grouped =
+        OneBitAdam::with_groups(&[GroupSpec::full_precision(10)], Config::default()).unwrap();
+    assert_eq!(
+        grouped.import_state(&good),
+        Err(StateError::Shape("group policy"))
+    );
+    // Trailing bytes with a valid checksum over the longer body.
+    let mut long = good[..good.len() - 4].to_vec();
+    long.push(0);
+    let crc = crc32(&long);
+    long.extend_from_slice(&crc.to_le_bytes());
+    assert_eq!(opt.import_state(&long), Err(StateError::TrailingBytes));
+    assert_eq!(opt.export_state(), before);
+    opt.import_state(&good).unwrap();
+}
+
+/// Bitwise CRC-32 (IEEE), the slow obvious way, to forge test records.
+fn crc32(data: &[u8]) -> u32 {
+    let mut c = !0u32;
+    for &b in data {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0xedb8_8320
+            } else {
+                c >> 1
+            };
+        }
+    }
+    !c
+}
+
+/// Plain Adam (no communication), the obviously-correct slow path.
+fn plain_adam(cfg: &Config, grads: &[Vec<f32>], x0: &[f32]) -> Vec<f32> {
+    let mut x = x0.to_vec();
+    let mut m = vec![0.0f32; x.len()];
+    let mut v = vec![0.0f32; x.len()];
+    for (t, g) in grads.iter().enumerate() {
+        let t = t as i32 + 1;
+        for i in 0..x.len() {
+            m[i] = cfg.beta1 * m[i] + (1.0 - cfg.beta1) * g[i];
+            v[i] = cfg.beta2 * v[i] + (1.0 - cfg.beta2) * g[i] * g[i];
+            let (mh, vh) = if cfg.bias_correction {
+                (
+                    m[i] / (1.0 - f64::from(cfg.beta1).powi(t)) as f32,
+                    v[i] / (1.0 - f64::from(cfg.beta2).powi(t)) as f32,
+                )
+            } else {
+                (m[i], v[i])
+            };
+            let u = mh / (vh.sqrt() + cfg.eps) + cfg.weight_decay * x[i];
+            x[i] -= cfg.lr * u;
+        }
+    }
+    x
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 32, failure_persistence: None, ..Default::default() })]
+    #[test]
+    fn warmup_reduces_to_plain_adam(
+        n in 1usize..40,
+        steps in 1usize..12,
+        seed in proptest::prelude::any::<u64>(),
+        bias_correction in proptest::prelude::any::<bool>(),
+        wd in 0.0f32..0.1,
+    ) {
+        let cfg = Config { lr: 0.01, weight_decay: wd, bias_correction, freeze_step: 1000, ..Config::default() };
+        let mut s = seed;
+        let grads: Vec<Vec<f32>> = (0..steps).map(|_| (0..n).map(|_| {
+            s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            (s >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        }).collect()).collect();
+        let x0 = vec![0.25f32; n];
+        let mut x = x0.clone();
+        let mut opt = OneBitAdam::new(n, cfg).unwrap();
+        let mut c = SingleRank::default();
+        for g in &grads {
+            opt.step_with_grad(&mut c, &mut x, g).unwrap();
+        }
+        proptest::prop_assert_eq!(bits(&x), bits(&plain_adam(&cfg, &grads, &x0)));
+    }
+}
+
+#[test]
+fn non_finite_gradient_fails_on_every_rank_before_any_change() {
+    let out: Vec<_> = LocalComm::run(3, |mut c| {
+        let mut opt = OneBitAdam::new(
+            20,
+            Config {
+                freeze_step: 1,
+                ..Config::default()
+            },
+        )
+        .unwrap();
+        let mut x = vec![1.0f32; 20];
+        opt.step_with_grad(&mut c, &mut x, &[0.5; 20]).unwrap();
+        let (x_before, s_before) = (x.clone(), opt.export_state());
+        let mut g = vec![0.25f32; 20];
+        if c.rank() == 2 {
+            g[3] = f32::INFINITY;
+        }
+        let err = opt.step_with_grad(&mut c, &mut x, &g);
+        assert_eq!(bits(&x), bits(&x_before));
+        assert_eq!(opt.export_state(), s_before);
+        // Still in lockstep afterwards.
+        opt.step_with_grad(&mut c, &mut x, &[0.25; 20]).unwrap();
+        err
+    })
+    .into_iter()
+    .map(|r| r.unwrap())
+    .collect();
+    assert_eq!(out[2], Err(OneBitError::NonFinite { index: 3 }));
+    assert_eq!(out[0], Err(OneBitError::RemoteInput { rank: 2 }));
+    assert_eq!(out[1], Err(OneBitError::RemoteInput { rank: 2 }));
+    // Locally: accumulate rejects too.
+    let mut opt = OneBitAdam::new(2, Config::default()).unwrap();
+    assert_eq!(
+        opt.accumulate(&[0.0, f32::NAN]),
+        Err(OneBitError::NonFinite { index: 1 })
+    );
+    assert_eq!(
+        opt.step(&mut SingleRank::default(), &mut [0.0, 0.0]),
+        Err(OneBitError::NoGradient)
+    );
+}
+
+#[test]
+fn zero_gradient_coordinates_keep_zero_momentum() {
+    // Coordinates 0..5 never get a gradient; without detection the compressed
+    // momentum there would be ±β and the update m/(√0+ε) enormous.
+    let n = 64;
+    let grad = |r: usize, t: u64| -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                if i < 5 {
+                    0.0
+                } else {
+                    ((i * 7 + r * 3 + t as usize) % 11) as f32 * 0.1 - 0.5
+                }
+            })
+            .collect()
+    };
+    let out: Vec<(Vec<f32>, Vec<f32>, usize)> = LocalComm::run(2, |mut c| {
+        let mut opt = OneBitAdam::new(
+            n,
+            Config {
+                freeze_step: 3,
+                ..Config::default()
+            },
+        )
+        .unwrap();
+        let mut x = vec![1.0f32; n];
+        for t in 0..10 {
+            let g = grad(c.rank(), t);
+            opt.step_with_grad(&mut c, &mut x, &g).unwrap();
+        }
+        (x, opt.momentum().to_vec(), opt.zero_coordinates())
+    })
+    .into_iter()
+    .map(|r| r.unwrap())
+    .collect();
+    for (x, m, zeros) in &out {
+        assert_eq!(*zeros, 5);
+        assert!(m[..5].iter().all(|&v| v == 0.0));
+        assert!(x[..5].iter().all(|&v| v == 1.0));
+        assert!(m[5..].iter().any(|&v| v != 0.0));
+    }
+}
+
+#[test]
+fn groups_freeze_only_one_bit_variance_and_staged_schedule_resumes_it() {
+    let pb = LogisticProblem::generate(RANKS, 32, 200, 6, 11);
+    let d = pb.params();
+    let groups = [GroupSpec::one_bit(150), GroupSpec::full_precision(d - 150)];
+    let cfg = Config {
+        lr: 0.01,
+        ..Config::default()
+    }
+    .staged(30);
+    assert_eq!((cfg.freeze_step, cfg.final_full_after), (3, Some(27)));
+    let stages_and_v: Vec<(Vec<Stage>, Vec<Vec<f32>>)> = LocalComm::run(RANKS, |mut c| {
+        let mut opt = OneBitAdam::with_groups(&groups, cfg).unwrap();
+        let mut x = vec![0.0f32; d];
+        let mut stages = Vec::new();
+        let mut vs = Vec::new();
+        for _ in 0..30 {
+            let r = run_steps(&mut c, &pb, &mut opt, &mut x, 1, None).unwrap();
+            stages.push(r[0].stage);
+            vs.push(opt.variance().to_vec());
+        }
+        (stages, vs)
+    })
+    .into_iter()
+    .map(|r| r.unwrap())
+    .collect();
+    let (stages, vs) = &stages_and_v[0];
+    assert_eq!(stages[2], Stage::Warmup);
+    assert_eq!(stages[3], Stage::Compressed);
+    assert_eq!(stages[26], Stage::Compressed);
+    assert_eq!(stages[27], Stage::FinalFull);
+    // 1-bit group: v frozen from step 4 to 27; full group: v keeps moving.
+    assert_eq!(bits(&vs[3][..150]), bits(&vs[26][..150]));
+    assert_ne!(bits(&vs[26][..150]), bits(&vs[29][..150]));
+    assert_ne!(bits(&vs[3][150..]), bits(&vs[26][150..]));
+}
+
+#[test]
+fn seed_variant_trains_and_error_reset_zeroes_buffers() {
+    let pb = LogisticProblem::generate(RANKS, 64, 300, 8, 5);
+    let d = pb.params();
+    let cfg = Config {
+        lr: 0.02,
+        freeze_step: 10,
+        variant: Variant::DecayedGradient {
+            beta: 0.9,
+            scale: ScaleKind::Rms,
+        },
+        error_reset_every: Some(7),
+        ..Config::default()
+    };
+    let run = train(&pb, &[GroupSpec::one_bit(d)], cfg, 38, None); // 28 1-bit steps: reset at 28
+    for (p, _, _) in &run {
+        assert_eq!(bits(p), bits(&run[0].0));
+    }
+    let (x, reports, opt) = &run[0];
+    assert!(pb.loss(x) < 0.9 * pb.loss(&vec![0.0; d]));
+    assert_eq!(opt.error_norms()[0].worker, 0.0);
+    // Gathered 1-bit gradients of the live coordinates:
+    // (P−1)·(40 header + ⌈live/8⌉ + 4) bytes per step.
+    let live = d - opt.zero_coordinates();
+    assert!(live < d);
+    let last = reports.last().unwrap();
+    assert_eq!(last.stage, Stage::Compressed);
+    assert_eq!(
+        last.bytes.bytes_sent,
+        (RANKS as u64 - 1) * (40 + live.div_ceil(8) as u64 + 4)
+    );
+    let run2 = train(
+        &pb,
+        &[GroupSpec::one_bit(d)],
+        Config {
+            error_reset_every: None,
+            ..cfg
+        },
+        38,
+        None,
+    );
+    assert!(run2[0].2.error_norms()[0].worker > 0.0);
+}
+
+#[test]
+fn accumulation_averages_micro_batches() {
+    let cfg = Config {
+        freeze_step: 2,
+        ..Config::default()
+    };
+    let g1: Vec<f32> = (0..16).map(|i| i as f32 * 0.1 - 0.7).collect();
+    let g2: Vec<f32> = (0..16).map(|i| 0.3 - i as f32 * 0.05).collect();
+    let avg: Vec<f32> = g1
+        .iter()
+        .zip(&g2)
+        .map(|(a, b)| (0.0 + a + b) / 2.0)
+        .collect();
+    let mut c = SingleRank::default();
+    let (mut a, mut b) = (
+        OneBitAdam::new(16, cfg).unwrap(),
+        OneBitAdam::new(16, cfg).unwrap(),
+    );
+    let (mut xa, mut xb) = (vec![0.1f32; 16], vec![0.1f32; 16]);
+    for _ in 0..4 {
+        a.accumulate(&g1).unwrap();
+        a.accumulate(&g2).unwrap();
+        a.step(&mut c, &mut xa).unwrap();
+        b.step_with_grad(&mut c, &mut xb, &avg).unwrap();
+    }
+    assert_eq!(bits(&xa), bits(&xb));
+}
+
+#[test]
+fn config_is_validated() {
+    let bad = |c: Config| OneBitAdam::new(4, c).err();
+    assert_eq!(
+        bad(Config {
+            freeze_step: 0,
+            ..Config::default()
+        }),
+        Some(OneBitError::Config("freeze_step"))
+    );
+    assert_eq!(
+        bad(Config {
+            beta1: 1.0,
+            ..Config::default()
+        }),
+        Some(OneBitError::Config("beta1"))
+    );
+    assert_eq!(
+        bad(Config {
+            eps: 0.0,
+            ..Config::default()
+        }),
+        Some(OneBitError::Config("eps"))
+    );
+    assert!(bad(Config::default()).is_none());
+    let _ = Communicator::size(&SingleRank::default());
+}

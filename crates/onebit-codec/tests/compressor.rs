@@ -1,0 +1,258 @@
+//! Error-feedback compressor: fused == two-pass == element-by-element, telescoping,
+//! non-finite input leaves everything unchanged.
+
+mod common;
+
+use core::num::NonZeroUsize;
+
+use common::{bits_of, naive_step};
+use onebit_codec::{
+    CodecError, Compressor, CompressorConfig, ErrorFeedback, ScaleKind, packed_len, reference,
+};
+use proptest::prelude::*;
+
+const KINDS: [ScaleKind; 4] = [
+    ScaleKind::Rms,
+    ScaleKind::MeanAbs,
+    ScaleKind::MaxAbs,
+    ScaleKind::Unit,
+];
+
+fn config(feedback: ErrorFeedback, scale: ScaleKind, chunk: Option<usize>) -> CompressorConfig {
+    CompressorConfig {
+        feedback,
+        scale,
+        chunk: chunk.and_then(NonZeroUsize::new),
+    }
+}
+
+/// Run `steps` through the fused compressor, the two-pass reference and the
+/// element-by-element reference; all signs, scales and errors must be equal bits.
+fn check_three_way(steps: &[Vec<f32>], feedback: ErrorFeedback, kind: ScaleKind, chunk: Option<usize>) {
+    let n = steps[0].len();
+    let mut fused = Compressor::with_config(n, config(feedback, kind, chunk)).unwrap();
+    let k = fused.chunks();
+    let mut e_ref = vec![0.0f32; n];
+    let mut e_naive = vec![0.0f32; n];
+    for (t, x) in steps.iter().enumerate() {
+        let (mut bits, mut scales) = (vec![0u8; packed_len(n)], vec![0.0f32; k]);
+        fused.compress_chunks_into(x, &mut bits, &mut scales).unwrap();
+        let (mut rbits, mut rscales) = (vec![0u8; packed_len(n)], vec![0.0f32; k]);
+        reference::compress_step(x, &mut e_ref, feedback, kind, chunk, &mut rbits, &mut rscales).unwrap();
+        let (nbits, nscales) = naive_step(x, &mut e_naive, feedback, kind, chunk);
+        let ctx = format!("step {t}, n {n}, {feedback:?}, {kind:?}, chunk {chunk:?}");
+        assert_eq!(bits, nbits, "fused signs, {ctx}");
+        assert_eq!(rbits, nbits, "two-pass signs, {ctx}");
+        assert_eq!(bits_of(&scales), bits_of(&nscales), "fused scales, {ctx}");
+        assert_eq!(bits_of(&rscales), bits_of(&nscales), "two-pass scales, {ctx}");
+        let mut e = vec![0.0f32; n];
+        fused.error_into(&mut e).unwrap();
+        assert_eq!(bits_of(&e), bits_of(&e_naive), "fused error, {ctx}");
+        assert_eq!(bits_of(&e_ref), bits_of(&e_naive), "two-pass error, {ctx}");
+    }
+    // Materialising the error changes nothing observable.
+    let before = fused.error_norm();
+    assert_eq!(bits_of(fused.error()), bits_of(&e_naive));
+    assert_eq!(fused.error_norm().to_bits(), before.to_bits());
+}
+
+fn wave(n: usize, t: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            let v = ((i * 7919 + t * 104_729) % 2003) as f32 / 1001.0 - 1.0;
+            if i % 97 == 0 { -0.0 } else { v * (1.0 + (i % 13) as f32) }
+        })
+        .collect()
+}
+
+#[test]
+fn fused_equals_references_across_block_and_chunk_boundaries() {
+    for n in [0, 1, 7, 8, 63, 64, 65, 2047, 2048, 2049, 5000] {
+        let steps: Vec<Vec<f32>> = (0..4).map(|t| wave(n, t)).collect();
+        for chunk in [None, Some(1), Some(7), Some(8), Some(100), Some(2047), Some(2049), Some(10_000)] {
+            for kind in KINDS {
+                check_three_way(&steps, ErrorFeedback::Full, kind, chunk);
+            }
+            check_three_way(&steps, ErrorFeedback::Decayed { beta: 0.9 }, ScaleKind::Rms, chunk);
+        }
+    }
+}
+
+#[test]
+fn compress_into_returns_the_rms_of_x_plus_e() {
+    let x = [3.0f32, -4.0, 0.0, -0.0];
+    let mut c = Compressor::new(4);
+    let mut signs = [0u8; 1];
+    let alpha = c.compress_into(&x, &mut signs).unwrap();
+    assert_eq!(alpha, (25.0f64 / 4.0).sqrt() as f32);
+    assert_eq!(signs, [0b1011_0000]);
+    // e = p − α·σ(p)
+    assert_eq!(c.error(), &[3.0 - 2.5, -4.0 + 2.5, -2.5, -2.5]);
+}
+
+#[test]
+fn single_scale_entry_point_rejects_chunked_compressors() {
+    let cfg = config(ErrorFeedback::Full, ScaleKind::Rms, Some(4));
+    let mut c = Compressor::with_config(10, cfg).unwrap();
+    let mut signs = [0u8; 2];
+    assert_eq!(
+        c.compress_into(&[1.0; 10], &mut signs),
+        Err(CodecError::LengthMismatch { expected: 3, found: 1 })
+    );
+}
+
+#[test]
+fn invalid_beta_is_an_error() {
+    for beta in [-0.1, 1.5, f32::NAN, f32::INFINITY] {
+        let cfg = config(ErrorFeedback::Decayed { beta }, ScaleKind::Rms, None);
+        assert_eq!(Compressor::with_config(3, cfg).err(), Some(CodecError::InvalidBeta));
+    }
+}
+
+#[test]
+fn decayed_with_unit_scale_is_the_source_documents_rule() {
+    // ĝ = sign(g + ε); Δ = (g + ε) − ĝ; ε ← β·ε + (1 − β)·Δ.
+    let beta = 0.9f32;
+    let cfg = config(ErrorFeedback::Decayed { beta }, ScaleKind::Unit, None);
+    let mut c = Compressor::with_config(3, cfg).unwrap();
+    let mut eps = [0.0f32; 3];
+    for g in [[0.5f32, -0.25, 2.0], [-1.0, 0.75, 0.125]] {
+        let mut signs = [0u8; 1];
+        let alpha = c.compress_into(&g, &mut signs).unwrap();
+        assert_eq!(alpha, 1.0);
+        for i in 0..3 {
+            let p = g[i] + eps[i];
+            let sign = if p < 0.0 { -1.0 } else { 1.0 };
+            eps[i] = beta * eps[i] + (1.0 - beta) * (p - sign);
+            assert_eq!(signs[0] >> (7 - i) & 1 == 1, sign > 0.0);
+        }
+        assert_eq!(c.error(), &eps);
+    }
+}
+
+#[test]
+fn non_finite_input_changes_nothing() {
+    let n = 300;
+    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        let mut c = Compressor::new(n);
+        let mut signs = vec![0u8; packed_len(n)];
+        c.compress_into(&wave(n, 1), &mut signs).unwrap();
+        let mut e_before = vec![0.0; n];
+        c.error_into(&mut e_before).unwrap();
+        let mut x = wave(n, 2);
+        x[123] = bad;
+        x[200] = bad;
+        let mut out = vec![0x5Au8; packed_len(n)];
+        assert_eq!(c.compress_into(&x, &mut out), Err(CodecError::NonFinite { index: 123 }));
+        assert!(out.iter().all(|&b| b == 0x5A), "signs were written");
+        let mut e_after = vec![0.0; n];
+        c.error_into(&mut e_after).unwrap();
+        assert_eq!(bits_of(&e_after), bits_of(&e_before));
+    }
+}
+
+#[test]
+fn overflow_of_x_plus_e_is_reported_before_any_change() {
+    // x finite, e finite, but x + e overflows at index 1.
+    let big = f32::MAX;
+    let mut c = Compressor::new(3);
+    c.set_error(&[0.0, big, -1.0]).unwrap();
+    let mut signs = [0u8; 1];
+    assert_eq!(
+        c.compress_into(&[1.0, big, 1.0], &mut signs),
+        Err(CodecError::NonFinite { index: 1 })
+    );
+    assert_eq!(c.error(), &[0.0, big, -1.0]);
+    // Close to the limit but not over it: accepted, the slow check passes.
+    assert!(c.compress_into(&[1.0, -big, 1.0], &mut signs).is_ok());
+}
+
+#[test]
+fn checkpoint_restore_and_reset() {
+    let n = 100;
+    let mut a = Compressor::new(n);
+    let mut signs = vec![0u8; packed_len(n)];
+    a.compress_into(&wave(n, 0), &mut signs).unwrap();
+    let saved = a.error().to_vec();
+    let mut b = Compressor::new(n);
+    b.set_error(&saved).unwrap();
+    let (mut sa, mut sb) = (signs.clone(), signs.clone());
+    let alpha_a = a.compress_into(&wave(n, 1), &mut sa).unwrap();
+    let alpha_b = b.compress_into(&wave(n, 1), &mut sb).unwrap();
+    assert_eq!((sa, alpha_a.to_bits()), (sb, alpha_b.to_bits()));
+    assert_eq!(bits_of(a.error()), bits_of(b.error()));
+    assert_eq!(b.set_error(&[0.0; 3]), Err(CodecError::LengthMismatch { expected: 100, found: 3 }));
+    let mut bad = saved.clone();
+    bad[7] = f32::NAN;
+    assert_eq!(b.set_error(&bad), Err(CodecError::NonFinite { index: 7 }));
+    b.reset_error();
+    assert!(b.error().iter().all(|&v| v == 0.0));
+    assert_eq!(b.error_norm(), 0.0);
+}
+
+#[test]
+fn error_norm_is_the_l2_norm() {
+    let n = 777;
+    let mut c = Compressor::new(n);
+    let mut signs = vec![0u8; packed_len(n)];
+    c.compress_into(&wave(n, 3), &mut signs).unwrap();
+    let e = c.error().to_vec();
+    let exact: f64 = e.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>().sqrt();
+    assert!((f64::from(c.error_norm()) - exact).abs() <= exact * 1e-6);
+}
+
+fn value() -> impl Strategy<Value = f32> {
+    prop_oneof![8 => -100.0f32..100.0, 1 => Just(0.0f32), 1 => Just(-0.0f32), 1 => -1e-3f32..1e-3]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn fused_equals_references_on_random_sequences(
+        n in 0usize..300,
+        seed in prop::collection::vec(value(), 1200),
+        chunk in prop_oneof![Just(None), (1usize..80).prop_map(Some)],
+        kind in prop::sample::select(KINDS.to_vec()),
+        decayed in any::<bool>(),
+    ) {
+        let steps: Vec<Vec<f32>> = (0..4).map(|t| (0..n).map(|i| seed[(i * 4 + t) % seed.len()]).collect()).collect();
+        let feedback = if decayed { ErrorFeedback::Decayed { beta: 0.5 } } else { ErrorFeedback::Full };
+        check_three_way(&steps, feedback, kind, chunk);
+    }
+
+    /// Σ_t x̂_t + e_T = Σ_t x_t, up to the f32 rounding of each step's two
+    /// operations: |err_i| ≤ Σ_t 2⁻²⁴·(|p_t,i| + |e_t,i|) (sums kept in f64).
+    #[test]
+    fn error_feedback_telescopes(
+        n in 1usize..200,
+        steps in 1usize..20,
+        seed in prop::collection::vec(value(), 800),
+        chunk in prop_oneof![Just(None), (1usize..50).prop_map(Some)],
+        kind in prop::sample::select(KINDS.to_vec()),
+    ) {
+        let mut c = Compressor::with_config(n, config(ErrorFeedback::Full, kind, chunk)).unwrap();
+        let mut sum_x = vec![0.0f64; n];
+        let mut sum_hat = vec![0.0f64; n];
+        let mut bound = vec![0.0f64; n];
+        let mut e_prev = vec![0.0f32; n];
+        for t in 0..steps {
+            let x: Vec<f32> = (0..n).map(|i| seed[(i * 7 + t * 3) % seed.len()]).collect();
+            let payload = c.compress(&x).unwrap();
+            let hat = payload.to_f32();
+            let e = c.error().to_vec();
+            for i in 0..n {
+                sum_x[i] += f64::from(x[i]);
+                sum_hat[i] += f64::from(hat[i]);
+                let p = f64::from(x[i] + e_prev[i]);
+                bound[i] += (p.abs() + f64::from(e[i]).abs()) * 2f64.powi(-24);
+            }
+            e_prev = e;
+        }
+        for i in 0..n {
+            let lhs = sum_hat[i] + f64::from(e_prev[i]);
+            prop_assert!((lhs - sum_x[i]).abs() <= bound[i] * 1.0001 + 1e-30,
+                "i {}: {} vs {} (bound {})", i, lhs, sum_x[i], bound[i]);
+        }
+    }
+}
