@@ -1,5 +1,12 @@
-//! `cargo xtask demo` (filled in by its issue).
+//! `cargo xtask demo`: the README's main job — `basis compare` on the embedded
+//! synthetic data set (release build), extra arguments passed on.
 
-pub(crate) fn run(_args: &[String]) -> Result<(), String> {
-    Err("`demo` is not implemented yet".into())
+use crate::util::{self, cargo};
+
+pub(crate) fn run(args: &[String]) -> Result<(), String> {
+    util::run(
+        cargo()
+            .args(["run", "--release", "-p", "basis-cli", "--", "compare"])
+            .args(args),
+    )
 }

@@ -99,6 +99,24 @@ fn bucketing(c: &mut Criterion) {
             });
         });
     }
+    // Skewed traffic: 10^6 look-ups that hit only 10^4 distinct sparse keys
+    // (cache-resident), as hot embedding rows do.
+    let hot: Vec<u64> = (0..N)
+        .map(|i| sparse[(fmix64(i) % 10_000) as usize])
+        .collect();
+    let mut filled = DChoice::sparse(B, 2, SEED).unwrap_or_else(|e| panic!("{e}"));
+    for &k in &sparse {
+        filled.assign(k);
+    }
+    group.bench_function("two-choice sparse lookup (10^4 hot keys)", |bench| {
+        bench.iter(|| {
+            let mut acc = 0u64;
+            for &k in &hot {
+                acc = acc.wrapping_add(u64::from(filled.bucket(k)));
+            }
+            black_box(acc)
+        });
+    });
     group.finish();
 }
 

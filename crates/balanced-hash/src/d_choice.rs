@@ -97,7 +97,8 @@ fn write_code(words: &mut [u64], start: usize, bits: usize, code: u8) {
 ///   [`HashError::KeyOutOfRange`], and [`Bucketer::assign`] returns candidate
 ///   0 without remembering or loading it (counted by [`DChoice::unremembered`]).
 /// - **Sparse store** ([`DChoice::sparse`]): any u64 id, a `hashbrown` map
-///   `u64 → u8` (≈ 18 bytes per key at hashbrown's 7/8 load).
+///   `u64 → u8` (17 bytes per slot: ≈ 19–39 bytes per key, as the table is
+///   filled to between 7/16 and 7/8 of its power-of-two size).
 /// - **Loads**: one `u64` per bucket, see [`Weighting`].
 ///
 /// ```

@@ -48,11 +48,14 @@ fn le_u64(bytes: &[u8]) -> u64 {
 /// Reads up to 8 little-endian bytes of a tail (missing high bytes are zero).
 #[inline]
 fn le_u64_partial(bytes: &[u8]) -> u64 {
-    bytes
-        .iter()
-        .take(8)
-        .enumerate()
-        .fold(0, |acc, (i, &b)| acc | (u64::from(b) << (8 * i)))
+    match bytes.get(..8) {
+        // A full word (8-byte keys end here): one load.
+        Some(word) => le_u64(word),
+        None => bytes
+            .iter()
+            .enumerate()
+            .fold(0, |acc, (i, &b)| acc | (u64::from(b) << (8 * i))),
+    }
 }
 
 /// MurmurHash3 x64_128 of `data` with a 32-bit `seed`.

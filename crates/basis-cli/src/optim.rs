@@ -1,7 +1,7 @@
 //! Building `basis-core` optimizers from an [`OptSpec`] and reading their telemetry.
 
 use crate::spec::{Kind, Mode, OptSpec, Storage};
-use balanced_hash::{DChoice, LoadStats, OneChoice};
+use balanced_hash::{Bucketer, DChoice, LoadStats, OneChoice};
 use basis_core::{
     Accumulate, AdagradConfig, AdamConfig, Basis, BasisConfig, DenseTable, Diagnostics, Direction,
     ExactAdam, MemoryReport, RowIndex, RowScaleConfig, RowwiseAdagrad, ScalarRule, ScalarStorage,
@@ -20,8 +20,17 @@ pub(crate) enum Optimizer {
     Sgd(Sgd),
     /// BASIS with one-choice hashing.
     Basis1(Box<Basis<OneChoice>>),
-    /// BASIS with d-choice hashing.
-    BasisD(Box<Basis<DChoice>>),
+    /// BASIS with d-choice hashing, and what rebuilding its bucketer needs.
+    BasisD {
+        /// The optimizer.
+        opt: Box<Basis<DChoice>>,
+        /// Rows (dense keys).
+        rows: u64,
+        /// Hash choices.
+        d: u8,
+        /// Hash seed.
+        seed: u64,
+    },
 }
 
 /// BASIS training telemetry (what the source document says to watch).
@@ -133,7 +142,12 @@ pub(crate) fn build(spec: &OptSpec, rows: usize, dim: usize, seed: u64) -> Resul
                 Optimizer::Basis1(Box::new(Basis::new(config, h).map_err(|e| err(&e))?))
             } else {
                 let h = DChoice::dense(rows as u64, b, spec.choices, hash_seed).map_err(|e| err(&e))?;
-                Optimizer::BasisD(Box::new(Basis::new(config, h).map_err(|e| err(&e))?))
+                Optimizer::BasisD {
+                    opt: Box::new(Basis::new(config, h).map_err(|e| err(&e))?),
+                    rows: rows as u64,
+                    d: spec.choices,
+                    seed: hash_seed,
+                }
             }
         }
     })
@@ -146,7 +160,7 @@ impl Optimizer {
             Self::Adagrad(o) => o,
             Self::Sgd(o) => o,
             Self::Basis1(o) => o.as_mut(),
-            Self::BasisD(o) => o.as_mut(),
+            Self::BasisD { opt, .. } => opt.as_mut(),
         }
     }
 
@@ -156,7 +170,7 @@ impl Optimizer {
             Self::Adagrad(o) => o,
             Self::Sgd(o) => o,
             Self::Basis1(o) => o.as_ref(),
-            Self::BasisD(o) => o.as_ref(),
+            Self::BasisD { opt, .. } => opt.as_ref(),
         }
     }
 
@@ -171,22 +185,110 @@ impl Optimizer {
         self.inner_ref().memory()
     }
 
-    /// State as bytes (for checkpoints).
+    /// State as bytes (for checkpoints). `basis-core` leaves a d-choice
+    /// bucketer's remembered choices to the caller, so they follow the core
+    /// blob: `u64` count, then `(u64 key, u8 choice)` pairs.
     pub(crate) fn export_state(&self) -> Vec<u8> {
-        self.inner_ref().export_state()
+        let core = self.inner_ref().export_state();
+        let Self::BasisD { opt, .. } = self else {
+            return core;
+        };
+        let mut out = Vec::with_capacity(core.len() + 16);
+        out.extend_from_slice(&(core.len() as u64).to_le_bytes());
+        out.extend_from_slice(&core);
+        let choices: Vec<(u64, u8)> = opt.bucketer().remembered().collect();
+        out.extend_from_slice(&(choices.len() as u64).to_le_bytes());
+        for (k, c) in choices {
+            out.extend_from_slice(&k.to_le_bytes());
+            out.push(c);
+        }
+        out
     }
 
-    /// Restore exported state.
-    pub(crate) fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
-        self.inner().import_state(bytes)
+    /// Restore exported state (a d-choice bucketer is rebuilt from its choices).
+    pub(crate) fn import_state(&mut self, bytes: &[u8]) -> Result<(), String> {
+        let Self::BasisD { opt, rows, d, seed } = self else {
+            return self.inner().import_state(bytes).map_err(|e: StateError| e.to_string());
+        };
+        let bad = || "d-choice bucket map truncated or corrupted".to_string();
+        let u64_at = |at: usize| -> Option<u64> {
+            Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
+        };
+        let core_len = u64_at(0).and_then(|n| usize::try_from(n).ok()).ok_or_else(bad)?;
+        let core = bytes.get(8..8usize.checked_add(core_len).ok_or_else(bad)?).ok_or_else(bad)?;
+        let mut at = 8 + core_len;
+        let n = u64_at(at).ok_or_else(bad)?;
+        at += 8;
+        let mut h = DChoice::dense(*rows, opt.bucketer().buckets(), *d, *seed).map_err(|e| e.to_string())?;
+        for _ in 0..n {
+            let key = u64_at(at).ok_or_else(bad)?;
+            let choice = *bytes.get(at + 8).ok_or_else(bad)?;
+            h.restore(key, choice, 1).map_err(|e| e.to_string())?;
+            at += 9;
+        }
+        if at != bytes.len() {
+            return Err(bad());
+        }
+        let mut fresh = Basis::new(*opt.config(), h).map_err(|e| e.to_string())?;
+        fresh.import_state(core).map_err(|e| e.to_string())?;
+        **opt = fresh;
+        Ok(())
     }
 
     /// BASIS telemetry (`None` for the baselines).
     pub(crate) fn telemetry(&self) -> Option<Telemetry> {
         match self {
             Self::Basis1(b) => Some(Telemetry::from_diagnostics(&b.diagnostics())),
-            Self::BasisD(b) => Some(Telemetry::from_diagnostics(&b.diagnostics())),
+            Self::BasisD { opt, .. } => Some(Telemetry::from_diagnostics(&opt.diagnostics())),
             _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Steps `opt` with a deterministic batch touching a rotating set of rows.
+    fn steps(opt: &mut Optimizer, table: &mut [f32], from: u64, n: u64) {
+        for s in from..from + n {
+            // Distinct ids in a scrambled order, new rows appearing every step.
+            let mut ids: Vec<u64> = (0..20).map(|i| (s * 7 + i * 13) % 200).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            ids.reverse();
+            ids.rotate_left((s % 5) as usize);
+            let grads: Vec<f32> = ids.iter().flat_map(|&i| [(i as f32).sin(), 0.5, -0.25]).collect();
+            opt.step(&ids, &grads, table, 3).unwrap();
+        }
+    }
+
+    #[test]
+    fn export_import_continues_bit_for_bit_for_every_family() {
+        for text in [
+            "adam",
+            "rowwise-adagrad",
+            "sgd",
+            "basis",
+            "basis:mode=shared,choices=2,ratio=10",
+            "basis:choices=2,ratio=10",
+            "basis:choices=3,storage=bf16,ratio=20",
+            "countsketch",
+        ] {
+            let spec: OptSpec = text.parse().unwrap();
+            let mut a = build(&spec, 200, 3, 9).unwrap();
+            let mut ta = vec![0.1f32; 600];
+            steps(&mut a, &mut ta, 0, 5);
+            let blob = a.export_state();
+            let mut b = build(&spec, 200, 3, 9).unwrap();
+            b.import_state(&blob).unwrap();
+            let mut tb = ta.clone();
+            steps(&mut a, &mut ta, 5, 5);
+            steps(&mut b, &mut tb, 5, 5);
+            assert_eq!(ta, tb, "{text}");
+            let mut cut = blob.clone();
+            cut.pop();
+            assert!(b.import_state(&cut).is_err() || text == "sgd", "{text}");
         }
     }
 }

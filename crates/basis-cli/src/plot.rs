@@ -81,11 +81,12 @@ fn text<DB: DrawingBackend>(
             for (col, px) in row.bytes().enumerate() {
                 if px == b'#' {
                     let (px0, py0) = (x0 + col as i32 * scale, y + r as i32 * scale);
-                    area.draw(&Rectangle::new(
-                        [(px0, py0), (px0 + scale - 1, py0 + scale - 1)],
-                        color.filled(),
-                    ))
-                    .map_err(|e| e.to_string())?;
+                    for dy in 0..scale {
+                        for dx in 0..scale {
+                            area.draw_pixel((px0 + dx, py0 + dy), color)
+                                .map_err(|e| e.to_string())?;
+                        }
+                    }
                 }
             }
         }
@@ -127,7 +128,7 @@ fn panel<DB: DrawingBackend>(
         .collect();
     let pts = series.iter().flatten().filter(|p| p.1.is_finite());
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-    let mut max_epoch = 1.0f64;
+    let mut max_epoch = 1.5f64;
     for &(x, y) in pts {
         lo = lo.min(y);
         hi = hi.max(y);
@@ -139,6 +140,7 @@ fn panel<DB: DrawingBackend>(
     if hi - lo < 1e-6 {
         (lo, hi) = (lo - 0.01, hi + 0.01);
     }
+    let x0 = if max_epoch <= 1.5 { 0.5 } else { 1.0 };
     let pad = (hi - lo) * 0.08;
     let (lo, hi) = (lo - pad, hi + pad);
     let (w, h) = area.dim_in_pixel();
@@ -148,31 +150,33 @@ fn panel<DB: DrawingBackend>(
     let (left, top, right, bottom) = (80, 34, w - 16, h - 40);
     let inner = area.margin(top as u32, (h - bottom) as u32, left as u32, (w - right) as u32);
     let mut chart = ChartBuilder::on(&inner)
-        .build_cartesian_2d(0.0..max_epoch, lo..hi)
+        .build_cartesian_2d(x0..max_epoch, lo..hi)
         .map_err(|e| e.to_string())?;
     let grey = RGBColor(220, 220, 220);
     let ticks = 5;
     for t in 0..=ticks {
         let y = lo + (hi - lo) * f64::from(t) / f64::from(ticks);
         chart
-            .draw_series(LineSeries::new([(0.0, y), (max_epoch, y)], grey))
+            .draw_series(LineSeries::new([(x0, y), (max_epoch, y)], grey))
             .map_err(|e| e.to_string())?;
-        let (_, py) = chart.backend_coord(&(0.0, y));
+        let (_, py) = chart.backend_coord(&(x0, y));
+        let py = py - area.get_base_pixel().1;
         let label = format!("{y:.4}");
         text(area, left - 8 - text_width(&label, 1), py - 3, &label, 1, &black)?;
     }
-    for e in 0..=(max_epoch as u32) {
+    for e in (x0.ceil() as u32)..=(max_epoch as u32) {
         let x = f64::from(e);
         chart
             .draw_series(LineSeries::new([(x, lo), (x, hi)], grey))
             .map_err(|e| e.to_string())?;
         let (px, _) = chart.backend_coord(&(x, lo));
+        let px = px - area.get_base_pixel().0;
         let label = e.to_string();
         text(area, px - text_width(&label, 1) / 2, bottom + 6, &label, 1, &black)?;
     }
     text(area, (w - text_width("EPOCH", 1)) / 2, h - 16, "EPOCH", 1, &black)?;
     chart
-        .draw_series(LineSeries::new([(0.0, lo), (max_epoch, lo), (max_epoch, hi), (0.0, hi), (0.0, lo)], black))
+        .draw_series(LineSeries::new([(x0, lo), (max_epoch, lo), (max_epoch, hi), (x0, hi), (x0, lo)], black))
         .map_err(|e| e.to_string())?;
     for (i, s) in series.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];

@@ -104,12 +104,12 @@ impl OptSpec {
     /// validation split; see docs/RESULTS.md).
     pub(crate) fn default_lr(&self) -> f32 {
         match self.kind {
-            Kind::Adam => 0.005,
-            Kind::RowwiseAdagrad => 0.05,
-            Kind::Sgd => 5.0,
+            Kind::Adam => 0.001,
+            Kind::RowwiseAdagrad => 0.03,
+            Kind::Sgd => 3.0,
             Kind::Basis | Kind::Countsketch => match self.mode {
-                Mode::RowScaled => 0.05,
-                Mode::Shared | Mode::Signed | Mode::Own => 0.005,
+                Mode::RowScaled => 0.01,
+                Mode::Shared | Mode::Signed | Mode::Own => 0.003,
             },
         }
     }

@@ -169,8 +169,7 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
         dense_opt.m = c.dense_m;
         dense_opt.v = c.dense_v;
         dense_opt.t = c.dense_t;
-        opt.import_state(&c.optimizer)
-            .map_err(|e| format!("checkpoint {}: optimizer state: {e}", path.display()))?;
+        opt.import_state(&c.optimizer).map_err(|e| format!("checkpoint {}: optimizer state: {e}", path.display()))?;
         rng = Rng::new(c.rng_state);
         nonfinite = c.nonfinite;
         curve = serde_json::from_str(&c.history).map_err(|e| format!("checkpoint history: {e}"))?;

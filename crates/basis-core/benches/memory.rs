@@ -5,13 +5,20 @@
 
 use balanced_hash::{DChoice, OneChoice};
 use basis_core::{
-    AdagradConfig, AdamConfig, Basis, BasisConfig, DenseTable, Direction, ExactAdam, RowIndex, RowwiseAdagrad,
-    ScalarStorage, SparseOptimizer,
+    AdagradConfig, AdamConfig, Basis, BasisConfig, DenseTable, Direction, ExactAdam, RowIndex,
+    RowwiseAdagrad, ScalarStorage, SparseOptimizer,
 };
 
 const DIM: usize = 64;
 
-fn basis_row(name: &str, n: u64, b: u32, direction: Direction, storage: ScalarStorage, scalar_lr: f32) {
+fn basis_row(
+    name: &str,
+    n: u64,
+    b: u32,
+    direction: Direction,
+    storage: ScalarStorage,
+    scalar_lr: f32,
+) {
     let c = BasisConfig {
         dim: DIM,
         direction,
@@ -22,27 +29,104 @@ fn basis_row(name: &str, n: u64, b: u32, direction: Direction, storage: ScalarSt
     };
     let opt = Basis::new(c, OneChoice::new(b, 1).expect("b > 0")).expect("valid");
     let m = opt.memory();
-    println!("| {name} | {n} | {} | {} | {:.3} |", n / u64::from(b), m.total_bytes, m.bytes_per_row(n));
+    println!(
+        "| {name} | {n} | {} | {} | {:.3} |",
+        n / u64::from(b),
+        m.total_bytes,
+        m.bytes_per_row(n)
+    );
 }
 
 fn main() {
     let n = 1_000_000u64;
     println!("| configuration | N | N/B | state bytes | bytes/row |");
     println!("|---|---|---|---|---|");
-    let adam = ExactAdam::new(AdamConfig { dim: DIM, row_index: RowIndex::Dense { rows: n }, ..AdamConfig::default() })
-        .expect("valid");
-    println!("| exact Adam | {n} | - | {} | {:.3} |", adam.memory().total_bytes, adam.memory().bytes_per_row(n));
-    let ada = RowwiseAdagrad::new(AdagradConfig { dim: DIM, row_index: RowIndex::Dense { rows: n }, ..AdagradConfig::default() })
-        .expect("valid");
-    println!("| row-wise AdaGrad | {n} | - | {} | {:.3} |", ada.memory().total_bytes, ada.memory().bytes_per_row(n));
-    basis_row("Shared, f32 scalars", n, 10_000, Direction::Shared, ScalarStorage::F32, 0.01);
-    basis_row("Shared, bf16 scalars", n, 10_000, Direction::Shared, ScalarStorage::Bf16, 0.01);
-    basis_row("Shared, 1-byte scalars", n, 10_000, Direction::Shared, ScalarStorage::LogU8, 0.01);
-    basis_row("OwnGradient, 1-byte scalars", n, 10_000, Direction::OwnGradient, ScalarStorage::LogU8, 0.01);
-    basis_row("OwnGradient, frozen scalars", n, 10_000, Direction::OwnGradient, ScalarStorage::F32, 0.0);
-    basis_row("RowScaled, f32 G_i", n, 10_000, Direction::RowScaled, ScalarStorage::F32, 0.0);
-    basis_row("RowScaled, 1-byte G_i", n, 1_000, Direction::RowScaled, ScalarStorage::LogU8, 0.0);
-    basis_row("RowScaled, 1-byte G_i", n, 100, Direction::RowScaled, ScalarStorage::LogU8, 0.0);
+    let adam = ExactAdam::new(AdamConfig {
+        dim: DIM,
+        row_index: RowIndex::Dense { rows: n },
+        ..AdamConfig::default()
+    })
+    .expect("valid");
+    println!(
+        "| exact Adam | {n} | - | {} | {:.3} |",
+        adam.memory().total_bytes,
+        adam.memory().bytes_per_row(n)
+    );
+    let ada = RowwiseAdagrad::new(AdagradConfig {
+        dim: DIM,
+        row_index: RowIndex::Dense { rows: n },
+        ..AdagradConfig::default()
+    })
+    .expect("valid");
+    println!(
+        "| row-wise AdaGrad | {n} | - | {} | {:.3} |",
+        ada.memory().total_bytes,
+        ada.memory().bytes_per_row(n)
+    );
+    basis_row(
+        "Shared, f32 scalars",
+        n,
+        10_000,
+        Direction::Shared,
+        ScalarStorage::F32,
+        0.01,
+    );
+    basis_row(
+        "Shared, bf16 scalars",
+        n,
+        10_000,
+        Direction::Shared,
+        ScalarStorage::Bf16,
+        0.01,
+    );
+    basis_row(
+        "Shared, 1-byte scalars",
+        n,
+        10_000,
+        Direction::Shared,
+        ScalarStorage::LogU8,
+        0.01,
+    );
+    basis_row(
+        "OwnGradient, 1-byte scalars",
+        n,
+        10_000,
+        Direction::OwnGradient,
+        ScalarStorage::LogU8,
+        0.01,
+    );
+    basis_row(
+        "OwnGradient, frozen scalars",
+        n,
+        10_000,
+        Direction::OwnGradient,
+        ScalarStorage::F32,
+        0.0,
+    );
+    basis_row(
+        "RowScaled, f32 G_i",
+        n,
+        10_000,
+        Direction::RowScaled,
+        ScalarStorage::F32,
+        0.0,
+    );
+    basis_row(
+        "RowScaled, 1-byte G_i",
+        n,
+        1_000,
+        Direction::RowScaled,
+        ScalarStorage::LogU8,
+        0.0,
+    );
+    basis_row(
+        "RowScaled, 1-byte G_i",
+        n,
+        100,
+        Direction::RowScaled,
+        ScalarStorage::LogU8,
+        0.0,
+    );
 
     // Two-choice: the remembered choice (dense ids) is added by the bucketer.
     let c = BasisConfig {
@@ -64,12 +148,22 @@ fn main() {
 
     // Sparse row state: the hash-map index after 100k distinct rows.
     let rows = 100_000u64;
-    let c = BasisConfig { dim: DIM, direction: Direction::RowScaled, scalar_storage: ScalarStorage::LogU8, ..BasisConfig::default() };
+    let c = BasisConfig {
+        dim: DIM,
+        direction: Direction::RowScaled,
+        scalar_storage: ScalarStorage::LogU8,
+        ..BasisConfig::default()
+    };
     let mut opt = Basis::new(c, OneChoice::new(100, 1).expect("b > 0")).expect("valid");
     let mut table = vec![0.0f32; rows as usize * DIM];
     let ids: Vec<u64> = (0..rows).collect();
     let grads = vec![0.01f32; ids.len() * DIM];
-    opt.step(&ids, &grads, &mut DenseTable::new(&mut table, DIM).expect("dim > 0")).expect("valid");
+    opt.step(
+        &ids,
+        &grads,
+        &mut DenseTable::new(&mut table, DIM).expect("dim > 0"),
+    )
+    .expect("valid");
     let m = opt.memory();
     println!(
         "| RowScaled, 1-byte G_i, sparse ids (index {} B) | {rows} | 1000 | {} | {:.3} |",

@@ -109,14 +109,12 @@ impl<H: Bucketer> Basis<H> {
             );
         // Frozen scalars (η_s = 0 outside RowScaled) are all 1: hold none.
         let stored = config.scalar_learns() || row_scaled;
-        let index = if stored { config.row_index } else { crate::config::RowIndex::Sparse };
-        let scalars = ScalarStore::new(
-            index,
-            config.scalar_storage,
-            initial,
-            range,
-            with_counts,
-        );
+        let index = if stored {
+            config.row_index
+        } else {
+            crate::config::RowIndex::Sparse
+        };
+        let scalars = ScalarStore::new(index, config.scalar_storage, initial, range, with_counts);
         Ok(Self {
             config,
             bucketer,

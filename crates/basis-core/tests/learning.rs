@@ -8,13 +8,15 @@
 //! distribution, `Σ_i p_i·½·Σ_j σ_j²(θ_ij − w*_ij)²`, relative to θ = 0 (so
 //! 1.0 = learned nothing). Each method gets its best learning rate from the
 //! same grid (averaged over two data seeds). Deterministic: fixed seeds.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
 use balanced_hash::OneChoice;
 use basis_core::{
-    AdagradConfig, AdamConfig, Basis, BasisConfig, DenseTable, Direction, ExactAdam, RowIndex, RowwiseAdagrad,
-    ScalarStorage, Sgd, SparseOptimizer,
+    Accumulate, AdagradConfig, AdamConfig, Basis, BasisConfig, DenseTable, Direction, ExactAdam,
+    RowIndex, RowScaleConfig, RowwiseAdagrad, ScalarRule, ScalarStorage, Sgd, SparseOptimizer,
 };
 use common::{Rng, Zipf};
 
@@ -47,7 +49,11 @@ impl Problem {
         let w = (0..N * DIM)
             .map(|k| rng.normal() as f32 / if balanced { sigma[k % DIM] } else { 1.0 })
             .collect();
-        Self { zipf: Zipf::new(N, 1.1), sigma, w }
+        Self {
+            zipf: Zipf::new(N, 1.1),
+            sigma,
+            w,
+        }
     }
 
     fn excess_loss(&self, theta: &[f32]) -> f64 {
@@ -78,7 +84,8 @@ impl Problem {
                 let target = &self.w[i as usize * DIM..(i as usize + 1) * DIM];
                 let x: Vec<f32> = self.sigma.iter().map(|s| s * rng.normal() as f32).collect();
                 let pred: f32 = row.iter().zip(&x).map(|(a, b)| a * b).sum();
-                let y: f32 = target.iter().zip(&x).map(|(a, b)| a * b).sum::<f32>() + 0.1 * rng.normal() as f32;
+                let y: f32 = target.iter().zip(&x).map(|(a, b)| a * b).sum::<f32>()
+                    + 0.1 * rng.normal() as f32;
                 let r = pred - y;
                 for j in 0..DIM {
                     grads[k * DIM + j] = r * x[j];
@@ -100,8 +107,17 @@ fn basis(direction: Direction, storage: ScalarStorage) -> Make {
 }
 
 fn basis_with(direction: Direction, storage: ScalarStorage, scalar_lr: f32) -> Make {
+    basis_tuned(direction, storage, scalar_lr, |c| c)
+}
+
+fn basis_tuned(
+    direction: Direction,
+    storage: ScalarStorage,
+    scalar_lr: f32,
+    tweak: fn(BasisConfig) -> BasisConfig,
+) -> Make {
     Box::new(move |lr| {
-        let c = BasisConfig {
+        let c = tweak(BasisConfig {
             dim: DIM,
             lr,
             direction,
@@ -109,7 +125,7 @@ fn basis_with(direction: Direction, storage: ScalarStorage, scalar_lr: f32) -> M
             scalar_lr,
             row_index: RowIndex::Dense { rows: N as u64 },
             ..BasisConfig::default()
-        };
+        });
         Box::new(Basis::new(c, OneChoice::new(B, 42).unwrap()).unwrap())
     })
 }
@@ -122,7 +138,12 @@ struct Outcome {
 }
 
 fn evaluate(name: &'static str, make: &Make, grid: &[f32], problems: &[Problem]) -> Outcome {
-    let mut best = Outcome { name, lr: 0.0, loss: f64::INFINITY, bytes_per_row: 0.0 };
+    let mut best = Outcome {
+        name,
+        lr: 0.0,
+        loss: f64::INFINITY,
+        bytes_per_row: 0.0,
+    };
     for &lr in grid {
         let mut loss = 0.0;
         let mut bytes = 0.0;
@@ -133,7 +154,12 @@ fn evaluate(name: &'static str, make: &Make, grid: &[f32], problems: &[Problem])
             bytes = opt.memory().bytes_per_row(N as u64);
         }
         if loss < best.loss {
-            best = Outcome { name, lr, loss, bytes_per_row: bytes };
+            best = Outcome {
+                name,
+                lr,
+                loss,
+                bytes_per_row: bytes,
+            };
         }
     }
     best
@@ -144,11 +170,20 @@ fn run_all(balanced: bool) -> Vec<Outcome> {
     let grid = [0.01f32, 0.03, 0.1, 0.2, 0.4, 0.8];
     let sgd_grid = [1e-4f32, 3e-4, 1e-3, 3e-3];
     let methods: Vec<(&'static str, Make, &[f32])> = vec![
-        ("sgd", Box::new(|lr| Box::new(Sgd::new(DIM, lr).unwrap()) as Box<dyn SparseOptimizer>), &sgd_grid),
+        (
+            "sgd",
+            Box::new(|lr| Box::new(Sgd::new(DIM, lr).unwrap()) as Box<dyn SparseOptimizer>),
+            &sgd_grid,
+        ),
         (
             "exact-adam",
             Box::new(|lr| {
-                let c = AdamConfig { dim: DIM, lr, row_index: RowIndex::Dense { rows: N as u64 }, ..AdamConfig::default() };
+                let c = AdamConfig {
+                    dim: DIM,
+                    lr,
+                    row_index: RowIndex::Dense { rows: N as u64 },
+                    ..AdamConfig::default()
+                };
                 Box::new(ExactAdam::new(c).unwrap()) as Box<dyn SparseOptimizer>
             }),
             &grid,
@@ -156,32 +191,103 @@ fn run_all(balanced: bool) -> Vec<Outcome> {
         (
             "rowwise-adagrad",
             Box::new(|lr| {
-                let c = AdagradConfig { dim: DIM, lr, row_index: RowIndex::Dense { rows: N as u64 }, ..AdagradConfig::default() };
+                let c = AdagradConfig {
+                    dim: DIM,
+                    lr,
+                    row_index: RowIndex::Dense { rows: N as u64 },
+                    ..AdagradConfig::default()
+                };
                 Box::new(RowwiseAdagrad::new(c).unwrap()) as Box<dyn SparseOptimizer>
             }),
             &grid,
         ),
-        ("basis-shared", basis(Direction::Shared, ScalarStorage::F32), &grid),
-        ("basis-signed", basis(Direction::Signed, ScalarStorage::F32), &grid),
-        ("basis-own-gradient", basis(Direction::OwnGradient, ScalarStorage::F32), &grid),
-        ("basis-own-gradient-u8", basis(Direction::OwnGradient, ScalarStorage::LogU8), &grid),
-        ("basis-own-gradient-frozen", basis_with(Direction::OwnGradient, ScalarStorage::F32, 0.0), &grid),
-        ("basis-row-scaled-f32", basis(Direction::RowScaled, ScalarStorage::F32), &grid),
-        ("basis-row-scaled-u8", basis(Direction::RowScaled, ScalarStorage::LogU8), &grid),
+        (
+            "basis-shared",
+            basis(Direction::Shared, ScalarStorage::F32),
+            &grid,
+        ),
+        (
+            "basis-shared-hypergradient",
+            basis_tuned(Direction::Shared, ScalarStorage::F32, 1e4, |c| {
+                BasisConfig {
+                    scalar_rule: ScalarRule::Hypergradient,
+                    ..c
+                }
+            }),
+            &grid,
+        ),
+        (
+            "basis-signed",
+            basis(Direction::Signed, ScalarStorage::F32),
+            &grid,
+        ),
+        (
+            "basis-own-gradient",
+            basis(Direction::OwnGradient, ScalarStorage::F32),
+            &grid,
+        ),
+        (
+            "basis-own-gradient-u8",
+            basis(Direction::OwnGradient, ScalarStorage::LogU8),
+            &grid,
+        ),
+        (
+            "basis-own-gradient-frozen",
+            basis_with(Direction::OwnGradient, ScalarStorage::F32, 0.0),
+            &grid,
+        ),
+        (
+            "basis-row-scaled-f32",
+            basis(Direction::RowScaled, ScalarStorage::F32),
+            &grid,
+        ),
+        (
+            "basis-row-scaled-u8",
+            basis(Direction::RowScaled, ScalarStorage::LogU8),
+            &grid,
+        ),
+        (
+            "basis-row-scaled-ema",
+            basis_tuned(Direction::RowScaled, ScalarStorage::F32, 0.0, |c| {
+                BasisConfig {
+                    row_scale: RowScaleConfig {
+                        accumulate: Accumulate::Ema { beta: 0.999 },
+                        ..c.row_scale
+                    },
+                    ..c
+                }
+            }),
+            &grid,
+        ),
     ];
-    let results: Vec<Outcome> = methods.iter().map(|(name, make, g)| evaluate(name, make, g, &problems)).collect();
-    let kind = if balanced { "balanced w*_ij ~ N(0, 1/σ_j²)" } else { "unit w*_ij ~ N(0, 1)" };
-    println!("\nlearning test ({kind}): N = {N}, B = {B} (N/B = 50), d = {DIM}, batch {BATCH}, {STEPS} steps, Zipf(1.1), σ_j 0.25..4, seeds {SEEDS:?}");
+    let results: Vec<Outcome> = methods
+        .iter()
+        .map(|(name, make, g)| evaluate(name, make, g, &problems))
+        .collect();
+    let kind = if balanced {
+        "balanced w*_ij ~ N(0, 1/σ_j²)"
+    } else {
+        "unit w*_ij ~ N(0, 1)"
+    };
+    println!(
+        "\nlearning test ({kind}): N = {N}, B = {B} (N/B = 50), d = {DIM}, batch {BATCH}, {STEPS} steps, Zipf(1.1), σ_j 0.25..4, seeds {SEEDS:?}"
+    );
     println!("| method | best lr | relative excess loss | state bytes/row |");
     println!("|---|---|---|---|");
     for r in &results {
-        println!("| {} | {} | {:.4} | {:.2} |", r.name, r.lr, r.loss, r.bytes_per_row);
+        println!(
+            "| {} | {} | {:.4} | {:.2} |",
+            r.name, r.lr, r.loss, r.bytes_per_row
+        );
     }
     results
 }
 
 fn loss_of(results: &[Outcome], name: &str) -> f64 {
-    results.iter().find(|r| r.name == name).map_or(f64::NAN, |r| r.loss)
+    results
+        .iter()
+        .find(|r| r.name == name)
+        .map_or(f64::NAN, |r| r.loss)
 }
 
 /// Modes asserted to beat plain SGD. `basis-shared` and `basis-signed` are
@@ -197,10 +303,19 @@ const EARNS_ITS_MEMORY: [&str; 5] = [
 fn report_sgd_bar(results: &[Outcome]) {
     let sgd = loss_of(results, "sgd");
     for r in results.iter().filter(|r| r.name.starts_with("basis")) {
-        let verdict = if r.loss < sgd { "beats SGD" } else { "FAILS to beat SGD" };
+        let verdict = if r.loss < sgd {
+            "beats SGD"
+        } else {
+            "FAILS to beat SGD"
+        };
         println!("{}: {verdict} ({:.4} vs {sgd:.4})", r.name, r.loss);
         if EARNS_ITS_MEMORY.contains(&r.name) {
-            assert!(r.loss < sgd, "{} ({}) does not beat SGD ({sgd})", r.name, r.loss);
+            assert!(
+                r.loss < sgd,
+                "{} ({}) does not beat SGD ({sgd})",
+                r.name,
+                r.loss
+            );
         }
     }
 }
@@ -213,9 +328,16 @@ fn learning_balanced_dimensions() {
     let results = run_all(true);
     report_sgd_bar(&results);
     let adagrad = loss_of(&results, "rowwise-adagrad");
-    for name in ["basis-row-scaled-f32", "basis-row-scaled-u8", "basis-own-gradient"] {
+    for name in [
+        "basis-row-scaled-f32",
+        "basis-row-scaled-u8",
+        "basis-own-gradient",
+    ] {
         let l = loss_of(&results, name);
-        assert!(l <= adagrad * ROWSCALED_MARGIN, "{name} ({l}) vs row-wise AdaGrad ({adagrad})");
+        assert!(
+            l <= adagrad * ROWSCALED_MARGIN,
+            "{name} ({l}) vs row-wise AdaGrad ({adagrad})"
+        );
     }
 }
 
@@ -228,7 +350,13 @@ fn learning_unit_weights() {
     report_sgd_bar(&results);
     let adagrad = loss_of(&results, "rowwise-adagrad");
     let own = loss_of(&results, "basis-own-gradient");
-    assert!(own <= adagrad * ROWSCALED_MARGIN, "own-gradient ({own}) vs row-wise AdaGrad ({adagrad})");
+    assert!(
+        own <= adagrad * ROWSCALED_MARGIN,
+        "own-gradient ({own}) vs row-wise AdaGrad ({adagrad})"
+    );
     let rs = loss_of(&results, "basis-row-scaled-f32");
-    println!("row-scaled / row-wise AdaGrad loss ratio: {:.3}", rs / adagrad);
+    println!(
+        "row-scaled / row-wise AdaGrad loss ratio: {:.3}",
+        rs / adagrad
+    );
 }

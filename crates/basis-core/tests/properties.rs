@@ -1,22 +1,35 @@
 //! Properties of BASIS: order-freedom, poisoned rows, scalar clipping and
 //! scale invariance, count-sketch unbiasedness, phase-3 schedule freedom,
 //! error atomicity, exact memory accounting.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
 use balanced_hash::{Bucketer, OneChoice};
 use basis_core::kernel::update_bucket;
 use basis_core::{
-    Basis, BasisConfig, DenseTable, Direction, NonFinitePolicy, RowIndex, ScalarLrSchedule, ScalarRule,
-    ScalarStorage, SparseOptimizer, StepError, TablePrecision, sign_of,
+    Basis, BasisConfig, DenseTable, Direction, NonFinitePolicy, RowIndex, ScalarLrSchedule,
+    ScalarRule, ScalarStorage, SparseOptimizer, StepError, TablePrecision, sign_of,
 };
 use common::{Identity, Rng, grads};
 use proptest::prelude::*;
 
-const DIRECTIONS: [Direction; 4] = [Direction::Shared, Direction::Signed, Direction::OwnGradient, Direction::RowScaled];
+const DIRECTIONS: [Direction; 4] = [
+    Direction::Shared,
+    Direction::Signed,
+    Direction::OwnGradient,
+    Direction::RowScaled,
+];
 
 fn config(dim: usize, rows: u64, direction: Direction) -> BasisConfig {
-    BasisConfig { dim, direction, row_index: RowIndex::Dense { rows }, scalar_lr: 0.05, ..BasisConfig::default() }
+    BasisConfig {
+        dim,
+        direction,
+        row_index: RowIndex::Dense { rows },
+        scalar_lr: 0.05,
+        ..BasisConfig::default()
+    }
 }
 
 /// A batch with duplicates: `len` ids from `0..rows`.
@@ -29,7 +42,10 @@ fn permuted(ids: &[u64], g: &[f32], dim: usize, rng: &mut Rng) -> (Vec<u64>, Vec
     let mut order: Vec<usize> = (0..ids.len()).collect();
     rng.shuffle(&mut order);
     let pids = order.iter().map(|&k| ids[k]).collect();
-    let pg = order.iter().flat_map(|&k| g[k * dim..(k + 1) * dim].iter().copied()).collect();
+    let pg = order
+        .iter()
+        .flat_map(|&k| g[k * dim..(k + 1) * dim].iter().copied())
+        .collect();
     (pids, pg)
 }
 
@@ -132,15 +148,22 @@ fn poisoned_row_leaves_everything_else_untouched() {
                 // Row 19 (never in `ids` otherwise? make sure) gets a poisoned gradient.
                 let keep: Vec<usize> = (0..ids.len()).filter(|&k| ids[k] != 19).collect();
                 let ids_c: Vec<u64> = keep.iter().map(|&k| ids[k]).collect();
-                let g_c: Vec<f32> = keep.iter().flat_map(|&k| g[k * dim..(k + 1) * dim].to_vec()).collect();
+                let g_c: Vec<f32> = keep
+                    .iter()
+                    .flat_map(|&k| g[k * dim..(k + 1) * dim].to_vec())
+                    .collect();
                 let mut ids_d = ids_c.clone();
                 let mut g_d = g_c.clone();
                 ids_d.push(19);
                 let mut poison = vec![0.1f32; dim];
                 poison[step % dim] = bad;
                 g_d.extend_from_slice(&poison);
-                clean.step(&ids_c, &g_c, &mut DenseTable::new(&mut tc, dim).unwrap()).unwrap();
-                let r = dirty.step(&ids_d, &g_d, &mut DenseTable::new(&mut td, dim).unwrap()).unwrap();
+                clean
+                    .step(&ids_c, &g_c, &mut DenseTable::new(&mut tc, dim).unwrap())
+                    .unwrap();
+                let r = dirty
+                    .step(&ids_d, &g_d, &mut DenseTable::new(&mut td, dim).unwrap())
+                    .unwrap();
                 assert_eq!(r.rows_skipped_nonfinite, 1);
             }
             assert_eq!(tc, td, "{direction:?}");
@@ -164,14 +187,41 @@ fn a_failed_step_changes_nothing() {
     c.nonfinite = NonFinitePolicy::Error;
     let mut opt = Basis::new(c, OneChoice::new(4, 1).unwrap()).unwrap();
     let mut t = vec![1.0f32; rows as usize * dim];
-    opt.step(&[1, 2], &[0.1; 6], &mut DenseTable::new(&mut t, dim).unwrap()).unwrap();
+    opt.step(
+        &[1, 2],
+        &[0.1; 6],
+        &mut DenseTable::new(&mut t, dim).unwrap(),
+    )
+    .unwrap();
     let before_state = opt.export_state();
     let before_table = t.clone();
     let cases: [(&[u64], Vec<f32>, StepError); 4] = [
-        (&[1, 3], vec![0.1, 0.2, f32::NAN, 0.0, 0.0, 0.0], StepError::NonFinite { id: 1 }),
-        (&[1, 3], vec![0.1; 5], StepError::GradLength { expected: 6, actual: 5 }),
-        (&[1, 10], vec![0.1; 6], StepError::IdOutOfRange { id: 10, rows: 10 }),
-        (&[1, 2], vec![0.1; 6], StepError::DimMismatch { optimizer: 3, table: 2 }),
+        (
+            &[1, 3],
+            vec![0.1, 0.2, f32::NAN, 0.0, 0.0, 0.0],
+            StepError::NonFinite { id: 1 },
+        ),
+        (
+            &[1, 3],
+            vec![0.1; 5],
+            StepError::GradLength {
+                expected: 6,
+                actual: 5,
+            },
+        ),
+        (
+            &[1, 10],
+            vec![0.1; 6],
+            StepError::IdOutOfRange { id: 10, rows: 10 },
+        ),
+        (
+            &[1, 2],
+            vec![0.1; 6],
+            StepError::DimMismatch {
+                optimizer: 3,
+                table: 2,
+            },
+        ),
     ];
     for (k, (ids, g, expected)) in cases.into_iter().enumerate() {
         let dim_t = if k == 3 { 2 } else { dim };
@@ -183,7 +233,11 @@ fn a_failed_step_changes_nothing() {
     // A row the table lacks (dense state has room for it).
     let mut short = vec![1.0f32; 5 * dim];
     assert_eq!(
-        opt.step(&[1, 7], &[0.1; 6], &mut DenseTable::new(&mut short, dim).unwrap()),
+        opt.step(
+            &[1, 7],
+            &[0.1; 6],
+            &mut DenseTable::new(&mut short, dim).unwrap()
+        ),
         Err(StepError::MissingRow { id: 7 })
     );
     assert_eq!(opt.export_state(), before_state);
@@ -206,10 +260,13 @@ fn bucket_jobs_are_schedule_free() {
             let mut rng = Rng(77);
             for _ in 0..10 {
                 let (ids, g) = batch(&mut rng, 64, rows, dim);
-                a.step(&ids, &g, &mut DenseTable::new(&mut ta, dim).unwrap()).unwrap();
+                a.step(&ids, &g, &mut DenseTable::new(&mut ta, dim).unwrap())
+                    .unwrap();
                 let mut table = DenseTable::new(&mut tb, dim).unwrap();
                 let mut plan = b.plan(&ids, &g, &mut table).unwrap();
-                b.run_plan(&mut plan, |p, jobs| jobs.into_iter().rev().for_each(|j| update_bucket(p, j)));
+                b.run_plan(&mut plan, |p, jobs| {
+                    jobs.into_iter().rev().for_each(|j| update_bucket(p, j))
+                });
                 b.finish(plan, &mut table);
             }
             assert_eq!(ta, tb);
@@ -233,17 +290,33 @@ fn own_momentum(history: &[Vec<(u64, Vec<f32>)>], id: u64, dim: usize, beta1: f6
 }
 
 /// Runs `Signed` with one bucket under sign `seed`; returns `σ(i)·M` per row.
-fn signed_readout(seed: u64, history: &[Vec<(u64, Vec<f32>)>], rows: u64, dim: usize) -> Vec<Vec<f64>> {
-    let c = BasisConfig { seed, scalar_lr: 0.0, ..config(dim, rows, Direction::Signed) };
+fn signed_readout(
+    seed: u64,
+    history: &[Vec<(u64, Vec<f32>)>],
+    rows: u64,
+    dim: usize,
+) -> Vec<Vec<f64>> {
+    let c = BasisConfig {
+        seed,
+        scalar_lr: 0.0,
+        ..config(dim, rows, Direction::Signed)
+    };
     let mut opt = Basis::new(c, Identity(1)).unwrap();
     let mut t = vec![0.0f32; rows as usize * dim];
     for batch in history {
         let ids: Vec<u64> = batch.iter().map(|(i, _)| *i).collect();
         let g: Vec<f32> = batch.iter().flat_map(|(_, g)| g.clone()).collect();
-        opt.step(&ids, &g, &mut DenseTable::new(&mut t, dim).unwrap()).unwrap();
+        opt.step(&ids, &g, &mut DenseTable::new(&mut t, dim).unwrap())
+            .unwrap();
     }
     let m = opt.bucket_view(0).unwrap().m.unwrap();
-    (0..rows).map(|id| m.iter().map(|&x| f64::from(sign_of(seed, id) * x)).collect()).collect()
+    (0..rows)
+        .map(|id| {
+            m.iter()
+                .map(|&x| f64::from(sign_of(seed, id) * x))
+                .collect()
+        })
+        .collect()
 }
 
 fn history(rng: &mut Rng, steps: usize, rows: u64, dim: usize) -> Vec<Vec<(u64, Vec<f32>)>> {
@@ -271,7 +344,9 @@ fn count_sketch_is_unbiased_exact_enumeration() {
     let mut seeds = [None; 8];
     let mut seed = 0u64;
     while seeds.iter().any(Option::is_none) {
-        let pattern = (0..rows).fold(0usize, |acc, id| acc * 2 + usize::from(sign_of(seed, id) < 0.0));
+        let pattern = (0..rows).fold(0usize, |acc, id| {
+            acc * 2 + usize::from(sign_of(seed, id) < 0.0)
+        });
         seeds[pattern].get_or_insert(seed);
         seed += 1;
     }
@@ -284,7 +359,12 @@ fn count_sketch_is_unbiased_exact_enumeration() {
     for id in 0..rows {
         let own = own_momentum(&hist, id, dim, beta1);
         for j in 0..dim {
-            assert!((mean[id as usize][j] - own[j]).abs() < 1e-5, "row {id} dim {j}: {} vs {}", mean[id as usize][j], own[j]);
+            assert!(
+                (mean[id as usize][j] - own[j]).abs() < 1e-5,
+                "row {id} dim {j}: {} vs {}",
+                mean[id as usize][j],
+                own[j]
+            );
         }
     }
 }
@@ -299,7 +379,10 @@ fn count_sketch_is_unbiased_monte_carlo() {
     let mut sum = vec![vec![0.0f64; dim]; rows as usize];
     let mut sum_sq = sum.clone();
     for seed in 0..trials {
-        for (id, r) in signed_readout(seed.wrapping_mul(0x9E37_79B9), &hist, rows, dim).into_iter().enumerate() {
+        for (id, r) in signed_readout(seed.wrapping_mul(0x9E37_79B9), &hist, rows, dim)
+            .into_iter()
+            .enumerate()
+        {
             for j in 0..dim {
                 sum[id][j] += r[j];
                 sum_sq[id][j] += r[j] * r[j];
@@ -313,7 +396,11 @@ fn count_sketch_is_unbiased_monte_carlo() {
             let mean = sum[id][j] / n;
             let var = (sum_sq[id][j] / n - mean * mean).max(0.0);
             let se = (var / n).sqrt();
-            assert!((mean - own[j]).abs() <= 4.5 * se + 1e-6, "row {id} dim {j}: mean {mean}, own {}, se {se}", own[j]);
+            assert!(
+                (mean - own[j]).abs() <= 4.5 * se + 1e-6,
+                "row {id} dim {j}: mean {mean}, own {}, se {se}",
+                own[j]
+            );
         }
     }
 }
@@ -330,23 +417,38 @@ fn memory_report_matches_closed_form() {
         (Direction::OwnGradient, ScalarStorage::Bf16, 2 * 4, 2),
     ];
     for (direction, storage, table_bytes_per_value, scalar_bytes) in cases {
-        let c = BasisConfig { scalar_storage: storage, ..config(dim, rows, direction) };
+        let c = BasisConfig {
+            scalar_storage: storage,
+            ..config(dim, rows, direction)
+        };
         let opt = Basis::new(c, OneChoice::new(b, 1).unwrap()).unwrap();
         let m = opt.memory();
         assert_eq!(m.shared_tables, b as usize * dim * table_bytes_per_value);
         assert_eq!(m.step_counts, b as usize * 4);
-        let code_table = if storage == ScalarStorage::LogU8 { size_of::<basis_core::LogCode>() } else { 0 };
+        let code_table = if storage == ScalarStorage::LogU8 {
+            size_of::<basis_core::LogCode>()
+        } else {
+            0
+        };
         assert_eq!(m.scalars, rows as usize * scalar_bytes + code_table);
         assert_eq!(m.row_index, 0);
         assert_eq!(m.total_bytes, m.shared_tables + m.step_counts + m.scalars);
     }
     // Sparse state grows with rows seen.
-    let c = BasisConfig { row_index: RowIndex::Sparse, ..config(4, 0, Direction::Shared) };
+    let c = BasisConfig {
+        row_index: RowIndex::Sparse,
+        ..config(4, 0, Direction::Shared)
+    };
     let mut opt = Basis::new(c, OneChoice::new(2, 1).unwrap()).unwrap();
     let empty = opt.memory();
     let mut t = vec![0.0f32; 100 * 4];
     let ids: Vec<u64> = (0..100).collect();
-    opt.step(&ids, &vec![0.1; 400], &mut DenseTable::new(&mut t, 4).unwrap()).unwrap();
+    opt.step(
+        &ids,
+        &vec![0.1; 400],
+        &mut DenseTable::new(&mut t, 4).unwrap(),
+    )
+    .unwrap();
     let full = opt.memory();
     assert_eq!(full.rows_with_state, 100);
     assert!(full.scalars >= 400 && full.row_index > empty.row_index);

@@ -8,19 +8,28 @@
 //! so we expect bit equality; the assertion allows `4e-6 · max(1, |θ|)` per
 //! coordinate (a few f32 ulps at the scales involved) and the test prints the
 //! largest difference seen.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
 use basis_core::{
-    AdagradConfig, AdamConfig, Basis, BasisConfig, DenseTable, Direction, ExactAdam, RowIndex, RowwiseAdagrad,
-    SparseOptimizer,
+    AdagradConfig, AdamConfig, Basis, BasisConfig, DenseTable, Direction, ExactAdam, RowIndex,
+    RowwiseAdagrad, SparseOptimizer,
 };
 use common::{Identity, Rng, grads};
 use proptest::prelude::*;
 
 const TOL: f32 = 4e-6;
 
-fn run(opt: &mut dyn SparseOptimizer, n: usize, dim: usize, steps: usize, seed: u64, scale: f32) -> Vec<f32> {
+fn run(
+    opt: &mut dyn SparseOptimizer,
+    n: usize,
+    dim: usize,
+    steps: usize,
+    seed: u64,
+    scale: f32,
+) -> Vec<f32> {
     let mut rng = Rng(seed);
     let mut theta: Vec<f32> = (0..n * dim).map(|_| rng.normal() as f32).collect();
     let mut order_rng = Rng(seed ^ 0xABCD);
@@ -36,7 +45,10 @@ fn run(opt: &mut dyn SparseOptimizer, n: usize, dim: usize, steps: usize, seed: 
 }
 
 fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| (x - y).abs() / x.abs().max(1.0)).fold(0.0, f32::max)
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs() / x.abs().max(1.0))
+        .fold(0.0, f32::max)
 }
 
 fn basis_config(dim: usize, n: usize, direction: Direction, wd: f32) -> BasisConfig {
@@ -62,7 +74,17 @@ fn adam_config(dim: usize, n: usize, beta1: f32, wd: f32) -> AdamConfig {
     }
 }
 
-fn check(direction: Direction, beta1: f32, n: usize, dim: usize, steps: usize, seed: u64, scale: f32, wd: f32) -> f32 {
+#[allow(clippy::too_many_arguments)] // one knob per problem dimension
+fn check(
+    direction: Direction,
+    beta1: f32,
+    n: usize,
+    dim: usize,
+    steps: usize,
+    seed: u64,
+    scale: f32,
+    wd: f32,
+) -> f32 {
     let mut basis = Basis::new(basis_config(dim, n, direction, wd), Identity(n as u32)).unwrap();
     let mut adam = ExactAdam::new(adam_config(dim, n, beta1, wd)).unwrap();
     let a = run(&mut basis, n, dim, steps, seed, scale);
@@ -72,7 +94,11 @@ fn check(direction: Direction, beta1: f32, n: usize, dim: usize, steps: usize, s
 
 #[test]
 fn shared_signed_own_gradient_reduce_to_adam_over_many_steps() {
-    for (direction, beta1) in [(Direction::Shared, 0.9), (Direction::Signed, 0.9), (Direction::OwnGradient, 0.0)] {
+    for (direction, beta1) in [
+        (Direction::Shared, 0.9),
+        (Direction::Signed, 0.9),
+        (Direction::OwnGradient, 0.0),
+    ] {
         let diff = check(direction, beta1, 64, 16, 500, 7, 0.3, 0.01);
         println!("{direction:?}: max |Δθ|/max(1,|θ|) after 500 steps = {diff:e}");
         assert!(diff <= TOL, "{direction:?} differs from Adam by {diff}");
@@ -82,7 +108,10 @@ fn shared_signed_own_gradient_reduce_to_adam_over_many_steps() {
 #[test]
 fn row_scaled_with_one_dimension_is_rowwise_adagrad() {
     let (n, dim) = (32, 1);
-    let config = BasisConfig { lr: 0.05, ..basis_config(dim, n, Direction::RowScaled, 0.0) };
+    let config = BasisConfig {
+        lr: 0.05,
+        ..basis_config(dim, n, Direction::RowScaled, 0.0)
+    };
     let mut basis = Basis::new(config, Identity(n as u32)).unwrap();
     let mut adagrad = RowwiseAdagrad::new(AdagradConfig {
         dim,

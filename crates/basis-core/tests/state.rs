@@ -1,13 +1,16 @@
 //! Export → import → continue equals never stopping, bit for bit; every
 //! single-byte corruption and every truncation of a blob is a typed error that
 //! leaves the optimizer unchanged.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 
 use balanced_hash::OneChoice;
 use basis_core::{
-    AdagradConfig, AdamConfig, Basis, BasisConfig, DenseTable, Direction, ExactAdam, RowIndex, RowwiseAdagrad,
-    ScalarLrSchedule, ScalarStorage, Sgd, SparseOptimizer, StateError, TablePrecision,
+    AdagradConfig, AdamConfig, Basis, BasisConfig, DenseTable, Direction, ExactAdam, RowIndex,
+    RowwiseAdagrad, ScalarLrSchedule, ScalarStorage, Sgd, SparseOptimizer, StateError,
+    TablePrecision,
 };
 use common::{Rng, grads};
 
@@ -18,7 +21,8 @@ fn steps(opt: &mut dyn SparseOptimizer, table: &mut [f32], rng: &mut Rng, n: usi
     for _ in 0..n {
         let ids: Vec<u64> = (0..8).map(|_| rng.below(ROWS)).collect();
         let g = grads(rng, ids.len(), DIM, 0.5);
-        opt.step(&ids, &g, &mut DenseTable::new(table, DIM).unwrap()).unwrap();
+        opt.step(&ids, &g, &mut DenseTable::new(table, DIM).unwrap())
+            .unwrap();
     }
 }
 
@@ -43,8 +47,17 @@ fn round_trip_continues(make: &dyn Fn() -> Box<dyn SparseOptimizer>) {
 
 fn basis_variants() -> Vec<BasisConfig> {
     let mut out = Vec::new();
-    for direction in [Direction::Shared, Direction::Signed, Direction::OwnGradient, Direction::RowScaled] {
-        for storage in [ScalarStorage::F32, ScalarStorage::Bf16, ScalarStorage::LogU8] {
+    for direction in [
+        Direction::Shared,
+        Direction::Signed,
+        Direction::OwnGradient,
+        Direction::RowScaled,
+    ] {
+        for storage in [
+            ScalarStorage::F32,
+            ScalarStorage::Bf16,
+            ScalarStorage::LogU8,
+        ] {
             for (precision, index) in [
                 (TablePrecision::F32, RowIndex::Dense { rows: ROWS }),
                 (TablePrecision::Bf16, RowIndex::Sparse),
@@ -71,14 +84,30 @@ fn basis_variants() -> Vec<BasisConfig> {
 #[test]
 fn every_optimizer_continues_bit_identically_after_a_round_trip() {
     for c in basis_variants() {
-        round_trip_continues(&move || Box::new(Basis::new(c, OneChoice::new(4, 8).unwrap()).unwrap()));
+        round_trip_continues(&move || {
+            Box::new(Basis::new(c, OneChoice::new(4, 8).unwrap()).unwrap())
+        });
     }
     for index in [RowIndex::Dense { rows: ROWS }, RowIndex::Sparse] {
         round_trip_continues(&move || {
-            Box::new(ExactAdam::new(AdamConfig { dim: DIM, row_index: index, ..AdamConfig::default() }).unwrap())
+            Box::new(
+                ExactAdam::new(AdamConfig {
+                    dim: DIM,
+                    row_index: index,
+                    ..AdamConfig::default()
+                })
+                .unwrap(),
+            )
         });
         round_trip_continues(&move || {
-            Box::new(RowwiseAdagrad::new(AdagradConfig { dim: DIM, row_index: index, ..AdagradConfig::default() }).unwrap())
+            Box::new(
+                RowwiseAdagrad::new(AdagradConfig {
+                    dim: DIM,
+                    row_index: index,
+                    ..AdagradConfig::default()
+                })
+                .unwrap(),
+            )
         });
     }
     round_trip_continues(&|| Box::new(Sgd::new(DIM, 0.1).unwrap()));
@@ -93,11 +122,17 @@ fn corruption_is_detected(opt: &mut dyn SparseOptimizer) {
         for mask in 1..=255u8 {
             let mut bad = blob.clone();
             bad[pos] ^= mask;
-            assert!(opt.import_state(&bad).is_err(), "byte {pos} ^ {mask:#x} accepted");
+            assert!(
+                opt.import_state(&bad).is_err(),
+                "byte {pos} ^ {mask:#x} accepted"
+            );
         }
     }
     for len in 0..blob.len() {
-        assert!(opt.import_state(&blob[..len]).is_err(), "truncation to {len} accepted");
+        assert!(
+            opt.import_state(&blob[..len]).is_err(),
+            "truncation to {len} accepted"
+        );
     }
     let mut longer = blob.clone();
     longer.push(0);
@@ -114,21 +149,62 @@ fn every_single_byte_corruption_is_detected() {
         ..BasisConfig::default()
     };
     corruption_is_detected(&mut Basis::new(c, OneChoice::new(2, 1).unwrap()).unwrap());
-    corruption_is_detected(&mut ExactAdam::new(AdamConfig { dim: DIM, ..AdamConfig::default() }).unwrap());
-    corruption_is_detected(&mut RowwiseAdagrad::new(AdagradConfig { dim: DIM, ..AdagradConfig::default() }).unwrap());
+    corruption_is_detected(
+        &mut ExactAdam::new(AdamConfig {
+            dim: DIM,
+            ..AdamConfig::default()
+        })
+        .unwrap(),
+    );
+    corruption_is_detected(
+        &mut RowwiseAdagrad::new(AdagradConfig {
+            dim: DIM,
+            ..AdagradConfig::default()
+        })
+        .unwrap(),
+    );
 }
 
 #[test]
 fn foreign_and_mismatched_blobs_are_typed_errors() {
-    let c = BasisConfig { dim: DIM, ..BasisConfig::default() };
+    let c = BasisConfig {
+        dim: DIM,
+        ..BasisConfig::default()
+    };
     let mut basis = Basis::new(c, OneChoice::new(4, 1).unwrap()).unwrap();
-    let adam = ExactAdam::new(AdamConfig { dim: DIM, ..AdamConfig::default() }).unwrap();
-    assert_eq!(basis.import_state(&adam.export_state()), Err(StateError::WrongKind { expected: 1, found: 2 }));
+    let adam = ExactAdam::new(AdamConfig {
+        dim: DIM,
+        ..AdamConfig::default()
+    })
+    .unwrap();
+    assert_eq!(
+        basis.import_state(&adam.export_state()),
+        Err(StateError::WrongKind {
+            expected: 1,
+            found: 2
+        })
+    );
     let other = Basis::new(c, OneChoice::new(5, 1).unwrap()).unwrap();
-    assert_eq!(basis.import_state(&other.export_state()), Err(StateError::ConfigMismatch));
-    let other = Basis::new(BasisConfig { direction: Direction::Shared, ..c }, OneChoice::new(4, 1).unwrap()).unwrap();
-    assert_eq!(basis.import_state(&other.export_state()), Err(StateError::ConfigMismatch));
-    assert_eq!(basis.import_state(b"not a blob at all, really"), Err(StateError::BadMagic));
+    assert_eq!(
+        basis.import_state(&other.export_state()),
+        Err(StateError::ConfigMismatch)
+    );
+    let other = Basis::new(
+        BasisConfig {
+            direction: Direction::Shared,
+            ..c
+        },
+        OneChoice::new(4, 1).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        basis.import_state(&other.export_state()),
+        Err(StateError::ConfigMismatch)
+    );
+    assert_eq!(
+        basis.import_state(b"not a blob at all, really"),
+        Err(StateError::BadMagic)
+    );
     assert_eq!(basis.import_state(b"BSIS"), Err(StateError::Truncated));
     // A blob with a valid checksum but a future version.
     let mut blob = basis.export_state();
@@ -136,7 +212,10 @@ fn foreign_and_mismatched_blobs_are_typed_errors() {
     let n = blob.len();
     let crc = crc32(&blob[..n - 4]);
     blob[n - 4..].copy_from_slice(&crc.to_le_bytes());
-    assert_eq!(basis.import_state(&blob), Err(StateError::UnsupportedVersion { found: 9 }));
+    assert_eq!(
+        basis.import_state(&blob),
+        Err(StateError::UnsupportedVersion { found: 9 })
+    );
 }
 
 /// Bitwise CRC-32 (IEEE), the obviously-correct reference.
@@ -145,7 +224,11 @@ fn crc32(data: &[u8]) -> u32 {
     for &b in data {
         crc ^= u32::from(b);
         for _ in 0..8 {
-            crc = if crc & 1 == 1 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
         }
     }
     !crc

@@ -226,3 +226,57 @@ mod tests {
         assert!(validate(0, &all).is_err());
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn any_op() -> impl Strategy<Value = Collective> {
+        prop_oneof![
+            Just(Collective::AllReduceSum),
+            Just(Collective::AllToAll),
+            Just(Collective::AllGather),
+            Just(Collective::Barrier),
+        ]
+    }
+
+    /// Tables where ranks mostly agree, with occasional deviations.
+    fn table() -> impl Strategy<Value = Vec<Proposal>> {
+        (1usize..6, any_op(), 0usize..5).prop_flat_map(|(p, op, unit)| {
+            let base = match op {
+                Collective::AllToAll => Proposal::new(op, unit, p * unit, p * unit),
+                Collective::AllGather => Proposal::new(op, unit, p * unit, unit),
+                Collective::AllReduceSum => Proposal::new(op, unit, unit, unit),
+                Collective::Barrier => Proposal::new(op, 0, 0, 0),
+            };
+            prop::collection::vec(
+                prop_oneof![
+                    6 => Just(base),
+                    1 => (any_op(), 0usize..5, 0usize..25, 0usize..25)
+                        .prop_map(|(o, u, r, s)| Proposal::new(o, u, r, s)),
+                ],
+                p,
+            )
+        })
+    }
+
+    proptest! {
+        /// The property the whole protocol rests on: every rank reaches the
+        /// same verdict (all go on to the payload, or none does).
+        #[test]
+        fn every_rank_reaches_the_same_verdict(all in table()) {
+            let verdicts: Vec<bool> = (0..all.len()).map(|me| validate(me, &all).is_ok()).collect();
+            prop_assert!(verdicts.iter().all(|&v| v == verdicts[0]));
+        }
+
+        /// Accepted exactly when all proposals are equal and well-formed.
+        #[test]
+        fn accepts_exactly_consistent_tables(all in table()) {
+            let p = all.len() as u64;
+            let consistent = all.iter().all(|x| x.op == all[0].op && x.unit == all[0].unit)
+                && all.iter().all(|x| x.buffers_fit(p));
+            prop_assert_eq!(validate(0, &all).is_ok(), consistent);
+        }
+    }
+}

@@ -92,3 +92,47 @@ mod tests {
         assert_eq!(one[0].to_bits(), (-0.0f32).to_bits());
     }
 }
+
+#[cfg(test)]
+mod proptests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The rank-order sum equals a plain left fold over the ranks, bit
+        /// for bit, for any values (NaN payloads aside, compared by bits).
+        #[test]
+        fn rank_order_sum_is_a_left_fold(
+            p in 1usize..6,
+            len in 0usize..20,
+            seed in prop::collection::vec(any::<f32>(), 120),
+        ) {
+            let pieces: Vec<f32> = seed.iter().copied().cycle().take(p * len).collect();
+            let mut got = vec![0.0f32; len];
+            sum_in_rank_order(&pieces, &mut got);
+            for k in 0..len {
+                let mut want = pieces[k];
+                for r in 1..p {
+                    want += pieces[r * len + k];
+                }
+                prop_assert!(got[k].to_bits() == want.to_bits() || (got[k].is_nan() && want.is_nan()));
+            }
+        }
+
+        /// Element `i` belongs to exactly one chunk, and chunk owners are in
+        /// index order (the layout every rank derives from `(n, P)`).
+        #[test]
+        fn chunks_partition_in_order(n in 0usize..5000, p in 1usize..9) {
+            let (counts, displs) = chunks(n, p).unwrap();
+            let mut owner = vec![usize::MAX; n];
+            for j in 0..p {
+                for i in displs[j] as usize..(displs[j] + counts[j]) as usize {
+                    prop_assert_eq!(owner[i], usize::MAX);
+                    owner[i] = j;
+                }
+            }
+            prop_assert!(owner.windows(2).all(|w| w[0] <= w[1]));
+            prop_assert!(owner.iter().all(|&o| o < p));
+        }
+    }
+}

@@ -19,7 +19,7 @@ use core::fmt;
 use core::num::NonZeroUsize;
 
 use crate::pack::{pack_words, packed_len};
-use crate::scale::{Accumulator, ScaleKind, first_non_finite, max_abs_finite};
+use crate::scale::{Accumulator, ScaleKind, any_huge, first_non_finite};
 use crate::{CodecError, Compressed};
 
 /// How the quantisation error is carried to the next step.
@@ -51,7 +51,7 @@ pub struct CompressorConfig {
 }
 
 /// Elements per cache block of the fused pass (multiple of 64: whole sign words).
-const BLOCK: usize = 2048;
+const BLOCK: usize = 16384;
 
 /// A 1-bit compressor for tensors of `n` elements that owns the error buffer `e`.
 ///
@@ -68,8 +68,9 @@ pub struct Compressor {
     buf: Vec<f32>,
     /// Pending scales of the last step, one per chunk; 0 means `buf` is `e`.
     alphas: Vec<f32>,
-    /// An upper bound on `max |e_i|`, for the overflow check.
-    bound: f32,
+    /// Whether some `|e_i|` may be ≥ 2¹²⁶ (then `x + e` might overflow and the
+    /// exact per-element check runs). `|e_i| ≤ max(|p_i|, α)` in `Full`.
+    huge: bool,
 }
 
 impl fmt::Debug for Compressor {
@@ -111,7 +112,7 @@ impl Compressor {
             chunk,
             buf: vec![0.0; n],
             alphas: vec![0.0; n.div_ceil(chunk)],
-            bound: 0.0,
+            huge: false,
         }
     }
 
@@ -248,7 +249,7 @@ impl Compressor {
         }
         self.buf.copy_from_slice(e);
         self.alphas.fill(0.0);
-        self.bound = max_abs_finite(e);
+        self.huge = any_huge(e);
         Ok(())
     }
 
@@ -256,7 +257,7 @@ impl Compressor {
     pub fn reset_error(&mut self) {
         self.buf.fill(0.0);
         self.alphas.fill(0.0);
-        self.bound = 0.0;
+        self.huge = false;
     }
 
     /// `‖e‖₂` (f64 sum of squares in the [`crate::scale`] order, then `sqrt`).
@@ -286,13 +287,13 @@ impl Compressor {
             });
         }
         check_len(self.chunks(), scales_out.len())?;
-        if let Some(index) = first_non_finite(x) {
-            return Err(CodecError::NonFinite { index });
-        }
-        // |x_i + e_i| ≤ max|x| + bound: below f32::MAX (with margin for the f64
-        // sum's rounding) no element can overflow. Otherwise check each one.
-        let headroom = f64::from(f32::MAX) * (1.0 - 1.0 / 1048576.0);
-        if f64::from(max_abs_finite(x)) + f64::from(self.bound) >= headroom {
+        // One branch-free read of x: below 2¹²⁶ everywhere (x finite) and
+        // |e| < 2¹²⁶ means x + e < 2¹²⁷ cannot overflow. Otherwise locate a
+        // NaN/±∞, then check each x_i + e_i exactly.
+        if any_huge(x) || self.huge {
+            if let Some(index) = first_non_finite(x) {
+                return Err(CodecError::NonFinite { index });
+            }
             for (c, ((xc, pc), &a)) in x
                 .chunks(self.chunk)
                 .zip(self.buf.chunks(self.chunk))
@@ -314,7 +315,10 @@ impl Compressor {
     fn step_full(&mut self, x: &[f32], signs_out: &mut [u8], scales_out: &mut [f32]) {
         let kind = self.config.scale;
         let mut walk = ChunkWalk::new(self.chunk, self.n, kind);
-        let mut max_bits = 0u32;
+        // The overflow guard comes from the chunk sums (free) except for the
+        // unit scale, which needs a look at the block.
+        let scan = kind == ScaleKind::Unit;
+        let mut huge = false;
         for start in (0..self.n).step_by(BLOCK) {
             let end = (start + BLOCK).min(self.n);
             walk.run(start, end, |c, s, e, acc| {
@@ -322,14 +326,13 @@ impl Compressor {
                 acc.feed(&self.buf[s..e]);
             }, scales_out);
             let block = &self.buf[start..end];
-            max_bits = block
-                .iter()
-                .fold(max_bits, |m, v| m.max(v.to_bits() & 0x7fff_ffff));
+            if scan {
+                huge |= any_huge(block);
+            }
             pack_words(block, &mut signs_out[start / 8..packed_len(end)]);
         }
         self.alphas.copy_from_slice(scales_out);
-        let max_alpha = scales_out.iter().fold(0.0f32, |m, &a| m.max(a));
-        self.bound = f32::from_bits(max_bits).max(max_alpha);
+        self.huge = huge || walk.huge;
     }
 
     /// `Decayed` step (inputs validated): pass 1 forms `p` block-wise for the
@@ -347,7 +350,6 @@ impl Compressor {
             pack_words(&tmp[..end - start], &mut signs_out[start / 8..packed_len(end)]);
         }
         let keep = 1.0 - beta;
-        let mut max_bits = 0u32;
         for ((xc, ec), &a) in x
             .chunks(self.chunk)
             .zip(self.buf.chunks_mut(self.chunk))
@@ -356,10 +358,9 @@ impl Compressor {
             for (e, &xi) in ec.iter_mut().zip(xc) {
                 let p = xi + *e;
                 *e = beta * *e + keep * (p - sign_scale(p, a));
-                max_bits = max_bits.max(e.to_bits() & 0x7fff_ffff);
             }
         }
-        self.bound = f32::from_bits(max_bits);
+        self.huge = any_huge(&self.buf);
     }
 }
 
@@ -394,6 +395,8 @@ struct ChunkWalk {
     c: usize,
     chunk_end: usize,
     acc: Accumulator,
+    /// Some finished chunk may hold `|v| ≥ 2¹²⁵` (`Accumulator::may_be_huge`).
+    huge: bool,
 }
 
 impl ChunkWalk {
@@ -405,6 +408,7 @@ impl ChunkWalk {
             c: 0,
             chunk_end: chunk.min(n),
             acc: Accumulator::new(kind),
+            huge: false,
         }
     }
 
@@ -424,6 +428,7 @@ impl ChunkWalk {
             f(self.c, s, e, &mut self.acc);
             if e == self.chunk_end {
                 scales[self.c] = self.acc.finish();
+                self.huge |= self.acc.may_be_huge().unwrap_or(false);
                 self.c += 1;
                 self.acc = Accumulator::new(self.kind);
                 self.chunk_end = self.chunk_end.saturating_add(self.chunk).min(self.n);

@@ -1,6 +1,6 @@
 #![doc = include_str!("../README.md")]
 #![no_std]
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 extern crate alloc;
 
@@ -10,6 +10,8 @@ pub mod fuzzing;
 mod pack;
 pub mod reference;
 pub mod scale;
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+mod simd;
 pub mod stochastic;
 mod wire;
 

@@ -30,14 +30,19 @@ fn bit(v: f32) -> u64 {
     sign_bit(v) as u64
 }
 
-/// 64 sign bits, element 0 in the most significant bit.
+/// 64 sign bits, element 0 in the most significant bit: built LSB-first one
+/// byte at a time (the pattern compilers vectorise best), then bit-reversed.
 #[inline(always)]
 pub(crate) fn word_of(x: &[f32; 64]) -> u64 {
-    let mut w = 0u64;
-    for (k, &v) in x.iter().enumerate() {
-        w |= bit(v) << (63 - k);
+    let mut lsb_first = 0u64;
+    for (j, g) in x.chunks_exact(8).enumerate() {
+        let mut b = 0u64;
+        for (k, &v) in g.iter().enumerate() {
+            b |= bit(v) << k;
+        }
+        lsb_first |= b << (8 * j);
     }
-    w
+    lsb_first.reverse_bits()
 }
 
 /// Up to 8 sign bits, element 0 in the most significant bit, padding 0.
@@ -73,6 +78,15 @@ pub fn pack_signs_into(x: &[f32], out: &mut [u8]) -> Result<(), CodecError> {
 
 /// Packing kernel; `out.len() == packed_len(x.len())` is the caller's contract.
 pub(crate) fn pack_words(x: &[f32], out: &mut [u8]) {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    let done = crate::simd::pack_words_sse2(x, out);
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+    let done = 0;
+    pack_words_portable(&x[done..], &mut out[done / 8..]);
+}
+
+/// The safe word-at-a-time path (all targets; the reference for the SSE2 kernel).
+pub(crate) fn pack_words_portable(x: &[f32], out: &mut [u8]) {
     let words = x.chunks_exact(64);
     let tail = words.remainder();
     let (word_out, tail_out) = out.split_at_mut(x.len() / 64 * 8);
@@ -128,5 +142,33 @@ fn check_bytes(n: usize, bytes: usize) -> Result<(), CodecError> {
             expected,
             found: bytes,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{pack_words, pack_words_portable, packed_len};
+    use alloc::vec;
+    use proptest::prelude::*;
+
+    fn value() -> impl Strategy<Value = f32> {
+        prop_oneof![
+            4 => -10.0f32..10.0,
+            1 => Just(0.0f32),
+            1 => Just(-0.0f32),
+            1 => any::<f32>(), // NaN, ±∞, subnormals included
+        ]
+    }
+
+    proptest! {
+        /// The dispatching path (SSE2 kernel on x86_64) equals the safe path.
+        #[test]
+        fn kernel_equals_portable_path(x in prop::collection::vec(value(), 0..700)) {
+            let mut fast = vec![0u8; packed_len(x.len())];
+            let mut safe = vec![0u8; packed_len(x.len())];
+            pack_words(&x, &mut fast);
+            pack_words_portable(&x, &mut safe);
+            prop_assert_eq!(fast, safe);
+        }
     }
 }

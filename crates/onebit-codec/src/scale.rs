@@ -110,11 +110,14 @@ impl Lanes {
         // Body: whole groups, lane j gets element j of the group (vectorises).
         let groups = rest.chunks_exact(8);
         let tail = groups.remainder();
+        // Lanes in a local so they stay in registers (vectorises).
+        let mut lanes = self.lanes;
         for g in groups {
-            for (lane, &v) in self.lanes.iter_mut().zip(g) {
+            for (lane, &v) in lanes.iter_mut().zip(g) {
                 *lane += term(v);
             }
         }
+        self.lanes = lanes;
         self.pos += rest.len() - tail.len();
         for &v in tail {
             self.lanes[self.pos % 8] += term(v);
@@ -160,6 +163,19 @@ impl Accumulator {
         }
     }
 
+    /// Whether some fed `|v|` may be ≥ 2¹²⁵ (so `|v|` or the scale may reach the
+    /// 2¹²⁶ overflow guard), judged from the sums with margin: a sum of
+    /// non-negative terms is at least its largest term. `None` for
+    /// [`ScaleKind::Unit`], whose accumulator sees no magnitudes.
+    pub(crate) fn may_be_huge(&self) -> Option<bool> {
+        match self.kind {
+            ScaleKind::Rms => Some(self.lanes.total() >= f64::from_bits((1023 + 250) << 52)),
+            ScaleKind::MeanAbs => Some(self.lanes.total() >= f64::from_bits((1023 + 125) << 52)),
+            ScaleKind::MaxAbs => Some(f64::from(self.max) >= f64::from_bits((1023 + 125) << 52)),
+            ScaleKind::Unit => None,
+        }
+    }
+
     /// `Σ x²` fed so far (meaningful for [`ScaleKind::Rms`]).
     pub(crate) fn sum_sq(&self) -> f64 {
         self.lanes.total()
@@ -185,15 +201,33 @@ impl Accumulator {
     }
 }
 
+/// `|v|` bit pattern of ±∞ (and the smallest NaN pattern).
+const INF_BITS: i32 = 0x7f80_0000;
+/// `|v|` bit pattern of 2¹²⁶: when every `|x|` and `|e|` is below it,
+/// `x + e` (< 2¹²⁷) cannot overflow.
+const HUGE_BITS: i32 = 0x7e80_0000;
+
+/// Whether any `|v|` bit pattern is at least `limit` (branch-free: vectorises).
+#[inline(always)]
+fn any_at_least(x: &[f32], limit: i32) -> bool {
+    // Masked patterns are ≤ 0x7fff_ffff, so a signed compare is exact.
+    let hits = x.iter().fold(0u32, |acc, v| {
+        acc | u32::from((v.to_bits() & 0x7fff_ffff) as i32 >= limit)
+    });
+    hits != 0
+}
+
+/// Whether any element is NaN, ±∞ or `|v| ≥ 2¹²⁶` (the overflow guard).
+pub(crate) fn any_huge(x: &[f32]) -> bool {
+    any_at_least(x, HUGE_BITS)
+}
+
 /// The index of the first NaN/±∞ in `x`, if any.
 pub(crate) fn first_non_finite(x: &[f32]) -> Option<usize> {
     const BLOCK: usize = 1024;
     for (b, block) in x.chunks(BLOCK).enumerate() {
-        // Branch-free scan of the block (vectorises), then locate if needed.
-        let worst = block
-            .iter()
-            .fold(0u32, |m, v| m.max(v.to_bits() & 0x7fff_ffff));
-        if worst >= 0x7f80_0000 {
+        // Branch-free scan of the block, then locate only if needed.
+        if any_at_least(block, INF_BITS) {
             let i = block.iter().position(|v| !v.is_finite()).unwrap_or(0);
             return Some(b * BLOCK + i);
         }

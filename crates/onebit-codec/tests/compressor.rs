@@ -1,5 +1,6 @@
 //! Error-feedback compressor: fused == two-pass == element-by-element, telescoping,
 //! non-finite input leaves everything unchanged.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is a failing test")]
 
 mod common;
 

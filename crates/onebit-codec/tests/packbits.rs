@@ -1,4 +1,5 @@
 //! Sign packing: byte-compatible with numpy.packbits, word path vs bit-by-bit.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is a failing test")]
 
 mod common;
 

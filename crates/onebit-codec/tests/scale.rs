@@ -1,4 +1,5 @@
 //! Scales: the documented 8-lane order, reproduced by a plain loop; accuracy.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is a failing test")]
 
 mod common;
 

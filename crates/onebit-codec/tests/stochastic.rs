@@ -1,4 +1,5 @@
 //! Stochastic variant: exact expectation, Hoeffding-bounded Monte Carlo.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is a failing test")]
 
 mod common;
 

@@ -1,4 +1,5 @@
 //! Wire format: round trips, exact sizes, and a typed error for every malformed header.
+#![allow(clippy::unwrap_used, reason = "test code: a panic is a failing test")]
 
 use core::num::NonZeroUsize;
 

@@ -23,7 +23,7 @@ impl Rng {
     pub fn normal(&mut self) -> f64 {
         let u = self.unit().max(1e-300);
         let v = self.unit();
-        (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
+        (-2.0 * u.ln()).sqrt() * (2.0 * core::f64::consts::PI * v).cos()
     }
     pub fn below(&mut self, n: u64) -> u64 {
         ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64

@@ -1,0 +1,219 @@
+//! Integration tests: drive the built `basis` binary on small committed samples.
+#![allow(clippy::unwrap_used)] // tests
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn data(p: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(p)
+        .display()
+        .to_string()
+}
+
+fn basis(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_basis"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = basis(args);
+    assert!(
+        out.status.success(),
+        "basis {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn err(args: &[&str]) -> String {
+    let out = basis(args);
+    assert!(!out.status.success(), "basis {args:?} should fail");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+fn json(args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["--json", "-"]);
+    serde_json::from_str(&ok(&all)).unwrap()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("basis-cli-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A small, fast synthetic setup shared by the tests.
+const SMALL: &[&str] = &["-q", "--synthetic-examples", "3000", "--epochs", "2", "--dim", "4"];
+
+fn train_on(format: &str, path: &str, extra: &[&str]) -> Value {
+    let mut args = vec!["train", "-q", "--format", format, "--data", path, "--epochs", "1", "--dim", "4", "--test-frac", "0.3"];
+    args.extend_from_slice(extra);
+    json(&args)
+}
+
+#[test]
+fn compare_lists_every_optimizer_and_json_parses() {
+    let mut args = vec!["compare"];
+    args.extend_from_slice(SMALL);
+    let table = ok(&args);
+    for name in ["adam", "rowwise-adagrad", "sgd", "basis", "basis:mode=own", "basis:mode=shared", "countsketch"] {
+        assert!(table.contains(&format!("| {name} |")), "{name} missing from\n{table}");
+    }
+    assert!(table.contains("BASIS telemetry"));
+    let v = json(&args);
+    let results = v["results"].as_array().unwrap();
+    assert_eq!(results.len(), 7);
+    let adam = &results[0];
+    let basis = &results[3];
+    assert_eq!(adam["optimizer"], "adam");
+    let auc = adam["runs"][0]["final_metrics"]["test_auc"].as_f64().unwrap();
+    assert!(auc > 0.5 && auc < 1.0, "{auc}");
+    // The default BASIS (row-scaled, 1-byte scalars) holds >= 20x less state than Adam.
+    let (a, b) = (adam["state_bytes"].as_f64().unwrap(), basis["state_bytes"].as_f64().unwrap());
+    assert!(a / b >= 20.0, "adam {a} basis {b}");
+    assert!(basis["runs"][0]["telemetry"]["buckets"].as_u64().unwrap() >= 1);
+}
+
+#[test]
+fn plot_writes_a_valid_png() {
+    let dir = tmp("plot");
+    let png = dir.join("curves.png");
+    let mut args = vec!["compare", "--opt", "adam", "--opt", "basis", "--plot", png.to_str().unwrap()];
+    args.extend_from_slice(SMALL);
+    ok(&args);
+    let bytes = std::fs::read(&png).unwrap();
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
+    assert_eq!(&bytes[12..16], b"IHDR");
+    let width = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
+    let height = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
+    assert_eq!(width, 1200);
+    assert!(height >= 480, "{height}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn movielens_udata_and_recbole_parse() {
+    let v = train_on("movielens", &data("movielens/u.data"), &[]);
+    assert_eq!(v["data"]["load"]["examples"], 120);
+    assert_eq!(v["data"]["load"]["malformed_count"], 0);
+    assert_eq!(v["data"]["split"], "time-ordered");
+    let v = train_on("movielens", &data("recbole/sample.inter"), &[]);
+    assert_eq!(v["data"]["load"]["examples"], 120);
+    let fields: Vec<&str> = v["data"]["fields"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    for f in ["user_id", "item_id", "age", "occupation", "movie_title", "class"] {
+        assert!(fields.contains(&f), "{f} not in {fields:?}");
+    }
+    // A directory resolves to its .inter file.
+    let v = train_on("movielens", &data("recbole"), &[]);
+    assert_eq!(v["data"]["load"]["examples"], 120);
+}
+
+#[test]
+fn malformed_lines_are_counted_with_line_numbers_or_rejected_in_strict_mode() {
+    let v = train_on("movielens", &data("movielens/u_malformed.data"), &[]);
+    let load = &v["data"]["load"];
+    assert_eq!(load["malformed_count"], 2);
+    assert_eq!(load["examples"], 38);
+    assert_eq!(load["malformed"][0]["line"], 3);
+    assert!(load["malformed"][0]["reason"].as_str().unwrap().contains("rating `five`"));
+    assert_eq!(load["malformed"][1]["line"], 7);
+    // The human report names them too.
+    let text = ok(&["train", "-q", "--format", "movielens", "--data", &data("movielens/u_malformed.data"), "--epochs", "1", "--dim", "2", "--test-frac", "0.3"]);
+    assert!(text.contains("2 malformed lines skipped"), "{text}");
+    assert!(text.contains("u_malformed.data:3:"), "{text}");
+    let e = err(&["train", "-q", "--strict", "--format", "movielens", "--data", &data("movielens/u_malformed.data")]);
+    assert!(e.contains("u_malformed.data:3: malformed line"), "{e}");
+}
+
+#[test]
+fn criteo_libsvm_and_text_parse() {
+    let v = train_on("criteo", &data("criteo_sample.tsv"), &[]);
+    assert_eq!(v["data"]["load"]["examples"], 100);
+    assert_eq!(v["data"]["fields"].as_array().unwrap().len(), 39);
+    let v = train_on("libsvm", &data("libsvm_sample.svm"), &[]);
+    let load = &v["data"]["load"];
+    assert_eq!(load["examples"], 100);
+    assert_eq!(load["malformed_count"], 1);
+    assert_eq!(load["malformed"][0]["line"], 31);
+    assert_eq!(load["blank"], 2); // an empty line and a comment-only line
+    let v = train_on("text", &data("text"), &[]);
+    let load = &v["data"]["load"];
+    assert_eq!(load["examples"], 40);
+    assert_eq!(load["malformed_count"], 1); // ham/empty.txt has no token
+    assert!(load["malformed"][0]["file"].as_str().unwrap().ends_with("empty.txt"));
+    assert_eq!(v["data"]["fields"], serde_json::json!(["token", "bigram"]));
+}
+
+#[test]
+fn a_file_in_another_format_is_an_error() {
+    let e = err(&["train", "-q", "--format", "criteo", "--data", &data("libsvm_sample.svm")]);
+    assert!(e.contains("is not a criteo file") && e.contains("line 1"), "{e}");
+    let e = err(&["train", "-q", "--format", "movielens", "--data", &data("criteo_sample.tsv")]);
+    assert!(e.contains("is not a movielens file"), "{e}");
+    let e = err(&["train", "-q", "--format", "libsvm", "--data", &data("criteo_sample.tsv")]);
+    assert!(e.contains("is not a libsvm file"), "{e}");
+    let e = err(&["train", "-q", "--format", "text", "--data", &data("criteo_sample.tsv")]);
+    assert!(e.contains("is not a text file"), "{e}");
+    let e = err(&["train", "-q", "--format", "libsvm", "--data", &data("no/such/file")]);
+    assert!(e.contains("cannot read"), "{e}");
+}
+
+#[test]
+fn bad_arguments_are_clear_errors() {
+    let e = err(&["train", "--opt", "basis:mode=diagonal"]);
+    assert!(e.contains("bad optimizer spec") && e.contains("mode `diagonal`"), "{e}");
+    let e = err(&["train", "--opt", "adam:ratio=10"]);
+    assert!(e.contains("takes only `lr`"), "{e}");
+    let e = err(&["train", "--resume"]);
+    assert!(e.contains("--checkpoint"), "{e}");
+    let e = err(&["compare", "-q", "--tune-lr", "0,0.1"]);
+    assert!(e.contains("--tune-lr"), "{e}");
+}
+
+#[test]
+fn resumed_run_equals_uninterrupted_run_bit_for_bit() {
+    for opt in ["basis", "adam", "basis:mode=shared,choices=2,storage=bf16"] {
+        let dir = tmp(&format!("ckpt-{}", opt.len()));
+        let d = dir.to_str().unwrap();
+        let base = ["train", "-q", "--synthetic-examples", "3000", "--dim", "4", "--opt", opt];
+        let full = json(&[&base[..], &["--epochs", "3"]].concat());
+        json(&[&base[..], &["--epochs", "1", "--checkpoint", d]].concat());
+        let resumed = json(&[&base[..], &["--epochs", "3", "--checkpoint", d, "--resume"]].concat());
+        let (f, r) = (&full["results"][0]["runs"][0], &resumed["results"][0]["runs"][0]);
+        assert_eq!(f["model_crc32"], r["model_crc32"], "{opt}");
+        assert_eq!(f["curve"], r["curve"], "{opt}");
+        // A corrupted checkpoint is refused.
+        let file = dir.join("run.ckpt");
+        let mut bytes = std::fs::read(&file).unwrap();
+        let mid = bytes.len() / 2;
+        bytes[mid] ^= 1;
+        std::fs::write(&file, bytes).unwrap();
+        let e = err(&[&base[..], &["--epochs", "4", "--checkpoint", d, "--resume"]].concat());
+        assert!(e.contains("corrupted"), "{e}");
+        // A checkpoint of another configuration is refused.
+        json(&[&base[..], &["--epochs", "1", "--checkpoint", d]].concat());
+        let e = err(&["train", "-q", "--synthetic-examples", "3000", "--dim", "4", "--opt", "sgd", "--checkpoint", d, "--resume"]);
+        assert!(e.contains("other data or options"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+#[test]
+fn inspect_compares_one_and_two_choices() {
+    let v = json(&["inspect", "-q", "--synthetic-examples", "5000", "--ratio", "20"]);
+    let s = v["strategies"].as_array().unwrap();
+    assert_eq!(s.len(), 2);
+    let one = s[0]["rows"]["max"].as_u64().unwrap();
+    let two = s[1]["rows"]["max"].as_u64().unwrap();
+    assert!(two <= one, "two-choice max {two} > one-choice max {one}");
+    assert_eq!(s[0]["bucket_map_bytes"], 0);
+    let text = ok(&["inspect", "-q", "--synthetic-examples", "5000", "--ratio", "20"]);
+    assert!(text.contains("| 1 |") && text.contains("| 2 |"), "{text}");
+}

@@ -1,0 +1,294 @@
+//! Construction errors, table errors, config defaults and small behaviours of
+//! the public API, each checked against a hand-computed value.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+use balanced_hash::{Bucketer, DChoice, OneChoice};
+use basis_core::{
+    Accumulate, AdagradConfig, AdamConfig, Basis, BasisConfig, ConfigError, DenseTable, Direction,
+    ExactAdam, RowAccess, RowIndex, RowScaleConfig, RowwiseAdagrad, ScalarLrSchedule, Sgd,
+    SparseOptimizer, TableError, TablePrecision,
+};
+
+#[test]
+fn dense_table_validates_shape_and_ranges() {
+    let mut data = vec![0.0f32; 6];
+    assert_eq!(
+        DenseTable::new(&mut data, 0).unwrap_err(),
+        TableError::ZeroDim
+    );
+    assert_eq!(
+        DenseTable::new(&mut data, 4).unwrap_err(),
+        TableError::Ragged { len: 6, dim: 4 }
+    );
+    let mut t = DenseTable::new(&mut data, 3).unwrap();
+    assert_eq!(t.rows(), 2);
+    assert_eq!(t.dim(), 3);
+    t.row_mut(1).unwrap()[2] = 5.0;
+    assert!(t.row_mut(2).is_none());
+    assert!(t.row_mut(u64::MAX).is_none());
+    assert_eq!(t.row(1).unwrap(), &[0.0, 0.0, 5.0]);
+}
+
+#[test]
+fn config_validation_names_the_bad_value() {
+    let ok = BasisConfig::default();
+    assert_eq!(ok.validate(), Ok(()));
+    let cases = [
+        (BasisConfig { dim: 0, ..ok }, ConfigError::ZeroDim),
+        (
+            BasisConfig { lr: f32::NAN, ..ok },
+            ConfigError::LearningRate,
+        ),
+        (BasisConfig { lr: 0.0, ..ok }, ConfigError::LearningRate),
+        (BasisConfig { beta1: 1.0, ..ok }, ConfigError::Beta),
+        (BasisConfig { beta2: -0.1, ..ok }, ConfigError::Beta),
+        (BasisConfig { eps: 0.0, ..ok }, ConfigError::Epsilon),
+        (
+            BasisConfig {
+                weight_decay: -1.0,
+                ..ok
+            },
+            ConfigError::WeightDecay,
+        ),
+        (
+            BasisConfig {
+                scalar_lr: f32::INFINITY,
+                ..ok
+            },
+            ConfigError::ScalarLearningRate,
+        ),
+        (
+            BasisConfig {
+                scalar_clip: (1.5, 2.0),
+                ..ok
+            },
+            ConfigError::ScalarClip,
+        ),
+        (
+            BasisConfig {
+                scalar_clip: (0.0, 2.0),
+                ..ok
+            },
+            ConfigError::ScalarClip,
+        ),
+        (
+            BasisConfig {
+                grad_clip: Some(0.0),
+                ..ok
+            },
+            ConfigError::GradClip,
+        ),
+        (
+            BasisConfig {
+                scalar_lr_schedule: ScalarLrSchedule::InverseFrequency { power: -1.0 },
+                ..ok
+            },
+            ConfigError::FrequencyPower,
+        ),
+        (
+            BasisConfig {
+                row_scale: RowScaleConfig {
+                    accumulate: Accumulate::Ema { beta: 1.0 },
+                    ..ok.row_scale
+                },
+                ..ok
+            },
+            ConfigError::Beta,
+        ),
+        (
+            BasisConfig {
+                row_scale: RowScaleConfig {
+                    log2_range: (3.0, 3.0),
+                    ..ok.row_scale
+                },
+                ..ok
+            },
+            ConfigError::RowScaleRange,
+        ),
+    ];
+    for (c, e) in cases {
+        assert_eq!(c.validate(), Err(e));
+        assert_eq!(Basis::new(c, OneChoice::new(4, 1).unwrap()).unwrap_err(), e);
+        assert!(!e.to_string().is_empty());
+    }
+    assert_eq!(
+        AdamConfig {
+            beta2: 1.0,
+            ..AdamConfig::default()
+        }
+        .validate(),
+        Err(ConfigError::Beta)
+    );
+    assert_eq!(
+        AdagradConfig {
+            eps: -1.0,
+            ..AdagradConfig::default()
+        }
+        .validate(),
+        Err(ConfigError::Epsilon)
+    );
+    assert_eq!(Sgd::new(0, 0.1).unwrap_err(), ConfigError::ZeroDim);
+    assert_eq!(Sgd::new(2, -0.1).unwrap_err(), ConfigError::LearningRate);
+}
+
+#[test]
+fn bf16_tables_raise_epsilon() {
+    let c = BasisConfig {
+        eps: 1e-8,
+        table_precision: TablePrecision::Bf16,
+        ..BasisConfig::default()
+    };
+    assert_eq!(c.effective_eps(), c.bf16_eps_floor);
+    let c = BasisConfig { eps: 1e-3, ..c };
+    assert_eq!(c.effective_eps(), 1e-3);
+    assert_eq!(
+        BasisConfig {
+            table_precision: TablePrecision::F32,
+            ..c
+        }
+        .effective_eps(),
+        1e-3
+    );
+}
+
+/// One row-wise AdaGrad step by hand, and one Adam step by hand.
+#[test]
+fn baselines_match_hand_computation() {
+    let mut data = vec![1.0f32, 2.0];
+    let mut ada = RowwiseAdagrad::new(AdagradConfig {
+        dim: 2,
+        lr: 0.1,
+        eps: 1e-8,
+        ..AdagradConfig::default()
+    })
+    .unwrap();
+    ada.step(
+        &[0],
+        &[3.0, 4.0],
+        &mut DenseTable::new(&mut data, 2).unwrap(),
+    )
+    .unwrap();
+    let g_sum = (9.0f32 + 16.0) / 2.0;
+    assert_eq!(ada.accumulator(0), g_sum);
+    let mult = 0.1 / (g_sum.sqrt() + 1e-8);
+    assert_eq!(data, vec![1.0 - mult * 3.0, 2.0 - mult * 4.0]);
+
+    let mut data = vec![1.0f32];
+    let mut adam = ExactAdam::new(AdamConfig {
+        dim: 1,
+        lr: 0.5,
+        ..AdamConfig::default()
+    })
+    .unwrap();
+    adam.step(
+        &[0, 0],
+        &[0.25, 0.75],
+        &mut DenseTable::new(&mut data, 1).unwrap(),
+    )
+    .unwrap();
+    // First bias-corrected Adam step moves by lr·g/(|g|+ε) ≈ lr·sign(g).
+    assert!((data[0] - 0.5).abs() < 1e-6);
+    let (m, v) = adam.moments(0).unwrap();
+    assert!((m[0] - 0.1).abs() < 1e-7 && (v[0] - 0.001).abs() < 1e-7);
+
+    let mut data = vec![1.0f32, 1.0];
+    let mut sgd = Sgd::new(1, 0.5).unwrap();
+    let r = sgd
+        .step(
+            &[1, 1, 0],
+            &[1.0, 2.0, f32::NAN],
+            &mut DenseTable::new(&mut data, 1).unwrap(),
+        )
+        .unwrap();
+    assert_eq!((r.rows_updated, r.rows_skipped_nonfinite), (1, 1));
+    assert_eq!(data, vec![1.0, -0.5]);
+}
+
+/// A per-row L2 clip bounds the merged gradient's norm.
+#[test]
+fn gradient_clip_bounds_the_row_norm() {
+    let mut data = vec![0.0f32; 2];
+    let mut sgd_like = RowwiseAdagrad::new(AdagradConfig {
+        dim: 2,
+        lr: 1.0,
+        grad_clip: Some(1.0),
+        ..AdagradConfig::default()
+    })
+    .unwrap();
+    sgd_like
+        .step(
+            &[0],
+            &[30.0, 40.0],
+            &mut DenseTable::new(&mut data, 2).unwrap(),
+        )
+        .unwrap();
+    // Clipped to (0.6, 0.8): G = mean(0.36, 0.64) = 0.5.
+    assert!((sgd_like.accumulator(0) - 0.5).abs() < 1e-6);
+}
+
+/// RowScaled: `V̂_ij = G_i·C_bj/mean_j C_bj` on a single hand-checked step.
+#[test]
+fn row_scaled_step_by_hand() {
+    let c = BasisConfig {
+        dim: 2,
+        lr: 0.1,
+        eps: 1e-8,
+        direction: Direction::RowScaled,
+        ..BasisConfig::default()
+    };
+    let mut opt = Basis::new(c, OneChoice::new(1, 1).unwrap()).unwrap();
+    let mut data = vec![0.0f32; 4];
+    opt.step(
+        &[0, 1],
+        &[1.0, 0.0, 0.0, 2.0],
+        &mut DenseTable::new(&mut data, 2).unwrap(),
+    )
+    .unwrap();
+    // C = (1, 4), mean 2.5; G_0 = 0.5, G_1 = 2.
+    assert_eq!(opt.scalar(0), 0.5);
+    assert_eq!(opt.scalar(1), 2.0);
+    let v00 = 0.5f32 * (1.0 / 2.5);
+    let v11 = 2.0f32 * (4.0 / 2.5);
+    assert!((data[0] + 0.1 * 1.0 / v00.sqrt()).abs() < 1e-6);
+    assert!((data[3] + 0.1 * 2.0 / v11.sqrt()).abs() < 1e-6);
+    assert_eq!(data[1], 0.0);
+    let view = opt.bucket_view(0).unwrap();
+    assert_eq!((view.v, view.steps, view.m), (vec![1.0, 4.0], 1, None));
+}
+
+/// Diagnostics count loads, updates and scalars; a d-choice bucketer works
+/// and its memory shows in the report.
+#[test]
+fn diagnostics_and_d_choice() {
+    let rows = 64u64;
+    let c = BasisConfig {
+        dim: 2,
+        direction: Direction::Shared,
+        row_index: RowIndex::Dense { rows },
+        ..BasisConfig::default()
+    };
+    let h = DChoice::dense(rows, 8, 2, 3).unwrap();
+    let mut opt = Basis::new(c, h).unwrap();
+    let mut data = vec![0.0f32; rows as usize * 2];
+    let ids: Vec<u64> = (0..rows).collect();
+    for _ in 0..3 {
+        opt.step(
+            &ids,
+            &vec![0.1; ids.len() * 2],
+            &mut DenseTable::new(&mut data, 2).unwrap(),
+        )
+        .unwrap();
+    }
+    let d = opt.diagnostics();
+    assert_eq!(d.rows, rows);
+    assert_eq!(
+        d.bucket_loads.iter().map(|&x| u64::from(x)).sum::<u64>(),
+        rows
+    );
+    assert_eq!(d.bucket_updates.len(), 8);
+    assert!(d.bucket_updates.iter().all(|&t| t == 3 || t == 0));
+    assert_eq!(d.steps, 3);
+    assert!(opt.memory().bucket_map > 0);
+    assert_eq!(opt.memory().bucket_map, opt.bucketer().memory_bytes());
+}
