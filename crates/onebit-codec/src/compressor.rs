@@ -51,7 +51,7 @@ pub struct CompressorConfig {
 }
 
 /// Elements per cache block of the fused pass (multiple of 64: whole sign words).
-const BLOCK: usize = 16384;
+const BLOCK: usize = 8192;
 
 /// A 1-bit compressor for tensors of `n` elements that owns the error buffer `e`.
 ///
