@@ -51,8 +51,11 @@ fn checkpoint_files_resume_one_bit_adam_bit_identically() {
             run_steps(&mut c, &pb, &mut opt, &mut x, 17, Some(32)).unwrap();
             let mut ck = Checkpoint::new();
             ck.insert("optimizer", opt.export_state()).unwrap();
-            ck.insert("params", x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>())
-                .unwrap();
+            ck.insert(
+                "params",
+                x.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>(),
+            )
+            .unwrap();
             checkpoint::save(&path, &ck).unwrap();
         }
         let ck = checkpoint::load(&path).unwrap();

@@ -57,7 +57,13 @@ fn movielens() -> Result<(), String> {
     let tmp = scratch("recbole")?;
     util::run(
         Command::new(pip)
-            .args(["download", "--no-deps", "--only-binary=:all:", "recbole", "-d"])
+            .args([
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "recbole",
+                "-d",
+            ])
             .arg(&tmp),
     )?;
     let wheel = std::fs::read_dir(&tmp)

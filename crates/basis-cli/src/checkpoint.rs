@@ -67,8 +67,16 @@ impl fmt::Display for CheckpointError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Io { path, error } => write!(f, "checkpoint {}: {error}", path.display()),
-            Self::Foreign(p) => write!(f, "{} is not a basis checkpoint (version {VERSION})", p.display()),
-            Self::Corrupt(p) => write!(f, "checkpoint {} is truncated or corrupted (checksum)", p.display()),
+            Self::Foreign(p) => write!(
+                f,
+                "{} is not a basis checkpoint (version {VERSION})",
+                p.display()
+            ),
+            Self::Corrupt(p) => write!(
+                f,
+                "checkpoint {} is truncated or corrupted (checksum)",
+                p.display()
+            ),
             Self::Mismatch(p) => write!(
                 f,
                 "checkpoint {} belongs to a run with other data or options",
@@ -94,7 +102,8 @@ fn put_bytes(out: &mut Vec<u8>, v: &[u8]) {
 
 /// Encode a checkpoint.
 pub(crate) fn encode(c: &Checkpoint) -> Vec<u8> {
-    let mut out = Vec::with_capacity(64 + 4 * (c.table.len() + c.dense.len() * 3) + c.optimizer.len());
+    let mut out =
+        Vec::with_capacity(64 + 4 * (c.table.len() + c.dense.len() * 3) + c.optimizer.len());
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
     out.extend_from_slice(&c.fingerprint.to_le_bytes());
@@ -248,7 +257,10 @@ mod tests {
             assert!(decode(&bad, p).is_err(), "flip at {i} undetected");
         }
         for n in 0..bytes.len() {
-            assert!(decode(&bytes[..n], p).is_err(), "truncation to {n} undetected");
+            assert!(
+                decode(&bytes[..n], p).is_err(),
+                "truncation to {n} undetected"
+            );
         }
     }
 

@@ -114,8 +114,8 @@ pub(crate) struct ModelArgs {
     /// Seed of initialisation, data order and optimizer randomness.
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
-    /// Data-parallel ranks (in-process threads; `mpirun` with the `mpi` feature).
-    /// The dense parameters are synchronised with 1-bit Adam.
+    /// Data-parallel ranks (in-process threads over LocalComm): sparse row
+    /// gradients are all-gathered, the dense parameters use 1-bit Adam.
     #[arg(long, default_value_t = 1)]
     pub(crate) workers: usize,
 }
@@ -171,7 +171,7 @@ pub(crate) struct CompareArgs {
     /// best validation AUC is kept and only its test metrics are reported.
     #[arg(long, value_name = "LR,LR,...", value_delimiter = ',')]
     pub(crate) tune_lr: Vec<f32>,
-    /// Save/resume each run's checkpoint under DIR/<optimizer>/.
+    /// Save/resume one checkpoint per optimizer, learning rate and seed under DIR.
     #[arg(long, value_name = "DIR")]
     pub(crate) checkpoint: Option<PathBuf>,
     /// Continue runs from `--checkpoint DIR`.

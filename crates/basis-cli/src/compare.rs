@@ -4,8 +4,8 @@ use crate::cli::{CompareArgs, ModelArgs, OutputArgs, TrainArgs};
 use crate::data::{Dataset, LoadReport};
 use crate::spec::{DEFAULT_COMPARE, OptSpec};
 use crate::train::{Run, RunResult, train};
+use core::fmt::Write as _;
 use serde::Serialize;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 /// What the JSON says about the data set.
@@ -144,7 +144,9 @@ fn sparkline(h: &[u64]) -> String {
 
 /// The comparison table (Markdown) plus the BASIS telemetry table.
 pub(crate) fn table(entries: &[Entry], seeds: usize) -> String {
-    let comm = entries.iter().any(|e| e.runs.iter().any(|r| r.comm_bytes.is_some()));
+    let comm = entries
+        .iter()
+        .any(|e| e.runs.iter().any(|r| r.comm_bytes.is_some()));
     let mut s = String::new();
     let _ = write!(
         s,
@@ -238,7 +240,11 @@ pub(crate) fn describe(ds: &Dataset) -> String {
         let _ = writeln!(s, "  malformed: {}:{}: {}", m.file, m.line, m.reason);
     }
     if r.malformed_count > 10 {
-        let _ = writeln!(s, "  ... and {} more (all listed in --json)", r.malformed_count - 10);
+        let _ = writeln!(
+            s,
+            "  ... and {} more (all listed in --json)",
+            r.malformed_count - 10
+        );
     }
     s
 }
@@ -247,7 +253,13 @@ fn checkpoint_path(dir: &Option<PathBuf>, label: &str, lr: f32, seed: u64) -> Op
     dir.as_ref().map(|d| {
         let safe: String = label
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .collect();
         d.join(format!("{safe}-lr{lr}-seed{seed}.ckpt"))
     })

@@ -4,7 +4,7 @@
 //! the field index, so the same token in two fields gives two features and the
 //! keys are portable across machines and runs. With 64-bit keys collisions are
 //! negligible below billions of features; the table row of a key is assigned
-//! later from the training vocabulary ([`crate::data::Vocab`]).
+//! later from the training vocabulary (see `data::load`).
 
 use core::hash::{BuildHasher, Hasher};
 

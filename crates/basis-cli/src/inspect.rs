@@ -3,8 +3,8 @@
 use crate::cli::InspectArgs;
 use crate::compare::{describe, write_text};
 use balanced_hash::{Bucketer, DChoice, LoadStats, OneChoice};
+use core::fmt::Write as _;
 use serde::Serialize;
-use std::fmt::Write as _;
 
 /// Loads under one strategy.
 #[derive(Debug, Serialize)]
@@ -122,7 +122,9 @@ pub(crate) fn run(args: &InspectArgs, progress: bool) -> Result<(), String> {
     }
     let mut s = describe(&ds);
     let _ = writeln!(s, "buckets B = {b}, rows per bucket N/B = {alpha:.2}\n");
-    s.push_str("| choices | rows/bucket max | mean | max/mean | expected max | empty | chi² (B−1 = ");
+    s.push_str(
+        "| choices | rows/bucket max | mean | max/mean | expected max | empty | chi² (B−1 = ",
+    );
     let _ = write!(s, "{}", b.saturating_sub(1));
     s.push_str(") | occurrences/bucket max/mean | remembered bytes |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for st in &report.strategies {

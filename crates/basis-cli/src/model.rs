@@ -114,6 +114,20 @@ impl Grads {
     /// Compute the gradients of the mean log-loss over `batch` (example indices),
     /// plus `l2·θ` for every row touched.
     pub(crate) fn compute(&mut self, fm: &Fm, ex: &Examples, batch: &[usize], l2: f32) {
+        self.compute_scaled(fm, ex, batch, l2, batch.len());
+    }
+
+    /// Like [`Grads::compute`] for a share of a larger batch of `batch_len`
+    /// examples: the gradient of this share's part of the batch-mean loss
+    /// (shares then sum to the batch gradient).
+    pub(crate) fn compute_scaled(
+        &mut self,
+        fm: &Fm,
+        ex: &Examples,
+        batch: &[usize],
+        l2: f32,
+        batch_len: usize,
+    ) {
         for &id in &self.ids {
             self.slot[id as usize] = u32::MAX;
         }
@@ -122,7 +136,7 @@ impl Grads {
         self.dense.fill(0.0);
         self.loss = 0.0;
         let d = fm.dim();
-        let scale = 1.0 / batch.len().max(1) as f32;
+        let scale = 1.0 / batch_len.max(1) as f32;
         for &e in batch {
             let (rows, values) = ex.features(e);
             let z = fm.forward(rows, values, &mut self.s);
@@ -257,7 +271,10 @@ mod tests {
                 minus.table[id as usize * d + j] -= h;
                 let numeric = (loss(&plus, &ex) - loss(&minus, &ex)) / (2.0 * f64::from(h));
                 let analytic = f64::from(g.rows[slot * d + j]);
-                assert!((numeric - analytic).abs() < 1e-3, "row {id} dim {j}: {numeric} vs {analytic}");
+                assert!(
+                    (numeric - analytic).abs() < 1e-3,
+                    "row {id} dim {j}: {numeric} vs {analytic}"
+                );
             }
         }
         assert!((g.loss / 2.0 - loss(&fm, &ex)).abs() < 1e-6);

@@ -81,7 +81,12 @@ impl Telemetry {
 ///
 /// Fails with a message when the configuration is rejected by `basis-core`
 /// or the bucketer cannot be built.
-pub(crate) fn build(spec: &OptSpec, rows: usize, dim: usize, seed: u64) -> Result<Optimizer, String> {
+pub(crate) fn build(
+    spec: &OptSpec,
+    rows: usize,
+    dim: usize,
+    seed: u64,
+) -> Result<Optimizer, String> {
     let err = |e: &dyn core::fmt::Display| format!("{}: {e}", spec.label);
     let row_index = RowIndex::Dense { rows: rows as u64 };
     let lr = spec.lr();
@@ -128,7 +133,9 @@ pub(crate) fn build(spec: &OptSpec, rows: usize, dim: usize, seed: u64) -> Resul
                     Storage::U8 => ScalarStorage::LogU8,
                 },
                 row_scale: RowScaleConfig {
-                    accumulate: spec.ema.map_or(Accumulate::Sum, |beta| Accumulate::Ema { beta }),
+                    accumulate: spec
+                        .ema
+                        .map_or(Accumulate::Sum, |beta| Accumulate::Ema { beta }),
                     ..defaults.row_scale
                 },
                 row_index,
@@ -141,7 +148,8 @@ pub(crate) fn build(spec: &OptSpec, rows: usize, dim: usize, seed: u64) -> Resul
                 let h = OneChoice::new(b, hash_seed).map_err(|e| err(&e))?;
                 Optimizer::Basis1(Box::new(Basis::new(config, h).map_err(|e| err(&e))?))
             } else {
-                let h = DChoice::dense(rows as u64, b, spec.choices, hash_seed).map_err(|e| err(&e))?;
+                let h =
+                    DChoice::dense(rows as u64, b, spec.choices, hash_seed).map_err(|e| err(&e))?;
                 Optimizer::BasisD {
                     opt: Box::new(Basis::new(config, h).map_err(|e| err(&e))?),
                     rows: rows as u64,
@@ -175,9 +183,17 @@ impl Optimizer {
     }
 
     /// One step on the dense `table` (`dim` values per row).
-    pub(crate) fn step(&mut self, ids: &[u64], grads: &[f32], table: &mut [f32], dim: usize) -> Result<StepReport, String> {
+    pub(crate) fn step(
+        &mut self,
+        ids: &[u64],
+        grads: &[f32],
+        table: &mut [f32],
+        dim: usize,
+    ) -> Result<StepReport, String> {
         let mut t = DenseTable::new(table, dim).map_err(|e| e.to_string())?;
-        self.inner().step(ids, grads, &mut t).map_err(|e| e.to_string())
+        self.inner()
+            .step(ids, grads, &mut t)
+            .map_err(|e| e.to_string())
     }
 
     /// Exact bytes of optimizer state.
@@ -208,18 +224,26 @@ impl Optimizer {
     /// Restore exported state (a d-choice bucketer is rebuilt from its choices).
     pub(crate) fn import_state(&mut self, bytes: &[u8]) -> Result<(), String> {
         let Self::BasisD { opt, rows, d, seed } = self else {
-            return self.inner().import_state(bytes).map_err(|e: StateError| e.to_string());
+            return self
+                .inner()
+                .import_state(bytes)
+                .map_err(|e: StateError| e.to_string());
         };
         let bad = || "d-choice bucket map truncated or corrupted".to_string();
         let u64_at = |at: usize| -> Option<u64> {
             Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
         };
-        let core_len = u64_at(0).and_then(|n| usize::try_from(n).ok()).ok_or_else(bad)?;
-        let core = bytes.get(8..8usize.checked_add(core_len).ok_or_else(bad)?).ok_or_else(bad)?;
+        let core_len = u64_at(0)
+            .and_then(|n| usize::try_from(n).ok())
+            .ok_or_else(bad)?;
+        let core = bytes
+            .get(8..8usize.checked_add(core_len).ok_or_else(bad)?)
+            .ok_or_else(bad)?;
         let mut at = 8 + core_len;
         let n = u64_at(at).ok_or_else(bad)?;
         at += 8;
-        let mut h = DChoice::dense(*rows, opt.bucketer().buckets(), *d, *seed).map_err(|e| e.to_string())?;
+        let mut h = DChoice::dense(*rows, opt.bucketer().buckets(), *d, *seed)
+            .map_err(|e| e.to_string())?;
         for _ in 0..n {
             let key = u64_at(at).ok_or_else(bad)?;
             let choice = *bytes.get(at + 8).ok_or_else(bad)?;
@@ -258,7 +282,10 @@ mod tests {
             ids.dedup();
             ids.reverse();
             ids.rotate_left((s % 5) as usize);
-            let grads: Vec<f32> = ids.iter().flat_map(|&i| [(i as f32).sin(), 0.5, -0.25]).collect();
+            let grads: Vec<f32> = ids
+                .iter()
+                .flat_map(|&i| [(i as f32).sin(), 0.5, -0.25])
+                .collect();
             opt.step(&ids, &grads, table, 3).unwrap();
         }
     }

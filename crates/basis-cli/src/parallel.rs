@@ -1,9 +1,195 @@
-//! Data-parallel training over several ranks (`--workers P`).
+//! Data-parallel training over `P` ranks (`--workers P`): in-process threads
+//! connected by `basis-std`'s `LocalComm`.
+//!
+//! Every rank holds a full replica of the model and of the sparse optimizer
+//! (same seed, so the replicas start equal). Each global mini-batch is split
+//! across ranks (rank `r` takes examples `r, r+P, …`); each rank computes the
+//! gradient of its share of the batch's mean loss. Then:
+//!
+//! - **sparse rows**: ranks all-gather their `(row id, gradient)` lists
+//!   (exact f32, padded to the longest list), and every rank applies the same
+//!   sparse-optimizer step to the concatenation (duplicate ids are summed by
+//!   the optimizer), so the replicas stay bit-identical;
+//! - **dense parameters** (the global bias): 1-bit Adam (`onebit-adam`) —
+//!   full-precision warm-up for the first 20 % of the steps, then compressed
+//!   momentum all-reduce with error feedback.
+//!
+//! The bytes each rank sends (logical collective bytes, `CommStats`) are
+//! reported. Rank 0 evaluates. Checkpoints are not supported with `P > 1`.
 
 use crate::data::Dataset;
-use crate::train::{Run, RunResult};
+use crate::model::{Fm, Grads};
+use crate::optim;
+use crate::rng::Rng;
+use crate::train::{EpochPoint, Run, RunResult, evaluate, finish};
+use basis_std::local::LocalComm;
+use comm_traits::Communicator;
+use core::time::Duration;
+use onebit_adam::{Config as OneBitConfig, OneBitAdam};
+use std::time::Instant;
 
 /// Train with `run.model.workers` ranks.
-pub(crate) fn train(_ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
-    Err(format!("--workers {} is not available in this build", run.model.workers))
+///
+/// Fails when checkpoints are asked for, the optimizer cannot be built, or a
+/// collective or step fails (on every rank).
+pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
+    let p = run.model.workers;
+    if run.checkpoint.is_some() {
+        return Err("--checkpoint is not supported with --workers > 1".into());
+    }
+    let comms = LocalComm::group_with_timeout(p, Duration::from_secs(300));
+    let results: Vec<Result<Option<RunResult>, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .map(|mut comm| s.spawn(move || rank_main(ds, run, &mut comm)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a rank panicked".into())))
+            .collect()
+    });
+    let mut out = None;
+    for r in results {
+        if let Some(res) = r? {
+            out = Some(res);
+        }
+    }
+    out.ok_or_else(|| "rank 0 produced no result".into())
+}
+
+/// Shares of a batch: rank `r` takes positions `r, r+P, …`.
+fn share(batch: &[usize], rank: usize, p: usize) -> Vec<usize> {
+    batch.iter().skip(rank).step_by(p).copied().collect()
+}
+
+/// One rank's training loop over any [`Communicator`] (an MPI launcher calls
+/// this with its `MpiComm`); rank 0 returns the result.
+pub(crate) fn rank_main(
+    ds: &Dataset,
+    run: &Run<'_>,
+    comm: &mut dyn Communicator,
+) -> Result<Option<RunResult>, String> {
+    let m = run.model;
+    let (rank, p) = (comm.rank(), comm.size());
+    let start = Instant::now();
+    let mut fm = Fm::new(ds.rows, m.dim, m.init_std, m.seed);
+    let d = fm.dim();
+    let mut opt = optim::build(run.spec, ds.rows, d, m.seed)?;
+    let n = ds.train.len();
+    let steps_total = (n.div_ceil(m.batch) * m.epochs as usize) as u64;
+    let mut dense_opt = OneBitAdam::new(
+        fm.dense.len(),
+        OneBitConfig {
+            lr: m.dense_lr,
+            freeze_step: (steps_total / 5).max(1),
+            bias_correction: true,
+            ..OneBitConfig::default()
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    let mut rng = Rng::derive(m.seed, 0x0DE5);
+    let mut grads = Grads::new(&fm, ds.rows);
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut curve: Vec<EpochPoint> = Vec::new();
+    let mut nonfinite = 0u64;
+    let comm_err = |e: comm_traits::CommError| format!("rank {rank}: {e}");
+    let row_bytes = 8 + 4 * d;
+    let (mut ids, mut rows): (Vec<u64>, Vec<f32>) = (Vec::new(), Vec::new());
+    for epoch in 0..m.epochs {
+        let bar = crate::progress::count(
+            n.div_ceil(m.batch) as u64,
+            &format!("{} ×{p} epoch {}/{}", run.spec.label, epoch + 1, m.epochs),
+            run.progress && rank == 0,
+        );
+        for (i, o) in order.iter_mut().enumerate() {
+            *o = i;
+        }
+        rng.shuffle(&mut order);
+        let mut loss_sum = 0.0f64;
+        for batch in order.chunks(m.batch) {
+            let mine = share(batch, rank, p);
+            grads.compute_scaled(&fm, &ds.train, &mine, m.l2, batch.len());
+            // Sparse: all-gather counts, then the padded (id, gradient) lists.
+            let mut count = [0u8; 8];
+            count.copy_from_slice(&(grads.ids.len() as u64).to_le_bytes());
+            let mut counts = vec![0u8; 8 * p];
+            comm.all_gather(&count, &mut counts).map_err(comm_err)?;
+            let counts: Vec<usize> = counts
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as usize)
+                .collect();
+            let max = counts.iter().copied().max().unwrap_or(0);
+            let mut send = vec![0u8; max * row_bytes];
+            for (k, &id) in grads.ids.iter().enumerate() {
+                let at = k * row_bytes;
+                send[at..at + 8].copy_from_slice(&id.to_le_bytes());
+                for (j, g) in grads.rows[k * d..(k + 1) * d].iter().enumerate() {
+                    send[at + 8 + 4 * j..at + 12 + 4 * j].copy_from_slice(&g.to_le_bytes());
+                }
+            }
+            let mut recv = vec![0u8; max * row_bytes * p];
+            comm.all_gather(&send, &mut recv).map_err(comm_err)?;
+            ids.clear();
+            rows.clear();
+            for (r, &c) in counts.iter().enumerate() {
+                for k in 0..c {
+                    let at = (r * max + k) * row_bytes;
+                    let rec = &recv[at..at + row_bytes];
+                    ids.push(u64::from_le_bytes(rec[..8].try_into().unwrap_or([0; 8])));
+                    rows.extend(
+                        rec[8..]
+                            .chunks_exact(4)
+                            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+                    );
+                }
+            }
+            let rep = opt.step(&ids, &rows, &mut fm.table, d)?;
+            nonfinite += rep.rows_skipped_nonfinite as u64;
+            // Dense: 1-bit Adam averages over ranks; our shares sum to the batch mean.
+            let dense_grad: Vec<f32> = grads.dense.iter().map(|g| g * p as f32).collect();
+            dense_opt
+                .step_with_grad(comm, &mut fm.dense, &dense_grad)
+                .map_err(|e| format!("rank {rank}: 1-bit Adam: {e}"))?;
+            let mut loss = [grads.loss as f32];
+            comm.all_reduce_sum(&mut loss).map_err(comm_err)?;
+            loss_sum += f64::from(loss[0]);
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        if rank == 0 {
+            curve.push(evaluate(&fm, ds, epoch + 1, loss_sum / n as f64));
+        }
+    }
+    if rank != 0 {
+        return Ok(None);
+    }
+    let final_metrics = curve
+        .last()
+        .cloned()
+        .unwrap_or_else(|| evaluate(&fm, ds, 0, f64::NAN));
+    let sent = comm.stats().bytes_sent;
+    Ok(Some(finish(
+        ds,
+        run,
+        &fm,
+        &opt,
+        curve,
+        final_metrics,
+        nonfinite,
+        start,
+        Some(sent),
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::share;
+
+    #[test]
+    fn shares_partition_the_batch() {
+        let batch: Vec<usize> = (10..27).collect();
+        let mut all: Vec<usize> = (0..3).flat_map(|r| share(&batch, r, 3)).collect();
+        all.sort_unstable();
+        assert_eq!(all, batch);
+    }
 }

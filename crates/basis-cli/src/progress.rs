@@ -27,5 +27,9 @@ pub(crate) fn count(len: u64, msg: &str, show: bool) -> ProgressBar {
     if !show {
         return ProgressBar::hidden();
     }
-    styled(ProgressBar::new(len), "{msg} [{bar:30}] {pos}/{len} ({eta})", msg)
+    styled(
+        ProgressBar::new(len),
+        "{msg} [{bar:30}] {pos}/{len} ({eta})",
+        msg,
+    )
 }

@@ -236,7 +236,11 @@ impl core::str::FromStr for OptSpec {
                     spec.hypergradient = match v {
                         "normalized" => false,
                         "hypergradient" => true,
-                        _ => return Err(SpecError(format!("rule `{v}` (normalized, hypergradient)"))),
+                        _ => {
+                            return Err(SpecError(format!(
+                                "rule `{v}` (normalized, hypergradient)"
+                            )));
+                        }
                     }
                 }
                 "storage" => {
@@ -308,10 +312,22 @@ mod tests {
             let spec: OptSpec = s.parse().unwrap();
             assert_eq!(spec.label, *s);
         }
-        let s: OptSpec = "basis:mode=shared,ratio=50,storage=bf16,choices=2,lr=0.1".parse().unwrap();
-        assert_eq!((s.mode, s.ratio, s.storage(), s.choices, s.lr), (Mode::Shared, Some(50.0), Storage::Bf16, 2, Some(0.1)));
+        let s: OptSpec = "basis:mode=shared,ratio=50,storage=bf16,choices=2,lr=0.1"
+            .parse()
+            .unwrap();
+        assert_eq!(
+            (s.mode, s.ratio, s.storage(), s.choices, s.lr),
+            (Mode::Shared, Some(50.0), Storage::Bf16, 2, Some(0.1))
+        );
         assert_eq!(s.buckets_for(1000), 20);
-        for bad in ["nope", "adam:mode=shared", "basis:ratio=0.5", "basis:buckets=3,ratio=2", "basis:lr=-1", "basis:x"] {
+        for bad in [
+            "nope",
+            "adam:mode=shared",
+            "basis:ratio=0.5",
+            "basis:buckets=3,ratio=2",
+            "basis:lr=-1",
+            "basis:x",
+        ] {
             assert!(bad.parse::<OptSpec>().is_err(), "{bad}");
         }
     }

@@ -99,7 +99,8 @@ pub(crate) struct Run<'a> {
     pub(crate) progress: bool,
 }
 
-fn evaluate(fm: &Fm, ds: &Dataset, epoch: u32, train_loss: f64) -> EpochPoint {
+/// Metrics of `fm` on the validation and test splits.
+pub(crate) fn evaluate(fm: &Fm, ds: &Dataset, epoch: u32, train_loss: f64) -> EpochPoint {
     let metrics = |ex: &crate::data::Examples| {
         if ex.len() == 0 {
             return (0.5, 0.0);
@@ -124,7 +125,17 @@ fn fingerprint(ds: &Dataset, run: &Run<'_>) -> u64 {
     let m = run.model;
     let text = format!(
         "{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}",
-        ds.name, ds.rows, ds.train.len(), run.spec.label, run.spec.lr(), m.batch, m.dim, m.init_std, m.l2, m.dense_lr, m.seed
+        ds.name,
+        ds.rows,
+        ds.train.len(),
+        run.spec.label,
+        run.spec.lr(),
+        m.batch,
+        m.dim,
+        m.init_std,
+        m.l2,
+        m.dense_lr,
+        m.seed
     );
     balanced_hash::murmur3::x64_128(text.as_bytes(), 0)[0]
 }
@@ -169,7 +180,8 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
         dense_opt.m = c.dense_m;
         dense_opt.v = c.dense_v;
         dense_opt.t = c.dense_t;
-        opt.import_state(&c.optimizer).map_err(|e| format!("checkpoint {}: optimizer state: {e}", path.display()))?;
+        opt.import_state(&c.optimizer)
+            .map_err(|e| format!("checkpoint {}: optimizer state: {e}", path.display()))?;
         rng = Rng::new(c.rng_state);
         nonfinite = c.nonfinite;
         curve = serde_json::from_str(&c.history).map_err(|e| format!("checkpoint history: {e}"))?;
@@ -221,7 +233,17 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
         .last()
         .cloned()
         .unwrap_or_else(|| evaluate(&fm, ds, 0, f64::NAN));
-    Ok(finish(ds, run, &fm, &opt, curve, final_metrics, nonfinite, start, None))
+    Ok(finish(
+        ds,
+        run,
+        &fm,
+        &opt,
+        curve,
+        final_metrics,
+        nonfinite,
+        start,
+        None,
+    ))
 }
 
 /// Assemble the result record.

@@ -50,10 +50,31 @@ fn tmp(name: &str) -> PathBuf {
 }
 
 /// A small, fast synthetic setup shared by the tests.
-const SMALL: &[&str] = &["-q", "--synthetic-examples", "3000", "--epochs", "2", "--dim", "4"];
+const SMALL: &[&str] = &[
+    "-q",
+    "--synthetic-examples",
+    "3000",
+    "--epochs",
+    "2",
+    "--dim",
+    "4",
+];
 
 fn train_on(format: &str, path: &str, extra: &[&str]) -> Value {
-    let mut args = vec!["train", "-q", "--format", format, "--data", path, "--epochs", "1", "--dim", "4", "--test-frac", "0.3"];
+    let mut args = vec![
+        "train",
+        "-q",
+        "--format",
+        format,
+        "--data",
+        path,
+        "--epochs",
+        "1",
+        "--dim",
+        "4",
+        "--test-frac",
+        "0.3",
+    ];
     args.extend_from_slice(extra);
     json(&args)
 }
@@ -63,8 +84,19 @@ fn compare_lists_every_optimizer_and_json_parses() {
     let mut args = vec!["compare"];
     args.extend_from_slice(SMALL);
     let table = ok(&args);
-    for name in ["adam", "rowwise-adagrad", "sgd", "basis", "basis:mode=own", "basis:mode=shared", "countsketch"] {
-        assert!(table.contains(&format!("| {name} |")), "{name} missing from\n{table}");
+    for name in [
+        "adam",
+        "rowwise-adagrad",
+        "sgd",
+        "basis",
+        "basis:mode=own",
+        "basis:mode=shared",
+        "countsketch",
+    ] {
+        assert!(
+            table.contains(&format!("| {name} |")),
+            "{name} missing from\n{table}"
+        );
     }
     assert!(table.contains("BASIS telemetry"));
     let v = json(&args);
@@ -73,10 +105,15 @@ fn compare_lists_every_optimizer_and_json_parses() {
     let adam = &results[0];
     let basis = &results[3];
     assert_eq!(adam["optimizer"], "adam");
-    let auc = adam["runs"][0]["final_metrics"]["test_auc"].as_f64().unwrap();
+    let auc = adam["runs"][0]["final_metrics"]["test_auc"]
+        .as_f64()
+        .unwrap();
     assert!(auc > 0.5 && auc < 1.0, "{auc}");
     // The default BASIS (row-scaled, 1-byte scalars) holds >= 20x less state than Adam.
-    let (a, b) = (adam["state_bytes"].as_f64().unwrap(), basis["state_bytes"].as_f64().unwrap());
+    let (a, b) = (
+        adam["state_bytes"].as_f64().unwrap(),
+        basis["state_bytes"].as_f64().unwrap(),
+    );
     assert!(a / b >= 20.0, "adam {a} basis {b}");
     assert!(basis["runs"][0]["telemetry"]["buckets"].as_u64().unwrap() >= 1);
 }
@@ -85,7 +122,15 @@ fn compare_lists_every_optimizer_and_json_parses() {
 fn plot_writes_a_valid_png() {
     let dir = tmp("plot");
     let png = dir.join("curves.png");
-    let mut args = vec!["compare", "--opt", "adam", "--opt", "basis", "--plot", png.to_str().unwrap()];
+    let mut args = vec![
+        "compare",
+        "--opt",
+        "adam",
+        "--opt",
+        "basis",
+        "--plot",
+        png.to_str().unwrap(),
+    ];
     args.extend_from_slice(SMALL);
     ok(&args);
     let bytes = std::fs::read(&png).unwrap();
@@ -106,8 +151,20 @@ fn movielens_udata_and_recbole_parse() {
     assert_eq!(v["data"]["split"], "time-ordered");
     let v = train_on("movielens", &data("recbole/sample.inter"), &[]);
     assert_eq!(v["data"]["load"]["examples"], 120);
-    let fields: Vec<&str> = v["data"]["fields"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
-    for f in ["user_id", "item_id", "age", "occupation", "movie_title", "class"] {
+    let fields: Vec<&str> = v["data"]["fields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    for f in [
+        "user_id",
+        "item_id",
+        "age",
+        "occupation",
+        "movie_title",
+        "class",
+    ] {
         assert!(fields.contains(&f), "{f} not in {fields:?}");
     }
     // A directory resolves to its .inter file.
@@ -122,13 +179,39 @@ fn malformed_lines_are_counted_with_line_numbers_or_rejected_in_strict_mode() {
     assert_eq!(load["malformed_count"], 2);
     assert_eq!(load["examples"], 38);
     assert_eq!(load["malformed"][0]["line"], 3);
-    assert!(load["malformed"][0]["reason"].as_str().unwrap().contains("rating `five`"));
+    assert!(
+        load["malformed"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("rating `five`")
+    );
     assert_eq!(load["malformed"][1]["line"], 7);
     // The human report names them too.
-    let text = ok(&["train", "-q", "--format", "movielens", "--data", &data("movielens/u_malformed.data"), "--epochs", "1", "--dim", "2", "--test-frac", "0.3"]);
+    let text = ok(&[
+        "train",
+        "-q",
+        "--format",
+        "movielens",
+        "--data",
+        &data("movielens/u_malformed.data"),
+        "--epochs",
+        "1",
+        "--dim",
+        "2",
+        "--test-frac",
+        "0.3",
+    ]);
     assert!(text.contains("2 malformed lines skipped"), "{text}");
     assert!(text.contains("u_malformed.data:3:"), "{text}");
-    let e = err(&["train", "-q", "--strict", "--format", "movielens", "--data", &data("movielens/u_malformed.data")]);
+    let e = err(&[
+        "train",
+        "-q",
+        "--strict",
+        "--format",
+        "movielens",
+        "--data",
+        &data("movielens/u_malformed.data"),
+    ]);
     assert!(e.contains("u_malformed.data:3: malformed line"), "{e}");
 }
 
@@ -147,28 +230,74 @@ fn criteo_libsvm_and_text_parse() {
     let load = &v["data"]["load"];
     assert_eq!(load["examples"], 40);
     assert_eq!(load["malformed_count"], 1); // ham/empty.txt has no token
-    assert!(load["malformed"][0]["file"].as_str().unwrap().ends_with("empty.txt"));
+    assert!(
+        load["malformed"][0]["file"]
+            .as_str()
+            .unwrap()
+            .ends_with("empty.txt")
+    );
     assert_eq!(v["data"]["fields"], serde_json::json!(["token", "bigram"]));
 }
 
 #[test]
 fn a_file_in_another_format_is_an_error() {
-    let e = err(&["train", "-q", "--format", "criteo", "--data", &data("libsvm_sample.svm")]);
-    assert!(e.contains("is not a criteo file") && e.contains("line 1"), "{e}");
-    let e = err(&["train", "-q", "--format", "movielens", "--data", &data("criteo_sample.tsv")]);
+    let e = err(&[
+        "train",
+        "-q",
+        "--format",
+        "criteo",
+        "--data",
+        &data("libsvm_sample.svm"),
+    ]);
+    assert!(
+        e.contains("is not a criteo file") && e.contains("line 1"),
+        "{e}"
+    );
+    let e = err(&[
+        "train",
+        "-q",
+        "--format",
+        "movielens",
+        "--data",
+        &data("criteo_sample.tsv"),
+    ]);
     assert!(e.contains("is not a movielens file"), "{e}");
-    let e = err(&["train", "-q", "--format", "libsvm", "--data", &data("criteo_sample.tsv")]);
+    let e = err(&[
+        "train",
+        "-q",
+        "--format",
+        "libsvm",
+        "--data",
+        &data("criteo_sample.tsv"),
+    ]);
     assert!(e.contains("is not a libsvm file"), "{e}");
-    let e = err(&["train", "-q", "--format", "text", "--data", &data("criteo_sample.tsv")]);
+    let e = err(&[
+        "train",
+        "-q",
+        "--format",
+        "text",
+        "--data",
+        &data("criteo_sample.tsv"),
+    ]);
     assert!(e.contains("is not a text file"), "{e}");
-    let e = err(&["train", "-q", "--format", "libsvm", "--data", &data("no/such/file")]);
+    let e = err(&[
+        "train",
+        "-q",
+        "--format",
+        "libsvm",
+        "--data",
+        &data("no/such/file"),
+    ]);
     assert!(e.contains("cannot read"), "{e}");
 }
 
 #[test]
 fn bad_arguments_are_clear_errors() {
     let e = err(&["train", "--opt", "basis:mode=diagonal"]);
-    assert!(e.contains("bad optimizer spec") && e.contains("mode `diagonal`"), "{e}");
+    assert!(
+        e.contains("bad optimizer spec") && e.contains("mode `diagonal`"),
+        "{e}"
+    );
     let e = err(&["train", "--opt", "adam:ratio=10"]);
     assert!(e.contains("takes only `lr`"), "{e}");
     let e = err(&["train", "--resume"]);
@@ -182,11 +311,24 @@ fn resumed_run_equals_uninterrupted_run_bit_for_bit() {
     for opt in ["basis", "adam", "basis:mode=shared,choices=2,storage=bf16"] {
         let dir = tmp(&format!("ckpt-{}", opt.len()));
         let d = dir.to_str().unwrap();
-        let base = ["train", "-q", "--synthetic-examples", "3000", "--dim", "4", "--opt", opt];
+        let base = [
+            "train",
+            "-q",
+            "--synthetic-examples",
+            "3000",
+            "--dim",
+            "4",
+            "--opt",
+            opt,
+        ];
         let full = json(&[&base[..], &["--epochs", "3"]].concat());
         json(&[&base[..], &["--epochs", "1", "--checkpoint", d]].concat());
-        let resumed = json(&[&base[..], &["--epochs", "3", "--checkpoint", d, "--resume"]].concat());
-        let (f, r) = (&full["results"][0]["runs"][0], &resumed["results"][0]["runs"][0]);
+        let resumed =
+            json(&[&base[..], &["--epochs", "3", "--checkpoint", d, "--resume"]].concat());
+        let (f, r) = (
+            &full["results"][0]["runs"][0],
+            &resumed["results"][0]["runs"][0],
+        );
         assert_eq!(f["model_crc32"], r["model_crc32"], "{opt}");
         assert_eq!(f["curve"], r["curve"], "{opt}");
         // A corrupted checkpoint is refused.
@@ -199,7 +341,19 @@ fn resumed_run_equals_uninterrupted_run_bit_for_bit() {
         assert!(e.contains("corrupted"), "{e}");
         // A checkpoint of another configuration is refused.
         json(&[&base[..], &["--epochs", "1", "--checkpoint", d]].concat());
-        let e = err(&["train", "-q", "--synthetic-examples", "3000", "--dim", "4", "--opt", "sgd", "--checkpoint", d, "--resume"]);
+        let e = err(&[
+            "train",
+            "-q",
+            "--synthetic-examples",
+            "3000",
+            "--dim",
+            "4",
+            "--opt",
+            "sgd",
+            "--checkpoint",
+            d,
+            "--resume",
+        ]);
         assert!(e.contains("other data or options"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
@@ -207,13 +361,58 @@ fn resumed_run_equals_uninterrupted_run_bit_for_bit() {
 
 #[test]
 fn inspect_compares_one_and_two_choices() {
-    let v = json(&["inspect", "-q", "--synthetic-examples", "5000", "--ratio", "20"]);
+    let v = json(&[
+        "inspect",
+        "-q",
+        "--synthetic-examples",
+        "5000",
+        "--ratio",
+        "20",
+    ]);
     let s = v["strategies"].as_array().unwrap();
     assert_eq!(s.len(), 2);
     let one = s[0]["rows"]["max"].as_u64().unwrap();
     let two = s[1]["rows"]["max"].as_u64().unwrap();
     assert!(two <= one, "two-choice max {two} > one-choice max {one}");
     assert_eq!(s[0]["bucket_map_bytes"], 0);
-    let text = ok(&["inspect", "-q", "--synthetic-examples", "5000", "--ratio", "20"]);
+    let text = ok(&[
+        "inspect",
+        "-q",
+        "--synthetic-examples",
+        "5000",
+        "--ratio",
+        "20",
+    ]);
     assert!(text.contains("| 1 |") && text.contains("| 2 |"), "{text}");
+}
+
+#[test]
+fn workers_report_bytes_sent_and_learn_like_one_worker() {
+    let base = [
+        "compare",
+        "-q",
+        "--synthetic-examples",
+        "6000",
+        "--epochs",
+        "2",
+        "--dim",
+        "4",
+        "--opt",
+        "basis",
+    ];
+    let one = json(&base);
+    let two = json(&[&base[..], &["--workers", "2"]].concat());
+    let r1 = &one["results"][0]["runs"][0];
+    let r2 = &two["results"][0]["runs"][0];
+    assert!(r1["comm_bytes"].is_null());
+    assert!(r2["comm_bytes"].as_u64().unwrap() > 0);
+    let (a1, a2) = (
+        r1["final_metrics"]["test_auc"].as_f64().unwrap(),
+        r2["final_metrics"]["test_auc"].as_f64().unwrap(),
+    );
+    assert!((a1 - a2).abs() < 0.02, "1 worker {a1}, 2 workers {a2}");
+    let table = ok(&[&base[..], &["--workers", "2"]].concat());
+    assert!(table.contains("bytes sent/rank"), "{table}");
+    let e = err(&[&base[..], &["--workers", "2", "--checkpoint", "/tmp/x"]].concat());
+    assert!(e.contains("not supported"), "{e}");
 }

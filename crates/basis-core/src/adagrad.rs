@@ -4,7 +4,7 @@ use alloc::vec::Vec;
 
 use num_traits::Float;
 
-use crate::batch::{apply_row, merge};
+use crate::batch::{Merged, apply_row, merge};
 use crate::config::{NonFinitePolicy, RowIndex, ScalarStorage};
 use crate::error::{ConfigError, StateError, StepError};
 use crate::optimizer::SparseOptimizer;
@@ -78,6 +78,7 @@ pub struct RowwiseAdagrad {
     sums: ScalarStore,
     steps: u64,
     nonfinite: u64,
+    scratch: Merged,
 }
 
 impl RowwiseAdagrad {
@@ -99,6 +100,7 @@ impl RowwiseAdagrad {
             sums,
             steps: 0,
             nonfinite: 0,
+            scratch: Default::default(),
         })
     }
 
@@ -127,9 +129,21 @@ impl SparseOptimizer for RowwiseAdagrad {
         let c = self.config;
         let d = c.dim;
         let sums = &self.sums;
-        let mut merged = merge(ids, grads, d, c.nonfinite, c.grad_clip, table, |id| {
-            sums.index.check(id)
-        })?;
+        let mut merged = core::mem::take(&mut self.scratch);
+        let checked = merge(
+            &mut merged,
+            ids,
+            grads,
+            d,
+            c.nonfinite,
+            c.grad_clip,
+            table,
+            |id| sums.index.check(id),
+        );
+        if let Err(e) = checked {
+            self.scratch = merged;
+            return Err(e);
+        }
         let inv_d = 1.0 / d as f32;
         for (k, &id) in merged.ids.iter().enumerate() {
             let Some(row) = table.row_mut(id) else {
@@ -153,17 +167,20 @@ impl SparseOptimizer for RowwiseAdagrad {
         }
         self.steps += 1;
         self.nonfinite += merged.skipped as u64;
-        Ok(StepReport {
+        let report = StepReport {
             rows_updated: merged.ids.len(),
             rows_skipped_nonfinite: merged.skipped,
             buckets_touched: 0,
-        })
+        };
+        self.scratch = merged;
+        Ok(report)
     }
 
     fn memory(&self) -> MemoryReport {
         MemoryReport {
             scalars: self.sums.value_bytes(),
             row_index: self.sums.index.bytes(),
+            scratch: self.scratch.capacity_bytes(),
             rows_with_state: self.sums.len() as u64,
             ..MemoryReport::default()
         }

@@ -5,7 +5,7 @@ use core::mem::size_of;
 
 use num_traits::Float;
 
-use crate::batch::{apply_row, merge};
+use crate::batch::{Merged, apply_row, merge};
 use crate::config::{NonFinitePolicy, RowIndex};
 use crate::error::{ConfigError, StateError, StepError};
 use crate::kernel::bias_corrections;
@@ -97,6 +97,7 @@ pub struct ExactAdam {
     slots: usize,
     steps: u32,
     nonfinite: u64,
+    scratch: Merged,
 }
 
 impl ExactAdam {
@@ -117,6 +118,7 @@ impl ExactAdam {
             slots,
             steps: 0,
             nonfinite: 0,
+            scratch: Default::default(),
         })
     }
 
@@ -147,9 +149,21 @@ impl SparseOptimizer for ExactAdam {
         let c = self.config;
         let d = c.dim;
         let index = &self.index;
-        let merged = merge(ids, grads, d, c.nonfinite, c.grad_clip, table, |id| {
-            index.check(id)
-        })?;
+        let mut merged = core::mem::take(&mut self.scratch);
+        let checked = merge(
+            &mut merged,
+            ids,
+            grads,
+            d,
+            c.nonfinite,
+            c.grad_clip,
+            table,
+            |id| index.check(id),
+        );
+        if let Err(e) = checked {
+            self.scratch = merged;
+            return Err(e);
+        }
         self.steps = self.steps.saturating_add(1);
         let (bc1, bc2) = bias_corrections(c.beta1, c.beta2, self.steps, c.bias_correction);
         let mut upd = alloc::vec![0.0f32; d];
@@ -174,17 +188,20 @@ impl SparseOptimizer for ExactAdam {
             }
         }
         self.nonfinite += merged.skipped as u64;
-        Ok(StepReport {
+        let report = StepReport {
             rows_updated: merged.ids.len(),
             rows_skipped_nonfinite: merged.skipped,
             buckets_touched: 0,
-        })
+        };
+        self.scratch = merged;
+        Ok(report)
     }
 
     fn memory(&self) -> MemoryReport {
         MemoryReport {
             scalars: (self.m.capacity() + self.v.capacity()) * size_of::<f32>(),
             row_index: self.index.bytes(),
+            scratch: self.scratch.capacity_bytes(),
             rows_with_state: self.slots as u64,
             ..MemoryReport::default()
         }
@@ -264,6 +281,7 @@ impl SparseOptimizer for ExactAdam {
             slots,
             steps,
             nonfinite,
+            scratch: core::mem::take(&mut self.scratch),
         };
         Ok(())
     }

@@ -7,7 +7,7 @@ use balanced_hash::{Bucketer, SignHash};
 use half::bf16;
 use num_traits::Float;
 
-use crate::batch::{apply_row, merge};
+use crate::batch::{Merged, apply_row, merge};
 use crate::config::{BasisConfig, Direction, ScalarLrSchedule, ScalarStorage, TablePrecision};
 use crate::error::{ConfigError, StateError, StepError};
 use crate::kernel::{
@@ -53,6 +53,8 @@ pub struct Basis<H: Bucketer> {
     scalars: ScalarStore,
     steps: u64,
     nonfinite: u64,
+    scratch: Merged,
+    spare: StepPlan,
 }
 
 fn needs_first_moment(c: &BasisConfig) -> bool {
@@ -77,18 +79,16 @@ impl<H: Bucketer> Basis<H> {
         }
         let n = b * config.dim;
         let with_m = needs_first_moment(&config);
+        let n = if with_m { 2 * n } else { n };
         let tables = match config.table_precision {
             TablePrecision::F32 => Tables::F32 {
-                m: with_m.then(|| alloc::vec![0.0; n]),
-                v: alloc::vec![0.0; n],
+                data: alloc::vec![0.0; n],
+                with_m,
             },
-            TablePrecision::Bf16 => {
-                let z = bf16::from_f32(0.0);
-                Tables::Bf16 {
-                    m: with_m.then(|| alloc::vec![z; n]),
-                    v: alloc::vec![z; n],
-                }
-            }
+            TablePrecision::Bf16 => Tables::Bf16 {
+                data: alloc::vec![bf16::from_f32(0.0); n],
+                with_m,
+            },
         };
         let row_scaled = config.direction == Direction::RowScaled;
         let (initial, range) = if row_scaled {
@@ -123,6 +123,8 @@ impl<H: Bucketer> Basis<H> {
             scalars,
             steps: 0,
             nonfinite: 0,
+            scratch: Default::default(),
+            spare: StepPlan::default(),
         })
     }
 
@@ -149,18 +151,19 @@ impl<H: Bucketer> Basis<H> {
     /// A copy of bucket `b`'s state, or `None` when `b ≥ B`.
     pub fn bucket_view(&self, b: u32) -> Option<BucketView> {
         let d = self.config.dim;
-        let r = (b as usize).checked_mul(d)?..(b as usize + 1) * d;
         let steps = *self.bucket_steps.get(b as usize)?;
+        let w = self.tables.width(d);
+        let start = b as usize * w;
+        let (m, v) = (start..start + w - d, start + w - d..start + w);
         Some(match &self.tables {
-            Tables::F32 { m, v } => BucketView {
-                m: m.as_ref().map(|m| m[r.clone()].to_vec()),
-                v: v[r].to_vec(),
+            Tables::F32 { data, with_m } => BucketView {
+                m: with_m.then(|| data[m].to_vec()),
+                v: data[v].to_vec(),
                 steps,
             },
-            Tables::Bf16 { m, v } => BucketView {
-                m: m.as_ref()
-                    .map(|m| m[r.clone()].iter().map(|x| x.to_f32()).collect()),
-                v: v[r].iter().map(|x| x.to_f32()).collect(),
+            Tables::Bf16 { data, with_m } => BucketView {
+                m: with_m.then(|| data[m].iter().map(|x| x.to_f32()).collect()),
+                v: data[v].iter().map(|x| x.to_f32()).collect(),
                 steps,
             },
         })
@@ -203,7 +206,9 @@ impl<H: Bucketer> Basis<H> {
     ) -> Result<StepPlan, StepError> {
         let d = self.config.dim;
         let scalars = &self.scalars;
-        let merged = merge(
+        let mut merged = core::mem::take(&mut self.scratch);
+        let checked = merge(
+            &mut merged,
             ids,
             grads,
             d,
@@ -211,30 +216,36 @@ impl<H: Bucketer> Basis<H> {
             self.config.grad_clip,
             table,
             |id| scalars.index.check(id),
-        )?;
+        );
+        if let Err(e) = checked {
+            self.scratch = merged;
+            return Err(e);
+        }
         let n = merged.ids.len();
-        let mut keyed: Vec<(u32, u64, usize)> = merged
-            .ids
-            .iter()
-            .enumerate()
-            .map(|(k, &id)| (self.bucketer.assign(id), id, k))
-            .collect();
-        keyed.sort_unstable();
+        let mut plan = core::mem::take(&mut self.spare);
+        plan.keyed.clear();
+        for (k, &id) in merged.ids.iter().enumerate() {
+            plan.keyed.push((self.bucketer.assign(id), id, k as u32));
+        }
+        plan.keyed.sort_unstable();
         let with_counts = self.scalars.counts.is_some();
         let sigma = SignHash::new(self.config.seed);
-        let mut plan = StepPlan {
-            dim: d,
-            step: self.steps,
-            ids: Vec::with_capacity(n),
-            signs: Vec::with_capacity(n),
-            grads: Vec::with_capacity(n * d),
-            scalars: Vec::with_capacity(n),
-            counts: Vec::with_capacity(if with_counts { n } else { 0 }),
-            updates: alloc::vec![0.0; n * d],
-            groups: Vec::new(),
-            skipped: merged.skipped,
-        };
-        for (pos, &(bucket, id, k)) in keyed.iter().enumerate() {
+        plan.dim = d;
+        plan.step = self.steps;
+        plan.skipped = merged.skipped;
+        plan.ids.clear();
+        plan.signs.clear();
+        plan.grads.clear();
+        plan.scalars.clear();
+        plan.counts.clear();
+        plan.groups.clear();
+        plan.updates.clear();
+        plan.updates.resize(n * d, 0.0);
+        plan.by_id.clear();
+        plan.by_id.resize(n, 0);
+        for pos in 0..n {
+            let (bucket, id, k) = plan.keyed[pos];
+            let k = k as usize;
             match plan.groups.last_mut() {
                 Some(g) if g.bucket == bucket => g.end = pos + 1,
                 _ => plan.groups.push(BucketGroup {
@@ -243,6 +254,7 @@ impl<H: Bucketer> Basis<H> {
                     end: pos + 1,
                 }),
             }
+            plan.by_id[k] = pos as u32;
             plan.ids.push(id);
             plan.signs.push(sigma.sign(id));
             plan.grads
@@ -253,6 +265,7 @@ impl<H: Bucketer> Basis<H> {
                 plan.counts.push(c);
             }
         }
+        self.scratch = merged;
         Ok(plan)
     }
 
@@ -277,7 +290,10 @@ impl<H: Bucketer> Basis<H> {
         let store_scalars =
             self.config.scalar_learns() || self.config.direction == Direction::RowScaled;
         let decay = self.config.lr * self.config.weight_decay;
-        for (k, &id) in plan.ids.iter().enumerate() {
+        // Id order: the caller's table and the row state are walked forward.
+        for &pos in &plan.by_id {
+            let k = pos as usize;
+            let id = plan.ids[k];
             if store_scalars {
                 let count = plan.counts.get(k).copied().unwrap_or(0);
                 let bits = random_bits(self.config.seed ^ SCALAR_DOMAIN, plan.step, id);
@@ -289,22 +305,20 @@ impl<H: Bucketer> Basis<H> {
         }
         self.steps += 1;
         self.nonfinite += plan.skipped as u64;
-        StepReport {
+        let report = StepReport {
             rows_updated: plan.ids.len(),
             rows_skipped_nonfinite: plan.skipped,
             buckets_touched: plan.groups.len(),
-        }
+        };
+        self.spare = plan;
+        report
     }
 
     /// Exact bytes of state held, broken down.
     pub fn memory(&self) -> MemoryReport {
         let shared_tables = match &self.tables {
-            Tables::F32 { m, v } => {
-                (m.as_ref().map_or(0, Vec::capacity) + v.capacity()) * size_of::<f32>()
-            }
-            Tables::Bf16 { m, v } => {
-                (m.as_ref().map_or(0, Vec::capacity) + v.capacity()) * size_of::<bf16>()
-            }
+            Tables::F32 { data, .. } => data.capacity() * size_of::<f32>(),
+            Tables::Bf16 { data, .. } => data.capacity() * size_of::<bf16>(),
         };
         MemoryReport {
             total_bytes: 0,
@@ -314,6 +328,7 @@ impl<H: Bucketer> Basis<H> {
             row_counters: self.scalars.count_bytes(),
             row_index: self.scalars.index.bytes(),
             bucket_map: self.bucketer.memory_bytes(),
+            scratch: self.scratch.capacity_bytes() + self.spare.capacity_bytes(),
             rows_with_state: self.scalars.len() as u64,
         }
         .finish()
@@ -432,18 +447,8 @@ impl<H: Bucketer> SparseOptimizer for Basis<H> {
         w.u64(self.nonfinite);
         self.bucket_steps.iter().for_each(|&t| w.u32(t));
         match &self.tables {
-            Tables::F32 { m, v } => {
-                if let Some(m) = m {
-                    w.f32s(m);
-                }
-                w.f32s(v);
-            }
-            Tables::Bf16 { m, v } => {
-                if let Some(m) = m {
-                    m.iter().for_each(|x| w.u16(x.to_bits()));
-                }
-                v.iter().for_each(|x| w.u16(x.to_bits()));
-            }
+            Tables::F32 { data, .. } => w.f32s(data),
+            Tables::Bf16 { data, .. } => data.iter().for_each(|x| w.u16(x.to_bits())),
         }
         self.scalars.write(&mut w);
         w.finish(kind::BASIS)
@@ -463,38 +468,29 @@ impl<H: Bucketer> SparseOptimizer for Basis<H> {
         let steps = r.u64()?;
         let nonfinite = r.u64()?;
         let b = self.bucket_steps.len();
-        let n = b * self.config.dim;
+        let n = b * self.tables.width(self.config.dim);
         r.ensure(b, 4)?;
         let bucket_steps = (0..b).map(|_| r.u32()).collect::<Result<Vec<u32>, _>>()?;
         let tables = match &self.tables {
-            Tables::F32 { m, .. } => {
-                let m = match m {
-                    Some(_) => Some(r.f32s(n)?),
-                    None => None,
-                };
-                Tables::F32 { m, v: r.f32s(n)? }
-            }
-            Tables::Bf16 { m, .. } => {
-                let read = |r: &mut Reader<'_>| -> Result<Vec<bf16>, StateError> {
-                    r.ensure(n, 2)?;
-                    (0..n)
-                        .map(|_| {
-                            let x = bf16::from_bits(r.u16()?);
-                            if x.is_finite() {
-                                Ok(x)
-                            } else {
-                                Err(StateError::Malformed)
-                            }
-                        })
-                        .collect()
-                };
-                let m = match m {
-                    Some(_) => Some(read(&mut r)?),
-                    None => None,
-                };
+            Tables::F32 { with_m, .. } => Tables::F32 {
+                data: r.f32s(n)?,
+                with_m: *with_m,
+            },
+            Tables::Bf16 { with_m, .. } => {
+                r.ensure(n, 2)?;
+                let data = (0..n)
+                    .map(|_| {
+                        let x = bf16::from_bits(r.u16()?);
+                        if x.is_finite() {
+                            Ok(x)
+                        } else {
+                            Err(StateError::Malformed)
+                        }
+                    })
+                    .collect::<Result<Vec<bf16>, StateError>>()?;
                 Tables::Bf16 {
-                    m,
-                    v: read(&mut r)?,
+                    data,
+                    with_m: *with_m,
                 }
             }
         };

@@ -3,6 +3,7 @@
 
 use alloc::vec::Vec;
 use core::cmp::Ordering;
+use core::mem::size_of;
 
 use num_traits::Float;
 
@@ -16,6 +17,16 @@ pub(crate) struct Merged {
     pub(crate) ids: Vec<u64>,
     pub(crate) grads: Vec<f32>,
     pub(crate) skipped: usize,
+    order: Vec<usize>,
+}
+
+impl Merged {
+    /// Bytes of the reusable buffers.
+    pub(crate) fn capacity_bytes(&self) -> usize {
+        self.ids.capacity() * 8
+            + self.grads.capacity() * 4
+            + self.order.capacity() * size_of::<usize>()
+    }
 }
 
 fn cmp_rows(a: &[f32], b: &[f32]) -> Ordering {
@@ -35,7 +46,9 @@ fn cmp_rows(a: &[f32], b: &[f32]) -> Ordering {
 ///
 /// # Errors
 /// See [`StepError`].
+#[allow(clippy::too_many_arguments)] // the step's inputs plus policy knobs; called from four places
 pub(crate) fn merge(
+    out: &mut Merged,
     ids: &[u64],
     grads: &[f32],
     dim: usize,
@@ -43,7 +56,7 @@ pub(crate) fn merge(
     clip: Option<f32>,
     table: &mut dyn RowAccess,
     mut in_range: impl FnMut(u64) -> Result<(), StepError>,
-) -> Result<Merged, StepError> {
+) -> Result<(), StepError> {
     let expected = ids.len().saturating_mul(dim);
     if grads.len() != expected {
         return Err(StepError::GradLength {
@@ -58,14 +71,29 @@ pub(crate) fn merge(
         });
     }
     let row = |k: usize| &grads[k * dim..(k + 1) * dim];
-    let mut order: Vec<usize> = (0..ids.len()).collect();
+    out.ids.clear();
+    out.grads.clear();
+    out.skipped = 0;
+    let mut order = core::mem::take(&mut out.order);
+    order.clear();
+    order.extend(0..ids.len());
     order.sort_unstable_by(|&a, &b| ids[a].cmp(&ids[b]).then_with(|| cmp_rows(row(a), row(b))));
+    let result = merge_sorted(out, &order, ids, policy, clip, table, &mut in_range, row);
+    out.order = order;
+    result
+}
 
-    let mut out = Merged {
-        ids: Vec::with_capacity(ids.len()),
-        grads: Vec::with_capacity(grads.len()),
-        skipped: 0,
-    };
+#[allow(clippy::too_many_arguments)] // the body of `merge`, split for buffer reuse
+fn merge_sorted<'g>(
+    out: &mut Merged,
+    order: &[usize],
+    ids: &[u64],
+    policy: NonFinitePolicy,
+    clip: Option<f32>,
+    table: &mut dyn RowAccess,
+    in_range: &mut impl FnMut(u64) -> Result<(), StepError>,
+    row: impl Fn(usize) -> &'g [f32],
+) -> Result<(), StepError> {
     let mut k = 0;
     while k < order.len() {
         let id = ids[order[k]];
@@ -106,7 +134,7 @@ pub(crate) fn merge(
         }
         out.ids.push(id);
     }
-    Ok(out)
+    Ok(())
 }
 
 /// Applies `row −= upd` (after AdamW's decoupled decay `row *= 1 − decay`).

@@ -140,10 +140,29 @@ pub struct StepPlan {
     pub(crate) counts: Vec<u16>,
     pub(crate) updates: Vec<f32>,
     pub(crate) groups: Vec<BucketGroup>,
+    /// Plan positions in id order (phase 4 walks the table in id order).
+    pub(crate) by_id: Vec<u32>,
+    /// `(bucket, id, merged position)` sort buffer.
+    pub(crate) keyed: Vec<(u32, u64, u32)>,
     pub(crate) skipped: usize,
 }
 
 impl StepPlan {
+    /// Bytes of the plan's buffers (kept between steps for reuse).
+    pub(crate) fn capacity_bytes(&self) -> usize {
+        use core::mem::size_of;
+        self.ids.capacity() * 8
+            + (self.signs.capacity()
+                + self.grads.capacity()
+                + self.scalars.capacity()
+                + self.updates.capacity())
+                * 4
+            + self.counts.capacity() * 2
+            + self.groups.capacity() * size_of::<BucketGroup>()
+            + self.by_id.capacity() * 4
+            + self.keyed.capacity() * size_of::<(u32, u64, u32)>()
+    }
+
     /// Rows to update (distinct, finite).
     pub fn rows(&self) -> usize {
         self.ids.len()
@@ -170,7 +189,8 @@ impl StepPlan {
     }
 }
 
-/// Splits `slice` into the `dim`-sized pieces of the (ascending) `buckets`.
+/// Splits `slice` into the `dim`-sized pieces (`dim` = values per bucket)
+/// of the (ascending) `buckets`.
 fn bucket_pieces<'a, T>(
     mut slice: &'a mut [T],
     dim: usize,
@@ -204,11 +224,50 @@ fn row_pieces<'a, T>(
     out
 }
 
-/// The shared tables of all buckets (flat, `buckets × dim`), and step counts.
+/// The shared tables of all buckets: one flat array, bucket `b` at
+/// `b·w..(b+1)·w` holding `[M_b | V_b]` (`w = 2d`) or `[V_b]` (`w = d`), so a
+/// bucket's state is one contiguous region (one page walk, one prefetch run).
 #[derive(Debug, Clone)]
 pub(crate) enum Tables {
-    F32 { m: Option<Vec<f32>>, v: Vec<f32> },
-    Bf16 { m: Option<Vec<bf16>>, v: Vec<bf16> },
+    F32 { data: Vec<f32>, with_m: bool },
+    Bf16 { data: Vec<bf16>, with_m: bool },
+}
+
+impl Tables {
+    /// Values per bucket.
+    pub(crate) fn width(&self, dim: usize) -> usize {
+        match self {
+            Self::F32 { with_m, .. } | Self::Bf16 { with_m, .. } => {
+                if *with_m {
+                    2 * dim
+                } else {
+                    dim
+                }
+            }
+        }
+    }
+}
+
+/// Each group's bucket region, split into `(M_b, V_b)`.
+#[allow(clippy::type_complexity)] // a pair of optional/plain slices, local
+fn split_tables<'a, T>(
+    data: &'a mut [T],
+    dim: usize,
+    with_m: bool,
+    groups: &[BucketGroup],
+) -> Vec<(Option<&'a mut [T]>, &'a mut [T])> {
+    let w = if with_m { 2 * dim } else { dim };
+    bucket_pieces(data, w, groups)
+        .into_iter()
+        .map(|piece| {
+            if with_m {
+                let (m, v) = piece.split_at_mut(dim);
+                (Some(m), v)
+            } else {
+                (None, piece)
+            }
+        })
+        .collect()
 }
 
 impl StepPlan {
@@ -227,36 +286,14 @@ impl StepPlan {
         let mut updates = row_pieces(&mut self.updates, dim, groups).into_iter();
         let mut step_refs = bucket_pieces(steps, 1, groups).into_iter();
         let mut table_parts: Vec<BucketTables<'a>> = match tables {
-            Tables::F32 { m, v } => {
-                let ms = m.as_deref_mut().map(|m| bucket_pieces(m, dim, groups));
-                let vs = bucket_pieces(v, dim, groups);
-                match ms {
-                    Some(ms) => ms
-                        .into_iter()
-                        .zip(vs)
-                        .map(|(m, v)| BucketTables::F32 { m: Some(m), v })
-                        .collect(),
-                    None => vs
-                        .into_iter()
-                        .map(|v| BucketTables::F32 { m: None, v })
-                        .collect(),
-                }
-            }
-            Tables::Bf16 { m, v } => {
-                let ms = m.as_deref_mut().map(|m| bucket_pieces(m, dim, groups));
-                let vs = bucket_pieces(v, dim, groups);
-                match ms {
-                    Some(ms) => ms
-                        .into_iter()
-                        .zip(vs)
-                        .map(|(m, v)| BucketTables::Bf16 { m: Some(m), v })
-                        .collect(),
-                    None => vs
-                        .into_iter()
-                        .map(|v| BucketTables::Bf16 { m: None, v })
-                        .collect(),
-                }
-            }
+            Tables::F32 { data, with_m } => split_tables(data, dim, *with_m, groups)
+                .into_iter()
+                .map(|(m, v)| BucketTables::F32 { m, v })
+                .collect(),
+            Tables::Bf16 { data, with_m } => split_tables(data, dim, *with_m, groups)
+                .into_iter()
+                .map(|(m, v)| BucketTables::Bf16 { m, v })
+                .collect(),
         };
         table_parts.reverse();
         let mut jobs = Vec::with_capacity(groups.len());

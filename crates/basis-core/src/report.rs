@@ -33,6 +33,9 @@ pub struct MemoryReport {
     pub row_index: usize,
     /// What the bucketer remembers (e.g. d-choice decisions).
     pub bucket_map: usize,
+    /// Step buffers kept between steps to avoid re-allocating them
+    /// (`O(batch·d)`, independent of the number of rows; 0 before the first step).
+    pub scratch: usize,
     /// Rows that currently have a state slot.
     pub rows_with_state: u64,
 }
@@ -45,7 +48,8 @@ impl MemoryReport {
             + self.scalars
             + self.row_counters
             + self.row_index
-            + self.bucket_map;
+            + self.bucket_map
+            + self.scratch;
         self
     }
 

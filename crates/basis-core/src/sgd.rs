@@ -2,7 +2,7 @@
 
 use alloc::vec::Vec;
 
-use crate::batch::{apply_row, merge};
+use crate::batch::{Merged, apply_row, merge};
 use crate::config::NonFinitePolicy;
 use crate::error::{ConfigError, StateError, StepError};
 use crate::optimizer::SparseOptimizer;
@@ -58,7 +58,17 @@ impl SparseOptimizer for Sgd {
         table: &mut dyn RowAccess,
     ) -> Result<StepReport, StepError> {
         let d = self.dim;
-        let mut merged = merge(ids, grads, d, self.nonfinite, None, table, |_| Ok(()))?;
+        let mut merged = Merged::default();
+        merge(
+            &mut merged,
+            ids,
+            grads,
+            d,
+            self.nonfinite,
+            None,
+            table,
+            |_| Ok(()),
+        )?;
         for (k, &id) in merged.ids.iter().enumerate() {
             let g = &mut merged.grads[k * d..(k + 1) * d];
             g.iter_mut().for_each(|x| *x *= self.lr);

@@ -5,11 +5,11 @@
 //!
 //! - `bandwidth`: `a[i] = b[i] + c[i]` over 3 × 64 MiB (12 B/element moved),
 //!   the machine's streaming bandwidth at 1 and 2 threads.
-//! - `sparse_step`: one BASIS step, d = 64, a batch of 4096 ids drawn
-//!   Zipf-like (`⌊N^u⌋`, u uniform: P(k) ∝ 1/k) over N = 10M rows,
-//!   B = 100k one-choice buckets, default config (RowScaled). Serial
-//!   `Basis::step` vs `par_step_dense` on 1 and 2 threads. The 10M × 64 table
-//!   is allocated zeroed (lazily committed pages: only touched rows cost RAM).
+//! - `sparse_step`: one BASIS step at basis-core's bench shape: d = 64,
+//!   batches of 4096 ids drawn Zipf(1.05) from 10M (remapped to a compact,
+//!   scattered range), B = 100k one-choice buckets, dense row state; the
+//!   RowScaled (default) and Shared (+ learned scalars) modes. Serial
+//!   `Basis::step` vs `par_step_dense` on 1 and 2 threads.
 //! - `compressor`: 1-bit error-feedback compression of 4M f32, one scale
 //!   (the sequential scale sum stays serial) and 64K-element chunks (scales
 //!   in parallel); serial `Compressor` vs `ParCompressor` at 1 and 2 threads.
@@ -20,14 +20,18 @@
     missing_docs,
     reason = "criterion_group! generates an undocumented pub fn"
 )]
-#![allow(clippy::unwrap_used, reason = "bench setup; a failure is a broken bench")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "bench setup; a failure is a broken bench"
+)]
 
-use std::num::NonZeroUsize;
+use core::num::NonZeroUsize;
 
 use balanced_hash::{Bucketer, OneChoice};
-use basis_core::{Basis, BasisConfig, DenseTable, SparseOptimizer};
+use basis_core::{Basis, BasisConfig, DenseTable, Direction, RowIndex, SparseOptimizer};
 use basis_rayon::{
-    AtomicMomentTable, MomentParams, MomentTable, ParCompressor, StripedMomentTable, par_step_dense, thread_pool,
+    AtomicMomentTable, MomentParams, MomentTable, ParCompressor, StripedMomentTable,
+    par_step_dense, thread_pool,
 };
 use criterion::{Criterion, Throughput, black_box, criterion_group, criterion_main};
 use onebit_codec::{Compressor, CompressorConfig, packed_len};
@@ -35,19 +39,21 @@ use rayon::prelude::*;
 
 const DIM: usize = 64;
 const BATCH: usize = 4096;
-const ROWS: u64 = 10_000_000;
+const IDS: f64 = 10_000_000.0;
+const BATCHES: usize = 32;
 const BUCKETS: u32 = 100_000;
 const THREADS: [usize; 2] = [1, 2];
 
-/// xorshift64*: deterministic inputs without a dependency.
+/// splitmix64: deterministic inputs without a dependency (as basis-core's bench).
 struct Rng(u64);
 
 impl Rng {
     fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
     }
 
     fn unit(&mut self) -> f64 {
@@ -55,24 +61,60 @@ impl Rng {
     }
 }
 
-/// `count` batches of `BATCH` Zipf-like ids with gradients in [-1, 1).
-fn batches(count: usize) -> Vec<(Vec<u64>, Vec<f32>)> {
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-    (0..count)
-        .map(|_| {
-            let ids = (0..BATCH).map(|_| ((ROWS as f64).powf(rng.unit()) as u64 - 1).min(ROWS - 1)).collect();
-            let grads = (0..BATCH * DIM).map(|_| rng.unit() as f32 * 2.0 - 1.0).collect();
-            (ids, grads)
-        })
-        .collect()
+/// Zipf(s) over `0..n` by inverting the continuous power-law CDF.
+fn zipf(rng: &mut Rng, n: f64, s: f64) -> u64 {
+    let a = 1.0 - s;
+    let x = ((n.powf(a) - 1.0) * rng.unit() + 1.0).powf(1.0 / a);
+    (x as u64).clamp(1, n as u64) - 1
 }
 
-fn config() -> BasisConfig {
-    BasisConfig { dim: DIM, ..BasisConfig::default() }
+/// basis-core's `sparse_step` workload: `BATCHES` batches of `BATCH` ids
+/// drawn Zipf(1.05) from 10M, remapped to a compact range by a random
+/// permutation of the distinct ids seen (so the table and dense row state fit
+/// in memory, with no locality), gradients uniform in ±0.01.
+struct Workload {
+    batches: Vec<(Vec<u64>, Vec<f32>)>,
+    rows: usize,
 }
 
-fn basis() -> Basis<OneChoice> {
-    Basis::new(config(), OneChoice::new(BUCKETS, 7).unwrap()).unwrap()
+fn workload() -> Workload {
+    let mut rng = Rng(2026);
+    let mut remap = std::collections::HashMap::new();
+    let mut batches = Vec::with_capacity(BATCHES);
+    for _ in 0..BATCHES {
+        let ids: Vec<u64> = (0..BATCH)
+            .map(|_| {
+                let raw = zipf(&mut rng, IDS, 1.05);
+                let next = remap.len() as u64;
+                *remap.entry(raw).or_insert(next)
+            })
+            .collect();
+        let grads = (0..BATCH * DIM)
+            .map(|_| (rng.unit() as f32 - 0.5) * 0.02)
+            .collect();
+        batches.push((ids, grads));
+    }
+    let rows = remap.len();
+    let mut perm: Vec<u64> = (0..rows as u64).collect();
+    for i in (1..rows).rev() {
+        let j = (rng.next() % (i as u64 + 1)) as usize;
+        perm.swap(i, j);
+    }
+    for (ids, _) in &mut batches {
+        ids.iter_mut().for_each(|id| *id = perm[*id as usize]);
+    }
+    Workload { batches, rows }
+}
+
+fn basis(direction: Direction, scalar_lr: f32, rows: usize) -> Basis<OneChoice> {
+    let config = BasisConfig {
+        dim: DIM,
+        direction,
+        scalar_lr,
+        row_index: RowIndex::Dense { rows: rows as u64 },
+        ..BasisConfig::default()
+    };
+    Basis::new(config, OneChoice::new(BUCKETS, 7).unwrap()).unwrap()
 }
 
 fn bandwidth(c: &mut Criterion) {
@@ -90,7 +132,12 @@ fn bandwidth(c: &mut Criterion) {
                     a.par_chunks_mut(1 << 16)
                         .zip(b.par_chunks(1 << 16))
                         .zip(cc.par_chunks(1 << 16))
-                        .for_each(|((a, b), c)| a.iter_mut().zip(b).zip(c).for_each(|((a, b), c)| *a = b + c));
+                        .for_each(|((a, b), c)| {
+                            a.iter_mut()
+                                .zip(b)
+                                .zip(c)
+                                .for_each(|((a, b), c)| *a = b + c)
+                        });
                 });
                 black_box(&a);
             });
@@ -100,30 +147,42 @@ fn bandwidth(c: &mut Criterion) {
 }
 
 fn sparse_step(c: &mut Criterion) {
-    let batches = batches(8);
-    let mut table = vec![0.0f32; ROWS as usize * DIM];
+    let w = workload();
+    let mut table = vec![0.0f32; w.rows * DIM];
     let mut group = c.benchmark_group("sparse_step");
     group.sample_size(10);
     group.throughput(Throughput::Elements(BATCH as u64));
-    let mut serial = basis();
-    let mut k = 0;
-    group.bench_function("serial Basis::step", |bench| {
-        bench.iter(|| {
-            let (ids, grads) = &batches[k % batches.len()];
-            k += 1;
-            serial.step(ids, grads, &mut DenseTable::new(&mut table, DIM).unwrap()).unwrap()
-        });
-    });
-    for threads in THREADS {
-        let pool = thread_pool(threads).unwrap();
-        let mut par = basis();
-        group.bench_function(format!("par_step_dense {threads} thread(s)"), |bench| {
+    let modes = [
+        ("row-scaled", Direction::RowScaled, 0.0),
+        ("shared", Direction::Shared, 0.01),
+    ];
+    for (mode, direction, scalar_lr) in modes {
+        let mut serial = basis(direction, scalar_lr, w.rows);
+        let mut k = 0;
+        group.bench_function(format!("{mode}: serial Basis::step"), |bench| {
             bench.iter(|| {
-                let (ids, grads) = &batches[k % batches.len()];
+                let (ids, grads) = &w.batches[k % BATCHES];
                 k += 1;
-                pool.install(|| par_step_dense(&mut par, ids, grads, &mut table)).unwrap()
+                serial
+                    .step(ids, grads, &mut DenseTable::new(&mut table, DIM).unwrap())
+                    .unwrap()
             });
         });
+        for threads in THREADS {
+            let pool = thread_pool(threads).unwrap();
+            let mut par = basis(direction, scalar_lr, w.rows);
+            group.bench_function(
+                format!("{mode}: par_step_dense {threads} thread(s)"),
+                |bench| {
+                    bench.iter(|| {
+                        let (ids, grads) = &w.batches[k % BATCHES];
+                        k += 1;
+                        pool.install(|| par_step_dense(&mut par, ids, grads, &mut table))
+                            .unwrap()
+                    });
+                },
+            );
+        }
     }
     group.finish();
 }
@@ -136,26 +195,43 @@ fn compressor(c: &mut Criterion) {
     let mut group = c.benchmark_group("compressor");
     group.sample_size(10);
     group.throughput(Throughput::Bytes((n * 4) as u64));
-    for (label, chunk) in [("one scale", None), ("64K chunks", NonZeroUsize::new(1 << 16))] {
-        let config = CompressorConfig { chunk, ..CompressorConfig::default() };
+    for (label, chunk) in [
+        ("one scale", None),
+        ("64K chunks", NonZeroUsize::new(1 << 16)),
+    ] {
+        let config = CompressorConfig {
+            chunk,
+            ..CompressorConfig::default()
+        };
         let mut scales = vec![0.0f32; n.div_ceil(chunk.map_or(n, NonZeroUsize::get))];
         let mut serial = Compressor::with_config(n, config).unwrap();
         group.bench_function(format!("{label}: serial Compressor"), |bench| {
-            bench.iter(|| serial.compress_chunks_into(&x, &mut signs, &mut scales).unwrap());
+            bench.iter(|| {
+                serial
+                    .compress_chunks_into(&x, &mut signs, &mut scales)
+                    .unwrap()
+            });
         });
         for threads in THREADS {
             let pool = thread_pool(threads).unwrap();
             let mut par = ParCompressor::with_config(n, config).unwrap();
-            group.bench_function(format!("{label}: ParCompressor {threads} thread(s)"), |bench| {
-                bench.iter(|| pool.install(|| par.compress_chunks_into(&x, &mut signs, &mut scales)).unwrap());
-            });
+            group.bench_function(
+                format!("{label}: ParCompressor {threads} thread(s)"),
+                |bench| {
+                    bench.iter(|| {
+                        pool.install(|| par.compress_chunks_into(&x, &mut signs, &mut scales))
+                            .unwrap()
+                    });
+                },
+            );
         }
     }
     group.finish();
 }
 
 fn hogwild(c: &mut Criterion) {
-    let batch = &batches(1)[0];
+    let w = workload();
+    let batch = &w.batches[0];
     let bucketer = OneChoice::new(BUCKETS, 7).unwrap();
     let rows: Vec<(usize, &[f32])> = batch
         .0
@@ -169,7 +245,8 @@ fn hogwild(c: &mut Criterion) {
     group.throughput(Throughput::Elements(BATCH as u64));
     let atomic = AtomicMomentTable::new(BUCKETS as usize, DIM).unwrap();
     let striped = StripedMomentTable::new(BUCKETS as usize, DIM).unwrap();
-    let tables: [(&str, &dyn MomentTable); 2] = [("atomic (CAS)", &atomic), ("striped lock", &striped)];
+    let tables: [(&str, &dyn MomentTable); 2] =
+        [("atomic (CAS)", &atomic), ("striped lock", &striped)];
     for threads in THREADS {
         let pool = thread_pool(threads).unwrap();
         for (name, table) in tables {
@@ -192,10 +269,23 @@ fn hogwild(c: &mut Criterion) {
     // remapped to 0..BATCH so the table fits in cache like the moments do).
     let ids: Vec<u64> = (0..BATCH as u64).collect();
     let remap = OneChoiceBy(rows.iter().map(|&(b, _)| b as u32).collect());
-    let mut basis = Basis::new(BasisConfig { direction: basis_core::Direction::Shared, ..config() }, remap).unwrap();
+    let config = BasisConfig {
+        dim: DIM,
+        direction: Direction::Shared,
+        ..BasisConfig::default()
+    };
+    let mut basis = Basis::new(config, remap).unwrap();
     let mut table = vec![0.0f32; BATCH * DIM];
     group.bench_function("batched serial Basis::step (Shared)", |bench| {
-        bench.iter(|| basis.step(&ids, &batch.1, &mut DenseTable::new(&mut table, DIM).unwrap()).unwrap());
+        bench.iter(|| {
+            basis
+                .step(
+                    &ids,
+                    &batch.1,
+                    &mut DenseTable::new(&mut table, DIM).unwrap(),
+                )
+                .unwrap()
+        });
     });
     group.finish();
 }

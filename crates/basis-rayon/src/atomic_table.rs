@@ -29,7 +29,10 @@ pub(crate) fn pack(m: f32, v: f32) -> u64 {
 pub(crate) fn unpack(word: u64) -> (f32, f32) {
     // Truncation keeps exactly the low / high 32 bits, which is the point.
     #[allow(clippy::cast_possible_truncation)]
-    (f32::from_bits(word as u32), f32::from_bits((word >> 32) as u32))
+    (
+        f32::from_bits(word as u32),
+        f32::from_bits((word >> 32) as u32),
+    )
 }
 
 /// One coordinate's `(M, V)` pair.

@@ -11,8 +11,8 @@
 //! blocks with the serial arithmetic, element by element.
 
 use onebit_codec::{
-    CodecError, Compressed, Compressor, CompressorConfig, ErrorFeedback, ScaleKind, pack_signs_into, packed_len,
-    unpack_signs,
+    CodecError, Compressed, Compressor, CompressorConfig, ErrorFeedback, ScaleKind,
+    pack_signs_into, packed_len, unpack_signs,
 };
 use rayon::prelude::*;
 
@@ -64,20 +64,30 @@ pub fn par_decode_add(c: &Compressed, acc: &mut [f32]) -> Result<(), Error> {
     decode_with(c, acc, |o, s| *o += s)
 }
 
-fn decode_with(c: &Compressed, out: &mut [f32], f: impl Fn(&mut f32, f32) + Sync) -> Result<(), Error> {
+fn decode_with(
+    c: &Compressed,
+    out: &mut [f32],
+    f: impl Fn(&mut f32, f32) + Sync,
+) -> Result<(), Error> {
     if out.len() != c.len() {
-        return Err(CodecError::LengthMismatch { expected: c.len(), found: out.len() }.into());
+        return Err(CodecError::LengthMismatch {
+            expected: c.len(),
+            found: out.len(),
+        }
+        .into());
     }
     let (bits, scales, chunk) = (c.bits(), c.scales(), c.chunk_len());
-    out.par_chunks_mut(BLOCK).enumerate().for_each(|(b, block)| {
-        for_each_piece(b * BLOCK, block.len(), chunk, |c, s, e| {
-            let scale = scales[c];
-            for (i, o) in (s..e).zip(&mut block[s - b * BLOCK..e - b * BLOCK]) {
-                let one = (bits[i / 8] << (i % 8)) & 0x80 != 0;
-                f(o, if one { scale } else { -scale });
-            }
+    out.par_chunks_mut(BLOCK)
+        .enumerate()
+        .for_each(|(b, block)| {
+            for_each_piece(b * BLOCK, block.len(), chunk, |c, s, e| {
+                let scale = scales[c];
+                for (i, o) in (s..e).zip(&mut block[s - b * BLOCK..e - b * BLOCK]) {
+                    let one = (bits[i / 8] << (i % 8)) & 0x80 != 0;
+                    f(o, if one { scale } else { -scale });
+                }
+            });
         });
-    });
     Ok(())
 }
 
@@ -100,7 +110,11 @@ fn check_bytes(n: usize, bytes: usize) -> Result<(), Error> {
     if bytes == expected {
         Ok(())
     } else {
-        Err(CodecError::BufferSize { expected, found: bytes }.into())
+        Err(CodecError::BufferSize {
+            expected,
+            found: bytes,
+        }
+        .into())
     }
 }
 
@@ -233,9 +247,17 @@ impl ParCompressor {
     pub fn compress_into(&mut self, x: &[f32], signs_out: &mut [u8]) -> Result<f32, Error> {
         let k = self.chunks();
         if k > 1 {
-            return Err(CodecError::LengthMismatch { expected: k, found: 1 }.into());
+            return Err(CodecError::LengthMismatch {
+                expected: k,
+                found: 1,
+            }
+            .into());
         }
-        let mut scale = [if self.config.scale == ScaleKind::Unit { 1.0 } else { 0.0 }];
+        let mut scale = [if self.config.scale == ScaleKind::Unit {
+            1.0
+        } else {
+            0.0
+        }];
         self.compress_chunks_into(x, signs_out, &mut scale[..k])?;
         Ok(scale[0])
     }
@@ -245,7 +267,12 @@ impl ParCompressor {
     /// # Errors
     /// As `Compressor::compress_chunks_into` (wrapped in [`Error::Codec`]);
     /// nothing changes then.
-    pub fn compress_chunks_into(&mut self, x: &[f32], signs_out: &mut [u8], scales_out: &mut [f32]) -> Result<(), Error> {
+    pub fn compress_chunks_into(
+        &mut self,
+        x: &[f32],
+        signs_out: &mut [u8],
+        scales_out: &mut [f32],
+    ) -> Result<(), Error> {
         self.validate(x, signs_out, scales_out)?;
         match self.config.feedback {
             ErrorFeedback::Full => self.step_full(x, signs_out, scales_out),
@@ -262,7 +289,13 @@ impl ParCompressor {
         let mut bits = vec![0u8; packed_len(self.n)];
         let mut scales = vec![0.0f32; self.chunks()];
         self.compress_chunks_into(x, &mut bits, &mut scales)?;
-        Ok(Compressed::new(self.n, self.chunk, self.config.scale, scales, bits)?)
+        Ok(Compressed::new(
+            self.n,
+            self.chunk,
+            self.config.scale,
+            scales,
+            bits,
+        )?)
     }
 
     /// Copies the error buffer `e` into `out`.
@@ -328,6 +361,44 @@ impl ParCompressor {
     /// blocks), then one scale per chunk (chunks in parallel, each a
     /// sequential sum).
     fn step_full(&mut self, x: &[f32], signs_out: &mut [u8], scales_out: &mut [f32]) {
+        let chunk = self.chunk;
+        let max_bits = if scales_out.len() > 1 && chunk % 64 == 0 {
+            self.full_by_chunk(x, signs_out, scales_out)
+        } else {
+            self.full_by_block(x, signs_out, scales_out)
+        };
+        self.alphas.copy_from_slice(scales_out);
+        let max_alpha = scales_out.iter().fold(0.0f32, |m, &a| m.max(a));
+        self.bound = f32::from_bits(max_bits).max(max_alpha);
+    }
+
+    /// Whole chunks per task (chunk a multiple of 64, so each chunk owns whole
+    /// sign words): update, pack and sum each chunk while it is in cache.
+    /// Returns the largest `|p|` bit pattern.
+    fn full_by_chunk(&mut self, x: &[f32], signs_out: &mut [u8], scales_out: &mut [f32]) -> u32 {
+        let (kind, chunk) = (self.config.scale, self.chunk);
+        self.buf
+            .par_chunks_mut(chunk)
+            .zip(x.par_chunks(chunk))
+            .zip(signs_out.par_chunks_mut(chunk / 8))
+            .zip(scales_out.par_iter_mut())
+            .zip(self.alphas.par_iter())
+            .with_min_len(BLOCK.div_ceil(chunk))
+            .map(|((((buf, x), signs), scale), &a)| {
+                update_full(buf, x, a);
+                // Lengths match by construction (chunk / 8 bytes per chunk).
+                let _ = pack_signs_into(buf, signs);
+                *scale = kind.of(buf);
+                max_abs_bits(buf)
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Blocks per task for the element-wise work, then one scale per chunk
+    /// (chunks in parallel, each one sequential sum — with a single scale, a
+    /// serial pass). Returns the largest `|p|` bit pattern.
+    fn full_by_block(&mut self, x: &[f32], signs_out: &mut [u8], scales_out: &mut [f32]) -> u32 {
         let (alphas, chunk) = (&self.alphas, self.chunk);
         let max_bits = self
             .buf
@@ -337,22 +408,17 @@ impl ParCompressor {
             .enumerate()
             .map(|(b, ((buf, x), signs))| {
                 for_each_piece(b * BLOCK, buf.len(), chunk, |c, s, e| {
-                    let a = alphas[c];
                     let r = s - b * BLOCK..e - b * BLOCK;
-                    for (q, &xi) in buf[r.clone()].iter_mut().zip(&x[r]) {
-                        *q = xi + (*q - sign_scale(*q, a));
-                    }
+                    update_full(&mut buf[r.clone()], &x[r], alphas[c]);
                 });
                 // Lengths match by construction (BLOCK / 8 bytes per block).
                 let _ = pack_signs_into(buf, signs);
-                buf.iter().fold(0u32, |m, &v| m.max(abs_bits(v)))
+                max_abs_bits(buf)
             })
             .max()
             .unwrap_or(0);
         chunk_scales(self.config.scale, &self.buf, chunk, scales_out);
-        self.alphas.copy_from_slice(scales_out);
-        let max_alpha = scales_out.iter().fold(0.0f32, |m, &a| m.max(a));
-        self.bound = f32::from_bits(max_bits).max(max_alpha);
+        max_bits
     }
 
     /// `Decayed`: `p = x + e` and its signs (parallel), the scales, then
@@ -393,6 +459,21 @@ impl ParCompressor {
     }
 }
 
+/// `buf ← x + (buf − α·σ(buf))`: the pending error plus the new input, the
+/// serial compressor's exact f32 operations.
+#[inline(always)]
+fn update_full(buf: &mut [f32], x: &[f32], alpha: f32) {
+    for (q, &xi) in buf.iter_mut().zip(x) {
+        *q = xi + (*q - sign_scale(*q, alpha));
+    }
+}
+
+/// The largest `|v|` bit pattern in `x` (exact, order-free).
+#[inline(always)]
+fn max_abs_bits(x: &[f32]) -> u32 {
+    x.iter().fold(0u32, |m, &v| m.max(abs_bits(v)))
+}
+
 /// `scales[c] = kind.of(chunk c of p)`: chunks in parallel, each one
 /// sequential sum in the codec's documented order.
 fn chunk_scales(kind: ScaleKind, p: &[f32], chunk: usize, scales: &mut [f32]) {
@@ -410,7 +491,10 @@ fn scan(x: &[f32]) -> (Option<usize>, u32) {
         .map(|(b, block)| {
             let max = block.iter().fold(0u32, |m, &v| m.max(abs_bits(v)));
             let bad = if max >= 0x7f80_0000 {
-                block.iter().position(|v| !v.is_finite()).map(|i| b * BLOCK + i)
+                block
+                    .iter()
+                    .position(|v| !v.is_finite())
+                    .map(|i| b * BLOCK + i)
             } else {
                 None
             };

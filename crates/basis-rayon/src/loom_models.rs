@@ -35,7 +35,9 @@ fn consistent_pairs(grads: &[f32]) -> BTreeSet<(u32, u32)> {
 }
 
 fn full_sum(grads: &[f32]) -> (f32, f32) {
-    grads.iter().fold((0.0, 0.0), |(m, v), &g| (m + g, v + g * g))
+    grads
+        .iter()
+        .fold((0.0, 0.0), |(m, v), &g| (m + g, v + g * g))
 }
 
 /// Observations collected across a model's executions (outside loom's view).
@@ -72,7 +74,10 @@ fn sum_model<T: MomentTable + Send + 'static>(make: fn() -> T, grads: &'static [
     });
     let reads = reads.lock().unwrap();
     assert!(reads.is_subset(&allowed), "torn read among {reads:?}");
-    assert!(reads.len() >= 2, "loom explored too little: reads {reads:?}");
+    assert!(
+        reads.len() >= 2,
+        "loom explored too little: reads {reads:?}"
+    );
 }
 
 fn atomic_1x1() -> AtomicMomentTable {
@@ -133,7 +138,11 @@ fn loom_atomic_adam_update_is_one_serial_order() {
         assert!(orders.contains(&got), "result {got:?} is no serial order");
         log.lock().unwrap().insert(got);
     });
-    assert_eq!(finals.lock().unwrap().len(), 2, "loom reached only one order");
+    assert_eq!(
+        finals.lock().unwrap().len(),
+        2,
+        "loom reached only one order"
+    );
 }
 
 /// The striped table promises more: a snapshot is a whole bucket
@@ -153,13 +162,21 @@ fn loom_striped_snapshot_is_whole_bucket() {
         let (mut m, mut v) = ([0.0; 2], [0.0; 2]);
         let t = table.snapshot(0, &mut m, &mut v).unwrap();
         let tf = t as f32;
-        assert_eq!((m, v), ([tf, 2.0 * tf], [tf, 4.0 * tf]), "snapshot mixes updates");
+        assert_eq!(
+            (m, v),
+            ([tf, 2.0 * tf], [tf, 4.0 * tf]),
+            "snapshot mixes updates"
+        );
         log.lock().unwrap().insert(t);
         for w in writers {
             w.join().unwrap();
         }
     });
-    assert_eq!(*ts.lock().unwrap(), BTreeSet::from([0, 1, 2]), "loom explored too little");
+    assert_eq!(
+        *ts.lock().unwrap(),
+        BTreeSet::from([0, 1, 2]),
+        "loom explored too little"
+    );
 }
 
 /// Runs `model`; true when loom found an execution failing with a panic
@@ -173,7 +190,10 @@ fn loom_finds_failure(expect: &str, model: impl Fn() + Sync + Send + 'static) ->
                 .cloned()
                 .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
                 .unwrap_or_default();
-            assert!(msg.contains(expect), "model failed for another reason: {msg}");
+            assert!(
+                msg.contains(expect),
+                "model failed for another reason: {msg}"
+            );
             true
         }
     }

@@ -85,7 +85,9 @@ fn apply_rows(plan: &StepPlan, data: &mut [f32], dim: usize, decay: f32) {
         let Some(start) = usize::try_from(id).ok().and_then(|i| i.checked_mul(dim)) else {
             continue;
         };
-        let Some(skip) = start.checked_sub(offset) else { continue };
+        let Some(skip) = start.checked_sub(offset) else {
+            continue;
+        };
         if rest.len() < skip + dim {
             continue;
         }

@@ -78,7 +78,11 @@ impl StripedMomentTable {
     }
 
     /// Runs `f(t_b, M_b, V_b)` with bucket `bucket`'s stripe locked.
-    fn with_bucket<R>(&self, bucket: usize, f: impl FnOnce(&mut u64, &mut [f32], &mut [f32]) -> R) -> R {
+    fn with_bucket<R>(
+        &self,
+        bucket: usize,
+        f: impl FnOnce(&mut u64, &mut [f32], &mut [f32]) -> R,
+    ) -> R {
         let n = self.stripes.len();
         let (stripe, slot) = (bucket % n, bucket / n);
         // A poisoned lock only means another thread panicked mid-update of
@@ -126,7 +130,12 @@ impl MomentTable for StripedMomentTable {
         Ok(self.with_bucket(bucket, |t, m, v| {
             *t += 1;
             let corrections = params.corrections(*t);
-            for (((m, v), &g), out) in m.iter_mut().zip(v.iter_mut()).zip(grad).zip(direction.iter_mut()) {
+            for (((m, v), &g), out) in m
+                .iter_mut()
+                .zip(v.iter_mut())
+                .zip(grad)
+                .zip(direction.iter_mut())
+            {
                 (*m, *v) = params.ema(*m, *v, g);
                 *out = params.direction(*m, *v, corrections);
             }

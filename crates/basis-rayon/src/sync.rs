@@ -13,7 +13,6 @@ pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
 #[cfg(not(loom))]
 pub(crate) use core::sync::atomic::{AtomicU64, Ordering};
 #[cfg(not(loom))]
-#[allow(clippy::std_instead_of_core)] // `Mutex` lives only in std.
 pub(crate) use std::sync::Mutex;
 
 /// Only the loom models' deliberately torn variant (two separate words) uses it.

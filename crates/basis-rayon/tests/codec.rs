@@ -1,13 +1,22 @@
 //! The parallel codec paths against the serial `onebit-codec`, bit for bit,
 //! on 1, 2, 3 and 8 threads (tensors span several parallel blocks).
 
-use std::num::NonZeroUsize;
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers too: a panic is a failing test"
+)]
+
+use core::num::NonZeroUsize;
 use std::sync::OnceLock;
 
 use basis_rayon::{
-    Error, ParCompressor, par_decode_add, par_decode_into, par_pack_signs_into, par_unpack_signs, thread_pool,
+    Error, ParCompressor, par_decode_add, par_decode_into, par_pack_signs_into, par_unpack_signs,
+    thread_pool,
 };
-use onebit_codec::{CodecError, Compressor, CompressorConfig, ErrorFeedback, ScaleKind, pack_signs_into, packed_len, unpack_signs};
+use onebit_codec::{
+    CodecError, Compressor, CompressorConfig, ErrorFeedback, ScaleKind, pack_signs_into,
+    packed_len, unpack_signs,
+};
 use proptest::prelude::*;
 
 const THREADS: [usize; 4] = [1, 2, 3, 8];
@@ -22,10 +31,27 @@ fn bits(x: &[f32]) -> Vec<u32> {
 }
 
 fn config() -> impl Strategy<Value = CompressorConfig> {
-    let feedback = prop_oneof![Just(ErrorFeedback::Full), (0.0f32..=1.0).prop_map(|beta| ErrorFeedback::Decayed { beta })];
-    let scale = prop_oneof![Just(ScaleKind::Rms), Just(ScaleKind::MeanAbs), Just(ScaleKind::MaxAbs), Just(ScaleKind::Unit)];
-    let chunk = prop_oneof![Just(None), (1usize..40_000).prop_map(NonZeroUsize::new)];
-    (feedback, scale, chunk).prop_map(|(feedback, scale, chunk)| CompressorConfig { feedback, scale, chunk })
+    let feedback = prop_oneof![
+        Just(ErrorFeedback::Full),
+        (0.0f32..=1.0).prop_map(|beta| ErrorFeedback::Decayed { beta })
+    ];
+    let scale = prop_oneof![
+        Just(ScaleKind::Rms),
+        Just(ScaleKind::MeanAbs),
+        Just(ScaleKind::MaxAbs),
+        Just(ScaleKind::Unit)
+    ];
+    // Multiples of 64 take the whole-chunk path, others the block path.
+    let chunk = prop_oneof![
+        Just(None),
+        (1usize..40_000).prop_map(NonZeroUsize::new),
+        (1usize..400).prop_map(|k| NonZeroUsize::new(64 * k)),
+    ];
+    (feedback, scale, chunk).prop_map(|(feedback, scale, chunk)| CompressorConfig {
+        feedback,
+        scale,
+        chunk,
+    })
 }
 
 /// Tensor lengths up to ~4 parallel blocks, odd sizes included.
@@ -58,9 +84,16 @@ fn input(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-fn compare_compressor(n: usize, config: CompressorConfig, seeds: &[u64]) -> Result<(), TestCaseError> {
+fn compare_compressor(
+    n: usize,
+    config: CompressorConfig,
+    seeds: &[u64],
+) -> Result<(), TestCaseError> {
     let mut serial = Compressor::with_config(n, config).unwrap();
-    let mut par: Vec<ParCompressor> = THREADS.iter().map(|_| ParCompressor::with_config(n, config).unwrap()).collect();
+    let mut par: Vec<ParCompressor> = THREADS
+        .iter()
+        .map(|_| ParCompressor::with_config(n, config).unwrap())
+        .collect();
     let k = serial.chunks();
     for &seed in seeds {
         let x = input(n, seed);
@@ -71,9 +104,19 @@ fn compare_compressor(n: usize, config: CompressorConfig, seeds: &[u64]) -> Resu
         for ((pool, threads), par) in pools().iter().zip(THREADS).zip(&mut par) {
             let (mut signs, mut scales) = (vec![0xAAu8; packed_len(n)], vec![-1.0f32; k]);
             let got = pool.install(|| par.compress_chunks_into(&x, &mut signs, &mut scales));
-            prop_assert_eq!(got, want.map_err(Error::Codec), "result, {} threads", threads);
+            prop_assert_eq!(
+                got,
+                want.map_err(Error::Codec),
+                "result, {} threads",
+                threads
+            );
             prop_assert_eq!(&signs, &want_signs, "signs, {} threads", threads);
-            prop_assert_eq!(bits(&scales), bits(&want_scales), "scales, {} threads", threads);
+            prop_assert_eq!(
+                bits(&scales),
+                bits(&want_scales),
+                "scales, {} threads",
+                threads
+            );
             let mut e = vec![0.0; n];
             pool.install(|| par.error_into(&mut e)).unwrap();
             prop_assert_eq!(bits(&e), bits(&want_e), "error buffer, {} threads", threads);
@@ -136,7 +179,9 @@ fn compressor_round_trips_through_serial_state() {
     let mut par = ParCompressor::from_compressor(&mut serial);
     let mut par_signs = signs.clone();
     let want = serial.compress_into(&x, &mut signs).unwrap();
-    let got = pools()[1].install(|| par.compress_into(&x, &mut par_signs)).unwrap();
+    let got = pools()[1]
+        .install(|| par.compress_into(&x, &mut par_signs))
+        .unwrap();
     assert_eq!((got.to_bits(), &par_signs), (want.to_bits(), &signs));
     let mut back = par.to_compressor().unwrap();
     assert_eq!(bits(back.error()), bits(serial.error()));
@@ -148,23 +193,42 @@ fn bad_inputs_are_refused_like_serial() {
     let x = vec![1.0f32; 100];
     assert_eq!(
         par.compress_into(&x[..99], &mut [0u8; 13]),
-        Err(Error::Codec(CodecError::LengthMismatch { expected: 100, found: 99 }))
+        Err(Error::Codec(CodecError::LengthMismatch {
+            expected: 100,
+            found: 99
+        }))
     );
     assert_eq!(
         par.compress_into(&x, &mut [0u8; 12]),
-        Err(Error::Codec(CodecError::BufferSize { expected: 13, found: 12 }))
+        Err(Error::Codec(CodecError::BufferSize {
+            expected: 13,
+            found: 12
+        }))
     );
     assert_eq!(
         par_pack_signs_into(&x, &mut [0u8; 14]),
-        Err(Error::Codec(CodecError::BufferSize { expected: 13, found: 14 }))
+        Err(Error::Codec(CodecError::BufferSize {
+            expected: 13,
+            found: 14
+        }))
     );
     assert_eq!(
         par_unpack_signs(&[0u8; 12], 1.0, &mut [0.0; 100]),
-        Err(Error::Codec(CodecError::BufferSize { expected: 13, found: 12 }))
+        Err(Error::Codec(CodecError::BufferSize {
+            expected: 13,
+            found: 12
+        }))
     );
     let bad = ErrorFeedback::Decayed { beta: 1.5 };
     assert_eq!(
-        ParCompressor::with_config(10, CompressorConfig { feedback: bad, ..CompressorConfig::default() }).err(),
+        ParCompressor::with_config(
+            10,
+            CompressorConfig {
+                feedback: bad,
+                ..CompressorConfig::default()
+            }
+        )
+        .err(),
         Some(Error::Codec(CodecError::InvalidBeta))
     );
     assert_eq!(

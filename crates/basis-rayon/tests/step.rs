@@ -1,6 +1,11 @@
 //! The parallel BASIS step is bit-identical to the serial `Basis::step` for
 //! 1, 2, 3 and 8 threads, in every direction mode and storage option.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers too: a panic is a failing test"
+)]
+
 use std::sync::OnceLock;
 
 use balanced_hash::OneChoice;
@@ -36,17 +41,29 @@ fn config() -> impl Strategy<Value = BasisConfig> {
     ];
     let precision = prop_oneof![Just(TablePrecision::F32), Just(TablePrecision::Bf16)];
     let storage = prop_oneof![Just(ScalarStorage::F32), Just(ScalarStorage::LogU8)];
-    (1usize..9, direction, precision, storage, prop_oneof![Just(0.0f32), Just(0.05)], prop_oneof![Just(0.0f32), Just(0.01)], any::<u64>())
-        .prop_map(|(dim, direction, table_precision, scalar_storage, scalar_lr, weight_decay, seed)| BasisConfig {
-            dim,
-            direction,
-            table_precision,
-            scalar_storage,
-            scalar_lr,
-            weight_decay,
-            seed,
-            ..BasisConfig::default()
-        })
+    (
+        1usize..9,
+        direction,
+        precision,
+        storage,
+        prop_oneof![Just(0.0f32), Just(0.05)],
+        prop_oneof![Just(0.0f32), Just(0.01)],
+        any::<u64>(),
+    )
+        .prop_map(
+            |(dim, direction, table_precision, scalar_storage, scalar_lr, weight_decay, seed)| {
+                BasisConfig {
+                    dim,
+                    direction,
+                    table_precision,
+                    scalar_storage,
+                    scalar_lr,
+                    weight_decay,
+                    seed,
+                    ..BasisConfig::default()
+                }
+            },
+        )
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -62,14 +79,21 @@ fn case() -> impl Strategy<Value = Case> {
                 ),
             )
         });
-        proptest::collection::vec(batch, 1..4).prop_map(move |batches| Case { config, buckets, rows, batches })
+        proptest::collection::vec(batch, 1..4).prop_map(move |batches| Case {
+            config,
+            buckets,
+            rows,
+            batches,
+        })
     })
 }
 
 fn fresh(case: &Case) -> (Basis<OneChoice>, Vec<f32>) {
     let h = OneChoice::new(case.buckets, 11).unwrap();
     let basis = Basis::new(case.config, h).unwrap();
-    let table = (0..case.rows * case.config.dim).map(|i| (i % 13) as f32 * 0.1 - 0.6).collect();
+    let table = (0..case.rows * case.config.dim)
+        .map(|i| (i % 13) as f32 * 0.1 - 0.6)
+        .collect();
     (basis, table)
 }
 
@@ -111,14 +135,20 @@ proptest! {
 
 #[test]
 fn bad_batches_fail_like_serial_and_change_nothing() {
-    let config = BasisConfig { dim: 2, ..BasisConfig::default() };
+    let config = BasisConfig {
+        dim: 2,
+        ..BasisConfig::default()
+    };
     let mut basis = Basis::new(config, OneChoice::new(4, 1).unwrap()).unwrap();
     let mut table = vec![1.0f32; 10];
     let before = basis.export_state();
     // Wrong gradient length.
     assert_eq!(
         par_step_dense(&mut basis, &[0, 1], &[0.5; 3], &mut table),
-        Err(Error::Step(StepError::GradLength { expected: 4, actual: 3 }))
+        Err(Error::Step(StepError::GradLength {
+            expected: 4,
+            actual: 3
+        }))
     );
     // Row 5 is not in a 5-row table.
     assert_eq!(
@@ -126,7 +156,12 @@ fn bad_batches_fail_like_serial_and_change_nothing() {
         Err(Error::Step(StepError::MissingRow { id: 5 }))
     );
     assert_eq!(
-        par_step(&mut basis, &[5], &[0.5; 2], &mut DenseTable::new(&mut table, 2).unwrap()),
+        par_step(
+            &mut basis,
+            &[5],
+            &[0.5; 2],
+            &mut DenseTable::new(&mut table, 2).unwrap()
+        ),
         Err(Error::Step(StepError::MissingRow { id: 5 }))
     );
     // Not whole rows.
@@ -144,16 +179,33 @@ fn bad_batches_fail_like_serial_and_change_nothing() {
 fn large_zipf_batch_matches_serial() {
     let dim = 16;
     let rows = 50_000usize;
-    let config = BasisConfig { dim, direction: Direction::Shared, scalar_lr: 0.05, ..BasisConfig::default() };
+    let config = BasisConfig {
+        dim,
+        direction: Direction::Shared,
+        scalar_lr: 0.05,
+        ..BasisConfig::default()
+    };
     let make = || Basis::new(config, OneChoice::new(997, 3).unwrap()).unwrap();
     // Skewed ids: a few hot rows repeat often (duplicates merge).
-    let ids: Vec<u64> = (0..4096u64).map(|k| (k * k * 2_654_435_761) % (1 + k % rows as u64)).collect();
-    let grads: Vec<f32> = (0..ids.len() * dim).map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0).collect();
+    let ids: Vec<u64> = (0..4096u64)
+        .map(|k| (k * k * 2_654_435_761) % (1 + k % rows as u64))
+        .collect();
+    let grads: Vec<f32> = (0..ids.len() * dim)
+        .map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0)
+        .collect();
     let (mut serial, mut par) = (make(), make());
     let (mut t_serial, mut t_par) = (vec![0.25f32; rows * dim], vec![0.25f32; rows * dim]);
     for _ in 0..3 {
-        serial.step(&ids, &grads, &mut DenseTable::new(&mut t_serial, dim).unwrap()).unwrap();
-        pools()[1].install(|| par_step_dense(&mut par, &ids, &grads, &mut t_par)).unwrap();
+        serial
+            .step(
+                &ids,
+                &grads,
+                &mut DenseTable::new(&mut t_serial, dim).unwrap(),
+            )
+            .unwrap();
+        pools()[1]
+            .install(|| par_step_dense(&mut par, &ids, &grads, &mut t_par))
+            .unwrap();
     }
     assert_eq!(bits(&t_par), bits(&t_serial));
     assert!(par.export_state() == serial.export_state());

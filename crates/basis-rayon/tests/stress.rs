@@ -2,6 +2,11 @@
 //! Gradients are small integers, so every partial sum is exact in f32 and the
 //! totals must equal the integer reference exactly — a lost update shows.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers too: a panic is a failing test"
+)]
+
 use basis_rayon::{AtomicMomentTable, MomentTable, StripedMomentTable};
 
 const THREADS: usize = 8;

@@ -1,6 +1,11 @@
 //! The Hogwild tables against an obviously-correct serial reference, and
 //! their input checks.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test helpers too: a panic is a failing test"
+)]
+
 use basis_rayon::{AtomicMomentTable, Error, MomentParams, MomentTable, StripedMomentTable};
 use proptest::prelude::*;
 
@@ -66,7 +71,11 @@ enum Op {
 fn ops(buckets: usize, dim: usize) -> impl Strategy<Value = Vec<Op>> {
     let grad = proptest::collection::vec(-10.0f32..10.0, dim);
     let op = (0..buckets, grad, any::<bool>()).prop_map(|(b, g, adam)| {
-        if adam { Op::Adam(b, g) } else { Op::Accumulate(b, g) }
+        if adam {
+            Op::Adam(b, g)
+        } else {
+            Op::Accumulate(b, g)
+        }
     });
     proptest::collection::vec(op, 0..40)
 }
@@ -112,11 +121,17 @@ fn bad_input_is_refused_and_changes_nothing() {
         let mut dir = [0.0; 3];
         assert_eq!(
             table.accumulate(2, &[0.0; 3]),
-            Err(Error::BucketOutOfRange { bucket: 2, buckets: 2 })
+            Err(Error::BucketOutOfRange {
+                bucket: 2,
+                buckets: 2
+            })
         );
         assert_eq!(
             table.accumulate(0, &[0.0; 2]),
-            Err(Error::LengthMismatch { expected: 3, got: 2 })
+            Err(Error::LengthMismatch {
+                expected: 3,
+                got: 2
+            })
         );
         assert_eq!(
             table.accumulate(0, &[1.0, f32::NAN, 1.0]),
@@ -128,12 +143,21 @@ fn bad_input_is_refused_and_changes_nothing() {
         );
         assert_eq!(
             table.adam_update(1, &[1.0; 3], &p, &mut [0.0; 4]),
-            Err(Error::LengthMismatch { expected: 3, got: 4 })
+            Err(Error::LengthMismatch {
+                expected: 3,
+                got: 4
+            })
         );
         let bad = MomentParams { beta1: 1.0, ..p };
-        assert_eq!(table.adam_update(1, &[1.0; 3], &bad, &mut dir), Err(Error::InvalidParams));
+        assert_eq!(
+            table.adam_update(1, &[1.0; 3], &bad, &mut dir),
+            Err(Error::InvalidParams)
+        );
         let bad = MomentParams { eps: 0.0, ..p };
-        assert_eq!(table.adam_update(1, &[1.0; 3], &bad, &mut dir), Err(Error::InvalidParams));
+        assert_eq!(
+            table.adam_update(1, &[1.0; 3], &bad, &mut dir),
+            Err(Error::InvalidParams)
+        );
         for b in 0..2 {
             let (mut m, mut v) = ([9.0; 3], [9.0; 3]);
             assert_eq!(table.snapshot(b, &mut m, &mut v), Ok(0));
@@ -141,7 +165,10 @@ fn bad_input_is_refused_and_changes_nothing() {
         }
         assert_eq!(
             table.snapshot(0, &mut [0.0; 3], &mut [0.0; 1]),
-            Err(Error::LengthMismatch { expected: 3, got: 1 })
+            Err(Error::LengthMismatch {
+                expected: 3,
+                got: 1
+            })
         );
     }
 }
@@ -158,9 +185,15 @@ fn bad_shapes_are_refused() {
     );
     assert_eq!(
         AtomicMomentTable::new(usize::MAX, 2).err(),
-        Some(Error::BadShape { buckets: usize::MAX, dim: 2 })
+        Some(Error::BadShape {
+            buckets: usize::MAX,
+            dim: 2
+        })
     );
-    assert_eq!(StripedMomentTable::with_stripes(4, 2, 0).err(), Some(Error::InvalidParams));
+    assert_eq!(
+        StripedMomentTable::with_stripes(4, 2, 0).err(),
+        Some(Error::InvalidParams)
+    );
 }
 
 #[test]

@@ -1,7 +1,10 @@
 //! `LocalComm`: collective results against a plain reference, byte
 //! accounting, and the failure model (mismatch, panic, drop, timeout).
 
-#![allow(clippy::unwrap_used, reason = "tests: a failed unwrap is a failed test")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "tests: a failed unwrap is a failed test"
+)]
 
 use core::time::Duration;
 
@@ -175,4 +178,47 @@ fn many_rounds_stay_in_lockstep() {
         .map(|k| (0..p).map(|r| (r + k) as f32).sum::<f32>())
         .sum();
     assert!(out.iter().all(|&a| a == want));
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig {
+        cases: 24,
+        failure_persistence: None,
+        ..proptest::prelude::ProptestConfig::default()
+    })]
+    /// Every collective against its one-line definition, on random group
+    /// sizes, chunk sizes and data.
+    #[test]
+    fn collectives_match_their_definitions(
+        p in 1usize..6,
+        chunk in 0usize..9,
+        n in 0usize..40,
+        seed in proptest::prelude::any::<u64>(),
+    ) {
+        let byte = |r: usize, i: usize| (seed.wrapping_mul(r as u64 + 3) >> (i % 50)) as u8 ^ i as u8;
+        let out = ok(LocalComm::run(p, |mut c| {
+            let r = c.rank();
+            let send: Vec<u8> = (0..p * chunk).map(|i| byte(r, i)).collect();
+            let mut a2a = vec![0u8; p * chunk];
+            c.all_to_all(&send, chunk, &mut a2a).unwrap();
+            let mine: Vec<u8> = (0..chunk).map(|i| byte(r, 1000 + i)).collect();
+            let mut gathered = vec![0u8; p * chunk];
+            c.all_gather(&mine, &mut gathered).unwrap();
+            let mut sum = data(r, n);
+            c.all_reduce_sum(&mut sum).unwrap();
+            (a2a, gathered, sum)
+        }));
+        for (r, (a2a, gathered, sum)) in out.iter().enumerate() {
+            for i in 0..p {
+                for k in 0..chunk {
+                    proptest::prop_assert_eq!(a2a[i * chunk + k], byte(i, r * chunk + k));
+                    proptest::prop_assert_eq!(gathered[i * chunk + k], byte(i, 1000 + k));
+                }
+            }
+            let want: Vec<u32> = (0..n)
+                .map(|j| (1..p).fold(data(0, n)[j], |acc, q| acc + data(q, n)[j]).to_bits())
+                .collect();
+            proptest::prop_assert_eq!(sum.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), want);
+        }
+    }
 }

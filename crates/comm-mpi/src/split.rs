@@ -126,9 +126,10 @@ mod proptests {
             let (counts, displs) = chunks(n, p).unwrap();
             let mut owner = vec![usize::MAX; n];
             for j in 0..p {
-                for i in displs[j] as usize..(displs[j] + counts[j]) as usize {
-                    prop_assert_eq!(owner[i], usize::MAX);
-                    owner[i] = j;
+                let range = displs[j] as usize..(displs[j] + counts[j]) as usize;
+                for slot in &mut owner[range] {
+                    prop_assert_eq!(*slot, usize::MAX);
+                    *slot = j;
                 }
             }
             prop_assert!(owner.windows(2).all(|w| w[0] <= w[1]));

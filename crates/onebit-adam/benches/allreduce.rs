@@ -10,7 +10,10 @@
 //! rank 0 times `iters` back-to-back collectives. Throughput is GB/s of f32
 //! input per rank (4 bytes per element).
 
-#![allow(clippy::unwrap_used, reason = "bench harness: a failure aborts the run")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "bench harness: a failure aborts the run"
+)]
 
 use core::hint::black_box;
 use core::time::Duration;

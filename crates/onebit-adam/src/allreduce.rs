@@ -314,13 +314,17 @@ pub(crate) fn reduce_bound(
     };
 
     // 1. Worker compression of the padded buffer.
-    s.padded.clear();
-    s.padded.extend_from_slice(buf);
-    s.padded.resize(big_n, 0.0);
     s.signs.resize(big_n / 8, 0);
     // A failure here (x + e overflowing) is still sent, as a NaN scale, so the
     // other ranks finish the exchange and fail too instead of hanging.
-    let worker_result = worker.compress_into(&s.padded, &mut s.signs);
+    let worker_result = if n == big_n {
+        worker.compress_into(buf, &mut s.signs)
+    } else {
+        s.padded.clear();
+        s.padded.extend_from_slice(buf);
+        s.padded.resize(big_n, 0.0);
+        worker.compress_into(&s.padded, &mut s.signs)
+    };
     let alpha = *worker_result.as_ref().unwrap_or(&f32::NAN);
 
     // 2. All-to-all of sign chunks, each followed by α_r.

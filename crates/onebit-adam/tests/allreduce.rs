@@ -2,7 +2,10 @@
 //! reference simulation (bit for bit), error-feedback conservation, byte
 //! accounting, and failures on every rank.
 
-#![allow(clippy::unwrap_used, reason = "tests: a failed unwrap is a failed test")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "tests: a failed unwrap is a failed test"
+)]
 
 use core::time::Duration;
 
@@ -53,7 +56,9 @@ fn run_local(p: usize, n: usize, calls: usize) -> Vec<(Vec<Vec<f32>>, AllReduceS
 #[test]
 fn equals_reference_bit_for_bit_on_every_rank() {
     for p in [1usize, 2, 3, 4, 8] {
-        for n in [1, 7, 8 * p - 1, 8 * p + 1, 100_003] {
+        // The awkward lengths, plus 16P (no padding: the worker
+        // compresses the caller's buffer directly).
+        for n in [1, 7, 8 * p - 1, 8 * p + 1, 16 * p, 100_003] {
             let calls = if n > 1000 { 2 } else { 4 };
             let local = run_local(p, n, calls);
             let mut reference = ReferenceState::new(n, p);
@@ -192,6 +197,28 @@ fn call_counter_mismatch_fails_on_every_rank() {
         })
     );
     assert_eq!(out[1], step(0, 1));
+}
+
+#[test]
+fn different_operations_fail_on_every_rank() {
+    let out = all_ranks(2, |mut c| {
+        let mut buf = vec![0.5f32; 8];
+        if c.rank() == 0 {
+            compressed_allreduce(&mut c, &mut buf, &mut AllReduceState::new()).map(|_| ())
+        } else {
+            let mut opt = onebit_adam::OneBitAdam::new(8, onebit_adam::Config::default()).unwrap();
+            opt.step_with_grad(&mut c, &mut buf, &[0.1; 8]).map(|_| ())
+        }
+    });
+    for r in out {
+        assert!(matches!(
+            r,
+            Err(OneBitError::Comm(CommError::HeaderMismatch {
+                field: "op",
+                ..
+            }))
+        ));
+    }
 }
 
 #[test]

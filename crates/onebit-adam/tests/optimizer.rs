@@ -2,7 +2,10 @@
 //! bytes per stage, export/import continuation, exact-zero coordinates,
 //! groups, staged schedule, seed variant, accumulation, failures.
 
-#![allow(clippy::unwrap_used, reason = "tests: a failed unwrap is a failed test")]
+#![allow(
+    clippy::unwrap_used,
+    reason = "tests: a failed unwrap is a failed test"
+)]
 
 use basis_std::local::LocalComm;
 use comm_traits::{CommStats, Communicator, SingleRank};

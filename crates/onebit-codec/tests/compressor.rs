@@ -80,6 +80,46 @@ fn fused_equals_references_across_block_and_chunk_boundaries() {
 }
 
 #[test]
+fn fused_equals_references_across_cache_blocks() {
+    // The fused pass works in blocks of 8192 elements.
+    for n in [8191, 8192, 8193, 20_000] {
+        let steps: Vec<Vec<f32>> = (0..3).map(|t| wave(n, t)).collect();
+        for chunk in [None, Some(3), Some(8192), Some(5000)] {
+            check_three_way(&steps, ErrorFeedback::Full, ScaleKind::Rms, chunk);
+        }
+        check_three_way(&steps, ErrorFeedback::Full, ScaleKind::MeanAbs, Some(777));
+        check_three_way(&steps, ErrorFeedback::Decayed { beta: 0.25 }, ScaleKind::MaxAbs, Some(1025));
+    }
+}
+
+/// After a step with values near `f32::MAX`, an input that overflows `x + e`
+/// (but not `x`) is reported at the first overflowing index, for every scale
+/// kind, and nothing changes.
+#[test]
+fn overflow_after_huge_step_is_caught_for_every_kind() {
+    let big = f32::MAX;
+    for kind in KINDS {
+        for chunk in [None, Some(2)] {
+            let mut c = Compressor::with_config(4, config(ErrorFeedback::Full, kind, chunk)).unwrap();
+            let mut signs = [0u8; 1];
+            let mut scales = vec![0.0f32; c.chunks()];
+            c.compress_chunks_into(&[big, -big / 2.0, 1.0, big / 4.0], &mut signs, &mut scales).unwrap();
+            let mut e = [0.0f32; 4];
+            c.error_into(&mut e).unwrap();
+            // Push every element towards overflow in the direction of its error.
+            let x2: Vec<f32> = e.iter().map(|&v| if v < 0.0 { -big } else { big }).collect();
+            let expected = x2.iter().zip(&e).position(|(a, b)| !(a + b).is_finite());
+            let index = expected.expect("the construction always overflows somewhere");
+            let result = c.compress_chunks_into(&x2, &mut signs, &mut scales);
+            assert_eq!(result, Err(CodecError::NonFinite { index }), "{kind:?} {chunk:?}");
+            let mut after = [0.0f32; 4];
+            c.error_into(&mut after).unwrap();
+            assert_eq!(bits_of(&after), bits_of(&e), "{kind:?} {chunk:?}");
+        }
+    }
+}
+
+#[test]
 fn compress_into_returns_the_rms_of_x_plus_e() {
     let x = [3.0f32, -4.0, 0.0, -0.0];
     let mut c = Compressor::new(4);

@@ -7,7 +7,9 @@
 //! the Criteo winners: `v ≤ 2 → v`, else `⌊ln(v)²⌋`. The file order is the
 //! time order (the real files are time-ordered), so the split keeps it.
 
-use super::{DataError, Format, LoadOptions, LoadReport, RawData, excerpt, for_each_line, is_blank};
+use super::{
+    DataError, Format, LoadOptions, LoadReport, RawData, excerpt, for_each_line, is_blank,
+};
 use crate::hashing::{feature_key, feature_key_u64};
 use std::path::Path;
 
@@ -27,7 +29,11 @@ fn int_bin(v: i64) -> i64 {
 }
 
 /// Load a Criteo TSV file.
-pub(crate) fn load(path: &Path, opts: &LoadOptions, report: &mut LoadReport) -> Result<RawData, DataError> {
+pub(crate) fn load(
+    path: &Path,
+    opts: &LoadOptions,
+    report: &mut LoadReport,
+) -> Result<RawData, DataError> {
     let fields = (1..=INTS)
         .map(|i| format!("I{i}"))
         .chain((1..=CATS).map(|c| format!("C{c}")))
@@ -54,7 +60,13 @@ pub(crate) fn load(path: &Path, opts: &LoadOptions, report: &mut LoadReport) -> 
         }
     })?;
     report.lines += lines;
-    LoadReport::check_format(path, Format::Criteo, parsed, bad, report.malformed.get(first_bad))?;
+    LoadReport::check_format(
+        path,
+        Format::Criteo,
+        parsed,
+        bad,
+        report.malformed.get(first_bad),
+    )?;
     Ok(raw)
 }
 
@@ -63,12 +75,20 @@ fn parse(line: &[u8], feats: &mut Vec<(u64, f32)>) -> Result<f32, String> {
     feats.clear();
     let cols: Vec<&[u8]> = line.split(|&b| b == b'\t').collect();
     if cols.len() != 1 + INTS + CATS {
-        return Err(format!("expected 40 tab-separated columns, found {}", cols.len()));
+        return Err(format!(
+            "expected 40 tab-separated columns, found {}",
+            cols.len()
+        ));
     }
     let label = match cols[0] {
         b"0" => 0.0,
         b"1" => 1.0,
-        other => return Err(format!("label `{}` is not 0 or 1", String::from_utf8_lossy(other))),
+        other => {
+            return Err(format!(
+                "label `{}` is not 0 or 1",
+                String::from_utf8_lossy(other)
+            ));
+        }
     };
     for (i, c) in cols[1..=INTS].iter().enumerate() {
         if c.is_empty() {
@@ -77,7 +97,13 @@ fn parse(line: &[u8], feats: &mut Vec<(u64, f32)>) -> Result<f32, String> {
         let v: i64 = core::str::from_utf8(c)
             .ok()
             .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("I{} `{}` is not an integer", i + 1, String::from_utf8_lossy(c)))?;
+            .ok_or_else(|| {
+                format!(
+                    "I{} `{}` is not an integer",
+                    i + 1,
+                    String::from_utf8_lossy(c)
+                )
+            })?;
         feats.push((feature_key_u64(i as u32, int_bin(v) as u64), 1.0));
     }
     for (j, c) in cols[1 + INTS..].iter().enumerate() {
@@ -113,6 +139,10 @@ mod tests {
         let bad_label = format!("2{}{}", "\t5".repeat(13), "\tab".repeat(26));
         assert!(parse(bad_label.as_bytes(), &mut f).is_err());
         let bad_int = format!("1\tx{}{}", "\t5".repeat(12), "\tab".repeat(26));
-        assert!(parse(bad_int.as_bytes(), &mut f).unwrap_err().contains("I1"));
+        assert!(
+            parse(bad_int.as_bytes(), &mut f)
+                .unwrap_err()
+                .contains("I1")
+        );
     }
 }

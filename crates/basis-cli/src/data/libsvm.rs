@@ -6,12 +6,18 @@
 //! (one table row), weighted by its value. There is no time, so the split is
 //! a seeded shuffle. `qid:` tokens are not supported (malformed).
 
-use super::{DataError, Format, LoadOptions, LoadReport, RawData, excerpt, for_each_line, is_blank};
+use super::{
+    DataError, Format, LoadOptions, LoadReport, RawData, excerpt, for_each_line, is_blank,
+};
 use crate::hashing::feature_key_u64;
 use std::path::Path;
 
 /// Load a libsvm file.
-pub(crate) fn load(path: &Path, opts: &LoadOptions, report: &mut LoadReport) -> Result<RawData, DataError> {
+pub(crate) fn load(
+    path: &Path,
+    opts: &LoadOptions,
+    report: &mut LoadReport,
+) -> Result<RawData, DataError> {
     let mut raw = RawData::new(vec!["features".into()], false);
     let (mut parsed, mut bad) = (0, 0);
     let first_bad = report.malformed.len();
@@ -38,7 +44,13 @@ pub(crate) fn load(path: &Path, opts: &LoadOptions, report: &mut LoadReport) -> 
         }
     })?;
     report.lines += lines;
-    LoadReport::check_format(path, Format::Libsvm, parsed, bad, report.malformed.get(first_bad))?;
+    LoadReport::check_format(
+        path,
+        Format::Libsvm,
+        parsed,
+        bad,
+        report.malformed.get(first_bad),
+    )?;
     Ok(raw)
 }
 

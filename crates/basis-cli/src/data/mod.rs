@@ -341,8 +341,7 @@ pub(crate) struct LoadOptions {
 /// named format, on a malformed line with `strict`, or when a split would be
 /// empty or one-class.
 pub(crate) fn load(opts: &LoadOptions) -> Result<Dataset, DataError> {
-    if !(opts.valid_frac >= 0.0 && opts.test_frac > 0.0 && opts.valid_frac + opts.test_frac < 1.0)
-    {
+    if !(opts.valid_frac >= 0.0 && opts.test_frac > 0.0 && opts.valid_frac + opts.test_frac < 1.0) {
         return Err(DataError::Config(format!(
             "need 0 <= valid ({}) , 0 < test ({}), valid + test < 1",
             opts.valid_frac, opts.test_frac
@@ -350,9 +349,9 @@ pub(crate) fn load(opts: &LoadOptions) -> Result<Dataset, DataError> {
     }
     let mut report = LoadReport::default();
     let path = || {
-        opts.path.clone().ok_or_else(|| {
-            DataError::Config(format!("format `{}` needs --data PATH", opts.format))
-        })
+        opts.path
+            .clone()
+            .ok_or_else(|| DataError::Config(format!("format `{}` needs --data PATH", opts.format)))
     };
     let (raw, name) = match opts.format {
         Format::Synthetic => (
@@ -361,19 +360,31 @@ pub(crate) fn load(opts: &LoadOptions) -> Result<Dataset, DataError> {
         ),
         Format::Movielens => {
             let p = path()?;
-            (movielens::load(&p, opts, &mut report)?, format!("movielens {}", p.display()))
+            (
+                movielens::load(&p, opts, &mut report)?,
+                format!("movielens {}", p.display()),
+            )
         }
         Format::Criteo => {
             let p = path()?;
-            (criteo::load(&p, opts, &mut report)?, format!("criteo {}", p.display()))
+            (
+                criteo::load(&p, opts, &mut report)?,
+                format!("criteo {}", p.display()),
+            )
         }
         Format::Libsvm => {
             let p = path()?;
-            (libsvm::load(&p, opts, &mut report)?, format!("libsvm {}", p.display()))
+            (
+                libsvm::load(&p, opts, &mut report)?,
+                format!("libsvm {}", p.display()),
+            )
         }
         Format::Text => {
             let p = path()?;
-            (text::load(&p, opts, &mut report)?, format!("text {}", p.display()))
+            (
+                text::load(&p, opts, &mut report)?,
+                format!("text {}", p.display()),
+            )
         }
     };
     report.examples = raw.len();
@@ -389,7 +400,9 @@ fn index(
 ) -> Result<Dataset, DataError> {
     let n = raw.len();
     if n < 10 {
-        return Err(DataError::Unusable(format!("{n} examples; need at least 10")));
+        return Err(DataError::Unusable(format!(
+            "{n} examples; need at least 10"
+        )));
     }
     let mut order: Vec<usize> = (0..n).collect();
     let split = if raw.timed {
@@ -507,5 +520,9 @@ pub(crate) fn is_blank(line: &[u8]) -> bool {
 /// A short printable excerpt of a line for error messages.
 pub(crate) fn excerpt(bytes: &[u8]) -> String {
     let s = String::from_utf8_lossy(&bytes[..bytes.len().min(40)]).into_owned();
-    if bytes.len() > 40 { format!("{s}...") } else { s }
+    if bytes.len() > 40 {
+        format!("{s}...")
+    } else {
+        s
+    }
 }

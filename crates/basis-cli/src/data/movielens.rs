@@ -11,7 +11,9 @@
 //! `PATH` may be the file, or a directory holding one `.inter` file or a
 //! `u.data`. The label is `rating >= 4`; the split is time-ordered.
 
-use super::{DataError, Format, LoadOptions, LoadReport, RawData, excerpt, for_each_line, is_blank};
+use super::{
+    DataError, Format, LoadOptions, LoadReport, RawData, excerpt, for_each_line, is_blank,
+};
 use crate::hashing::{KeyMap, feature_key};
 use std::path::{Path, PathBuf};
 
@@ -65,12 +67,19 @@ fn parse_rating(s: &str) -> Option<f32> {
 }
 
 fn parse_time(s: &str) -> Option<i64> {
-    s.parse::<i64>()
-        .ok()
-        .or_else(|| s.parse::<f64>().ok().filter(|t| t.is_finite()).map(|t| t as i64))
+    s.parse::<i64>().ok().or_else(|| {
+        s.parse::<f64>()
+            .ok()
+            .filter(|t| t.is_finite())
+            .map(|t| t as i64)
+    })
 }
 
-fn load_udata(path: &Path, opts: &LoadOptions, report: &mut LoadReport) -> Result<RawData, DataError> {
+fn load_udata(
+    path: &Path,
+    opts: &LoadOptions,
+    report: &mut LoadReport,
+) -> Result<RawData, DataError> {
     let mut raw = RawData::new(vec!["user".into(), "item".into()], true);
     let (mut parsed, mut bad) = (0, 0);
     let first_bad = report.malformed.len();
@@ -82,11 +91,18 @@ fn load_udata(path: &Path, opts: &LoadOptions, report: &mut LoadReport) -> Resul
         let text = String::from_utf8_lossy(line);
         let cols: Vec<&str> = text.split_whitespace().collect();
         let why = if cols.len() != 4 {
-            Some(format!("expected 4 columns (user item rating timestamp), found {}: {}", cols.len(), excerpt(line)))
+            Some(format!(
+                "expected 4 columns (user item rating timestamp), found {}: {}",
+                cols.len(),
+                excerpt(line)
+            ))
         } else {
             match (parse_rating(cols[2]), parse_time(cols[3])) {
                 (Some(r), Some(t)) => {
-                    let feats = [(feature_key(0, cols[0].as_bytes()), 1.0), (feature_key(1, cols[1].as_bytes()), 1.0)];
+                    let feats = [
+                        (feature_key(0, cols[0].as_bytes()), 1.0),
+                        (feature_key(1, cols[1].as_bytes()), 1.0),
+                    ];
                     raw.push(&feats, f32::from(u8::from(r >= 4.0)), t);
                     parsed += 1;
                     None
@@ -102,7 +118,13 @@ fn load_udata(path: &Path, opts: &LoadOptions, report: &mut LoadReport) -> Resul
         Ok(())
     })?;
     report.lines += lines;
-    LoadReport::check_format(path, Format::Movielens, parsed, bad, report.malformed.get(first_bad))?;
+    LoadReport::check_format(
+        path,
+        Format::Movielens,
+        parsed,
+        bad,
+        report.malformed.get(first_bad),
+    )?;
     Ok(raw)
 }
 
@@ -130,17 +152,24 @@ impl Header {
     }
 
     fn index(&self, path: &Path, name: &str) -> Result<usize, DataError> {
-        self.cols.iter().position(|(n, _)| n == name).ok_or_else(|| DataError::NotFormat {
-            path: path.to_path_buf(),
-            format: Format::Movielens,
-            line: 1,
-            reason: format!("header has no `{name}` column"),
-        })
+        self.cols
+            .iter()
+            .position(|(n, _)| n == name)
+            .ok_or_else(|| DataError::NotFormat {
+                path: path.to_path_buf(),
+                format: Format::Movielens,
+                line: 1,
+                reason: format!("header has no `{name}` column"),
+            })
     }
 }
 
 /// Side features of users or items: id → feature keys.
 type Side = KeyMap<Vec<u64>>;
+
+/// A side file's header, its id column, and the feature columns used:
+/// `(column, field index, is a token sequence)`.
+type SideHeader = (Header, usize, Vec<(usize, u32, bool)>);
 
 /// Read a `.user` / `.item` file: the id column and its token features.
 /// `field0` is the field index of the first feature column.
@@ -153,7 +182,7 @@ fn load_side(
     report: &mut LoadReport,
 ) -> Result<Side, DataError> {
     let mut side = Side::default();
-    let mut header: Option<(Header, usize, Vec<(usize, u32, bool)>)> = None;
+    let mut header: Option<SideHeader> = None;
     let (mut parsed, mut bad) = (0, 0);
     let first_bad = report.malformed.len();
     let lines = for_each_line(path, opts.progress, |n, line| {
@@ -181,14 +210,21 @@ fn load_side(
         let cols: Vec<&str> = text.split('\t').collect();
         if cols.len() != h.cols.len() {
             bad += 1;
-            let why = format!("expected {} tab-separated columns, found {}", h.cols.len(), cols.len());
+            let why = format!(
+                "expected {} tab-separated columns, found {}",
+                h.cols.len(),
+                cols.len()
+            );
             return report.malformed(path, n, why, opts.strict);
         }
         let mut keys = Vec::new();
         for &(i, field, seq) in used {
             let v = cols[i].trim();
             if seq {
-                keys.extend(v.split_whitespace().map(|t| feature_key(field, t.as_bytes())));
+                keys.extend(
+                    v.split_whitespace()
+                        .map(|t| feature_key(field, t.as_bytes())),
+                );
             } else if !v.is_empty() {
                 keys.push(feature_key(field, v.as_bytes()));
             }
@@ -198,24 +234,48 @@ fn load_side(
         Ok(())
     })?;
     report.lines += lines;
-    LoadReport::check_format(path, Format::Movielens, parsed, bad, report.malformed.get(first_bad))?;
+    LoadReport::check_format(
+        path,
+        Format::Movielens,
+        parsed,
+        bad,
+        report.malformed.get(first_bad),
+    )?;
     Ok(side)
 }
 
-fn load_recbole(path: &Path, opts: &LoadOptions, report: &mut LoadReport) -> Result<RawData, DataError> {
+fn load_recbole(
+    path: &Path,
+    opts: &LoadOptions,
+    report: &mut LoadReport,
+) -> Result<RawData, DataError> {
     let mut fields = vec!["user_id".to_string(), "item_id".to_string()];
     let stem = path.with_extension("");
     let user_path = stem.with_extension("user");
     let item_path = stem.with_extension("item");
     let users = if user_path.is_file() {
         let f0 = fields.len() as u32;
-        Some(load_side(&user_path, "user_id", f0, &mut fields, opts, report)?)
+        Some(load_side(
+            &user_path,
+            "user_id",
+            f0,
+            &mut fields,
+            opts,
+            report,
+        )?)
     } else {
         None
     };
     let items = if item_path.is_file() {
         let f0 = fields.len() as u32;
-        Some(load_side(&item_path, "item_id", f0, &mut fields, opts, report)?)
+        Some(load_side(
+            &item_path,
+            "item_id",
+            f0,
+            &mut fields,
+            opts,
+            report,
+        )?)
     } else {
         None
     };
@@ -243,7 +303,11 @@ fn load_recbole(path: &Path, opts: &LoadOptions, report: &mut LoadReport) -> Res
         let text = String::from_utf8_lossy(line);
         let cols: Vec<&str> = text.split('\t').map(str::trim).collect();
         let why = if cols.len() != width {
-            Some(format!("expected {width} tab-separated columns, found {}: {}", cols.len(), excerpt(line)))
+            Some(format!(
+                "expected {width} tab-separated columns, found {}: {}",
+                cols.len(),
+                excerpt(line)
+            ))
         } else {
             match (parse_rating(cols[r]), parse_time(cols[t])) {
                 (Some(rating), Some(time)) => {
@@ -252,9 +316,12 @@ fn load_recbole(path: &Path, opts: &LoadOptions, report: &mut LoadReport) -> Res
                     feats.clear();
                     feats.push((uk, 1.0));
                     feats.push((feature_key(1, cols[i].as_bytes()), 1.0));
-                    for side in [users.as_ref().and_then(|s| s.get(&uk)), items.as_ref().and_then(|s| s.get(&ik))]
-                        .into_iter()
-                        .flatten()
+                    for side in [
+                        users.as_ref().and_then(|s| s.get(&uk)),
+                        items.as_ref().and_then(|s| s.get(&ik)),
+                    ]
+                    .into_iter()
+                    .flatten()
                     {
                         feats.extend(side.iter().map(|&k| (k, 1.0)));
                     }
@@ -273,6 +340,12 @@ fn load_recbole(path: &Path, opts: &LoadOptions, report: &mut LoadReport) -> Res
         Ok(())
     })?;
     report.lines += lines;
-    LoadReport::check_format(path, Format::Movielens, parsed, bad, report.malformed.get(first_bad))?;
+    LoadReport::check_format(
+        path,
+        Format::Movielens,
+        parsed,
+        bad,
+        report.malformed.get(first_bad),
+    )?;
     Ok(raw)
 }

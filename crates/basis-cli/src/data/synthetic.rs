@@ -85,7 +85,7 @@ pub(crate) fn generate(cfg: &SynthConfig) -> Result<RawData, DataError> {
             "synthetic data needs examples > 0 and fields with cardinality > 0".into(),
         ));
     }
-    if !(0.0..0.5).contains(&cfg.noise) || !(cfg.zipf.is_finite() && cfg.zipf >= 0.0) {
+    if !((0.0..0.5).contains(&cfg.noise) && cfg.zipf.is_finite() && cfg.zipf >= 0.0) {
         return Err(DataError::Config(
             "synthetic noise must be in [0, 0.5) and zipf finite and >= 0".into(),
         ));
@@ -177,7 +177,12 @@ mod tests {
         let top = feature_key_u64(0, 0);
         let rare = feature_key_u64(0, 99);
         let count = |k: u64| raw.keys.iter().filter(|&&x| x == k).count();
-        assert!(count(top) > 10 * count(rare).max(1), "{} vs {}", count(top), count(rare));
+        assert!(
+            count(top) > 10 * count(rare).max(1),
+            "{} vs {}",
+            count(top),
+            count(rare)
+        );
     }
 
     #[test]
@@ -185,9 +190,15 @@ mod tests {
         let raw = generate(&small()).unwrap();
         let pos = raw.labels.iter().filter(|&&l| l == 1.0).count();
         assert!(pos > 200 && pos < 1800, "{pos}");
-        let bad = SynthConfig { noise: 0.7, ..small() };
+        let bad = SynthConfig {
+            noise: 0.7,
+            ..small()
+        };
         assert!(matches!(generate(&bad), Err(DataError::Config(_))));
-        let bad = SynthConfig { cardinalities: vec![], ..small() };
+        let bad = SynthConfig {
+            cardinalities: vec![],
+            ..small()
+        };
         assert!(matches!(generate(&bad), Err(DataError::Config(_))));
     }
 }

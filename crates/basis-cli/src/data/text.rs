@@ -49,21 +49,38 @@ pub(crate) fn tokens(bytes: &[u8]) -> Vec<&[u8]> {
 }
 
 /// Load the corpus under `root`.
-pub(crate) fn load(root: &Path, opts: &LoadOptions, report: &mut LoadReport) -> Result<RawData, DataError> {
+pub(crate) fn load(
+    root: &Path,
+    opts: &LoadOptions,
+    report: &mut LoadReport,
+) -> Result<RawData, DataError> {
     if !root.is_dir() {
         return Err(not_format(root, "not a directory of label folders"));
     }
-    let labels: Vec<PathBuf> = sorted_entries(root)?.into_iter().filter(|p| p.is_dir()).collect();
+    let labels: Vec<PathBuf> = sorted_entries(root)?
+        .into_iter()
+        .filter(|p| p.is_dir())
+        .collect();
     if labels.len() < 2 {
-        return Err(not_format(root, format!("needs at least 2 label folders, found {}", labels.len())));
+        return Err(not_format(
+            root,
+            format!("needs at least 2 label folders, found {}", labels.len()),
+        ));
     }
-    let name = |p: &PathBuf| p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = |p: &PathBuf| {
+        p.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
     let wanted = opts.positive.clone().unwrap_or_else(|| "spam".into());
     let positive = match labels.iter().position(|p| name(p) == wanted) {
         Some(i) => i,
         None if opts.positive.is_none() && labels.len() == 2 => 1,
         None => {
-            return Err(not_format(root, format!("no label folder named `{wanted}` (use --positive NAME)")));
+            return Err(not_format(
+                root,
+                format!("no label folder named `{wanted}` (use --positive NAME)"),
+            ));
         }
     };
     let mut files = Vec::new();

@@ -1,0 +1,193 @@
+//! Finite gradients whose squares (or sums) overflow f32, and the fuzz
+//! regressions of the `basis_step` target replayed from `fuzz/regressions/`.
+//!
+//! A gradient of 3e19 is finite, so it passes a plain `is_finite` check, but
+//! `g²` is +inf: it must not turn a shared bucket's second moment into +inf
+//! (which freezes that coordinate for every row of the bucket forever) nor a
+//! neighbour row into NaN.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a panic is a failing test, not a user-facing crash"
+)]
+
+use std::path::{Path, PathBuf};
+
+use basis::core::{
+    Basis, BasisConfig, DenseTable, Direction, RowIndex, ScalarStorage, SparseOptimizer,
+    TablePrecision,
+};
+use basis::hash::{Bucketer, OneChoice};
+use basis_rayon::{AtomicMomentTable, MomentParams, MomentTable, StripedMomentTable};
+
+/// The configuration the `basis_step` / `basis_import` fuzz targets derive
+/// from their first input byte (keep in sync with `fuzz/fuzz_targets/`).
+fn fuzz_config(sel: u8) -> BasisConfig {
+    let direction = [
+        Direction::Shared,
+        Direction::Signed,
+        Direction::OwnGradient,
+        Direction::RowScaled,
+    ][usize::from(sel % 4)];
+    let scalar_storage = [
+        ScalarStorage::F32,
+        ScalarStorage::Bf16,
+        ScalarStorage::LogU8,
+    ][usize::from(sel / 4 % 3)];
+    let table_precision = if sel / 12 % 2 == 0 {
+        TablePrecision::F32
+    } else {
+        TablePrecision::Bf16
+    };
+    let row_index = if sel / 24 % 2 == 0 {
+        RowIndex::Sparse
+    } else {
+        RowIndex::Dense { rows: 6 }
+    };
+    BasisConfig {
+        dim: 2,
+        direction,
+        scalar_storage,
+        table_precision,
+        row_index,
+        ..BasisConfig::default()
+    }
+}
+
+fn assert_buckets_finite<H: Bucketer>(opt: &Basis<H>, what: &str) {
+    for b in 0..opt.bucketer().buckets() {
+        let view = opt.bucket_view(b).unwrap();
+        assert!(
+            view.m
+                .iter()
+                .flatten()
+                .chain(&view.v)
+                .all(|x| x.is_finite()),
+            "{what}: bucket {b} holds a non-finite value: {view:?}"
+        );
+    }
+}
+
+/// The `basis_step` fuzz target's body, replayed on a committed input.
+fn replay_basis_step(data: &[u8], what: &str) {
+    let Some((&sel, rest)) = data.split_first() else {
+        return;
+    };
+    let mut opt = Basis::new(fuzz_config(sel), OneChoice::new(3, 1).unwrap()).unwrap();
+    let mut weights = [0.5f32; 12];
+    for batch in rest.split(|&b| b == 0xFF) {
+        let rows: Vec<&[u8]> = batch.chunks_exact(9).collect();
+        let ids: Vec<u64> = rows.iter().map(|r| u64::from(r[0] % 8)).collect();
+        let grads: Vec<f32> = rows
+            .iter()
+            .flat_map(|r| {
+                [
+                    f32::from_le_bytes(r[1..5].try_into().unwrap()),
+                    f32::from_le_bytes(r[5..9].try_into().unwrap()),
+                ]
+            })
+            .collect();
+        let _ = opt.step(&ids, &grads, &mut DenseTable::new(&mut weights, 2).unwrap());
+        assert_buckets_finite(&opt, what);
+    }
+}
+
+fn regressions(target: &str) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/regressions")
+        .join(target);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn fuzz_regressions_of_the_basis_step_stay_fixed() {
+    let files = regressions("basis_step");
+    assert!(!files.is_empty());
+    for file in files {
+        let data = std::fs::read(&file).unwrap();
+        replay_basis_step(&data, &file.display().to_string());
+    }
+}
+
+/// A finite gradient whose square overflows f32 (|g| > 1.8e19) must not put
+/// an infinity into a shared bucket, nor a NaN into a row that merely shares
+/// the bucket — the failure mode the non-finite policy exists to prevent.
+#[test]
+fn a_gradient_whose_square_overflows_poisons_no_bucket_and_no_neighbour() {
+    /// Every id maps to bucket 0.
+    #[derive(Debug)]
+    struct OneBucket;
+    impl Bucketer for OneBucket {
+        fn buckets(&self) -> u32 {
+            1
+        }
+        fn bucket(&self, _: u64) -> u32 {
+            0
+        }
+    }
+    for direction in [
+        Direction::Shared,
+        Direction::Signed,
+        Direction::OwnGradient,
+        Direction::RowScaled,
+    ] {
+        for huge in [3e19f32, 2e38, f32::MAX, -f32::MAX] {
+            let config = BasisConfig {
+                dim: 2,
+                direction,
+                row_index: RowIndex::Dense { rows: 4 },
+                ..BasisConfig::default()
+            };
+            let mut opt = Basis::new(config, OneBucket).unwrap();
+            let mut weights = [0.5f32; 8];
+            let what = format!("{direction:?}, g = {huge:e}");
+            // Row 0 gets the huge value (twice: duplicates are summed),
+            // rows 1 and 2 are ordinary neighbours in the same bucket.
+            let ids = [0u64, 0, 1, 2];
+            let grads = [huge, 1.0, huge, 1.0, 0.1, -0.2, 0.3, 0.1];
+            let _ = opt.step(&ids, &grads, &mut DenseTable::new(&mut weights, 2).unwrap());
+            assert_buckets_finite(&opt, &what);
+            // A normal step afterwards must still be well defined.
+            let _ = opt.step(
+                &[1, 2, 3],
+                &[0.1, 0.2, 0.3, 0.4, 0.5, 0.6],
+                &mut DenseTable::new(&mut weights, 2).unwrap(),
+            );
+            assert_buckets_finite(&opt, &what);
+            assert!(
+                weights[2..].iter().all(|w| w.is_finite()),
+                "{what}: a neighbour row went non-finite: {weights:?}"
+            );
+        }
+    }
+}
+
+/// The Hogwild tables: an update either is refused or leaves the bucket finite.
+#[test]
+fn hogwild_tables_never_store_an_overflowed_moment() {
+    let tables: [Box<dyn MomentTable>; 2] = [
+        Box::new(AtomicMomentTable::new(1, 2).unwrap()),
+        Box::new(StripedMomentTable::new(1, 2).unwrap()),
+    ];
+    for table in &tables {
+        let params = MomentParams::default();
+        let mut dir = [0.0f32; 2];
+        for huge in [3e19f32, 3e38, -f32::MAX] {
+            let _ = table.adam_update(0, &[huge, 1.0], &params, &mut dir);
+            let _ = table.accumulate(0, &[huge, 1.0]);
+            let _ = table.accumulate(0, &[huge, 1.0]);
+            let (mut m, mut v) = ([0.0f32; 2], [0.0f32; 2]);
+            table.snapshot(0, &mut m, &mut v).unwrap();
+            assert!(
+                m.iter().chain(&v).all(|x| x.is_finite()),
+                "g = {huge:e}: m = {m:?}, v = {v:?}"
+            );
+            assert!(dir.iter().all(|x| x.is_finite()), "{dir:?}");
+        }
+    }
+}
