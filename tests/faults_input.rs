@@ -7,7 +7,7 @@
     reason = "test code: a panic is a failing test, not a user-facing crash"
 )]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use basis::core::{
     AdamConfig, Basis, BasisConfig, DenseTable, Direction, ExactAdam, RowIndex, SparseOptimizer,

@@ -2,8 +2,19 @@
 #![no_main]
 use onebit_adam::{Config, OneBitAdam};
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    let mut opt = OneBitAdam::new(3, Config { freeze_step: 1, ..Config::default() }).unwrap();
+    let mut opt = OneBitAdam::new(
+        3,
+        Config {
+            freeze_step: 1,
+            ..Config::default()
+        },
+    )
+    .unwrap();
     let before = opt.export_state();
-    let after = if opt.import_state(data).is_ok() { data.to_vec() } else { before };
+    let after = if opt.import_state(data).is_ok() {
+        data.to_vec()
+    } else {
+        before
+    };
     assert_eq!(opt.export_state(), after);
 });

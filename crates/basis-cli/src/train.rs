@@ -33,7 +33,7 @@ pub(crate) struct EpochPoint {
 /// Optimizer-state memory, broken down (bytes).
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct Memory {
-    /// Total optimizer state.
+    /// Total optimizer state (everything `memory()` reports but the scratch buffers).
     pub(crate) total: usize,
     /// Shared bucket tables.
     pub(crate) shared_tables: usize,
@@ -47,6 +47,9 @@ pub(crate) struct Memory {
     pub(crate) row_index: usize,
     /// Remembered hash choices.
     pub(crate) bucket_map: usize,
+    /// Step buffers the optimizer keeps between steps (`O(batch·d)`, not
+    /// per-row state; excluded from `total`).
+    pub(crate) scratch: usize,
 }
 
 /// The outcome of one training run.
@@ -207,7 +210,9 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
             loss_sum += grads.loss;
             let rep = opt.step(&grads.ids, &grads.rows, &mut fm.table, d)?;
             nonfinite += rep.rows_skipped_nonfinite as u64;
-            dense_opt.step(&mut fm.dense, &grads.dense);
+            if grads.dense.iter().all(|g| g.is_finite()) {
+                dense_opt.step(&mut fm.dense, &grads.dense);
+            }
             bar.inc(1);
         }
         bar.finish_and_clear();
@@ -260,6 +265,7 @@ pub(crate) fn finish(
     comm_bytes: Option<u64>,
 ) -> RunResult {
     let mem = opt.memory();
+    let state = mem.total_bytes - mem.scratch;
     let adam_bytes = (ds.rows * fm.dim() * 8) as f64;
     RunResult {
         optimizer: run.spec.label.clone(),
@@ -270,19 +276,20 @@ pub(crate) fn finish(
         final_metrics,
         curve,
         memory: Memory {
-            total: mem.total_bytes,
+            total: state,
             shared_tables: mem.shared_tables,
             step_counts: mem.step_counts,
             per_row: mem.scalars,
             row_counters: mem.row_counters,
             row_index: mem.row_index,
             bucket_map: mem.bucket_map,
+            scratch: mem.scratch,
         },
-        bytes_per_row: mem.total_bytes as f64 / ds.rows.max(1) as f64,
-        compression_vs_adam: if mem.total_bytes == 0 {
+        bytes_per_row: state as f64 / ds.rows.max(1) as f64,
+        compression_vs_adam: if state == 0 {
             f64::INFINITY
         } else {
-            adam_bytes / mem.total_bytes as f64
+            adam_bytes / state as f64
         },
         wall_secs: start.elapsed().as_secs_f64(),
         nonfinite_rows: nonfinite,

@@ -302,6 +302,8 @@ fn bad_arguments_are_clear_errors() {
     assert!(e.contains("takes only `lr`"), "{e}");
     let e = err(&["train", "--resume"]);
     assert!(e.contains("--checkpoint"), "{e}");
+    let e = err(&["train", "-q", "--data", &data("libsvm_sample.svm")]);
+    assert!(e.contains("--data needs --format"), "{e}");
     let e = err(&["compare", "-q", "--tune-lr", "0,0.1"]);
     assert!(e.contains("--tune-lr"), "{e}");
 }

@@ -83,9 +83,17 @@ fn workload() -> Workload {
         ids.iter_mut().for_each(|id| *id = perm[*id as usize]);
     }
     let grads = (0..GRAD_SETS)
-        .map(|_| (0..BATCH * DIM).map(|_| (rng.unit() as f32 - 0.5) * 0.02).collect())
+        .map(|_| {
+            (0..BATCH * DIM)
+                .map(|_| (rng.unit() as f32 - 0.5) * 0.02)
+                .collect()
+        })
         .collect();
-    Workload { batches, grads, rows }
+    Workload {
+        batches,
+        grads,
+        rows,
+    }
 }
 
 /// Bytes a step really touches per row (read + write), d = 64, f32.

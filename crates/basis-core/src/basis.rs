@@ -224,8 +224,15 @@ impl<H: Bucketer> Basis<H> {
         let n = merged.ids.len();
         let mut plan = core::mem::take(&mut self.spare);
         plan.keyed.clear();
+        let buckets = self.bucket_steps.len();
         for (k, &id) in merged.ids.iter().enumerate() {
-            plan.keyed.push((self.bucketer.assign(id), id, k as u32));
+            let bucket = self.bucketer.assign(id);
+            if bucket as usize >= buckets {
+                self.scratch = merged;
+                self.spare = plan;
+                return Err(StepError::BucketOutOfRange { id, bucket });
+            }
+            plan.keyed.push((bucket, id, k as u32));
         }
         plan.keyed.sort_unstable();
         let with_counts = self.scalars.counts.is_some();

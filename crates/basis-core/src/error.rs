@@ -110,6 +110,14 @@ pub enum StepError {
         /// Number of rows the store holds (ids `0..rows`).
         rows: u64,
     },
+    /// The bucketer mapped this row to a bucket `≥ buckets()` (a broken
+    /// [`Bucketer`](balanced_hash::Bucketer) implementation).
+    BucketOutOfRange {
+        /// The row id.
+        id: u64,
+        /// The bucket returned.
+        bucket: u32,
+    },
     /// The (summed) gradient of this row is NaN or infinite, under
     /// [`NonFinitePolicy::Error`](crate::NonFinitePolicy::Error).
     NonFinite {
@@ -136,6 +144,12 @@ impl fmt::Display for StepError {
             Self::MissingRow { id } => write!(f, "the table has no row {id}"),
             Self::IdOutOfRange { id, rows } => {
                 write!(f, "row id {id} is outside the dense state range 0..{rows}")
+            }
+            Self::BucketOutOfRange { id, bucket } => {
+                write!(
+                    f,
+                    "the bucketer mapped row {id} to bucket {bucket}, out of range"
+                )
             }
             Self::NonFinite { id } => write!(f, "row {id} has a non-finite gradient"),
         }

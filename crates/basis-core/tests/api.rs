@@ -292,3 +292,42 @@ fn diagnostics_and_d_choice() {
     assert!(opt.memory().bucket_map > 0);
     assert_eq!(opt.memory().bucket_map, opt.bucketer().memory_bytes());
 }
+
+/// A bucketer that breaks its contract is a typed error, not a panic.
+#[test]
+fn a_broken_bucketer_is_an_error() {
+    #[derive(Debug)]
+    struct Broken;
+    impl Bucketer for Broken {
+        fn buckets(&self) -> u32 {
+            2
+        }
+        fn bucket(&self, key: u64) -> u32 {
+            key as u32
+        }
+    }
+    let c = BasisConfig {
+        dim: 1,
+        ..BasisConfig::default()
+    };
+    let mut opt = Basis::new(c, Broken).unwrap();
+    let mut data = vec![0.0f32; 8];
+    let before = opt.export_state();
+    assert_eq!(
+        opt.step(
+            &[1, 5],
+            &[0.1, 0.2],
+            &mut DenseTable::new(&mut data, 1).unwrap()
+        ),
+        Err(basis_core::StepError::BucketOutOfRange { id: 5, bucket: 5 })
+    );
+    assert_eq!(opt.export_state(), before);
+    assert!(data.iter().all(|&x| x == 0.0));
+    opt.step(
+        &[0, 1],
+        &[0.1, 0.2],
+        &mut DenseTable::new(&mut data, 1).unwrap(),
+    )
+    .unwrap();
+    assert!(data[0] < 0.0 && data[1] < 0.0);
+}

@@ -151,7 +151,9 @@ fn evaluate(name: &'static str, make: &Make, grid: &[f32], problems: &[Problem])
             let mut opt = make(lr);
             let l = p.train(opt.as_mut(), seed);
             loss += if l.is_finite() { l } else { f64::INFINITY } / problems.len() as f64;
-            bytes = opt.memory().bytes_per_row(N as u64);
+            let m = opt.memory();
+            // Optimizer state, without the reusable step buffers (O(batch·d)).
+            bytes = (m.total_bytes - m.scratch) as f64 / N as f64;
         }
         if loss < best.loss {
             best = Outcome {

@@ -3,8 +3,9 @@
 //! MPI and, in-process, over `basis-std`'s `LocalComm` (N threads fed the
 //! inputs every rank would have), and compares its own results bit for bit.
 //!
-//! `mpi_check all`      collectives, error parity, compressed all-reduce
-//!                      (also against `onebit_adam::reference`), 1-bit Adam
+//! `mpi_check all`      collectives, error parity, a sub-communicator,
+//!                      compressed all-reduce (also against
+//!                      `onebit_adam::reference`), 1-bit Adam
 //! `mpi_check mismatch` the last rank passes a longer buffer to
 //!                      `compressed_allreduce`, then to `all_reduce_sum`:
 //!                      every rank must get an error each time; exits with
@@ -15,6 +16,8 @@ use std::process::ExitCode;
 use basis_std::local::LocalComm;
 use comm_mpi::MpiComm;
 use comm_mpi::comm_traits::{CommError, Communicator};
+use comm_mpi::mpi::topology::Color;
+use comm_mpi::mpi::traits::Communicator as _;
 use onebit_adam::reference::{ReferenceState, simulate_allreduce};
 use onebit_adam::testing::{LogisticProblem, run_steps};
 use onebit_adam::{AllReduceState, Config, OneBitAdam, compressed_allreduce};
@@ -295,6 +298,38 @@ fn training(comm: &mut MpiComm) -> Result<(), String> {
     Ok(())
 }
 
+/// `MpiComm::new` over a sub-communicator: even and odd world ranks form
+/// two groups; each group's all-reduce equals `LocalComm` of its size.
+fn sub_communicator(comm: &MpiComm) -> Result<(), String> {
+    let (p, me) = (comm.size(), comm.rank());
+    let color = me % 2;
+    let color_value = i32::try_from(color).map_err(|e| e.to_string())?;
+    let sub = comm
+        .raw()
+        .split_by_color(Color::with_value(color_value))
+        .ok_or("split_by_color gave no communicator")?;
+    let mut sub = MpiComm::new(sub);
+    let members = (p - color).div_ceil(2);
+    check(sub.rank() == me / 2 && sub.size() == members, || {
+        format!(
+            "sub-communicator: rank {}/{}, want {}/{members}",
+            sub.rank(),
+            sub.size(),
+            me / 2
+        )
+    })?;
+    let mut got = floats(77, me, 1001);
+    sub.all_reduce_sum(&mut got).map_err(|e| e.to_string())?;
+    let want = local(members, me / 2, |mut c| {
+        let mut v = floats(77, 2 * c.rank() + color, 1001);
+        c.all_reduce_sum(&mut v).map(|()| v)
+    })?
+    .map_err(|e| e.to_string())?;
+    check(same_bits(&got, &want), || {
+        "sub-communicator all_reduce_sum differs from LocalComm".to_string()
+    })
+}
+
 /// The last rank passes a longer buffer, to `compressed_allreduce` and then
 /// to `all_reduce_sum`; every rank must see an error both times.
 fn mismatch(comm: &mut MpiComm) -> ExitCode {
@@ -336,6 +371,7 @@ fn main() -> ExitCode {
     let result = match mode.as_str() {
         "mismatch" => return mismatch(&mut comm),
         "all" => collectives(&mut comm)
+            .and_then(|()| sub_communicator(&comm))
             .and_then(|()| compressed(&mut comm))
             .and_then(|()| training(&mut comm)),
         other => Err(format!("unknown mode `{other}`")),

@@ -7,11 +7,12 @@
 //!   schedule): `ḡ = all_reduce_sum(g)/P`, `m ← β₁m + (1−β₁)ḡ`,
 //!   `v ← β₂v + (1−β₂)ḡ²`;
 //! * **1-bit stage** ([`Policy::OneBit`] groups after the freeze): `v` is
-//!   frozen; [`Variant::Momentum`]: `m ← β₁m + (1−β₁)g_local`,
+//!   frozen; only the *live* coordinates are communicated — those whose mean
+//!   gradient was not exactly 0 at every warm-up step (the others keep
+//!   `m = 0`); [`Variant::Momentum`]: `m ← β₁m + (1−β₁)g_local`,
 //!   `m ← compressed_allreduce(m)`; [`Variant::DecayedGradient`] (the seed
 //!   document): `ĝ` = mean of the ranks' decayed-error-feedback compressed
-//!   gradients, `m ← β₁m + (1−β₁)ĝ`; then coordinates whose mean gradient was
-//!   exactly 0 at every warm-up step get `m = 0`;
+//!   gradients, `m ← β₁m + (1−β₁)ĝ`;
 //! * **update**: `x ← x − lr·(m̂/(√v̂ + ε) + λ·x)`, with `m̂ = m/(1−β₁ᵗ)` and
 //!   `v̂ = v/(1−β₂^{t_v})` when bias correction is on (`t_v` = updates of `v`),
 //!   else `m̂ = m`, `v̂ = v` (the reference's default).

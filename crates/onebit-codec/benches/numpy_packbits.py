@@ -24,4 +24,4 @@ packed.tofile(sys.argv[2])
 times.sort()
 median = (times[4] + times[5]) / 2
 print(f"numpy {np.__version__} packbits(~(x<0)) n={x.size}: median {median * 1e3:.2f} ms, "
-      f"{x.nbytes / median / 1e9:.2f} GB/s of f32 input (min {times[0] * 1e3:.2f} ms)")
+      f"{x.nbytes / median / 1e9:.2f} GB/s of f32 input (min {times[0] * 1e3:.2f} ms) median_s={median}")

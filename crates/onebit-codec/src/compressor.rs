@@ -325,10 +325,15 @@ impl Compressor {
         let mut huge = false;
         for start in (0..self.n).step_by(BLOCK) {
             let end = (start + BLOCK).min(self.n);
-            walk.run(start, end, |c, s, e, acc| {
-                update_full(&x[s..e], &mut self.buf[s..e], self.alphas[c]);
-                acc.feed(&self.buf[s..e]);
-            }, scales_out);
+            walk.run(
+                start,
+                end,
+                |c, s, e, acc| {
+                    update_full(&x[s..e], &mut self.buf[s..e], self.alphas[c]);
+                    acc.feed(&self.buf[s..e]);
+                },
+                scales_out,
+            );
             let block = &self.buf[start..end];
             if scan {
                 huge |= any_huge(block);
@@ -347,11 +352,23 @@ impl Compressor {
         let mut tmp = [0.0f32; SCRATCH];
         for start in (0..self.n).step_by(SCRATCH) {
             let end = (start + SCRATCH).min(self.n);
-            for ((t, &xi), &e) in tmp.iter_mut().zip(&x[start..end]).zip(&self.buf[start..end]) {
+            for ((t, &xi), &e) in tmp
+                .iter_mut()
+                .zip(&x[start..end])
+                .zip(&self.buf[start..end])
+            {
                 *t = xi + e;
             }
-            walk.run(start, end, |_, s, e, acc| acc.feed(&tmp[s - start..e - start]), scales_out);
-            pack_words(&tmp[..end - start], &mut signs_out[start / 8..packed_len(end)]);
+            walk.run(
+                start,
+                end,
+                |_, s, e, acc| acc.feed(&tmp[s - start..e - start]),
+                scales_out,
+            );
+            pack_words(
+                &tmp[..end - start],
+                &mut signs_out[start / 8..packed_len(end)],
+            );
         }
         let keep = 1.0 - beta;
         for ((xc, ec), &a) in x

@@ -71,7 +71,10 @@ impl fmt::Display for CodecError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             Self::NonFinite { index } => {
-                write!(f, "element {index} is not finite (or overflows with the error buffer)")
+                write!(
+                    f,
+                    "element {index} is not finite (or overflows with the error buffer)"
+                )
             }
             Self::LengthMismatch { expected, found } => {
                 write!(f, "expected {expected} elements, found {found}")
@@ -85,7 +88,10 @@ impl fmt::Display for CodecError {
                 write!(f, "payload truncated: needs {needed} bytes, found {found}")
             }
             Self::TrailingBytes { expected, found } => {
-                write!(f, "payload has trailing bytes: expected {expected}, found {found}")
+                write!(
+                    f,
+                    "payload has trailing bytes: expected {expected}, found {found}"
+                )
             }
             Self::BadMagic => f.write_str("payload does not start with the magic b\"OBC1\""),
             Self::UnsupportedVersion(v) => write!(f, "unsupported wire format version {v}"),

@@ -66,8 +66,15 @@ pub fn roundtrip(data: &[u8]) {
     for x in [&floats[..n], &floats[n..2 * n]] {
         let (mut bits, mut scales) = (vec![0u8; packed_len(n)], vec![0.0f32; k]);
         let e_before = e.clone();
-        let reference_result =
-            reference::compress_step(x, &mut e, feedback, kind, chunk.map(NonZeroUsize::get), &mut bits, &mut scales);
+        let reference_result = reference::compress_step(
+            x,
+            &mut e,
+            feedback,
+            kind,
+            chunk.map(NonZeroUsize::get),
+            &mut bits,
+            &mut scales,
+        );
         let fused_result = fused.compress(x);
         let Ok(c) = fused_result else {
             assert!(reference_result.is_err(), "fused failed, reference did not");
@@ -75,22 +82,42 @@ pub fn roundtrip(data: &[u8]) {
         };
         assert!(reference_result.is_ok(), "reference failed, fused did not");
         assert!(check_finite(x).is_ok());
-        assert_eq!(c.bits(), &bits[..], "signs differ from the two-pass reference");
-        assert_eq!(bit_pattern(c.scales()), bit_pattern(&scales), "scales differ");
+        assert_eq!(
+            c.bits(),
+            &bits[..],
+            "signs differ from the two-pass reference"
+        );
+        assert_eq!(
+            bit_pattern(c.scales()),
+            bit_pattern(&scales),
+            "scales differ"
+        );
         let mut fused_e = vec![0.0f32; n];
         assert!(fused.error_into(&mut fused_e).is_ok());
-        assert_eq!(bit_pattern(&fused_e), bit_pattern(&e), "error buffers differ");
+        assert_eq!(
+            bit_pattern(&fused_e),
+            bit_pattern(&e),
+            "error buffers differ"
+        );
         // Signs of p = x + e_before, packed one bit at a time.
         let mut naive = vec![0u8; packed_len(n)];
         for (i, (&xi, &ei)) in x.iter().zip(&e_before).enumerate() {
             naive[i / 8] |= u8::from(sign_bit(xi + ei)) << (7 - i % 8);
         }
-        assert_eq!(c.bits(), &naive[..], "signs differ from the bit-by-bit rule");
+        assert_eq!(
+            c.bits(),
+            &naive[..],
+            "signs differ from the bit-by-bit rule"
+        );
         let repacked = pack_signs(&c.to_f32());
         assert!(c.scales().contains(&0.0) || repacked.as_raw_slice() == c.bits());
         let wire = c.encode();
         assert_eq!(Some(wire.len()), encoded_len(n, fused.chunk_len()));
-        assert_eq!(decode(&wire).ok().as_ref(), Some(&c), "encode → decode changed the payload");
+        assert_eq!(
+            decode(&wire).ok().as_ref(),
+            Some(&c),
+            "encode → decode changed the payload"
+        );
         if let Some((_, short)) = wire.split_last() {
             assert!(decode(short).is_err(), "a truncated payload decoded");
         }

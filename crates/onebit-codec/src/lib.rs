@@ -17,6 +17,6 @@ mod wire;
 
 pub use compressor::{Compressor, CompressorConfig, ErrorFeedback};
 pub use error::CodecError;
-pub use pack::{sign_bit, pack_signs, pack_signs_into, packed_len, unpack_add, unpack_signs};
+pub use pack::{pack_signs, pack_signs_into, packed_len, sign_bit, unpack_add, unpack_signs};
 pub use scale::{ScaleKind, check_finite};
 pub use wire::{Compressed, HEADER_LEN, MAGIC, VERSION, decode, encoded_len};

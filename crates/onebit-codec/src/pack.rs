@@ -121,10 +121,36 @@ pub fn unpack_add(bits: &[u8], scale: f32, acc: &mut [f32]) -> Result<(), CodecE
     Ok(())
 }
 
-/// Apply `f(out[i], ±scale)` for every element; byte-wise so it vectorises.
+/// Apply `f(out[i], ±scale)` for every element.
+///
+/// Large outputs go through a 256-entry table of the eight `±scale` values of
+/// each byte (8 KiB, built per call), so each byte becomes two vector loads;
+/// small ones decode bit by bit, where building the table would dominate.
 #[inline(always)]
 pub(crate) fn for_each_sign(bits: &[u8], scale: f32, out: &mut [f32], f: impl Fn(&mut f32, f32)) {
+    const TABLE_MIN: usize = 16 * 1024;
     let neg = -scale;
+    if out.len() >= TABLE_MIN {
+        let mut table = [[0.0f32; 8]; 256];
+        for (b, row) in table.iter_mut().enumerate() {
+            for (k, v) in row.iter_mut().enumerate() {
+                *v = if (b << k) & 0x80 != 0 { scale } else { neg };
+            }
+        }
+        let whole = out.len() / 8;
+        let (head, tail) = out.split_at_mut(whole * 8);
+        for (o8, &b) in head.chunks_exact_mut(8).zip(bits) {
+            for (o, &s) in o8.iter_mut().zip(&table[usize::from(b)]) {
+                f(o, s);
+            }
+        }
+        if let Some(&b) = bits.get(whole) {
+            for (o, &s) in tail.iter_mut().zip(&table[usize::from(b)]) {
+                f(o, s);
+            }
+        }
+        return;
+    }
     for (o8, &b) in out.chunks_mut(8).zip(bits) {
         for (k, o) in o8.iter_mut().enumerate() {
             let s = if (b << k) & 0x80 != 0 { scale } else { neg };

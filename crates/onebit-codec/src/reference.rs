@@ -51,7 +51,18 @@ pub fn compress_step(
             found: signs_out.len(),
         });
     }
-    if let Some(index) = x.iter().zip(e.iter()).position(|(&a, &b)| !(a + b).is_finite()) {
+    // Branch-free check first (vectorises), locate only on failure.
+    let finite = |(&a, &b): (&f32, &f32)| (a + b).is_finite();
+    if !x
+        .iter()
+        .zip(e.iter())
+        .fold(true, |ok, pair| ok & finite(pair))
+    {
+        let index = x
+            .iter()
+            .zip(e.iter())
+            .position(|pair| !finite(pair))
+            .unwrap_or(0);
         return Err(CodecError::NonFinite { index });
     }
     let (beta, keep) = match feedback {
@@ -65,7 +76,11 @@ pub fn compress_step(
             *s = kind.of(c);
         }
         pack_signs_into(&p, signs_out)?;
-        for ((ec, pc), &a) in e.chunks_mut(chunk).zip(p.chunks(chunk)).zip(scales_out.iter()) {
+        for ((ec, pc), &a) in e
+            .chunks_mut(chunk)
+            .zip(p.chunks(chunk))
+            .zip(scales_out.iter())
+        {
             for (e, &p) in ec.iter_mut().zip(pc) {
                 *e = beta * *e + keep * (p - sign_scale(p, a));
             }

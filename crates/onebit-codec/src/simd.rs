@@ -7,7 +7,10 @@
 //! "detection" is the compile-time `cfg(target_feature = "sse2")`: no runtime
 //! check is needed, and `no_std` has no runtime detection anyway. Other
 //! targets use the safe path, which the tests compare this kernel with.
-#![allow(unsafe_code, reason = "SSE2 intrinsics behind #[target_feature]; see SAFETY")]
+#![allow(
+    unsafe_code,
+    reason = "SSE2 intrinsics behind #[target_feature]; see SAFETY"
+)]
 
 use core::arch::x86_64::{_mm_cmplt_ps, _mm_movemask_ps, _mm_set_ps, _mm_setzero_ps};
 
@@ -17,24 +20,21 @@ use core::arch::x86_64::{_mm_cmplt_ps, _mm_movemask_ps, _mm_set_ps, _mm_setzero_
 /// extra bytes are left untouched.
 #[inline]
 pub(crate) fn pack_words_sse2(x: &[f32], out: &mut [u8]) -> usize {
-    // SAFETY: `pack_words_impl` only requires the `sse2` target feature, which
-    // this module is compiled under (`cfg(target_feature = "sse2")` in
-    // `pack.rs`, true for every x86_64 target). It reads and writes only
-    // through bounds-checked slices.
-    unsafe { pack_words_impl(x, out) }
-}
-
-#[target_feature(enable = "sse2")]
-fn pack_words_impl(x: &[f32], out: &mut [u8]) -> usize {
-    let zero = _mm_setzero_ps();
     let mut done = 0;
     for (w, o) in x.chunks_exact(64).zip(out.chunks_exact_mut(8)) {
         let mut lsb_first = 0u64;
         for (j, q) in w.chunks_exact(4).enumerate() {
-            let v = _mm_set_ps(q[3], q[2], q[1], q[0]);
-            // Bit k set iff q[k] < 0; flip: our bit is !(x < 0).
-            let neg = _mm_movemask_ps(_mm_cmplt_ps(v, zero)) as u64;
-            lsb_first |= (neg ^ 0xF) << (4 * j);
+            // SAFETY: the intrinsics need only SSE/SSE2, which this module is
+            // compiled under: `lib.rs` includes it only with
+            // `cfg(target_feature = "sse2")` (every x86_64 target except the
+            // soft-float ones). They take values, not pointers: no memory is
+            // touched except through the bounds-checked slices above.
+            let neg = unsafe {
+                let v = _mm_set_ps(q[3], q[2], q[1], q[0]);
+                _mm_movemask_ps(_mm_cmplt_ps(v, _mm_setzero_ps()))
+            };
+            // Bit k set iff q[k] < 0; our bit is !(x < 0).
+            lsb_first |= ((neg as u64) ^ 0xF) << (4 * j);
         }
         // Element k is bit k; numpy wants element 0 as the MSB of byte 0.
         o.copy_from_slice(&lsb_first.reverse_bits().to_be_bytes());

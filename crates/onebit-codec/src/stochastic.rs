@@ -27,7 +27,11 @@ fn threshold(x: f32, half_inv_s: f64) -> u64 {
     let q = 0.5 + f64::from(x) * half_inv_s;
     // q ∈ [0, 1] up to rounding; clamp so the cast is exact and in range.
     let t = num_traits::Float::ceil(q * TWO_32).clamp(0.0, TWO_32);
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss, reason = "t ∈ [0, 2³²]")]
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "t ∈ [0, 2³²]"
+    )]
     let t = t as u64;
     t
 }

@@ -29,7 +29,12 @@ fn config(feedback: ErrorFeedback, scale: ScaleKind, chunk: Option<usize>) -> Co
 
 /// Run `steps` through the fused compressor, the two-pass reference and the
 /// element-by-element reference; all signs, scales and errors must be equal bits.
-fn check_three_way(steps: &[Vec<f32>], feedback: ErrorFeedback, kind: ScaleKind, chunk: Option<usize>) {
+fn check_three_way(
+    steps: &[Vec<f32>],
+    feedback: ErrorFeedback,
+    kind: ScaleKind,
+    chunk: Option<usize>,
+) {
     let n = steps[0].len();
     let mut fused = Compressor::with_config(n, config(feedback, kind, chunk)).unwrap();
     let k = fused.chunks();
@@ -37,15 +42,30 @@ fn check_three_way(steps: &[Vec<f32>], feedback: ErrorFeedback, kind: ScaleKind,
     let mut e_naive = vec![0.0f32; n];
     for (t, x) in steps.iter().enumerate() {
         let (mut bits, mut scales) = (vec![0u8; packed_len(n)], vec![0.0f32; k]);
-        fused.compress_chunks_into(x, &mut bits, &mut scales).unwrap();
+        fused
+            .compress_chunks_into(x, &mut bits, &mut scales)
+            .unwrap();
         let (mut rbits, mut rscales) = (vec![0u8; packed_len(n)], vec![0.0f32; k]);
-        reference::compress_step(x, &mut e_ref, feedback, kind, chunk, &mut rbits, &mut rscales).unwrap();
+        reference::compress_step(
+            x,
+            &mut e_ref,
+            feedback,
+            kind,
+            chunk,
+            &mut rbits,
+            &mut rscales,
+        )
+        .unwrap();
         let (nbits, nscales) = naive_step(x, &mut e_naive, feedback, kind, chunk);
         let ctx = format!("step {t}, n {n}, {feedback:?}, {kind:?}, chunk {chunk:?}");
         assert_eq!(bits, nbits, "fused signs, {ctx}");
         assert_eq!(rbits, nbits, "two-pass signs, {ctx}");
         assert_eq!(bits_of(&scales), bits_of(&nscales), "fused scales, {ctx}");
-        assert_eq!(bits_of(&rscales), bits_of(&nscales), "two-pass scales, {ctx}");
+        assert_eq!(
+            bits_of(&rscales),
+            bits_of(&nscales),
+            "two-pass scales, {ctx}"
+        );
         let mut e = vec![0.0f32; n];
         fused.error_into(&mut e).unwrap();
         assert_eq!(bits_of(&e), bits_of(&e_naive), "fused error, {ctx}");
@@ -61,7 +81,11 @@ fn wave(n: usize, t: usize) -> Vec<f32> {
     (0..n)
         .map(|i| {
             let v = ((i * 7919 + t * 104_729) % 2003) as f32 / 1001.0 - 1.0;
-            if i % 97 == 0 { -0.0 } else { v * (1.0 + (i % 13) as f32) }
+            if i % 97 == 0 {
+                -0.0
+            } else {
+                v * (1.0 + (i % 13) as f32)
+            }
         })
         .collect()
 }
@@ -70,11 +94,25 @@ fn wave(n: usize, t: usize) -> Vec<f32> {
 fn fused_equals_references_across_block_and_chunk_boundaries() {
     for n in [0, 1, 7, 8, 63, 64, 65, 2047, 2048, 2049, 5000] {
         let steps: Vec<Vec<f32>> = (0..4).map(|t| wave(n, t)).collect();
-        for chunk in [None, Some(1), Some(7), Some(8), Some(100), Some(2047), Some(2049), Some(10_000)] {
+        for chunk in [
+            None,
+            Some(1),
+            Some(7),
+            Some(8),
+            Some(100),
+            Some(2047),
+            Some(2049),
+            Some(10_000),
+        ] {
             for kind in KINDS {
                 check_three_way(&steps, ErrorFeedback::Full, kind, chunk);
             }
-            check_three_way(&steps, ErrorFeedback::Decayed { beta: 0.9 }, ScaleKind::Rms, chunk);
+            check_three_way(
+                &steps,
+                ErrorFeedback::Decayed { beta: 0.9 },
+                ScaleKind::Rms,
+                chunk,
+            );
         }
     }
 }
@@ -88,7 +126,12 @@ fn fused_equals_references_across_cache_blocks() {
             check_three_way(&steps, ErrorFeedback::Full, ScaleKind::Rms, chunk);
         }
         check_three_way(&steps, ErrorFeedback::Full, ScaleKind::MeanAbs, Some(777));
-        check_three_way(&steps, ErrorFeedback::Decayed { beta: 0.25 }, ScaleKind::MaxAbs, Some(1025));
+        check_three_way(
+            &steps,
+            ErrorFeedback::Decayed { beta: 0.25 },
+            ScaleKind::MaxAbs,
+            Some(1025),
+        );
     }
 }
 
@@ -100,18 +143,27 @@ fn overflow_after_huge_step_is_caught_for_every_kind() {
     let big = f32::MAX;
     for kind in KINDS {
         for chunk in [None, Some(2)] {
-            let mut c = Compressor::with_config(4, config(ErrorFeedback::Full, kind, chunk)).unwrap();
+            let mut c =
+                Compressor::with_config(4, config(ErrorFeedback::Full, kind, chunk)).unwrap();
             let mut signs = [0u8; 1];
             let mut scales = vec![0.0f32; c.chunks()];
-            c.compress_chunks_into(&[big, -big / 2.0, 1.0, big / 4.0], &mut signs, &mut scales).unwrap();
+            c.compress_chunks_into(&[big, -big / 2.0, 1.0, big / 4.0], &mut signs, &mut scales)
+                .unwrap();
             let mut e = [0.0f32; 4];
             c.error_into(&mut e).unwrap();
             // Push every element towards overflow in the direction of its error.
-            let x2: Vec<f32> = e.iter().map(|&v| if v < 0.0 { -big } else { big }).collect();
+            let x2: Vec<f32> = e
+                .iter()
+                .map(|&v| if v < 0.0 { -big } else { big })
+                .collect();
             let expected = x2.iter().zip(&e).position(|(a, b)| !(a + b).is_finite());
             let index = expected.expect("the construction always overflows somewhere");
             let result = c.compress_chunks_into(&x2, &mut signs, &mut scales);
-            assert_eq!(result, Err(CodecError::NonFinite { index }), "{kind:?} {chunk:?}");
+            assert_eq!(
+                result,
+                Err(CodecError::NonFinite { index }),
+                "{kind:?} {chunk:?}"
+            );
             let mut after = [0.0f32; 4];
             c.error_into(&mut after).unwrap();
             assert_eq!(bits_of(&after), bits_of(&e), "{kind:?} {chunk:?}");
@@ -138,7 +190,10 @@ fn single_scale_entry_point_rejects_chunked_compressors() {
     let mut signs = [0u8; 2];
     assert_eq!(
         c.compress_into(&[1.0; 10], &mut signs),
-        Err(CodecError::LengthMismatch { expected: 3, found: 1 })
+        Err(CodecError::LengthMismatch {
+            expected: 3,
+            found: 1
+        })
     );
 }
 
@@ -146,7 +201,10 @@ fn single_scale_entry_point_rejects_chunked_compressors() {
 fn invalid_beta_is_an_error() {
     for beta in [-0.1, 1.5, f32::NAN, f32::INFINITY] {
         let cfg = config(ErrorFeedback::Decayed { beta }, ScaleKind::Rms, None);
-        assert_eq!(Compressor::with_config(3, cfg).err(), Some(CodecError::InvalidBeta));
+        assert_eq!(
+            Compressor::with_config(3, cfg).err(),
+            Some(CodecError::InvalidBeta)
+        );
     }
 }
 
@@ -184,7 +242,10 @@ fn non_finite_input_changes_nothing() {
         x[123] = bad;
         x[200] = bad;
         let mut out = vec![0x5Au8; packed_len(n)];
-        assert_eq!(c.compress_into(&x, &mut out), Err(CodecError::NonFinite { index: 123 }));
+        assert_eq!(
+            c.compress_into(&x, &mut out),
+            Err(CodecError::NonFinite { index: 123 })
+        );
         assert!(out.iter().all(|&b| b == 0x5A), "signs were written");
         let mut e_after = vec![0.0; n];
         c.error_into(&mut e_after).unwrap();
@@ -222,7 +283,13 @@ fn checkpoint_restore_and_reset() {
     let alpha_b = b.compress_into(&wave(n, 1), &mut sb).unwrap();
     assert_eq!((sa, alpha_a.to_bits()), (sb, alpha_b.to_bits()));
     assert_eq!(bits_of(a.error()), bits_of(b.error()));
-    assert_eq!(b.set_error(&[0.0; 3]), Err(CodecError::LengthMismatch { expected: 100, found: 3 }));
+    assert_eq!(
+        b.set_error(&[0.0; 3]),
+        Err(CodecError::LengthMismatch {
+            expected: 100,
+            found: 3
+        })
+    );
     let mut bad = saved.clone();
     bad[7] = f32::NAN;
     assert_eq!(b.set_error(&bad), Err(CodecError::NonFinite { index: 7 }));
@@ -238,7 +305,11 @@ fn error_norm_is_the_l2_norm() {
     let mut signs = vec![0u8; packed_len(n)];
     c.compress_into(&wave(n, 3), &mut signs).unwrap();
     let e = c.error().to_vec();
-    let exact: f64 = e.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>().sqrt();
+    let exact: f64 = e
+        .iter()
+        .map(|&v| f64::from(v) * f64::from(v))
+        .sum::<f64>()
+        .sqrt();
     assert!((f64::from(c.error_norm()) - exact).abs() <= exact * 1e-6);
 }
 

@@ -38,21 +38,36 @@ fn matches_numpy_packbits_for_every_length_0_to_130() {
     let vectors = parse_numpy();
     assert_eq!(vectors.len(), 131);
     for (x, expected) in vectors {
-        assert_eq!(pack_signs(&x).as_raw_slice(), &expected[..], "n = {}", x.len());
+        assert_eq!(
+            pack_signs(&x).as_raw_slice(),
+            &expected[..],
+            "n = {}",
+            x.len()
+        );
         let mut out = vec![0xAAu8; packed_len(x.len())];
         pack_signs_into(&x, &mut out).unwrap();
         assert_eq!(out, expected, "n = {}", x.len());
-        assert_eq!(naive_pack(&x), expected, "the slow reference disagrees with numpy");
+        assert_eq!(
+            naive_pack(&x),
+            expected,
+            "the slow reference disagrees with numpy"
+        );
     }
 }
 
 #[test]
 fn hand_checked_vectors() {
     // numpy.packbits(~(np.array([...]) < 0)), checked by hand.
-    assert_eq!(pack_signs(&[1.0, -1.0, 0.0, -0.0]).as_raw_slice(), &[0b1011_0000]);
+    assert_eq!(
+        pack_signs(&[1.0, -1.0, 0.0, -0.0]).as_raw_slice(),
+        &[0b1011_0000]
+    );
     assert_eq!(pack_signs(&[-1.0; 9]).as_raw_slice(), &[0x00, 0x00]);
     assert_eq!(pack_signs(&[0.0; 9]).as_raw_slice(), &[0xFF, 0x80]);
-    assert_eq!(pack_signs(&[f32::NAN, -f32::INFINITY]).as_raw_slice(), &[0b1000_0000]);
+    assert_eq!(
+        pack_signs(&[f32::NAN, -f32::INFINITY]).as_raw_slice(),
+        &[0b1000_0000]
+    );
     assert!(pack_signs(&[]).is_empty());
 }
 
@@ -62,17 +77,50 @@ fn buffer_size_is_checked_not_panicked() {
     let mut small = [0u8; 1];
     assert_eq!(
         pack_signs_into(&x, &mut small),
-        Err(CodecError::BufferSize { expected: 2, found: 1 })
+        Err(CodecError::BufferSize {
+            expected: 2,
+            found: 1
+        })
     );
     let mut out = [0.0f32; 9];
     assert_eq!(
         unpack_signs(&[0xFF; 3], 1.0, &mut out),
-        Err(CodecError::BufferSize { expected: 2, found: 3 })
+        Err(CodecError::BufferSize {
+            expected: 2,
+            found: 3
+        })
     );
     assert_eq!(
         unpack_add(&[0xFF], 1.0, &mut out),
-        Err(CodecError::BufferSize { expected: 2, found: 1 })
+        Err(CodecError::BufferSize {
+            expected: 2,
+            found: 1
+        })
     );
+}
+
+#[test]
+fn large_unpack_uses_the_table_path_correctly() {
+    // ≥ 16 Ki elements take the byte-table path; odd length for the tail byte.
+    let n = 40_003;
+    let x: Vec<f32> = (0..n)
+        .map(|i| if (i * 7919) % 13 < 6 { -1.0 } else { 0.5 })
+        .collect();
+    let bits = pack_signs(&x);
+    let mut out = vec![0.0f32; n];
+    unpack_signs(bits.as_raw_slice(), 0.25, &mut out).unwrap();
+    let mut acc = vec![1.0f32; n];
+    unpack_add(bits.as_raw_slice(), 0.25, &mut acc).unwrap();
+    for i in 0..n {
+        let expect = if naive_get(bits.as_raw_slice(), i) {
+            0.25
+        } else {
+            -0.25
+        };
+        assert_eq!(out[i], expect, "element {i}");
+        assert_eq!(acc[i], 1.0 + expect, "element {i}");
+        assert_eq!(out[i] > 0.0, x[i] > 0.0);
+    }
 }
 
 fn signed_values() -> impl Strategy<Value = f32> {

@@ -39,7 +39,9 @@ fn extremes_are_deterministic() {
 /// (union over 48 elements: < 1e-7 for the whole test) t = s·√(2·ln(2/δ)/M).
 #[test]
 fn monte_carlo_mean_is_within_hoeffding_bound() {
-    let x: Vec<f32> = (0..48).map(|i| ((i * 37 % 48) as f32 - 24.0) / 7.0).collect();
+    let x: Vec<f32> = (0..48)
+        .map(|i| ((i * 37 % 48) as f32 - 24.0) / 7.0)
+        .collect();
     let s = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let draws = 20_000usize;
     let mut rng = SplitMix64::new(0x5eed);
@@ -56,7 +58,10 @@ fn monte_carlo_mean_is_within_hoeffding_bound() {
     let t = f64::from(s) * (2.0 * (2.0 / delta).ln() / draws as f64).sqrt();
     for (i, &v) in x.iter().enumerate() {
         let mean = sum[i] / draws as f64;
-        assert!((mean - f64::from(v)).abs() < t, "element {i}: mean {mean} vs {v} (t {t})");
+        assert!(
+            (mean - f64::from(v)).abs() < t,
+            "element {i}: mean {mean} vs {v} (t {t})"
+        );
     }
 }
 
@@ -78,7 +83,10 @@ fn chunks_have_their_own_scale_and_zero_chunks_draw_nothing() {
     for _ in 0..3 {
         rand_core::RngCore::next_u32(&mut a);
     }
-    assert_eq!(rand_core::RngCore::next_u32(&mut a), rand_core::RngCore::next_u32(&mut rng));
+    assert_eq!(
+        rand_core::RngCore::next_u32(&mut a),
+        rand_core::RngCore::next_u32(&mut rng)
+    );
 }
 
 #[test]
@@ -94,7 +102,10 @@ fn non_finite_and_sizes_are_errors_before_drawing() {
     assert_eq!(bits, [0x77]);
     assert_eq!(
         compress_into(&[1.0; 9], None, &mut rng, &mut bits, &mut scales),
-        Err(CodecError::BufferSize { expected: 2, found: 1 })
+        Err(CodecError::BufferSize {
+            expected: 2,
+            found: 1
+        })
     );
     assert_eq!(rng, untouched);
 }

@@ -353,6 +353,12 @@ pub(crate) fn load(opts: &LoadOptions) -> Result<Dataset, DataError> {
             .clone()
             .ok_or_else(|| DataError::Config(format!("format `{}` needs --data PATH", opts.format)))
     };
+    if opts.format == Format::Synthetic && opts.path.is_some() {
+        return Err(DataError::Config(
+            "--data needs --format (movielens, criteo, libsvm or text); synthetic data has no file"
+                .into(),
+        ));
+    }
     let (raw, name) = match opts.format {
         Format::Synthetic => (
             synthetic::generate(&opts.synthetic)?,

@@ -32,7 +32,8 @@ pub(crate) fn naive_lane_sum(x: &[f32], term: impl Fn(f32) -> f64) -> f64 {
     for (i, &v) in x.iter().enumerate() {
         lanes[i % 8] += term(v);
     }
-    ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+    ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3]))
+        + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
 }
 
 /// The documented scale formulas.
