@@ -53,6 +53,9 @@ pub(crate) struct DataArgs {
     /// Text corpus: the label folder that is positive (default `spam`).
     #[arg(long, value_name = "NAME")]
     pub(crate) positive: Option<String>,
+    /// Text corpus: skip each document's header block (up to the first empty line).
+    #[arg(long)]
+    pub(crate) body_only: bool,
     /// Synthetic data: number of examples.
     #[arg(long, default_value_t = SynthConfig::default().examples)]
     pub(crate) synthetic_examples: usize,
@@ -85,6 +88,7 @@ impl DataArgs {
                 ..SynthConfig::default()
             },
             positive: self.positive.clone(),
+            body_only: self.body_only,
             progress,
         }
     }

@@ -8,6 +8,7 @@ use crate::batch::{Merged, apply_row, merge};
 use crate::config::{NonFinitePolicy, RowIndex, ScalarStorage};
 use crate::error::{ConfigError, StateError, StepError};
 use crate::optimizer::SparseOptimizer;
+use crate::quant::LogCode;
 use crate::report::{MemoryReport, StepReport};
 use crate::state::{Reader, Writer, kind};
 use crate::store::ScalarStore;
@@ -92,7 +93,7 @@ impl RowwiseAdagrad {
             config.row_index,
             ScalarStorage::F32,
             0.0,
-            (-1.0, 1.0),
+            LogCode::new(-1.0, 1.0, 0.0), // unused: f32 storage
             false,
         );
         Ok(Self {

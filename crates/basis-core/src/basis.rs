@@ -14,7 +14,7 @@ use crate::kernel::{
     BucketGroup, BucketJob, KernelParams, ScalarParams, StepPlan, Tables, update_bucket,
 };
 use crate::optimizer::SparseOptimizer;
-use crate::quant::random_bits;
+use crate::quant::{LogCode, random_bits};
 use crate::report::{Diagnostics, HISTOGRAM_BINS, MemoryReport, StepReport};
 use crate::state::{Reader, Writer, kind};
 use crate::store::ScalarStore;
@@ -91,16 +91,13 @@ impl<H: Bucketer> Basis<H> {
             },
         };
         let row_scaled = config.direction == Direction::RowScaled;
-        let (initial, range) = if row_scaled {
-            (0.0, config.row_scale.log2_range)
+        let (initial, code) = if row_scaled {
+            let (lo, hi) = config.row_scale.log2_range;
+            (0.0, LogCode::new(lo, hi, 0.0))
         } else {
-            (
-                1.0,
-                (
-                    Float::log2(config.scalar_clip.0),
-                    Float::log2(config.scalar_clip.1),
-                ),
-            )
+            let (min, max) = config.scalar_clip;
+            // The clip bounds themselves are codes, so a clipped scalar is exact.
+            (1.0, LogCode::with_bounds(min, max, 1.0))
         };
         let with_counts = config.scalar_learns()
             && matches!(
@@ -114,7 +111,7 @@ impl<H: Bucketer> Basis<H> {
         } else {
             crate::config::RowIndex::Sparse
         };
-        let scalars = ScalarStore::new(index, config.scalar_storage, initial, range, with_counts);
+        let scalars = ScalarStore::new(index, config.scalar_storage, initial, code, with_counts);
         Ok(Self {
             config,
             bucketer,

@@ -65,6 +65,22 @@ impl LogCode {
         Self { table, lo, hi }
     }
 
+    /// Codes spanning exactly `min ..= max` (`0 < min < max`): the end codes
+    /// decode to `min` and `max` bit for bit (a clip range's bounds), the
+    /// codes between are log-spaced.
+    pub fn with_bounds(min: f32, max: f32, zero_value: f32) -> Self {
+        let lo = Float::log2(f64::from(min));
+        let hi = Float::log2(f64::from(max));
+        let mut code = Self::new(lo as f32, hi as f32, zero_value);
+        let step = (hi - lo) / 254.0;
+        for c in 1..256usize {
+            code.table[c] = Float::exp2(lo + (c - 1) as f64 * step) as f32;
+        }
+        code.table[1] = min;
+        code.table[255] = max;
+        code
+    }
+
     /// The log₂ range `(lo, hi)`.
     pub fn range(&self) -> (f32, f32) {
         (self.lo, self.hi)

@@ -66,7 +66,8 @@ pub const HISTOGRAM_BINS: usize = 16;
 /// distribution, bucket loads and update counts, non-finite rows skipped.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Diagnostics {
-    /// Rows with a stored scalar.
+    /// Rows with a stored scalar (dense: every row of the range; none when
+    /// scalars are frozen, `scalar_lr = 0` outside `RowScaled`).
     pub rows: u64,
     /// Histogram of the row scalars over [`Self::histogram_edges`]
     /// (log-spaced; `RowScaled`: of `log₂ G_i` over the code range).

@@ -163,12 +163,12 @@ pub(crate) struct ScalarStore {
 }
 
 impl ScalarStore {
-    /// `log_range` is the log₂ span of the 1-byte code.
+    /// `code` is the 1-byte code used with [`ScalarStorage::LogU8`].
     pub(crate) fn new(
         index: RowIndex,
         storage: ScalarStorage,
         initial: f32,
-        log_range: (f32, f32),
+        code: LogCode,
         with_counts: bool,
     ) -> Self {
         let index = SlotIndex::new(index);
@@ -176,10 +176,7 @@ impl ScalarStore {
         let codes = match storage {
             ScalarStorage::F32 => Codes::F32(alloc::vec![initial; n]),
             ScalarStorage::Bf16 => Codes::Bf16(alloc::vec![bf16::from_f32(initial); n]),
-            ScalarStorage::LogU8 => Codes::LogU8(
-                alloc::vec![0u8; n],
-                alloc::boxed::Box::new(LogCode::new(log_range.0, log_range.1, initial)),
-            ),
+            ScalarStorage::LogU8 => Codes::LogU8(alloc::vec![0u8; n], alloc::boxed::Box::new(code)),
         };
         let counts = with_counts.then(|| alloc::vec![0u16; n]);
         Self {

@@ -14,8 +14,10 @@
 //!   (the sequential scale sum stays serial) and 64K-element chunks (scales
 //!   in parallel); serial `Compressor` vs `ParCompressor` at 1 and 2 threads.
 //! - `hogwild`: 4096 Adam-mode row updates (d = 64, same Zipf rows → buckets)
-//!   into the lock-free and the striped table at 1 and 2 threads, beside the
-//!   batched serial step over the same rows.
+//!   into the lock-free and the striped table at 1 and 2 threads (moments and
+//!   each row's direction; no row writes), beside the batched Shared step
+//!   (scalars frozen) over the same 4096 rows, serial and `par_step_dense` at
+//!   1 and 2 threads (this one also writes the rows).
 #![allow(
     missing_docs,
     reason = "criterion_group! generates an undocumented pub fn"
@@ -203,20 +205,21 @@ fn hogwild(c: &mut Criterion) {
             });
         }
     }
-    // The batched step over the same rows, serial, with a small table (rows
-    // remapped to 0..BATCH so the table fits in cache like the moments do).
+    // The batched step over the same rows (duplicates kept apart: row k is
+    // remapped to id k, bucket of its original id), with a small row table.
     let ids: Vec<u64> = (0..BATCH as u64).collect();
     let remap = OneChoiceBy(rows.iter().map(|&(b, _)| b as u32).collect());
     let config = BasisConfig {
         dim: DIM,
         direction: Direction::Shared,
+        scalar_lr: 0.0, // Hogwild updates moments only: no scalar learning here either
         ..BasisConfig::default()
     };
-    let mut basis = Basis::new(config, remap).unwrap();
     let mut table = vec![0.0f32; BATCH * DIM];
-    group.bench_function("batched serial Basis::step (Shared)", |bench| {
+    let mut serial = Basis::new(config, remap.clone()).unwrap();
+    group.bench_function("batched Basis::step (Shared), serial", |bench| {
         bench.iter(|| {
-            basis
+            serial
                 .step(
                     &ids,
                     &batch.1,
@@ -225,11 +228,24 @@ fn hogwild(c: &mut Criterion) {
                 .unwrap()
         });
     });
+    for threads in THREADS {
+        let pool = thread_pool(threads).unwrap();
+        let mut par = Basis::new(config, remap.clone()).unwrap();
+        group.bench_function(
+            format!("batched par_step_dense (Shared) {threads} thread(s)"),
+            |bench| {
+                bench.iter(|| {
+                    pool.install(|| par_step_dense(&mut par, &ids, &batch.1, &mut table))
+                        .unwrap()
+                });
+            },
+        );
+    }
     group.finish();
 }
 
 /// Row `k` of the remapped batch → the bucket its original id hashed to.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct OneChoiceBy(Vec<u32>);
 
 impl Bucketer for OneChoiceBy {

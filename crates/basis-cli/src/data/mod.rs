@@ -331,6 +331,8 @@ pub(crate) struct LoadOptions {
     pub(crate) synthetic: synthetic::SynthConfig,
     /// The label folder that counts as positive in a text corpus.
     pub(crate) positive: Option<String>,
+    /// Text corpus: skip each document's header block.
+    pub(crate) body_only: bool,
     /// Show progress bars.
     pub(crate) progress: bool,
 }

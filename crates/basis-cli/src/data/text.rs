@@ -8,7 +8,9 @@
 //! consecutive tokens, each hashed in its own field; each feature has value
 //! `1/sqrt(#features)` so long and short documents have comparable norms. A
 //! document without a token is malformed (reported with line 0). Files are
-//! read in sorted order and split by a seeded shuffle.
+//! read in sorted order and split by a seeded shuffle. With `--body-only`
+//! everything up to the first empty line (an e-mail's header block) is
+//! skipped; a file without an empty line is used whole.
 
 use super::{DataError, Format, LoadOptions, LoadReport, RawData};
 use crate::hashing::feature_key;
@@ -46,6 +48,21 @@ pub(crate) fn tokens(bytes: &[u8]) -> Vec<&[u8]> {
         .filter(|t| (2..=30).contains(&t.len()))
         .take(MAX_TOKENS)
         .collect()
+}
+
+/// The part of a message after its header block (the first empty line),
+/// or the whole message when it has no empty line.
+pub(crate) fn body(bytes: &[u8]) -> &[u8] {
+    let lf = bytes.windows(2).position(|w| w == b"\n\n").map(|p| p + 2);
+    let crlf = bytes
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|p| p + 4);
+    match (lf, crlf) {
+        (Some(a), Some(b)) => &bytes[a.min(b)..],
+        (Some(a), None) | (None, Some(a)) => &bytes[a..],
+        (None, None) => bytes,
+    }
 }
 
 /// Load the corpus under `root`.
@@ -104,8 +121,13 @@ pub(crate) fn load(
             path: file.clone(),
             error,
         })?;
+        let text = if opts.body_only {
+            body(&bytes)
+        } else {
+            &bytes[..]
+        };
         lower.clear();
-        lower.extend(bytes.iter().map(u8::to_ascii_lowercase));
+        lower.extend(text.iter().map(u8::to_ascii_lowercase));
         let toks = tokens(&lower);
         if toks.is_empty() {
             report.malformed(file, 0, "document has no tokens", opts.strict)?;
@@ -139,6 +161,16 @@ pub(crate) fn load(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn body_skips_the_header_block() {
+        assert_eq!(
+            body(b"From: a\nSubject: b\n\nhello\n\nworld"),
+            b"hello\n\nworld"
+        );
+        assert_eq!(body(b"A: b\r\n\r\nx"), b"x");
+        assert_eq!(body(b"no blank line"), b"no blank line");
+    }
 
     #[test]
     fn tokenizer_splits_on_non_alphanumerics_and_drops_short_tokens() {
