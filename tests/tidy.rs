@@ -1,6 +1,6 @@
 //! Tidy checks over the whole repository (run as a test, matklad style):
 //! every Rust source file opens with a `//!` doc comment, no `dbg!`, no
-//! `todo!`/`unimplemented!` left in non-test code, and no `#[should_panic]`.
+//! `todo!`/`unimplemented!` left in non-test code, and no should-panic tests.
 
 use std::fs;
 use std::path::{Path, PathBuf};
