@@ -11,6 +11,9 @@
 //! - `data`   `data fetch movielens|spam`
 //! - `demo`   the README's main job
 
+// xtask is a std-only host tool: `core`/`alloc` paths buy it nothing.
+#![allow(clippy::std_instead_of_core, clippy::std_instead_of_alloc)]
+
 mod ci;
 mod data;
 mod demo;

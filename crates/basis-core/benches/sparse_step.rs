@@ -1,7 +1,8 @@
 //! Sparse step throughput: d = 64, batches of 4096 rows drawn Zipf(1.05) from
 //! 10M ids (512 batches, ~0.5M distinct rows), B = 100k buckets (one-choice). BASIS modes against exact per-row
 //! Adam and row-wise AdaGrad on the same batches, beside the machine's read
-//! and copy bandwidth measured in the same run.
+//! and copy bandwidth and its random 512-byte-block read-modify-write
+//! bandwidth, all measured in the same run.
 //!
 //! Ids are remapped to a compact range (a random permutation of the distinct
 //! ids seen) so the caller's table and dense row state fit in memory; the
@@ -127,14 +128,59 @@ fn basis(
     Box::new(Basis::new(c, OneChoice::new(BUCKETS, 7).expect("buckets > 0")).expect("valid config"))
 }
 
+/// Values per random block: 512 bytes, a BASIS bucket's `[M_b | V_b]` at d = 64.
+const BLOCK: usize = 128;
+/// Blocks in the random-access buffer: 256 MiB, far over the L3.
+const BLOCKS: usize = (256 << 20) / (BLOCK * 4);
+
+/// The honest ceiling for this access pattern, in the same run: read-modify-
+/// write of `BATCH` 512-byte blocks at random positions of a 256 MiB buffer
+/// per iteration (fresh positions each iteration, so nothing stays cached).
+fn random_blocks(c: &mut Criterion) {
+    let mut rng = Rng(99);
+    let mut buf = vec![0.0f32; BLOCKS * BLOCK];
+    let positions: Vec<u32> = (0..BATCHES * BATCH)
+        .map(|_| (rng.next() % BLOCKS as u64) as u32)
+        .collect();
+    let mut g = c.benchmark_group("bandwidth");
+    g.sample_size(10);
+    g.throughput(Throughput::Bytes((2 * BATCH * BLOCK * 4) as u64));
+    let mut k = 0usize;
+    g.bench_function("random-block-rmw", |b| {
+        b.iter(|| {
+            let start = (k % BATCHES) * BATCH;
+            k += 1;
+            for &p in &positions[start..start + BATCH] {
+                let p = p as usize * BLOCK;
+                for x in &mut buf[p..p + BLOCK] {
+                    *x += 1.0;
+                }
+            }
+            black_box(&buf);
+        })
+    });
+    g.finish();
+}
+
 type MakeOptimizer = Box<dyn Fn() -> Box<dyn SparseOptimizer>>;
 
 fn bench(c: &mut Criterion) {
     let w = workload();
     let mut table = vec![0.0f32; w.rows * DIM];
+    let distinct: usize = w
+        .batches
+        .iter()
+        .map(|ids| {
+            let mut v = ids.clone();
+            v.sort_unstable();
+            v.dedup();
+            v.len()
+        })
+        .sum();
     eprintln!(
-        "workload: {} distinct rows over {BATCHES} batches of {BATCH}",
-        w.rows
+        "workload: {} distinct rows over {BATCHES} batches of {BATCH}; {:.1} distinct rows per batch on average",
+        w.rows,
+        distinct as f64 / BATCHES as f64
     );
 
     // Bandwidth baseline in the same run: 64 MiB buffers.
@@ -151,6 +197,8 @@ fn bench(c: &mut Criterion) {
     g.throughput(Throughput::Bytes((2 * n * 8) as u64));
     g.bench_function("copy", |b| b.iter(|| dst.copy_from_slice(black_box(&src))));
     g.finish();
+    drop((src, dst));
+    random_blocks(c);
 
     let rows = w.rows;
     let methods: Vec<(&str, MakeOptimizer)> = vec![

@@ -318,6 +318,11 @@ impl Compressor {
     /// Fused `Full` step (inputs validated): one pass over `x` and the buffer.
     fn step_full(&mut self, x: &[f32], signs_out: &mut [u8], scales_out: &mut [f32]) {
         let kind = self.config.scale;
+        let word_aligned = self.chunks() <= 1 || self.chunk % 64 == 0;
+        if word_aligned && matches!(kind, ScaleKind::Rms | ScaleKind::MeanAbs) {
+            self.step_full_words(x, signs_out, scales_out);
+            return;
+        }
         let mut walk = ChunkWalk::new(self.chunk, self.n, kind);
         // The overflow guard comes from the chunk sums (free) except for the
         // unit scale, which needs a look at the block.
@@ -342,6 +347,46 @@ impl Compressor {
         }
         self.alphas.copy_from_slice(scales_out);
         self.huge = huge || walk.huge;
+    }
+
+    /// `Full` step when every chunk starts on a 64-element word (one chunk, or
+    /// `chunk % 64 == 0`) and the scale is a sum: word-at-a-time fused loop,
+    /// then the last partial word (< 64 elements) of the last chunk.
+    fn step_full_words(&mut self, x: &[f32], signs_out: &mut [u8], scales_out: &mut [f32]) {
+        let kind = self.config.scale;
+        let mut huge = false;
+        for (c, scale) in scales_out.iter_mut().enumerate() {
+            let start = c * self.chunk;
+            let end = (start + self.chunk).min(self.n);
+            let whole = start + (end - start) / 64 * 64;
+            let alpha = self.alphas[c];
+            let mut acc = Accumulator::new(kind);
+            // Always taken here (aligned start, sum kind); the plain path
+            // keeps the result right even if that ever changes.
+            if !acc.fused_words(
+                &x[start..whole],
+                &mut self.buf[start..whole],
+                alpha,
+                &mut signs_out[start / 8..whole / 8],
+            ) {
+                update_full(&x[start..whole], &mut self.buf[start..whole], alpha);
+                acc.feed(&self.buf[start..whole]);
+                pack_words(
+                    &self.buf[start..whole],
+                    &mut signs_out[start / 8..whole / 8],
+                );
+            }
+            update_full(&x[whole..end], &mut self.buf[whole..end], alpha);
+            acc.feed(&self.buf[whole..end]);
+            pack_words(
+                &self.buf[whole..end],
+                &mut signs_out[whole / 8..packed_len(end)],
+            );
+            *scale = acc.finish();
+            huge |= acc.may_be_huge().unwrap_or(true);
+        }
+        self.alphas.copy_from_slice(scales_out);
+        self.huge = huge;
     }
 
     /// `Decayed` step (inputs validated): pass 1 forms `p` block-wise for the

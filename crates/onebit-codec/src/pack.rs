@@ -78,11 +78,23 @@ pub fn pack_signs_into(x: &[f32], out: &mut [u8]) -> Result<(), CodecError> {
 
 /// Packing kernel; `out.len() == packed_len(x.len())` is the caller's contract.
 pub(crate) fn pack_words(x: &[f32], out: &mut [u8]) {
+    let whole = x.len() / 64 * 64;
+    for (w, o) in x[..whole].chunks_exact(64).zip(out.chunks_exact_mut(8)) {
+        if let Ok(w) = <&[f32; 64]>::try_from(w) {
+            o.copy_from_slice(&fast_word(w).to_be_bytes());
+        }
+    }
+    pack_words_portable(&x[whole..], &mut out[whole / 8..]);
+}
+
+/// 64 sign bits (element 0 = MSB): the SSE2 kernel on x86_64, else the safe path.
+#[inline(always)]
+pub(crate) fn fast_word(w: &[f32; 64]) -> u64 {
     #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-    let done = crate::simd::pack_words_sse2(x, out);
+    let word = crate::simd::word_sse2(w);
     #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-    let done = 0;
-    pack_words_portable(&x[done..], &mut out[done / 8..]);
+    let word = word_of(w);
+    word
 }
 
 /// The safe word-at-a-time path (all targets; the reference for the SSE2 kernel).

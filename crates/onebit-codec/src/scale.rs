@@ -125,6 +125,38 @@ impl Lanes {
         }
     }
 
+    /// See [`Accumulator::fused_words`]; `pos % 8 == 0`, `x.len() % 64 == 0`.
+    #[inline(always)]
+    fn fused_words(
+        &mut self,
+        x: &[f32],
+        buf: &mut [f32],
+        alpha: f32,
+        signs: &mut [u8],
+        term: impl Fn(f32) -> f64,
+    ) {
+        let mut lanes = self.lanes;
+        for ((xw, bw), sw) in x
+            .chunks_exact(64)
+            .zip(buf.chunks_exact_mut(64))
+            .zip(signs.chunks_exact_mut(8))
+        {
+            for (q, &xi) in bw.iter_mut().zip(xw) {
+                *q = xi + (*q - crate::compressor::sign_scale(*q, alpha));
+            }
+            for g in bw.chunks_exact(8) {
+                for (lane, &v) in lanes.iter_mut().zip(g) {
+                    *lane += term(v);
+                }
+            }
+            if let Ok(w) = <&[f32; 64]>::try_from(&*bw) {
+                sw.copy_from_slice(&crate::pack::fast_word(w).to_be_bytes());
+            }
+        }
+        self.lanes = lanes;
+        self.pos += x.len();
+    }
+
     #[inline(always)]
     fn total(&self) -> f64 {
         let l = &self.lanes;
@@ -161,6 +193,37 @@ impl Accumulator {
             }
             ScaleKind::Unit => self.lanes.pos += x.len(),
         }
+    }
+
+    /// The fused compressor's inner loop for [`ScaleKind::Rms`] and
+    /// [`ScaleKind::MeanAbs`], one 64-element word at a time so memory streams
+    /// without pauses: `buf ← x + (buf − α·σ(buf))`, feed the new values (the
+    /// documented lane order), and write their sign word to `signs`. Same
+    /// operations in the same order as update, [`Self::feed`], pack.
+    ///
+    /// Returns `false` (and does nothing) unless the kind is RMS or mean-abs,
+    /// the lanes are at a group boundary, and `x.len()` is a multiple of 64.
+    #[inline(always)]
+    pub(crate) fn fused_words(
+        &mut self,
+        x: &[f32],
+        buf: &mut [f32],
+        alpha: f32,
+        signs: &mut [u8],
+    ) -> bool {
+        if self.lanes.pos % 8 != 0 || x.len() % 64 != 0 {
+            return false;
+        }
+        match self.kind {
+            ScaleKind::Rms => self
+                .lanes
+                .fused_words(x, buf, alpha, signs, |v| f64::from(v) * f64::from(v)),
+            ScaleKind::MeanAbs => self
+                .lanes
+                .fused_words(x, buf, alpha, signs, |v| f64::from(v.abs())),
+            ScaleKind::MaxAbs | ScaleKind::Unit => return false,
+        }
+        true
     }
 
     /// Whether some fed `|v|` may be ≥ 2¹²⁵ (so `|v|` or the scale may reach the

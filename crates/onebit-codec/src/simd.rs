@@ -14,31 +14,23 @@
 
 use core::arch::x86_64::{_mm_cmplt_ps, _mm_movemask_ps, _mm_set_ps, _mm_setzero_ps};
 
-/// Pack whole 64-element words of `x` into `out` (8 bytes per word, the
-/// `numpy.packbits` layout); returns how many elements were packed
-/// (`x.len() / 64 * 64`). `out` must hold at least that many bits / 8 bytes;
-/// extra bytes are left untouched.
-#[inline]
-pub(crate) fn pack_words_sse2(x: &[f32], out: &mut [u8]) -> usize {
-    let mut done = 0;
-    for (w, o) in x.chunks_exact(64).zip(out.chunks_exact_mut(8)) {
-        let mut lsb_first = 0u64;
-        for (j, q) in w.chunks_exact(4).enumerate() {
-            // SAFETY: the intrinsics need only SSE/SSE2, which this module is
-            // compiled under: `lib.rs` includes it only with
-            // `cfg(target_feature = "sse2")` (every x86_64 target except the
-            // soft-float ones). They take values, not pointers: no memory is
-            // touched except through the bounds-checked slices above.
-            let neg = unsafe {
-                let v = _mm_set_ps(q[3], q[2], q[1], q[0]);
-                _mm_movemask_ps(_mm_cmplt_ps(v, _mm_setzero_ps()))
-            };
-            // Bit k set iff q[k] < 0; our bit is !(x < 0).
-            lsb_first |= ((neg as u64) ^ 0xF) << (4 * j);
-        }
-        // Element k is bit k; numpy wants element 0 as the MSB of byte 0.
-        o.copy_from_slice(&lsb_first.reverse_bits().to_be_bytes());
-        done += 64;
+/// The 64 sign bits of `w`, element 0 in the most significant bit.
+#[inline(always)]
+pub(crate) fn word_sse2(w: &[f32; 64]) -> u64 {
+    let mut lsb_first = 0u64;
+    for (j, q) in w.chunks_exact(4).enumerate() {
+        // SAFETY: the intrinsics need only SSE/SSE2, which this module is
+        // compiled under: `lib.rs` includes it only with
+        // `cfg(target_feature = "sse2")` (every x86_64 target except the
+        // soft-float ones). They take values, not pointers: no memory is
+        // touched except through the bounds-checked slice above.
+        let neg = unsafe {
+            let v = _mm_set_ps(q[3], q[2], q[1], q[0]);
+            _mm_movemask_ps(_mm_cmplt_ps(v, _mm_setzero_ps()))
+        };
+        // Bit k set iff q[k] < 0; our bit is !(x < 0).
+        lsb_first |= ((neg as u64) ^ 0xF) << (4 * j);
     }
-    done
+    // Element k is bit k; numpy wants element 0 as the MSB of byte 0.
+    lsb_first.reverse_bits()
 }

@@ -100,6 +100,7 @@ fn fused_equals_references_across_block_and_chunk_boundaries() {
             Some(7),
             Some(8),
             Some(100),
+            Some(64),
             Some(2047),
             Some(2049),
             Some(10_000),
@@ -122,10 +123,12 @@ fn fused_equals_references_across_cache_blocks() {
     // The fused pass works in blocks of 8192 elements.
     for n in [8191, 8192, 8193, 20_000] {
         let steps: Vec<Vec<f32>> = (0..3).map(|t| wave(n, t)).collect();
-        for chunk in [None, Some(3), Some(8192), Some(5000)] {
+        for chunk in [None, Some(3), Some(64), Some(8192), Some(5000)] {
             check_three_way(&steps, ErrorFeedback::Full, ScaleKind::Rms, chunk);
         }
         check_three_way(&steps, ErrorFeedback::Full, ScaleKind::MeanAbs, Some(777));
+        check_three_way(&steps, ErrorFeedback::Full, ScaleKind::MeanAbs, Some(128));
+        check_three_way(&steps, ErrorFeedback::Full, ScaleKind::MeanAbs, None);
         check_three_way(
             &steps,
             ErrorFeedback::Decayed { beta: 0.25 },
