@@ -136,33 +136,41 @@ fn a_gradient_whose_square_overflows_poisons_no_bucket_and_no_neighbour() {
         Direction::OwnGradient,
         Direction::RowScaled,
     ] {
-        for huge in [3e19f32, 2e38, f32::MAX, -f32::MAX] {
-            let config = BasisConfig {
-                dim: 2,
-                direction,
-                row_index: RowIndex::Dense { rows: 4 },
-                ..BasisConfig::default()
-            };
-            let mut opt = Basis::new(config, OneBucket).unwrap();
-            let mut weights = [0.5f32; 8];
-            let what = format!("{direction:?}, g = {huge:e}");
-            // Row 0 gets the huge value (twice: duplicates are summed),
-            // rows 1 and 2 are ordinary neighbours in the same bucket.
-            let ids = [0u64, 0, 1, 2];
-            let grads = [huge, 1.0, huge, 1.0, 0.1, -0.2, 0.3, 0.1];
-            let _ = opt.step(&ids, &grads, &mut DenseTable::new(&mut weights, 2).unwrap());
-            assert_buckets_finite(&opt, &what);
-            // A normal step afterwards must still be well defined.
-            let _ = opt.step(
-                &[1, 2, 3],
-                &[0.1, 0.2, 0.3, 0.4, 0.5, 0.6],
-                &mut DenseTable::new(&mut weights, 2).unwrap(),
-            );
-            assert_buckets_finite(&opt, &what);
-            assert!(
-                weights[2..].iter().all(|w| w.is_finite()),
-                "{what}: a neighbour row went non-finite: {weights:?}"
-            );
+        // (ids, gradients): rows 0 and 3 carry the huge value, rows 1 and 2
+        // are ordinary neighbours in the same bucket. Row 0 gets it twice
+        // (duplicates are summed); with 1.5e19 each square is finite but
+        // the bucket's sum of squares is not.
+        let cases = |h: f32| -> [(Vec<u64>, Vec<f32>); 2] {
+            [
+                (vec![0, 0, 1, 2], vec![h, 1.0, h, 1.0, 0.1, -0.2, 0.3, 0.1]),
+                (vec![0, 3, 1, 2], vec![h, 1.0, h, 1.0, 0.1, -0.2, 0.3, 0.1]),
+            ]
+        };
+        for huge in [1.5e19f32, 3e19, 2e38, f32::MAX, -f32::MAX] {
+            for (case, (ids, grads)) in cases(huge).into_iter().enumerate() {
+                let config = BasisConfig {
+                    dim: 2,
+                    direction,
+                    row_index: RowIndex::Dense { rows: 4 },
+                    ..BasisConfig::default()
+                };
+                let mut opt = Basis::new(config, OneBucket).unwrap();
+                let mut weights = [0.5f32; 8];
+                let what = format!("{direction:?}, g = {huge:e}, case {case}");
+                let _ = opt.step(&ids, &grads, &mut DenseTable::new(&mut weights, 2).unwrap());
+                assert_buckets_finite(&opt, &what);
+                // A normal step afterwards must still be well defined.
+                let _ = opt.step(
+                    &[1, 2],
+                    &[0.1, 0.2, 0.3, 0.4],
+                    &mut DenseTable::new(&mut weights, 2).unwrap(),
+                );
+                assert_buckets_finite(&opt, &what);
+                assert!(
+                    weights[2..6].iter().all(|w| w.is_finite()),
+                    "{what}: a neighbour row went non-finite: {weights:?}"
+                );
+            }
         }
     }
 }

@@ -294,13 +294,18 @@ impl<H: Bucketer> Basis<H> {
         let store_scalars =
             self.config.scalar_learns() || self.config.direction == Direction::RowScaled;
         let decay = self.config.lr * self.config.weight_decay;
+        let rounds = self.scalars.rounds();
         // Id order: the caller's table and the row state are walked forward.
         for &pos in &plan.by_id {
             let k = pos as usize;
             let id = plan.ids[k];
             if store_scalars {
                 let count = plan.counts.get(k).copied().unwrap_or(0);
-                let bits = random_bits(self.config.seed ^ SCALAR_DOMAIN, plan.step, id);
+                let bits = if rounds {
+                    random_bits(self.config.seed ^ SCALAR_DOMAIN, plan.step, id)
+                } else {
+                    0
+                };
                 self.scalars.set(id, plan.scalars[k], count, bits);
             }
             if let Some(row) = table.row_mut(id) {

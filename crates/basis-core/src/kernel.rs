@@ -405,12 +405,34 @@ fn kernel_f32(
     }
 }
 
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut s = 0.0f32;
-    for (x, y) in a.iter().zip(b) {
-        s += x * y;
+/// Values of a row the fused kernels hold on the stack at once (d is split
+/// into chunks of this size; d = 64 is one chunk).
+const CHUNK: usize = 64;
+
+/// `out_j = (m_j / bc1) / (√(v_j / bc2) + ε)`, the bias-corrected Adam
+/// direction. Three passes so the divisions vectorize around the scalar
+/// `sqrtss` calls; each element's arithmetic is unchanged (same bits).
+fn adam_direction(out: &mut [f32], m: &[f32], v: &[f32], bc1: f32, bc2: f32, eps: f32) {
+    for (o, &vj) in out.iter_mut().zip(v) {
+        *o = vj / bc2;
     }
-    s
+    for o in out.iter_mut() {
+        *o = Float::sqrt(*o);
+    }
+    for (o, &mj) in out.iter_mut().zip(m) {
+        *o = (mj / bc1) / (*o + eps);
+    }
+}
+
+/// `out_j = √(v_j / bc2) + ε`, the denominator of `OwnGradient` (same bits
+/// as computing it inline).
+fn adam_denominator(out: &mut [f32], v: &[f32], bc2: f32, eps: f32) {
+    for (o, &vj) in out.iter_mut().zip(v) {
+        *o = vj / bc2;
+    }
+    for o in out.iter_mut() {
+        *o = Float::sqrt(*o) + eps;
+    }
 }
 
 /// Shared, Signed, OwnGradient.
@@ -430,94 +452,153 @@ fn adam_like(
     // Step 3: scalars move along the bucket direction before it moves.
     if let (Some(sp), Some(m)) = (p.scalar, m.as_deref()) {
         if *t > 0 {
-            let (bc1, bc2) = bias_corrections(p.beta1, p.beta2, *t, p.bias_correction);
-            // u_j = M̂_j / (√V̂_j + ε), scratch in the first row's update slot.
-            let u = &mut rows.updates[..d];
-            for j in 0..d {
-                u[j] = (m[j] / bc1) / (Float::sqrt(v[j] / bc2) + p.eps);
-            }
-            let u_norm = Float::sqrt(dot(u, u));
-            for k in 0..n {
-                let g = &rows.grads[k * d..(k + 1) * d];
-                let sign = if signed { rows.signs[k] } else { 1.0 };
-                let dot_gu = sign * dot(g, &rows.updates[..d]);
-                let mut lr_s = sp.lr;
-                if let Some(c) = rows.counts.get_mut(k) {
-                    *c = c.saturating_add(1);
-                    if let ScalarLrSchedule::InverseFrequency { power } = sp.schedule {
-                        lr_s *= Float::powf(f32::from(*c), -power);
-                    }
-                }
-                let s = rows.scalars[k];
-                let next = match sp.rule {
-                    ScalarRule::Hypergradient => s + lr_s * p.lr * dot_gu,
-                    ScalarRule::Normalized => {
-                        let g_norm = Float::sqrt(dot(g, g));
-                        let cos = if g_norm > 0.0 && u_norm > 0.0 {
-                            dot_gu / (g_norm * u_norm)
-                        } else {
-                            0.0
-                        };
-                        s * Float::exp(lr_s * cos)
-                    }
-                };
-                rows.scalars[k] = next.clamp(sp.clip.0, sp.clip.1);
-            }
+            update_scalars(p, &sp, m, v, *t, signed, rows);
         } else {
             for c in rows.counts.iter_mut() {
                 *c = c.saturating_add(1);
             }
         }
     }
-    // Steps 2 and 4: aggregate in row-id order, then the EMAs.
+    // Steps 2, 4 and 5, fused per chunk of dimensions: aggregate in row-id
+    // order, move the EMAs, then write each row's step from the new moments.
+    *t = t.saturating_add(1);
+    let (bc1, bc2) = bias_corrections(p.beta1, p.beta2, *t, p.bias_correction);
     let inv_n = 1.0 / n as f32;
-    for j in 0..d {
-        let g0 = rows.grads[j];
-        let mut sum_g = if signed { rows.signs[0] * g0 } else { g0 };
-        let mut sum_q = g0 * g0;
-        for k in 1..n {
-            let g = rows.grads[k * d + j];
-            sum_g += if signed { rows.signs[k] * g } else { g };
-            sum_q += g * g;
+    let own = p.direction == Direction::OwnGradient || m.is_none();
+    let mut sum_g = [0.0f32; CHUNK];
+    let mut sum_q = [0.0f32; CHUNK];
+    let mut dir = [0.0f32; CHUNK];
+    let mut c0 = 0;
+    while c0 < d {
+        let w = CHUNK.min(d - c0);
+        let (sum_g, sum_q, dir) = (&mut sum_g[..w], &mut sum_q[..w], &mut dir[..w]);
+        for (k, g) in rows.grads.chunks_exact(d).enumerate() {
+            let g = &g[c0..c0 + w];
+            let sign = rows.signs[k];
+            if k == 0 {
+                for ((a, q), &x) in sum_g.iter_mut().zip(sum_q.iter_mut()).zip(g) {
+                    *a = if signed { sign * x } else { x };
+                    *q = x * x;
+                }
+            } else if signed {
+                for ((a, q), &x) in sum_g.iter_mut().zip(sum_q.iter_mut()).zip(g) {
+                    *a += sign * x;
+                    *q += x * x;
+                }
+            } else {
+                for ((a, q), &x) in sum_g.iter_mut().zip(sum_q.iter_mut()).zip(g) {
+                    *a += x;
+                    *q += x * x;
+                }
+            }
         }
         // The count sketch sums (unbiased for each row's own momentum); the
         // other modes average.
-        let g_bar = if signed { sum_g } else { sum_g * inv_n };
-        let q_bar = sum_q * inv_n;
+        let vc = &mut v[c0..c0 + w];
+        for (vj, &q) in vc.iter_mut().zip(sum_q.iter()) {
+            *vj = p.beta2 * *vj + (1.0 - p.beta2) * (q * inv_n);
+        }
         if let Some(m) = m.as_deref_mut() {
-            m[j] = p.beta1 * m[j] + (1.0 - p.beta1) * g_bar;
+            let mc = &mut m[c0..c0 + w];
+            for (mj, &s) in mc.iter_mut().zip(sum_g.iter()) {
+                let g_bar = if signed { s } else { s * inv_n };
+                *mj = p.beta1 * *mj + (1.0 - p.beta1) * g_bar;
+            }
         }
-        v[j] = p.beta2 * v[j] + (1.0 - p.beta2) * q_bar;
+        if own {
+            adam_denominator(dir, vc, bc2, p.eps);
+        } else if let Some(m) = m.as_deref() {
+            adam_direction(dir, &m[c0..c0 + w], vc, bc1, bc2, p.eps);
+        }
+        for (k, upd) in rows.updates.chunks_exact_mut(d).enumerate() {
+            let s = rows.scalars[k];
+            let upd = &mut upd[c0..c0 + w];
+            if own {
+                let g = &rows.grads[k * d + c0..k * d + c0 + w];
+                for ((o, &x), &den) in upd.iter_mut().zip(g).zip(dir.iter()) {
+                    *o = p.lr * (s * (x / den));
+                }
+            } else {
+                // `s·(σ·u) = (σ·s)·u` exactly: σ = ±1 only flips signs.
+                let s = if signed { rows.signs[k] * s } else { s };
+                for (o, &u) in upd.iter_mut().zip(dir.iter()) {
+                    *o = p.lr * (s * u);
+                }
+            }
+        }
+        c0 += w;
     }
-    *t = t.saturating_add(1);
-    // Step 5: each row's step.
-    let (bc1, bc2) = bias_corrections(p.beta1, p.beta2, *t, p.bias_correction);
-    for k in 0..n {
+}
+
+/// Step 3 for one bucket (`t > 0`): every row's scalar from its gradient and
+/// the bucket direction `u` before the moments move.
+fn update_scalars(
+    p: &KernelParams,
+    sp: &ScalarParams,
+    m: &[f32],
+    v: &[f32],
+    t: u32,
+    signed: bool,
+    rows: &mut Rows<'_, '_>,
+) {
+    let d = p.dim;
+    let (bc1, bc2) = bias_corrections(p.beta1, p.beta2, t, p.bias_correction);
+    // u_j = M̂_j / (√V̂_j + ε), scratch in the first row's update slot (every
+    // slot is overwritten by the row step afterwards).
+    let u = &mut rows.updates[..d];
+    adam_direction(u, m, v, bc1, bc2, p.eps);
+    let u: &[f32] = u;
+    let mut u_norm = 0.0f32;
+    for (k, g) in rows.grads.chunks_exact(d).enumerate() {
+        // ⟨g,u⟩, ⟨g,g⟩ (and ⟨u,u⟩ with the first row) in one pass: separate
+        // accumulators, each summed in index order as a plain dot would.
+        let (mut gu, mut gg) = (0.0f32, 0.0f32);
+        if k == 0 {
+            let mut uu = 0.0f32;
+            for (&x, &y) in g.iter().zip(u) {
+                uu += y * y;
+                gu += x * y;
+                gg += x * x;
+            }
+            u_norm = Float::sqrt(uu);
+        } else {
+            for (&x, &y) in g.iter().zip(u) {
+                gu += x * y;
+                gg += x * x;
+            }
+        }
+        let sign = if signed { rows.signs[k] } else { 1.0 };
+        let dot_gu = sign * gu;
+        let mut lr_s = sp.lr;
+        if let Some(c) = rows.counts.get_mut(k) {
+            *c = c.saturating_add(1);
+            if let ScalarLrSchedule::InverseFrequency { power } = sp.schedule {
+                lr_s *= Float::powf(f32::from(*c), -power);
+            }
+        }
         let s = rows.scalars[k];
-        let sign = rows.signs[k];
-        let upd = &mut rows.updates[k * d..(k + 1) * d];
-        let g = &rows.grads[k * d..(k + 1) * d];
-        match (p.direction, m.as_deref()) {
-            (Direction::OwnGradient, _) | (_, None) => {
-                for j in 0..d {
-                    let u = g[j] / (Float::sqrt(v[j] / bc2) + p.eps);
-                    upd[j] = p.lr * (s * u);
-                }
+        let next = match sp.rule {
+            ScalarRule::Hypergradient => s + lr_s * p.lr * dot_gu,
+            ScalarRule::Normalized => {
+                let g_norm = Float::sqrt(gg);
+                let cos = if g_norm > 0.0 && u_norm > 0.0 {
+                    dot_gu / (g_norm * u_norm)
+                } else {
+                    0.0
+                };
+                s * Float::exp(lr_s * cos)
             }
-            (Direction::Signed, Some(m)) => {
-                for j in 0..d {
-                    let u = (m[j] / bc1) / (Float::sqrt(v[j] / bc2) + p.eps);
-                    upd[j] = p.lr * (s * (sign * u));
-                }
-            }
-            (_, Some(m)) => {
-                for j in 0..d {
-                    let u = (m[j] / bc1) / (Float::sqrt(v[j] / bc2) + p.eps);
-                    upd[j] = p.lr * (s * u);
-                }
-            }
-        }
+        };
+        rows.scalars[k] = next.clamp(sp.clip.0, sp.clip.1);
     }
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut s = 0.0f32;
+    for (x, y) in a.iter().zip(b) {
+        s += x * y;
+    }
+    s
 }
 
 /// RowScaled: `G_i` per row, profile `C_b` per bucket.
@@ -528,8 +609,7 @@ fn row_scaled(p: &KernelParams, c: &mut [f32], t: &mut u32, rows: &mut Rows<'_, 
         return;
     }
     let inv_d = 1.0 / d as f32;
-    for k in 0..n {
-        let g = &rows.grads[k * d..(k + 1) * d];
+    for (k, g) in rows.grads.chunks_exact(d).enumerate() {
         let x = dot(g, g) * inv_d;
         let old = rows.scalars[k];
         rows.scalars[k] = match p.accumulate {
@@ -546,17 +626,24 @@ fn row_scaled(p: &KernelParams, c: &mut [f32], t: &mut u32, rows: &mut Rows<'_, 
             *cnt = cnt.saturating_add(1);
         }
     }
-    for j in 0..d {
-        let g0 = rows.grads[j];
-        let mut add = g0 * g0;
-        for k in 1..n {
-            let g = rows.grads[k * d + j];
-            add += g * g;
+    // Σ_k g_kj² in row order, accumulated row by row into the first row's
+    // update slot (overwritten by the row step below).
+    let add = &mut rows.updates[..d];
+    for (k, g) in rows.grads.chunks_exact(d).enumerate() {
+        if k == 0 {
+            for (a, &x) in add.iter_mut().zip(g) {
+                *a = x * x;
+            }
+        } else {
+            for (a, &x) in add.iter_mut().zip(g) {
+                *a += x * x;
+            }
         }
-        let cj = &mut c[j];
+    }
+    for (cj, &a) in c.iter_mut().zip(add.iter()) {
         *cj = match p.accumulate {
-            Accumulate::Sum => *cj + add,
-            Accumulate::Ema { beta } => beta * *cj + (1.0 - beta) * add,
+            Accumulate::Sum => *cj + a,
+            Accumulate::Ema { beta } => beta * *cj + (1.0 - beta) * a,
         };
     }
     *t = t.saturating_add(1);
@@ -565,20 +652,30 @@ fn row_scaled(p: &KernelParams, c: &mut [f32], t: &mut u32, rows: &mut Rows<'_, 
         c_sum += x;
     }
     let c_mean = c_sum * inv_d;
-    for k in 0..n {
+    for (k, (upd, g)) in rows
+        .updates
+        .chunks_exact_mut(d)
+        .zip(rows.grads.chunks_exact(d))
+        .enumerate()
+    {
         let big_g = rows.scalars[k];
-        let g = &rows.grads[k * d..(k + 1) * d];
-        let upd = &mut rows.updates[k * d..(k + 1) * d];
         if c_mean > 0.0 {
             let inv_mean = 1.0 / c_mean;
-            for j in 0..d {
-                let v_hat = big_g * (c[j] * inv_mean);
-                upd[j] = p.lr * (g[j] / (Float::sqrt(v_hat) + p.eps));
+            // Three passes (same bits per element) so the multiplies and
+            // divisions vectorize around the scalar square roots.
+            for (o, &cj) in upd.iter_mut().zip(c.iter()) {
+                *o = big_g * (cj * inv_mean);
+            }
+            for o in upd.iter_mut() {
+                *o = Float::sqrt(*o) + p.eps;
+            }
+            for (o, &x) in upd.iter_mut().zip(g) {
+                *o = p.lr * (x / *o);
             }
         } else {
             let denom = Float::sqrt(big_g) + p.eps;
-            for j in 0..d {
-                upd[j] = p.lr * (g[j] / denom);
+            for (o, &x) in upd.iter_mut().zip(g) {
+                *o = p.lr * (x / denom);
             }
         }
     }

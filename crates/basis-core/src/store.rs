@@ -212,6 +212,12 @@ impl ScalarStore {
         }
     }
 
+    /// Whether [`set`](Self::set) reads its random bits (compact formats round
+    /// stochastically; f32 stores exactly).
+    pub(crate) fn rounds(&self) -> bool {
+        !matches!(self.codes, Codes::F32(_))
+    }
+
     /// Stores `value` (rounded with `bits` when compact) and `count` for `id`.
     pub(crate) fn set(&mut self, id: u64, value: f32, count: u16, bits: u64) {
         let (slot, created) = self.index.get_or_insert(id, self.len);

@@ -16,7 +16,8 @@ use std::time::Instant;
 
 use balanced_hash::OneChoice;
 use basis_core::kernel::update_bucket;
-use basis_core::{Basis, BasisConfig, DenseTable, Direction, RowAccess, RowIndex};
+use basis_core::{Basis, BasisConfig, DenseTable, Direction, RowAccess, RowIndex, SparseOptimizer};
+use basis_rayon::{par_step_dense, thread_pool};
 use common::{BATCHES, DIM, workload};
 
 /// A table with no rows: `finish` then only stores scalars (as in `par_step_dense`).
@@ -80,6 +81,41 @@ fn main() {
                 finish_s += (t4 - t3).as_secs_f64();
             }
         }
+        // Whole steps, interleaved so load changes hit all three alike:
+        // serial, then `par_step_dense` on 1 and 2 threads; medians.
+        let pools = [thread_pool(1).unwrap(), thread_pool(2).unwrap()];
+        let mut runs = [basis.clone(), basis.clone(), basis.clone(), basis.clone(), basis.clone()];
+        let mut times: [Vec<f64>; 5] = Default::default();
+        for k in 0..steps {
+            let (ids, grads) = &w.batches[k % BATCHES];
+            for (r, (b, t)) in runs.iter_mut().zip(times.iter_mut()).enumerate() {
+                let t0 = Instant::now();
+                match r {
+                    0 => {
+                        b.step(ids, grads, &mut DenseTable::new(&mut table, DIM).unwrap())
+                            .unwrap();
+                    }
+                    _ => {
+                        pools[r - 1]
+                            .install(|| par_step_dense(b, ids, grads, &mut table))
+                            .unwrap();
+                    }
+                }
+                t.push(t0.elapsed().as_secs_f64() * 1e3);
+            }
+        }
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let [s, p1, p2, q1, q2] = times.each_mut().map(median);
+        println!("{mode}: plain (no premerge) 1 thread {q1:.3} ms, 2 threads {q2:.3} ms");
+        println!(
+            "{mode}: median step serial {s:.3} ms, par_step_dense 1 thread {p1:.3} ms, 2 threads {p2:.3} ms \
+             (speed-up {:.2}x vs serial, {:.2}x vs 1 thread)",
+            s / p2,
+            p1 / p2
+        );
         let total = plan_s + kernel_s + rows_s + finish_s;
         let per_step = |s: f64| s / steps as f64 * 1e3;
         let serial = (plan_s + finish_s) / total;

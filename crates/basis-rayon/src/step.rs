@@ -46,17 +46,28 @@ fn premerge(ids: &[u64], grads: &[f32], dim: usize) -> Option<(Vec<u64>, Vec<f32
         return None;
     }
     let row = |k: usize| &grads[k * dim..(k + 1) * dim];
-    let mut order: Vec<usize> = (0..ids.len()).collect();
-    order.par_sort_unstable_by(|&a, &b| {
-        ids[a].cmp(&ids[b]).then_with(|| {
-            row(a)
-                .iter()
-                .zip(row(b))
-                .map(|(x, y)| x.total_cmp(y))
-                .find(|o| o.is_ne())
-                .unwrap_or(core::cmp::Ordering::Equal)
-        })
-    });
+    // Sort by id (plain integer keys), then order each run of equal ids by
+    // the rows' bits. Pairs need no tie order: `a + b` and `b + a` are the
+    // same f32, so only runs of three or more are sorted.
+    let mut keyed: Vec<(u64, usize)> = ids.iter().copied().zip(0..).collect();
+    keyed.par_sort_unstable();
+    let mut order: Vec<usize> = keyed.iter().map(|&(_, k)| k).collect();
+    let mut run = 0;
+    while run < keyed.len() {
+        let id = keyed[run].0;
+        let end = run + keyed[run..].iter().take_while(|&&(other, _)| other == id).count();
+        if end - run > 2 {
+            order[run..end].sort_unstable_by(|&a, &b| {
+                row(a)
+                    .iter()
+                    .zip(row(b))
+                    .map(|(x, y)| x.total_cmp(y))
+                    .find(|o| o.is_ne())
+                    .unwrap_or(core::cmp::Ordering::Equal)
+            });
+        }
+        run = end;
+    }
     // Group starts: positions in `order` where a new id begins.
     let mut starts: Vec<usize> = Vec::with_capacity(order.len());
     for (pos, &k) in order.iter().enumerate() {
@@ -130,6 +141,18 @@ pub fn par_step_dense<H: Bucketer>(
     apply_rows(&plan, data, dim, decay);
     // The rows are done: `finish` sees no rows (it skips rows it cannot
     // find) and only stores the scalars and counts the step.
+    Ok(basis.finish(plan, &mut NoRows(dim)))
+}
+
+#[doc(hidden)]
+#[allow(missing_docs)]
+pub fn par_step_dense_plain<H: Bucketer>(basis: &mut Basis<H>, ids: &[u64], grads: &[f32], data: &mut [f32]) -> Result<StepReport, Error> {
+    let dim = basis.config().dim;
+    let mut table = DenseTable::new(data, dim)?;
+    let mut plan = basis.plan(ids, grads, &mut table)?;
+    basis.run_plan(&mut plan, run_jobs);
+    let decay = basis.config().lr * basis.config().weight_decay;
+    apply_rows(&plan, data, dim, decay);
     Ok(basis.finish(plan, &mut NoRows(dim)))
 }
 
