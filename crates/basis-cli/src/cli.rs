@@ -118,8 +118,9 @@ pub(crate) struct ModelArgs {
     /// Seed of initialisation, data order and optimizer randomness.
     #[arg(long, default_value_t = 1)]
     pub(crate) seed: u64,
-    /// Data-parallel ranks (in-process threads over LocalComm): sparse row
-    /// gradients are all-gathered, the dense parameters use 1-bit Adam.
+    /// Data-parallel ranks (threads over LocalComm, or MPI processes under
+    /// mpirun with the `mpi` feature): sparse row gradients are all-gathered,
+    /// the dense parameters use 1-bit Adam.
     #[arg(long, default_value_t = 1)]
     pub(crate) workers: usize,
 }

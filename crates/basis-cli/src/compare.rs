@@ -330,6 +330,8 @@ fn run_all(
     Ok(entries)
 }
 
+/// Write the plot and JSON; returns whether the table must not be printed
+/// (JSON went to stdout, or this is an MPI rank other than 0).
 fn write_outputs(
     command: &str,
     ds: &Dataset,
@@ -337,6 +339,9 @@ fn write_outputs(
     out: &OutputArgs,
     entries: &[Entry],
 ) -> Result<bool, String> {
+    if !crate::parallel::is_output_rank() {
+        return Ok(true);
+    }
     if let Some(path) = &out.plot {
         crate::plot::draw(path, entries).map_err(|e| format!("--plot {}: {e}", path.display()))?;
     }

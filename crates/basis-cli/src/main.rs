@@ -23,12 +23,19 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let cli = cli::Cli::parse();
-    let progress = !cli.quiet;
+    #[cfg(feature = "mpi")]
+    if let Err(e) = parallel::mpi::init() {
+        eprintln!("error: MPI: {e}");
+        return ExitCode::FAILURE;
+    }
+    let progress = !cli.quiet && parallel::is_output_rank();
     let result = match &cli.command {
         cli::Command::Train(a) => compare::train_one(a, progress),
         cli::Command::Compare(a) => compare::compare(a, progress),
         cli::Command::Inspect(a) => inspect::run(a, progress),
     };
+    #[cfg(feature = "mpi")]
+    parallel::mpi::finish();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -16,6 +16,8 @@
 //!
 //! The bytes each rank sends (logical collective bytes, `CommStats`) are
 //! reported. Rank 0 evaluates. Checkpoints are not supported with `P > 1`.
+//! With the `mpi` feature under `mpirun`, the ranks are MPI processes
+//! (the `mpi` module) running the same [`rank_main`].
 
 use crate::data::Dataset;
 use crate::model::{Fm, Grads};
@@ -37,11 +39,15 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
     if run.checkpoint.is_some() {
         return Err("--checkpoint is not supported with --workers > 1".into());
     }
+    #[cfg(feature = "mpi")]
+    if let Some(result) = mpi::train(ds, run) {
+        return result;
+    }
     let comms = LocalComm::group_with_timeout(p, Duration::from_secs(300));
     let results: Vec<Result<Option<RunResult>, String>> = std::thread::scope(|s| {
         let handles: Vec<_> = comms
             .into_iter()
-            .map(|mut comm| s.spawn(move || rank_main(ds, run, &mut comm)))
+            .map(|mut comm| s.spawn(move || rank_main(ds, run, &mut comm, false)))
             .collect();
         handles
             .into_iter()
@@ -62,13 +68,17 @@ fn share(batch: &[usize], rank: usize, p: usize) -> Vec<usize> {
     batch.iter().skip(rank).step_by(p).copied().collect()
 }
 
-/// One rank's training loop over any [`Communicator`] (an MPI launcher calls
-/// this with its `MpiComm`); rank 0 returns the result.
+/// One rank's training loop over any [`Communicator`]; rank 0 (every rank
+/// with `every_rank_evaluates`, as under MPI) returns the result.
 pub(crate) fn rank_main(
     ds: &Dataset,
     run: &Run<'_>,
     comm: &mut dyn Communicator,
+    every_rank_evaluates: bool,
 ) -> Result<Option<RunResult>, String> {
+    let evaluates = every_rank_evaluates || comm.rank() == 0;
+    // An MPI communicator lives for the whole process: count this run only.
+    let stats_before = comm.stats();
     let m = run.model;
     let (rank, p) = (comm.rank(), comm.size());
     let start = Instant::now();
@@ -156,18 +166,18 @@ pub(crate) fn rank_main(
             bar.inc(1);
         }
         bar.finish_and_clear();
-        if rank == 0 {
+        if evaluates {
             curve.push(evaluate(&fm, ds, epoch + 1, loss_sum / n as f64));
         }
     }
-    if rank != 0 {
+    if !evaluates {
         return Ok(None);
     }
     let final_metrics = curve
         .last()
         .cloned()
         .unwrap_or_else(|| evaluate(&fm, ds, 0, f64::NAN));
-    let sent = comm.stats().bytes_sent;
+    let sent = comm.stats().since(&stats_before).bytes_sent;
     Ok(Some(finish(
         ds,
         run,
@@ -179,6 +189,77 @@ pub(crate) fn rank_main(
         start,
         Some(sent),
     )))
+}
+
+/// Whether this process prints and writes results (false on MPI ranks > 0).
+pub(crate) fn is_output_rank() -> bool {
+    #[cfg(feature = "mpi")]
+    {
+        mpi::rank() == 0
+    }
+    #[cfg(not(feature = "mpi"))]
+    {
+        true
+    }
+}
+
+/// The MPI path (`mpi` feature): under `mpirun` (Open MPI sets
+/// `OMPI_COMM_WORLD_SIZE`), `--workers P` uses one `MpiComm` per process
+/// instead of P threads; `P` must equal the number of MPI processes. Every
+/// rank trains and evaluates its (identical) replica; only rank 0 prints.
+#[cfg(feature = "mpi")]
+pub(crate) mod mpi {
+    use super::rank_main;
+    use crate::data::Dataset;
+    use crate::train::{Run, RunResult};
+    use comm_mpi::MpiComm;
+    use comm_traits::Communicator;
+    use core::cell::RefCell;
+
+    std::thread_local! {
+        static COMM: RefCell<Option<MpiComm>> = const { RefCell::new(None) };
+    }
+
+    /// Initialise MPI when launched by `mpirun`; returns an error message on failure.
+    pub(crate) fn init() -> Result<(), String> {
+        if std::env::var_os("OMPI_COMM_WORLD_SIZE").is_none()
+            && std::env::var_os("PMI_SIZE").is_none()
+        {
+            return Ok(());
+        }
+        let comm = MpiComm::init().map_err(|e| e.to_string())?;
+        COMM.with(|c| *c.borrow_mut() = Some(comm));
+        Ok(())
+    }
+
+    /// Finalise MPI (drops the communicator).
+    pub(crate) fn finish() {
+        COMM.with(|c| drop(c.borrow_mut().take()));
+    }
+
+    /// This process's rank (0 without MPI).
+    pub(crate) fn rank() -> usize {
+        COMM.with(|c| c.borrow().as_ref().map_or(0, Communicator::rank))
+    }
+
+    /// Train over MPI, or `None` when not launched by `mpirun`.
+    pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Option<Result<RunResult, String>> {
+        COMM.with(|c| {
+            let mut c = c.borrow_mut();
+            let comm = c.as_mut()?;
+            if comm.size() != run.model.workers {
+                return Some(Err(format!(
+                    "--workers {} but mpirun started {} processes",
+                    run.model.workers,
+                    comm.size()
+                )));
+            }
+            Some(
+                rank_main(ds, run, comm, true)
+                    .and_then(|r| r.ok_or_else(|| "no result".to_string())),
+            )
+        })
+    }
 }
 
 #[cfg(test)]

@@ -418,3 +418,50 @@ fn workers_report_bytes_sent_and_learn_like_one_worker() {
     let e = err(&[&base[..], &["--workers", "2", "--checkpoint", "/tmp/x"]].concat());
     assert!(e.contains("not supported"), "{e}");
 }
+
+/// `mpirun -n 2 basis ... --workers 2` (feature `mpi`) equals two in-process ranks.
+#[cfg(feature = "mpi")]
+#[test]
+fn mpi_ranks_match_local_ranks() {
+    let args = [
+        "compare",
+        "-q",
+        "--synthetic-examples",
+        "4000",
+        "--epochs",
+        "2",
+        "--dim",
+        "4",
+        "--opt",
+        "basis",
+        "--workers",
+        "2",
+        "--json",
+        "-",
+    ];
+    let local: Value = serde_json::from_str(&ok(&args)).unwrap();
+    let out = Command::new("mpirun")
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-n",
+            "2",
+            env!("CARGO_BIN_EXE_basis"),
+        ])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Only rank 0 prints.
+    let mpi: Value = serde_json::from_str(&String::from_utf8(out.stdout).unwrap()).unwrap();
+    let (l, m) = (
+        &local["results"][0]["runs"][0],
+        &mpi["results"][0]["runs"][0],
+    );
+    assert_eq!(l["model_crc32"], m["model_crc32"]);
+    assert_eq!(l["comm_bytes"], m["comm_bytes"]);
+}

@@ -84,8 +84,8 @@ fn main() {
         // Whole steps, interleaved so load changes hit all three alike:
         // serial, then `par_step_dense` on 1 and 2 threads; medians.
         let pools = [thread_pool(1).unwrap(), thread_pool(2).unwrap()];
-        let mut runs = [basis.clone(), basis.clone(), basis.clone(), basis.clone(), basis.clone()];
-        let mut times: [Vec<f64>; 5] = Default::default();
+        let mut runs = [basis.clone(), basis.clone(), basis.clone()];
+        let mut times: [Vec<f64>; 3] = Default::default();
         for k in 0..steps {
             let (ids, grads) = &w.batches[k % BATCHES];
             for (r, (b, t)) in runs.iter_mut().zip(times.iter_mut()).enumerate() {
@@ -108,8 +108,7 @@ fn main() {
             v.sort_by(f64::total_cmp);
             v[v.len() / 2]
         };
-        let [s, p1, p2, q1, q2] = times.each_mut().map(median);
-        println!("{mode}: plain (no premerge) 1 thread {q1:.3} ms, 2 threads {q2:.3} ms");
+        let [s, p1, p2] = times.each_mut().map(median);
         println!(
             "{mode}: median step serial {s:.3} ms, par_step_dense 1 thread {p1:.3} ms, 2 threads {p2:.3} ms \
              (speed-up {:.2}x vs serial, {:.2}x vs 1 thread)",

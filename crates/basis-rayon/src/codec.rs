@@ -333,6 +333,13 @@ impl ParCompressor {
         Ok(())
     }
 
+    /// Sets the error buffer to zero (as `Compressor::reset_error`).
+    pub fn reset_error(&mut self) {
+        self.buf.fill(0.0);
+        self.alphas.fill(0.0);
+        self.bound = 0.0;
+    }
+
     /// The serial compressor's checks, in its order, with the passes parallel.
     fn validate(&self, x: &[f32], signs_out: &[u8], scales_out: &[f32]) -> Result<(), Error> {
         check_len(self.n, x.len())?;

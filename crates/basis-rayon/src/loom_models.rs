@@ -9,7 +9,11 @@
 //! in separate words — run under `catch_unwind` to show the models catch the
 //! bugs they are about.
 
-#![allow(clippy::std_instead_of_core)] // models mix std (bookkeeping) and loom types.
+#![allow(
+    clippy::std_instead_of_core,
+    clippy::unwrap_used,
+    reason = "test code: models mix std bookkeeping with loom types; a panic is a failing model"
+)]
 
 use crate::sync::{AtomicU32, Ordering};
 use crate::table::MomentParams;

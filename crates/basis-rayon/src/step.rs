@@ -8,9 +8,7 @@
 //! so running them on any number of threads in any order gives the same
 //! bits. Rows are distinct after merging, so applying their updates in
 //! parallel (each row written by exactly one task, with the serial
-//! arithmetic) gives the same bits too. Planning stays serial, but is fed a
-//! batch whose duplicates were already merged in parallel (in the exact
-//! order and arithmetic of the serial merge), which halves its work.
+//! arithmetic) gives the same bits too. Planning stays serial.
 
 use balanced_hash::Bucketer;
 use basis_core::kernel::{BucketJob, KernelParams, StepPlan, update_bucket};
@@ -31,69 +29,6 @@ fn run_jobs(p: &KernelParams, jobs: Vec<BucketJob<'_>>) {
         .for_each(|job| update_bucket(p, job));
 }
 
-/// A batch with duplicate ids merged exactly as `basis-core` merges them:
-/// rows sorted by id, ties by the gradient's bits (`total_cmp`, element by
-/// element), each id's rows summed in that order into a copy of its first
-/// row. Sorting and summing run in parallel.
-///
-/// `Basis::plan` fed the merged batch sees each id once, so it sums nothing
-/// and every later phase sees the same merged rows: the step's bits do not
-/// change, but the serial planning does half the work (its sort finds the
-/// ids already in order). `None` when `grads` is not `ids.len() · dim` long
-/// (the plan then reports the error on the original batch).
-fn premerge(ids: &[u64], grads: &[f32], dim: usize) -> Option<(Vec<u64>, Vec<f32>)> {
-    if dim == 0 || grads.len() != ids.len().checked_mul(dim)? {
-        return None;
-    }
-    let row = |k: usize| &grads[k * dim..(k + 1) * dim];
-    // Sort by id (plain integer keys), then order each run of equal ids by
-    // the rows' bits. Pairs need no tie order: `a + b` and `b + a` are the
-    // same f32, so only runs of three or more are sorted.
-    let mut keyed: Vec<(u64, usize)> = ids.iter().copied().zip(0..).collect();
-    keyed.par_sort_unstable();
-    let mut order: Vec<usize> = keyed.iter().map(|&(_, k)| k).collect();
-    let mut run = 0;
-    while run < keyed.len() {
-        let id = keyed[run].0;
-        let end = run + keyed[run..].iter().take_while(|&&(other, _)| other == id).count();
-        if end - run > 2 {
-            order[run..end].sort_unstable_by(|&a, &b| {
-                row(a)
-                    .iter()
-                    .zip(row(b))
-                    .map(|(x, y)| x.total_cmp(y))
-                    .find(|o| o.is_ne())
-                    .unwrap_or(core::cmp::Ordering::Equal)
-            });
-        }
-        run = end;
-    }
-    // Group starts: positions in `order` where a new id begins.
-    let mut starts: Vec<usize> = Vec::with_capacity(order.len());
-    for (pos, &k) in order.iter().enumerate() {
-        if pos == 0 || ids[order[pos - 1]] != ids[k] {
-            starts.push(pos);
-        }
-    }
-    let merged_ids: Vec<u64> = starts.iter().map(|&pos| ids[order[pos]]).collect();
-    let mut merged = vec![0.0f32; starts.len() * dim];
-    merged
-        .par_chunks_mut(dim)
-        .enumerate()
-        .with_min_len(MIN_ROWS_PER_TASK)
-        .for_each(|(group, acc)| {
-            let end = starts.get(group + 1).copied().unwrap_or(order.len());
-            let members = &order[starts[group]..end];
-            acc.copy_from_slice(row(members[0]));
-            for &k in &members[1..] {
-                for (a, &g) in acc.iter_mut().zip(row(k)) {
-                    *a += g;
-                }
-            }
-        });
-    Some((merged_ids, merged))
-}
-
 /// One BASIS step over any row table, the per-bucket kernels on the current
 /// rayon pool (choose the thread count with `ThreadPool::install`). Rows are
 /// then applied serially through `table`. Bit-identical to
@@ -107,10 +42,7 @@ pub fn par_step<H: Bucketer>(
     grads: &[f32],
     table: &mut dyn RowAccess,
 ) -> Result<StepReport, Error> {
-    let mut plan = match premerge(ids, grads, basis.config().dim) {
-        Some((ids, grads)) => basis.plan(&ids, &grads, table)?,
-        None => basis.plan(ids, grads, table)?,
-    };
+    let mut plan = basis.plan(ids, grads, table)?;
     basis.run_plan(&mut plan, run_jobs);
     Ok(basis.finish(plan, table))
 }
@@ -131,28 +63,13 @@ pub fn par_step_dense<H: Bucketer>(
 ) -> Result<StepReport, Error> {
     let dim = basis.config().dim;
     let mut table = DenseTable::new(data, dim)?;
-    let mut plan = match premerge(ids, grads, dim) {
-        Some((ids, grads)) => basis.plan(&ids, &grads, &mut table)?,
-        None => basis.plan(ids, grads, &mut table)?,
-    };
+    let mut plan = basis.plan(ids, grads, &mut table)?;
     basis.run_plan(&mut plan, run_jobs);
     // `finish` applies rows as `row *= 1 − lr·λ; row −= update`.
     let decay = basis.config().lr * basis.config().weight_decay;
     apply_rows(&plan, data, dim, decay);
     // The rows are done: `finish` sees no rows (it skips rows it cannot
     // find) and only stores the scalars and counts the step.
-    Ok(basis.finish(plan, &mut NoRows(dim)))
-}
-
-#[doc(hidden)]
-#[allow(missing_docs)]
-pub fn par_step_dense_plain<H: Bucketer>(basis: &mut Basis<H>, ids: &[u64], grads: &[f32], data: &mut [f32]) -> Result<StepReport, Error> {
-    let dim = basis.config().dim;
-    let mut table = DenseTable::new(data, dim)?;
-    let mut plan = basis.plan(ids, grads, &mut table)?;
-    basis.run_plan(&mut plan, run_jobs);
-    let decay = basis.config().lr * basis.config().weight_decay;
-    apply_rows(&plan, data, dim, decay);
     Ok(basis.finish(plan, &mut NoRows(dim)))
 }
 

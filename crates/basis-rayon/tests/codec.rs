@@ -185,6 +185,14 @@ fn compressor_round_trips_through_serial_state() {
     assert_eq!((got.to_bits(), &par_signs), (want.to_bits(), &signs));
     let mut back = par.to_compressor().unwrap();
     assert_eq!(bits(back.error()), bits(serial.error()));
+    // After a reset both start again from e = 0.
+    serial.reset_error();
+    par.reset_error();
+    let want = serial.compress_into(&x, &mut signs).unwrap();
+    let got = pools()[2]
+        .install(|| par.compress_into(&x, &mut par_signs))
+        .unwrap();
+    assert_eq!((got.to_bits(), &par_signs), (want.to_bits(), &signs));
 }
 
 #[test]

@@ -174,9 +174,9 @@ fn bad_batches_fail_like_serial_and_change_nothing() {
     assert_eq!(thread_pool(0).err(), Some(Error::InvalidParams));
 }
 
-/// A large batch (many buckets per task, many tasks) on 2 threads.
+/// A large skewed batch (hot rows repeat; many buckets per task, many tasks) on 2 threads.
 #[test]
-fn large_zipf_batch_matches_serial() {
+fn large_skewed_batch_matches_serial() {
     let dim = 16;
     let rows = 50_000usize;
     let config = BasisConfig {
