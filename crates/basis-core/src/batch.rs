@@ -11,6 +11,14 @@ use crate::config::NonFinitePolicy;
 use crate::error::StepError;
 use crate::table::RowAccess;
 
+/// The largest gradient magnitude a row may carry: `2^44 ≈ 1.8e13`. A larger
+/// (or non-finite, NaN included) element makes the row count as non-finite
+/// under [`NonFinitePolicy`]: its square (`> 2^88`) summed over the rows of a
+/// bucket and the steps of an EMA could overflow an f32 second moment to +inf,
+/// which would freeze that coordinate for every row of the bucket. Real
+/// gradients sit many orders of magnitude below this bound.
+pub const MAX_GRAD_ABS: f32 = 17_592_186_044_416.0;
+
 /// A merged batch: distinct ids ascending, with their summed gradients.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Merged {
@@ -107,7 +115,7 @@ fn merge_sorted<'g>(
             k += 1;
         }
         let merged = &mut out.grads[start..];
-        if !merged.iter().all(|g| g.is_finite()) {
+        if !merged.iter().all(|g| g.abs() <= MAX_GRAD_ABS) {
             out.grads.truncate(start);
             match policy {
                 NonFinitePolicy::Skip => {

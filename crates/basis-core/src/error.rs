@@ -118,7 +118,9 @@ pub enum StepError {
         /// The bucket returned.
         bucket: u32,
     },
-    /// The (summed) gradient of this row is NaN or infinite, under
+    /// The (summed) gradient of this row is NaN, infinite, or larger in
+    /// magnitude than [`MAX_GRAD_ABS`](crate::MAX_GRAD_ABS) (its square could
+    /// overflow a shared second moment), under
     /// [`NonFinitePolicy::Error`](crate::NonFinitePolicy::Error).
     NonFinite {
         /// The row id.
@@ -151,7 +153,7 @@ impl fmt::Display for StepError {
                     "the bucketer mapped row {id} to bucket {bucket}, out of range"
                 )
             }
-            Self::NonFinite { id } => write!(f, "row {id} has a non-finite gradient"),
+            Self::NonFinite { id } => write!(f, "row {id} has a non-finite (or overflowing, > 2^44) gradient"),
         }
     }
 }

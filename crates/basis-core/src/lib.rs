@@ -27,6 +27,7 @@ mod table;
 pub use adagrad::{AdagradConfig, RowwiseAdagrad};
 pub use adam::{AdamConfig, ExactAdam};
 pub use basis::{Basis, BucketView, sign_of};
+pub use batch::MAX_GRAD_ABS;
 pub use config::{
     Accumulate, BasisConfig, Direction, NonFinitePolicy, RowIndex, RowScaleConfig,
     ScalarLrSchedule, ScalarRule, ScalarStorage, TablePrecision,
