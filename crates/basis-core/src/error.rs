@@ -153,7 +153,10 @@ impl fmt::Display for StepError {
                     "the bucketer mapped row {id} to bucket {bucket}, out of range"
                 )
             }
-            Self::NonFinite { id } => write!(f, "row {id} has a non-finite (or overflowing, > 2^44) gradient"),
+            Self::NonFinite { id } => write!(
+                f,
+                "row {id} has a non-finite (or overflowing, > 2^44) gradient"
+            ),
         }
     }
 }

@@ -197,7 +197,11 @@ fn configs(dim: usize, rows: u64) -> Vec<BasisConfig> {
             out.push(BasisConfig {
                 direction,
                 scalar_rule: rule,
-                scalar_lr: if rule == ScalarRule::Hypergradient { 3e4 } else { 0.3 },
+                scalar_lr: if rule == ScalarRule::Hypergradient {
+                    3e4
+                } else {
+                    0.3
+                },
                 ..base
             });
         }
@@ -256,7 +260,11 @@ fn fused_kernel_matches_the_original_bit_for_bit() {
             }
             let bits = |w: &[f32]| w.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&w_fast), bits(&w_slow), "table, {config:?}");
-            assert_eq!(fast.export_state(), slow.export_state(), "state, {config:?}");
+            assert_eq!(
+                fast.export_state(),
+                slow.export_state(),
+                "state, {config:?}"
+            );
             // The rows really moved (the comparison is not vacuous).
             assert!(w_fast.iter().zip(&init).any(|(a, b)| a != b));
         }

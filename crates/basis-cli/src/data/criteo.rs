@@ -71,7 +71,7 @@ pub(crate) fn load(
 }
 
 /// Parse one line into features; the label, or why the line is malformed.
-fn parse(line: &[u8], feats: &mut Vec<(u64, f32)>) -> Result<f32, String> {
+pub(super) fn parse(line: &[u8], feats: &mut Vec<(u64, f32)>) -> Result<f32, String> {
     feats.clear();
     let cols: Vec<&[u8]> = line.split(|&b| b == b'\t').collect();
     if cols.len() != 1 + INTS + CATS {

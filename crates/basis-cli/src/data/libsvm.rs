@@ -23,10 +23,7 @@ pub(crate) fn load(
     let first_bad = report.malformed.len();
     let mut feats = Vec::new();
     let lines = for_each_line(path, opts.progress, |n, line| {
-        let line = match line.iter().position(|&b| b == b'#') {
-            Some(p) => &line[..p],
-            None => line,
-        };
+        let line = strip_comment(line);
         if is_blank(line) {
             report.blank += 1;
             return Ok(());
@@ -54,8 +51,16 @@ pub(crate) fn load(
     Ok(raw)
 }
 
-/// Parse one line; the label, or why the line is malformed.
-fn parse(line: &[u8], feats: &mut Vec<(u64, f32)>) -> Result<f32, String> {
+/// The line without its `# comment`.
+pub(super) fn strip_comment(line: &[u8]) -> &[u8] {
+    match line.iter().position(|&b| b == b'#') {
+        Some(p) => &line[..p],
+        None => line,
+    }
+}
+
+/// Parse one line (comment stripped); the label, or why the line is malformed.
+pub(super) fn parse(line: &[u8], feats: &mut Vec<(u64, f32)>) -> Result<f32, String> {
     feats.clear();
     let text = core::str::from_utf8(line).map_err(|_| "not UTF-8".to_string())?;
     let mut tokens = text.split_ascii_whitespace();

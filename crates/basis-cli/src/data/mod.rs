@@ -14,6 +14,7 @@
 
 pub(crate) mod criteo;
 pub(crate) mod libsvm;
+pub mod lines;
 pub(crate) mod movielens;
 pub(crate) mod synthetic;
 pub(crate) mod text;

@@ -75,6 +75,35 @@ fn parse_time(s: &str) -> Option<i64> {
     })
 }
 
+/// Parse one `u.data` line: the user and item features, the label and the
+/// timestamp, or why the line is malformed.
+pub(super) fn parse_udata(line: &[u8]) -> Result<([(u64, f32); 2], f32, i64), String> {
+    let text = String::from_utf8_lossy(line);
+    let cols: Vec<&str> = text.split_whitespace().collect();
+    if cols.len() != 4 {
+        return Err(format!(
+            "expected 4 columns (user item rating timestamp), found {}: {}",
+            cols.len(),
+            excerpt(line)
+        ));
+    }
+    let (rating, time) = rating_and_time(cols[2], cols[3])?;
+    let feats = [
+        (feature_key(0, cols[0].as_bytes()), 1.0),
+        (feature_key(1, cols[1].as_bytes()), 1.0),
+    ];
+    Ok((feats, rating, time))
+}
+
+/// The label (`rating >= 4`) and the timestamp, or why either is not a number.
+fn rating_and_time(rating: &str, time: &str) -> Result<(f32, i64), String> {
+    match (parse_rating(rating), parse_time(time)) {
+        (Some(r), Some(t)) => Ok((f32::from(u8::from(r >= 4.0)), t)),
+        (None, _) => Err(format!("rating `{rating}` is not a number")),
+        (_, None) => Err(format!("timestamp `{time}` is not a number")),
+    }
+}
+
 fn load_udata(
     path: &Path,
     opts: &LoadOptions,
@@ -88,34 +117,17 @@ fn load_udata(
             report.blank += 1;
             return Ok(());
         }
-        let text = String::from_utf8_lossy(line);
-        let cols: Vec<&str> = text.split_whitespace().collect();
-        let why = if cols.len() != 4 {
-            Some(format!(
-                "expected 4 columns (user item rating timestamp), found {}: {}",
-                cols.len(),
-                excerpt(line)
-            ))
-        } else {
-            match (parse_rating(cols[2]), parse_time(cols[3])) {
-                (Some(r), Some(t)) => {
-                    let feats = [
-                        (feature_key(0, cols[0].as_bytes()), 1.0),
-                        (feature_key(1, cols[1].as_bytes()), 1.0),
-                    ];
-                    raw.push(&feats, f32::from(u8::from(r >= 4.0)), t);
-                    parsed += 1;
-                    None
-                }
-                (None, _) => Some(format!("rating `{}` is not a number", cols[2])),
-                (_, None) => Some(format!("timestamp `{}` is not a number", cols[3])),
+        match parse_udata(line) {
+            Ok((feats, label, time)) => {
+                raw.push(&feats, label, time);
+                parsed += 1;
+                Ok(())
             }
-        };
-        if let Some(why) = why {
-            bad += 1;
-            report.malformed(path, n, why, opts.strict)?;
+            Err(why) => {
+                bad += 1;
+                report.malformed(path, n, why, opts.strict)
+            }
         }
-        Ok(())
     })?;
     report.lines += lines;
     LoadReport::check_format(
@@ -129,47 +141,107 @@ fn load_udata(
 }
 
 /// A parsed RecBole header: column names and types.
-struct Header {
+#[derive(Debug)]
+pub(super) struct Header {
     cols: Vec<(String, String)>,
 }
 
 impl Header {
-    fn parse(path: &Path, line: &[u8]) -> Result<Self, DataError> {
+    /// Parse a header line of tab-separated `name:type` columns.
+    pub(super) fn parse(line: &[u8]) -> Result<Self, String> {
         let text = String::from_utf8_lossy(line);
         let mut cols = Vec::new();
         for c in text.split('\t') {
             let Some((name, ty)) = c.trim().split_once(':') else {
-                return Err(DataError::NotFormat {
-                    path: path.to_path_buf(),
-                    format: Format::Movielens,
-                    line: 1,
-                    reason: format!("header column `{c}` is not `name:type`"),
-                });
+                return Err(format!("header column `{c}` is not `name:type`"));
             };
             cols.push((name.to_string(), ty.to_string()));
         }
         Ok(Self { cols })
     }
 
-    fn index(&self, path: &Path, name: &str) -> Result<usize, DataError> {
+    fn index(&self, name: &str) -> Result<usize, String> {
         self.cols
             .iter()
             .position(|(n, _)| n == name)
-            .ok_or_else(|| DataError::NotFormat {
-                path: path.to_path_buf(),
-                format: Format::Movielens,
-                line: 1,
-                reason: format!("header has no `{name}` column"),
-            })
+            .ok_or_else(|| format!("header has no `{name}` column"))
+    }
+}
+
+/// A header problem of `path` as a "not in the format" error (line 1).
+fn bad_header(path: &Path, reason: String) -> DataError {
+    DataError::NotFormat {
+        path: path.to_path_buf(),
+        format: Format::Movielens,
+        line: 1,
+        reason,
     }
 }
 
 /// Side features of users or items: id → feature keys.
 type Side = KeyMap<Vec<u64>>;
 
-/// A side file's header, its id column, and the feature columns used:
-/// `(column, field index, is a token sequence)`.
-type SideHeader = (Header, usize, Vec<(usize, u32, bool)>);
+/// The columns of a `.user` / `.item` file that are used.
+#[derive(Debug)]
+pub(super) struct SideColumns {
+    /// Columns a line must have.
+    width: usize,
+    /// The id column.
+    id: usize,
+    /// Feature columns: `(column, field index, is a token sequence)`.
+    used: Vec<(usize, u32, bool)>,
+}
+
+impl SideColumns {
+    /// The columns of `header` keyed by `id_col`; the names of the feature
+    /// columns are appended to `fields`, the first one is field `field0`.
+    pub(super) fn new(
+        header: &Header,
+        id_col: &str,
+        field0: u32,
+        fields: &mut Vec<String>,
+    ) -> Result<Self, String> {
+        let id = header.index(id_col)?;
+        let mut used = Vec::new();
+        for (i, (name, ty)) in header.cols.iter().enumerate() {
+            if i != id && (ty == "token" || ty == "token_seq") {
+                used.push((i, field0 + used.len() as u32, ty == "token_seq"));
+                fields.push(name.clone());
+            }
+        }
+        Ok(Self {
+            width: header.cols.len(),
+            id,
+            used,
+        })
+    }
+
+    /// Parse one line: the id's key and its feature keys.
+    pub(super) fn parse(&self, line: &[u8]) -> Result<(u64, Vec<u64>), String> {
+        let text = String::from_utf8_lossy(line);
+        let cols: Vec<&str> = text.split('\t').collect();
+        if cols.len() != self.width {
+            return Err(format!(
+                "expected {} tab-separated columns, found {}",
+                self.width,
+                cols.len()
+            ));
+        }
+        let mut keys = Vec::new();
+        for &(i, field, seq) in &self.used {
+            let v = cols[i].trim();
+            if seq {
+                keys.extend(
+                    v.split_whitespace()
+                        .map(|t| feature_key(field, t.as_bytes())),
+                );
+            } else if !v.is_empty() {
+                keys.push(feature_key(field, v.as_bytes()));
+            }
+        }
+        Ok((feature_key(0, cols[self.id].trim().as_bytes()), keys))
+    }
+}
 
 /// Read a `.user` / `.item` file: the id column and its token features.
 /// `field0` is the field index of the first feature column.
@@ -182,56 +254,31 @@ fn load_side(
     report: &mut LoadReport,
 ) -> Result<Side, DataError> {
     let mut side = Side::default();
-    let mut header: Option<SideHeader> = None;
+    let mut columns: Option<SideColumns> = None;
     let (mut parsed, mut bad) = (0, 0);
     let first_bad = report.malformed.len();
     let lines = for_each_line(path, opts.progress, |n, line| {
-        if header.is_none() {
-            let h = Header::parse(path, line)?;
-            let id = h.index(path, id_col)?;
-            let mut used = Vec::new();
-            for (i, (name, ty)) in h.cols.iter().enumerate() {
-                if i != id && (ty == "token" || ty == "token_seq") {
-                    used.push((i, field0 + used.len() as u32, ty == "token_seq"));
-                    fields.push(name.clone());
-                }
-            }
-            header = Some((h, id, used));
+        let Some(c) = columns.as_ref() else {
+            let h = Header::parse(line).map_err(|r| bad_header(path, r))?;
+            let c = SideColumns::new(&h, id_col, field0, fields).map_err(|r| bad_header(path, r))?;
+            columns = Some(c);
             return Ok(());
-        }
+        };
         if is_blank(line) {
             report.blank += 1;
             return Ok(());
         }
-        let Some((h, id, used)) = header.as_ref() else {
-            return Ok(());
-        };
-        let text = String::from_utf8_lossy(line);
-        let cols: Vec<&str> = text.split('\t').collect();
-        if cols.len() != h.cols.len() {
-            bad += 1;
-            let why = format!(
-                "expected {} tab-separated columns, found {}",
-                h.cols.len(),
-                cols.len()
-            );
-            return report.malformed(path, n, why, opts.strict);
-        }
-        let mut keys = Vec::new();
-        for &(i, field, seq) in used {
-            let v = cols[i].trim();
-            if seq {
-                keys.extend(
-                    v.split_whitespace()
-                        .map(|t| feature_key(field, t.as_bytes())),
-                );
-            } else if !v.is_empty() {
-                keys.push(feature_key(field, v.as_bytes()));
+        match c.parse(line) {
+            Ok((id, keys)) => {
+                side.insert(id, keys);
+                parsed += 1;
+                Ok(())
+            }
+            Err(why) => {
+                bad += 1;
+                report.malformed(path, n, why, opts.strict)
             }
         }
-        side.insert(feature_key(0, cols[*id].trim().as_bytes()), keys);
-        parsed += 1;
-        Ok(())
     })?;
     report.lines += lines;
     LoadReport::check_format(
@@ -244,6 +291,67 @@ fn load_side(
     Ok(side)
 }
 
+/// One parsed `.inter` line.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Interaction {
+    /// The user's key (field 0; also the key of its side features).
+    pub(super) user: u64,
+    /// The item's key in field 0 (the key of its side features).
+    pub(super) item_id: u64,
+    /// The item's feature key (field 1).
+    pub(super) item: u64,
+    /// `rating >= 4`.
+    pub(super) label: f32,
+    /// The timestamp.
+    pub(super) time: i64,
+}
+
+/// The columns of an `.inter` file: the width and `user_id`, `item_id`,
+/// `rating`, `timestamp`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct InterColumns {
+    width: usize,
+    idx: [usize; 4],
+}
+
+impl InterColumns {
+    /// The columns named in `header`, or which one is missing.
+    pub(super) fn new(header: &Header) -> Result<Self, String> {
+        Ok(Self {
+            width: header.cols.len(),
+            idx: [
+                header.index("user_id")?,
+                header.index("item_id")?,
+                header.index("rating")?,
+                header.index("timestamp")?,
+            ],
+        })
+    }
+
+    /// Parse one line, or say why it is malformed.
+    pub(super) fn parse(&self, line: &[u8]) -> Result<Interaction, String> {
+        let [u, i, r, t] = self.idx;
+        let text = String::from_utf8_lossy(line);
+        let cols: Vec<&str> = text.split('\t').map(str::trim).collect();
+        if cols.len() != self.width {
+            return Err(format!(
+                "expected {} tab-separated columns, found {}: {}",
+                self.width,
+                cols.len(),
+                excerpt(line)
+            ));
+        }
+        let (label, time) = rating_and_time(cols[r], cols[t])?;
+        Ok(Interaction {
+            user: feature_key(0, cols[u].as_bytes()),
+            item_id: feature_key(0, cols[i].as_bytes()),
+            item: feature_key(1, cols[i].as_bytes()),
+            label,
+            time,
+        })
+    }
+}
+
 fn load_recbole(
     path: &Path,
     opts: &LoadOptions,
@@ -251,93 +359,54 @@ fn load_recbole(
 ) -> Result<RawData, DataError> {
     let mut fields = vec!["user_id".to_string(), "item_id".to_string()];
     let stem = path.with_extension("");
-    let user_path = stem.with_extension("user");
-    let item_path = stem.with_extension("item");
-    let users = if user_path.is_file() {
+    let mut side = |ext: &str, id_col: &str, fields: &mut Vec<String>| {
+        let side_path = stem.with_extension(ext);
+        if !side_path.is_file() {
+            return Ok(None);
+        }
         let f0 = fields.len() as u32;
-        Some(load_side(
-            &user_path,
-            "user_id",
-            f0,
-            &mut fields,
-            opts,
-            report,
-        )?)
-    } else {
-        None
+        load_side(&side_path, id_col, f0, fields, opts, report).map(Some)
     };
-    let items = if item_path.is_file() {
-        let f0 = fields.len() as u32;
-        Some(load_side(
-            &item_path,
-            "item_id",
-            f0,
-            &mut fields,
-            opts,
-            report,
-        )?)
-    } else {
-        None
-    };
+    let users = side("user", "user_id", &mut fields)?;
+    let items = side("item", "item_id", &mut fields)?;
     let mut raw = RawData::new(fields, true);
-    let mut cols_idx: Option<(usize, [usize; 4])> = None;
+    let mut columns: Option<InterColumns> = None;
     let (mut parsed, mut bad) = (0, 0);
     let first_bad = report.malformed.len();
     let mut feats: Vec<(u64, f32)> = Vec::new();
     let lines = for_each_line(path, opts.progress, |n, line| {
-        let Some((width, [u, i, r, t])) = cols_idx else {
-            let h = Header::parse(path, line)?;
-            let idx = [
-                h.index(path, "user_id")?,
-                h.index(path, "item_id")?,
-                h.index(path, "rating")?,
-                h.index(path, "timestamp")?,
-            ];
-            cols_idx = Some((h.cols.len(), idx));
+        let Some(c) = columns else {
+            let h = Header::parse(line).map_err(|r| bad_header(path, r))?;
+            columns = Some(InterColumns::new(&h).map_err(|r| bad_header(path, r))?);
             return Ok(());
         };
         if is_blank(line) {
             report.blank += 1;
             return Ok(());
         }
-        let text = String::from_utf8_lossy(line);
-        let cols: Vec<&str> = text.split('\t').map(str::trim).collect();
-        let why = if cols.len() != width {
-            Some(format!(
-                "expected {width} tab-separated columns, found {}: {}",
-                cols.len(),
-                excerpt(line)
-            ))
-        } else {
-            match (parse_rating(cols[r]), parse_time(cols[t])) {
-                (Some(rating), Some(time)) => {
-                    let uk = feature_key(0, cols[u].as_bytes());
-                    let ik = feature_key(0, cols[i].as_bytes());
-                    feats.clear();
-                    feats.push((uk, 1.0));
-                    feats.push((feature_key(1, cols[i].as_bytes()), 1.0));
-                    for side in [
-                        users.as_ref().and_then(|s| s.get(&uk)),
-                        items.as_ref().and_then(|s| s.get(&ik)),
-                    ]
-                    .into_iter()
-                    .flatten()
-                    {
-                        feats.extend(side.iter().map(|&k| (k, 1.0)));
-                    }
-                    raw.push(&feats, f32::from(u8::from(rating >= 4.0)), time);
-                    parsed += 1;
-                    None
+        match c.parse(line) {
+            Ok(x) => {
+                feats.clear();
+                feats.push((x.user, 1.0));
+                feats.push((x.item, 1.0));
+                for side in [
+                    users.as_ref().and_then(|s| s.get(&x.user)),
+                    items.as_ref().and_then(|s| s.get(&x.item_id)),
+                ]
+                .into_iter()
+                .flatten()
+                {
+                    feats.extend(side.iter().map(|&k| (k, 1.0)));
                 }
-                (None, _) => Some(format!("rating `{}` is not a number", cols[r])),
-                (_, None) => Some(format!("timestamp `{}` is not a number", cols[t])),
+                raw.push(&feats, x.label, x.time);
+                parsed += 1;
+                Ok(())
             }
-        };
-        if let Some(why) = why {
-            bad += 1;
-            report.malformed(path, n, why, opts.strict)?;
+            Err(why) => {
+                bad += 1;
+                report.malformed(path, n, why, opts.strict)
+            }
         }
-        Ok(())
     })?;
     report.lines += lines;
     LoadReport::check_format(

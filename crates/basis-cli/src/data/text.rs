@@ -65,6 +65,36 @@ pub(crate) fn body(bytes: &[u8]) -> &[u8] {
     }
 }
 
+/// The features of one document (see the module docs) into `feats`, or
+/// why the document is malformed (it has no token).
+pub(super) fn document_features(
+    bytes: &[u8],
+    body_only: bool,
+    feats: &mut Vec<(u64, f32)>,
+) -> Result<(), &'static str> {
+    feats.clear();
+    let text = if body_only { body(bytes) } else { bytes };
+    let lower: Vec<u8> = text.iter().map(u8::to_ascii_lowercase).collect();
+    let toks = tokens(&lower);
+    if toks.is_empty() {
+        return Err("document has no tokens");
+    }
+    let mut keys: Vec<u64> = toks.iter().map(|t| feature_key(0, t)).collect();
+    let mut pair = Vec::new();
+    for w in toks.windows(2) {
+        pair.clear();
+        pair.extend_from_slice(w[0]);
+        pair.push(b' ');
+        pair.extend_from_slice(w[1]);
+        keys.push(feature_key(1, &pair));
+    }
+    keys.sort_unstable();
+    keys.dedup();
+    let value = 1.0 / (keys.len() as f32).sqrt();
+    feats.extend(keys.iter().map(|&k| (k, value)));
+    Ok(())
+}
+
 /// Load the corpus under `root`.
 pub(crate) fn load(
     root: &Path,
@@ -111,9 +141,7 @@ pub(crate) fn load(
     let bar = crate::progress::count(files.len() as u64, "reading documents", opts.progress);
     let mut raw = RawData::new(vec!["token".into(), "bigram".into()], false);
     let mut parsed = 0;
-    let mut keys: Vec<u64> = Vec::new();
     let mut feats: Vec<(u64, f32)> = Vec::new();
-    let mut lower = Vec::new();
     for (n, (file, pos)) in files.iter().enumerate() {
         bar.inc(1);
         report.lines += 1;
@@ -121,33 +149,10 @@ pub(crate) fn load(
             path: file.clone(),
             error,
         })?;
-        let text = if opts.body_only {
-            body(&bytes)
-        } else {
-            &bytes[..]
-        };
-        lower.clear();
-        lower.extend(text.iter().map(u8::to_ascii_lowercase));
-        let toks = tokens(&lower);
-        if toks.is_empty() {
-            report.malformed(file, 0, "document has no tokens", opts.strict)?;
+        if let Err(why) = document_features(&bytes, opts.body_only, &mut feats) {
+            report.malformed(file, 0, why, opts.strict)?;
             continue;
         }
-        keys.clear();
-        keys.extend(toks.iter().map(|t| feature_key(0, t)));
-        let mut pair = Vec::new();
-        for w in toks.windows(2) {
-            pair.clear();
-            pair.extend_from_slice(w[0]);
-            pair.push(b' ');
-            pair.extend_from_slice(w[1]);
-            keys.push(feature_key(1, &pair));
-        }
-        keys.sort_unstable();
-        keys.dedup();
-        let value = 1.0 / (keys.len() as f32).sqrt();
-        feats.clear();
-        feats.extend(keys.iter().map(|&k| (k, value)));
         raw.push(&feats, f32::from(u8::from(*pos)), n as i64);
         parsed += 1;
     }

@@ -1,0 +1,55 @@
+//! The `basis` command as a library: the subcommands behind the binary, and
+//! the real-data line parsers ([`lines`]) public so they can be fuzzed and
+//! reused. Everything else is internal to the crate.
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
+
+mod checkpoint;
+mod cli;
+mod compare;
+mod data;
+mod hashing;
+mod inspect;
+mod metrics;
+mod model;
+mod optim;
+mod parallel;
+mod plot;
+mod progress;
+mod rng;
+mod spec;
+mod train;
+
+pub use data::lines;
+
+use clap::Parser;
+use std::process::ExitCode;
+
+/// Run the `basis` command with the process's arguments: parse them, run the
+/// subcommand, print any error to stderr.
+///
+/// Returns the process exit code: success, or failure after an error (bad
+/// arguments exit through clap with its own code).
+pub fn run() -> ExitCode {
+    let cli = cli::Cli::parse();
+    #[cfg(feature = "mpi")]
+    if let Err(e) = parallel::mpi::init() {
+        eprintln!("error: MPI: {e}");
+        return ExitCode::FAILURE;
+    }
+    let progress = !cli.quiet && parallel::is_output_rank();
+    let result = match &cli.command {
+        cli::Command::Train(a) => compare::train_one(a, progress),
+        cli::Command::Compare(a) => compare::compare(a, progress),
+        cli::Command::Inspect(a) => inspect::run(a, progress),
+    };
+    #[cfg(feature = "mpi")]
+    parallel::mpi::finish();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
