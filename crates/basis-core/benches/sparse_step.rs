@@ -252,8 +252,16 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("sparse_step");
     g.sample_size(10);
     g.throughput(Throughput::Elements(BATCH as u64));
+    let distinct_per_batch = distinct as f64 / BATCHES as f64;
     for (name, make) in &methods {
-        eprintln!("{name}: {} bytes touched per row", bytes_per_row(name));
+        // Per step: every distinct row's traffic, plus the gradient reads of
+        // the duplicate rows merged into it.
+        let per_step = distinct_per_batch * bytes_per_row(name) as f64
+            + (BATCH as f64 - distinct_per_batch) * (DIM * 4) as f64;
+        eprintln!(
+            "{name}: {} bytes touched per distinct row, {per_step:.0} bytes per step",
+            bytes_per_row(name)
+        );
         let mut opt = make();
         let mut k = 0usize;
         g.bench_function(*name, |b| {

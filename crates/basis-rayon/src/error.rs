@@ -29,7 +29,8 @@ pub enum Error {
         /// Length that was passed.
         got: usize,
     },
-    /// A gradient element is NaN or infinite (it would poison a shared bucket).
+    /// A gradient element is NaN, infinite, or above
+    /// [`basis_core::MAX_GRAD_ABS`] in magnitude (it would poison a shared bucket).
     NonFinite {
         /// Position of the first non-finite element in the slice.
         index: usize,

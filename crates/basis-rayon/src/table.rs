@@ -125,7 +125,9 @@ pub(crate) fn check_update(
 ) -> Result<(), Error> {
     check_bucket(buckets, bucket)?;
     check_len(dim, grad.len())?;
-    match grad.iter().position(|g| !g.is_finite()) {
+    // The same bound as the batched step: a larger element's square could
+    // overflow a shared second moment to +inf (NaN fails the test too).
+    match grad.iter().position(|g| !(g.abs() <= basis_core::MAX_GRAD_ABS)) {
         Some(index) => Err(Error::NonFinite { index }),
         None => Ok(()),
     }

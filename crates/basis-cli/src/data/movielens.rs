@@ -75,9 +75,11 @@ fn parse_time(s: &str) -> Option<i64> {
     })
 }
 
-/// Parse one `u.data` line: the user and item features, the label and the
-/// timestamp, or why the line is malformed.
-pub(super) fn parse_udata(line: &[u8]) -> Result<([(u64, f32); 2], f32, i64), String> {
+/// A parsed `u.data` line: the user and item features, the label, the timestamp.
+pub(super) type Udata = ([(u64, f32); 2], f32, i64);
+
+/// Parse one `u.data` line, or say why it is malformed.
+pub(super) fn parse_udata(line: &[u8]) -> Result<Udata, String> {
     let text = String::from_utf8_lossy(line);
     let cols: Vec<&str> = text.split_whitespace().collect();
     if cols.len() != 4 {
