@@ -1,22 +1,21 @@
-//! Checkpoint files of a training run: atomic write-then-rename, CRC-32 checked.
+//! Checkpoint files of a training run, stored with `basis_std::checkpoint`
+//! (atomic temp-file → fsync → rename → directory fsync, CRC-32 header).
 //!
 //! One file holds everything a resumed run needs to continue bit for bit:
 //! the epoch reached, the data-order RNG state, the model table and dense
 //! parameters with their Adam state, the sparse optimizer's exported state
-//! (itself versioned and checksummed by `basis-core`), the metric history,
-//! and a fingerprint of the run's configuration so a checkpoint of another
-//! run is refused. Kept in this one module so it can move to
-//! `basis-std::checkpoint` without touching the trainer.
+//! (itself versioned and checksummed by `basis-core`; with BASIS it includes
+//! the d-choice bucket choices), the metric history, and a fingerprint of the
+//! run's configuration so a checkpoint of another run is refused.
 //!
-//! Layout (little-endian): `b"BASISCKP"`, `u32` version, then the fields in
-//! the order of [`Checkpoint`] (vectors as `u64` length + items), then the
-//! CRC-32 of every preceding byte.
+//! Each field of [`Checkpoint`] is one named section of the container (see
+//! `basis_std::checkpoint` for the file layout), in the order of the struct;
+//! numbers and `f32` vectors are little-endian. The metric history is the
+//! last section, so everything before it is the run's state.
 
+use basis_std::checkpoint as file;
 use core::fmt;
 use std::path::{Path, PathBuf};
-
-const MAGIC: &[u8; 8] = b"BASISCKP";
-const VERSION: u32 = 1;
 
 /// The saved state of a run after `epoch` epochs.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,17 +47,17 @@ pub(crate) struct Checkpoint {
 /// Why a checkpoint could not be written or read.
 #[derive(Debug)]
 pub(crate) enum CheckpointError {
-    /// File-system error.
-    Io {
-        /// The path.
+    /// The file could not be written or read, or is truncated, corrupted, of
+    /// another format version or not a checkpoint (the error names the file).
+    File(file::CheckpointError),
+    /// The file is a valid container but a section of the run is missing or
+    /// has the wrong size (written by other software).
+    Section {
+        /// The file.
         path: PathBuf,
-        /// The error.
-        error: std::io::Error,
+        /// The section.
+        name: &'static str,
     },
-    /// Not a checkpoint file, or one written by another version.
-    Foreign(PathBuf),
-    /// Truncated or corrupted (checksum mismatch).
-    Corrupt(PathBuf),
     /// A checkpoint of a different run configuration.
     Mismatch(PathBuf),
 }
@@ -66,16 +65,18 @@ pub(crate) enum CheckpointError {
 impl fmt::Display for CheckpointError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Io { path, error } => write!(f, "checkpoint {}: {error}", path.display()),
-            Self::Foreign(p) => write!(
+            Self::File(e) => match e.format_error() {
+                Some(reason) => write!(
+                    f,
+                    "checkpoint {} is truncated or corrupted: {reason}",
+                    e.path().display()
+                ),
+                None => write!(f, "{e}"),
+            },
+            Self::Section { path, name } => write!(
                 f,
-                "{} is not a basis checkpoint (version {VERSION})",
-                p.display()
-            ),
-            Self::Corrupt(p) => write!(
-                f,
-                "checkpoint {} is truncated or corrupted (checksum)",
-                p.display()
+                "checkpoint {} is corrupted: section `{name}` is missing or malformed",
+                path.display()
             ),
             Self::Mismatch(p) => write!(
                 f,
@@ -86,139 +87,148 @@ impl fmt::Display for CheckpointError {
     }
 }
 
-impl core::error::Error for CheckpointError {}
-
-fn put_f32s(out: &mut Vec<u8>, v: &[f32]) {
-    out.extend_from_slice(&(v.len() as u64).to_le_bytes());
-    for x in v {
-        out.extend_from_slice(&x.to_le_bytes());
+impl core::error::Error for CheckpointError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::File(e) => Some(e),
+            _ => None,
+        }
     }
 }
 
-fn put_bytes(out: &mut Vec<u8>, v: &[u8]) {
-    out.extend_from_slice(&(v.len() as u64).to_le_bytes());
-    out.extend_from_slice(v);
+impl From<file::CheckpointError> for CheckpointError {
+    fn from(e: file::CheckpointError) -> Self {
+        Self::File(e)
+    }
 }
 
-/// Encode a checkpoint.
-pub(crate) fn encode(c: &Checkpoint) -> Vec<u8> {
-    let mut out =
-        Vec::with_capacity(64 + 4 * (c.table.len() + c.dense.len() * 3) + c.optimizer.len());
-    out.extend_from_slice(MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
-    out.extend_from_slice(&c.fingerprint.to_le_bytes());
-    out.extend_from_slice(&c.epoch.to_le_bytes());
-    out.extend_from_slice(&c.rng_state.to_le_bytes());
-    out.extend_from_slice(&c.nonfinite.to_le_bytes());
-    put_f32s(&mut out, &c.table);
-    put_f32s(&mut out, &c.dense);
-    put_f32s(&mut out, &c.dense_m);
-    put_f32s(&mut out, &c.dense_v);
-    out.extend_from_slice(&c.dense_t.to_le_bytes());
-    put_bytes(&mut out, &c.optimizer);
-    put_bytes(&mut out, c.history.as_bytes());
-    let crc = crc32fast::hash(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
+/// Section names, in file order.
+const RUN: &str = "run";
+const TABLE: &str = "table";
+const DENSE: &str = "dense";
+const DENSE_M: &str = "dense_m";
+const DENSE_V: &str = "dense_v";
+const OPTIMIZER: &str = "optimizer";
+const HISTORY: &str = "history";
+
+/// Size of the `run` section: fingerprint, epoch, RNG state, non-finite
+/// count, dense step count.
+const RUN_LEN: usize = 8 + 4 + 8 + 8 + 4;
+
+fn f32s_to_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn bytes_to_f32s(b: &[u8]) -> Option<Vec<f32>> {
+    if b.len() % 4 != 0 {
+        return None;
+    }
+    Some(
+        b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+    )
+}
+
+/// The container holding `c`.
+fn to_file(c: &Checkpoint) -> file::Checkpoint {
+    let mut run = Vec::with_capacity(RUN_LEN);
+    run.extend_from_slice(&c.fingerprint.to_le_bytes());
+    run.extend_from_slice(&c.epoch.to_le_bytes());
+    run.extend_from_slice(&c.rng_state.to_le_bytes());
+    run.extend_from_slice(&c.nonfinite.to_le_bytes());
+    run.extend_from_slice(&c.dense_t.to_le_bytes());
+    let mut out = file::Checkpoint::new();
+    let sections: [(&str, Vec<u8>); 7] = [
+        (RUN, run),
+        (TABLE, f32s_to_bytes(&c.table)),
+        (DENSE, f32s_to_bytes(&c.dense)),
+        (DENSE_M, f32s_to_bytes(&c.dense_m)),
+        (DENSE_V, f32s_to_bytes(&c.dense_v)),
+        (OPTIMIZER, c.optimizer.clone()),
+        (HISTORY, c.history.clone().into_bytes()),
+    ];
+    for (name, data) in sections {
+        // Names are short constants: `insert` only fails on names over 64 KiB.
+        let _ = out.insert(name, data);
+    }
     out
 }
 
-/// A bounds-checked reader; `None` = truncated.
-struct Reader<'a> {
-    buf: &'a [u8],
+/// The run stored in `f`; `path` is for error messages.
+fn from_file(f: &file::Checkpoint, path: &Path) -> Result<Checkpoint, CheckpointError> {
+    let section = |name: &'static str| {
+        f.get(name).ok_or_else(|| CheckpointError::Section {
+            path: path.to_path_buf(),
+            name,
+        })
+    };
+    let malformed = |name| CheckpointError::Section {
+        path: path.to_path_buf(),
+        name,
+    };
+    let f32s = |name| bytes_to_f32s(section(name)?).ok_or_else(|| malformed(name));
+    let run = section(RUN)?;
+    if run.len() != RUN_LEN {
+        return Err(malformed(RUN));
+    }
+    let (fingerprint, rest) = run.split_at(8);
+    let (epoch, rest) = rest.split_at(4);
+    let (rng_state, rest) = rest.split_at(8);
+    let (nonfinite, dense_t) = rest.split_at(8);
+    let u64_of = |b: &[u8]| b.try_into().map(u64::from_le_bytes).map_err(|_| malformed(RUN));
+    let u32_of = |b: &[u8]| b.try_into().map(u32::from_le_bytes).map_err(|_| malformed(RUN));
+    Ok(Checkpoint {
+        fingerprint: u64_of(fingerprint)?,
+        epoch: u32_of(epoch)?,
+        rng_state: u64_of(rng_state)?,
+        nonfinite: u64_of(nonfinite)?,
+        table: f32s(TABLE)?,
+        dense: f32s(DENSE)?,
+        dense_m: f32s(DENSE_M)?,
+        dense_v: f32s(DENSE_V)?,
+        dense_t: u32_of(dense_t)?,
+        optimizer: section(OPTIMIZER)?.to_vec(),
+        history: String::from_utf8(section(HISTORY)?.to_vec()).map_err(|_| malformed(HISTORY))?,
+    })
 }
 
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if n > self.buf.len() {
-            return None;
-        }
-        let (a, b) = self.buf.split_at(n);
-        self.buf = b;
-        Some(a)
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-    fn bytes(&mut self) -> Option<&'a [u8]> {
-        let n = usize::try_from(self.u64()?).ok()?;
-        self.take(n)
-    }
-    fn f32s(&mut self) -> Option<Vec<f32>> {
-        let n = usize::try_from(self.u64()?).ok()?;
-        let raw = self.take(n.checked_mul(4)?)?;
-        Some(
-            raw.chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-        )
-    }
+/// Encode a checkpoint (the bytes [`save`] writes).
+#[cfg(test)]
+pub(crate) fn encode(c: &Checkpoint) -> Vec<u8> {
+    to_file(c).encode()
 }
 
 /// Decode a checkpoint; `path` is for error messages.
+#[cfg(test)]
 pub(crate) fn decode(bytes: &[u8], path: &Path) -> Result<Checkpoint, CheckpointError> {
-    if bytes.len() < 12 || &bytes[..8] != MAGIC {
-        return Err(CheckpointError::Foreign(path.to_path_buf()));
-    }
-    if bytes[8..12] != VERSION.to_le_bytes() {
-        return Err(CheckpointError::Foreign(path.to_path_buf()));
-    }
-    let corrupt = || CheckpointError::Corrupt(path.to_path_buf());
-    let (body, crc) = bytes.split_at(bytes.len().checked_sub(4).ok_or_else(corrupt)?);
-    if crc32fast::hash(body).to_le_bytes() != crc {
-        return Err(corrupt());
-    }
-    let mut r = Reader { buf: &body[12..] };
-    let c = (|| {
-        Some(Checkpoint {
-            fingerprint: r.u64()?,
-            epoch: r.u32()?,
-            rng_state: r.u64()?,
-            nonfinite: r.u64()?,
-            table: r.f32s()?,
-            dense: r.f32s()?,
-            dense_m: r.f32s()?,
-            dense_v: r.f32s()?,
-            dense_t: r.u32()?,
-            optimizer: r.bytes()?.to_vec(),
-            history: String::from_utf8(r.bytes()?.to_vec()).ok()?,
+    let f = file::Checkpoint::decode(bytes).map_err(|reason| {
+        CheckpointError::File(file::CheckpointError::Corrupt {
+            path: path.to_path_buf(),
+            reason,
         })
-    })()
-    .ok_or_else(corrupt)?;
-    if !r.buf.is_empty() {
-        return Err(corrupt());
-    }
-    Ok(c)
+    })?;
+    from_file(&f, path)
 }
 
-/// Write `c` to `path` atomically: a temporary file in the same directory,
-/// flushed to disk, then renamed over `path`.
+/// Write `c` to `path` atomically (see `basis_std::checkpoint::save`),
+/// creating its directory first.
 pub(crate) fn save(path: &Path, c: &Checkpoint) -> Result<(), CheckpointError> {
-    use std::io::Write;
-    let io = |error| CheckpointError::Io {
-        path: path.to_path_buf(),
-        error,
-    };
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(io)?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|source| {
+            CheckpointError::File(file::CheckpointError::Io {
+                path: dir.to_path_buf(),
+                op: file::IoOp::Create,
+                source,
+            })
+        })?;
     }
-    let tmp = path.with_extension("ckpt.tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(io)?;
-    f.write_all(&encode(c)).map_err(io)?;
-    f.sync_all().map_err(io)?;
-    drop(f);
-    std::fs::rename(&tmp, path).map_err(io)
+    Ok(file::save(path, &to_file(c))?)
 }
 
 /// Read the checkpoint at `path`, checking it belongs to `fingerprint`.
 pub(crate) fn load(path: &Path, fingerprint: u64) -> Result<Checkpoint, CheckpointError> {
-    let bytes = std::fs::read(path).map_err(|error| CheckpointError::Io {
-        path: path.to_path_buf(),
-        error,
-    })?;
-    let c = decode(&bytes, path)?;
+    let c = from_file(&file::load(path)?, path)?;
     if c.fingerprint != fingerprint {
         return Err(CheckpointError::Mismatch(path.to_path_buf()));
     }
@@ -271,7 +281,7 @@ mod tests {
         save(&path, &sample()).unwrap();
         assert_eq!(load(&path, 42).unwrap(), sample());
         assert!(matches!(load(&path, 43), Err(CheckpointError::Mismatch(_))));
-        assert!(!path.with_extension("ckpt.tmp").exists());
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "a temp file is left");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -127,7 +127,10 @@ pub(crate) fn check_update(
     check_len(dim, grad.len())?;
     // The same bound as the batched step: a larger element's square could
     // overflow a shared second moment to +inf (NaN fails the test too).
-    match grad.iter().position(|g| !(g.abs() <= basis_core::MAX_GRAD_ABS)) {
+    match grad
+        .iter()
+        .position(|g| !(g.abs() <= basis_core::MAX_GRAD_ABS))
+    {
         Some(index) => Err(Error::NonFinite { index }),
         None => Ok(()),
     }
