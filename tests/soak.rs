@@ -1,8 +1,9 @@
 //! Soak: millions of updates through the Hogwild bucket table (`basis-rayon`)
-//! and the batched BASIS step (`basis-core`), with poisoned gradients mixed
-//! in. Asserts that resident memory stays flat after warm-up, that no NaN or
-//! infinity ever reaches a bucket or a row, and that every poisoned update is
-//! rejected and counted.
+//! and the batched BASIS step (`basis-core`), with poisoned gradients (NaN,
+//! ±Inf, finite values whose square would overflow) mixed in. Asserts that
+//! resident memory stays flat after warm-up, that no NaN or infinity ever
+//! reaches a bucket or a row, and that every poisoned update is rejected and
+//! counted.
 //!
 //! `BASIS_SOAK_UPDATES` sets the number of row updates per phase (default
 //! 1 000 000, a few seconds in CI); e.g. `BASIS_SOAK_UPDATES=200000000 cargo
@@ -17,8 +18,8 @@
 use std::collections::HashSet;
 
 use basis::core::{
-    Basis, BasisConfig, DenseTable, Direction, RowIndex, ScalarStorage, SparseOptimizer,
-    TablePrecision,
+    Basis, BasisConfig, DenseTable, Direction, MAX_GRAD_ABS, RowIndex, ScalarStorage,
+    SparseOptimizer, TablePrecision,
 };
 use basis::hash::OneChoice;
 use basis_rayon::{AtomicMomentTable, MomentParams, MomentTable};
@@ -110,13 +111,15 @@ impl Rng {
     }
 
     /// A gradient value spanning several orders of magnitude, or (rarely)
-    /// a poison value.
+    /// a poison value: NaN, ±Inf, or a finite value above `MAX_GRAD_ABS`.
     fn grad(&mut self, poison_one_in: u64) -> f32 {
         if self.next() % poison_one_in == 0 {
-            match self.next() % 3 {
+            match self.next() % 4 {
                 0 => f32::NAN,
                 1 => f32::INFINITY,
-                _ => f32::NEG_INFINITY,
+                2 => f32::NEG_INFINITY,
+                // Finite, but its square would overflow a bucket's moment.
+                _ => -3e19,
             }
         } else {
             let scale = [1e-4, 1e-2, 1.0, 1e2][(self.next() % 4) as usize];
@@ -222,7 +225,7 @@ fn batched_phase(
             ids.push(id);
             for _ in 0..DIM {
                 let g = rng.grad(200_000);
-                if !g.is_finite() {
+                if g.is_nan() || g.abs() > MAX_GRAD_ABS {
                     poisoned.insert(id);
                 }
                 grads.push(g);

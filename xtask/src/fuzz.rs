@@ -11,7 +11,7 @@ use crate::util;
 /// Seconds per target when `--seconds` is not given.
 const DEFAULT_SECONDS: u64 = 60;
 /// Seconds per target in `cargo xtask ci`.
-const CI_SECONDS: u64 = 20;
+const CI_SECONDS: u64 = 30;
 
 /// `fuzz <target>|--all [--seconds N]`.
 pub(crate) fn run(args: &[String]) -> Result<(), String> {

@@ -176,8 +176,16 @@ fn from_file(f: &file::Checkpoint, path: &Path) -> Result<Checkpoint, Checkpoint
     let (epoch, rest) = rest.split_at(4);
     let (rng_state, rest) = rest.split_at(8);
     let (nonfinite, dense_t) = rest.split_at(8);
-    let u64_of = |b: &[u8]| b.try_into().map(u64::from_le_bytes).map_err(|_| malformed(RUN));
-    let u32_of = |b: &[u8]| b.try_into().map(u32::from_le_bytes).map_err(|_| malformed(RUN));
+    let u64_of = |b: &[u8]| {
+        b.try_into()
+            .map(u64::from_le_bytes)
+            .map_err(|_| malformed(RUN))
+    };
+    let u32_of = |b: &[u8]| {
+        b.try_into()
+            .map(u32::from_le_bytes)
+            .map_err(|_| malformed(RUN))
+    };
     Ok(Checkpoint {
         fingerprint: u64_of(fingerprint)?,
         epoch: u32_of(epoch)?,
@@ -281,7 +289,26 @@ mod tests {
         save(&path, &sample()).unwrap();
         assert_eq!(load(&path, 42).unwrap(), sample());
         assert!(matches!(load(&path, 43), Err(CheckpointError::Mismatch(_))));
-        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "a temp file is left");
+        // A truncated file is refused with an error naming it.
+        let bytes = std::fs::read(&path).unwrap();
+        std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
+        let e = load(&path, 42).unwrap_err();
+        assert!(matches!(e, CheckpointError::File(_)));
+        let msg = e.to_string();
+        assert!(msg.contains(&path.display().to_string()), "{msg}");
+        assert!(msg.contains("truncated or corrupted"), "{msg}");
+        // A valid container without the run's sections is refused too.
+        file::save(&path, &file::Checkpoint::new()).unwrap();
+        let e = load(&path, 42).unwrap_err();
+        assert!(
+            matches!(e, CheckpointError::Section { name: RUN, .. }),
+            "{e}"
+        );
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            1,
+            "a temp file is left"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

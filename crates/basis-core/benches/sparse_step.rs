@@ -162,6 +162,46 @@ fn random_blocks(c: &mut Criterion) {
     g.finish();
 }
 
+/// Interleaved timing beside criterion's: every method takes `STEPS` steps
+/// in turn (starting method rotated), `ROUNDS` times, so load spikes from
+/// other processes on a shared machine hit all methods alike. Prints each
+/// method's median step time and its ratio to exact Adam's.
+fn interleaved(w: &Workload, table: &mut [f32], methods: &[(&str, MakeOptimizer)]) {
+    const ROUNDS: usize = 15;
+    const STEPS: usize = 8;
+    let mut opts: Vec<Box<dyn SparseOptimizer>> = methods.iter().map(|(_, m)| m()).collect();
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); methods.len()];
+    let mut k = 0usize;
+    // Round 0 warms up (first touches of the state) and is not recorded.
+    for round in 0..=ROUNDS {
+        for i in 0..opts.len() {
+            let i = (i + round) % opts.len();
+            let start = std::time::Instant::now();
+            for s in 0..STEPS {
+                let (ids, grads) = (&w.batches[(k + s) % BATCHES], &w.grads[(k + s) % GRAD_SETS]);
+                let mut t = DenseTable::new(table, DIM).expect("dim > 0");
+                black_box(opts[i].step(ids, grads, &mut t).expect("valid batch"));
+            }
+            if round > 0 {
+                times[i].push(start.elapsed().as_secs_f64() / STEPS as f64);
+            }
+        }
+        k += STEPS;
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let medians: Vec<f64> = times.iter_mut().map(median).collect();
+    for ((name, _), m) in methods.iter().zip(&medians) {
+        eprintln!(
+            "interleaved {name}: median {:.3} ms/step, {:.2}x exact Adam's rows/s",
+            m * 1e3,
+            medians[0] / m
+        );
+    }
+}
+
 type MakeOptimizer = Box<dyn Fn() -> Box<dyn SparseOptimizer>>;
 
 fn bench(c: &mut Criterion) {
@@ -249,6 +289,7 @@ fn bench(c: &mut Criterion) {
             Box::new(move || basis(Direction::RowScaled, ScalarStorage::LogU8, 0.0, rows)),
         ),
     ];
+    interleaved(&w, &mut table, &methods);
     let mut g = c.benchmark_group("sparse_step");
     g.sample_size(10);
     g.throughput(Throughput::Elements(BATCH as u64));

@@ -11,7 +11,7 @@ use crate::batch::{Merged, apply_row, merge};
 use crate::config::{BasisConfig, Direction, ScalarLrSchedule, ScalarStorage, TablePrecision};
 use crate::error::{ConfigError, StateError, StepError};
 use crate::kernel::{
-    BucketGroup, BucketJob, KernelParams, ScalarParams, StepPlan, Tables, run_sequential,
+    BucketGroup, BucketJob, KernelParams, ScalarParams, StepPlan, Tables, update_bucket,
 };
 use crate::optimizer::SparseOptimizer;
 use crate::quant::{LogCode, random_bits};
@@ -19,10 +19,6 @@ use crate::report::{Diagnostics, HISTOGRAM_BINS, MemoryReport, StepReport};
 use crate::state::{Reader, Writer, kind};
 use crate::store::ScalarStore;
 use crate::table::RowAccess;
-
-/// Rows ahead whose table row phase 4 reads early (a safe stand-in for a
-/// prefetch).
-const TOUCH_AHEAD: usize = 4;
 
 /// Domain separator of the scalar store's stochastic rounding.
 const SCALAR_DOMAIN: u64 = 0x5CA1_A55E_ED00_0002;
@@ -278,7 +274,7 @@ impl<H: Bucketer> Basis<H> {
     }
 
     /// Phase 3: hands the disjoint per-bucket jobs of `plan` to `run`, which
-    /// must call [`update_bucket`](crate::kernel::update_bucket) on each exactly once (in any order, on any
+    /// must call [`update_bucket`] on each exactly once (in any order, on any
     /// thread).
     pub fn run_plan<F>(&mut self, plan: &mut StepPlan, run: F)
     where
@@ -300,15 +296,7 @@ impl<H: Bucketer> Basis<H> {
         let decay = self.config.lr * self.config.weight_decay;
         let rounds = self.scalars.rounds();
         // Id order: the caller's table and the row state are walked forward.
-        for (i, &pos) in plan.by_id.iter().enumerate() {
-            // Read the row `TOUCH_AHEAD` places later now, so its (usually
-            // missing) lines load while this row is applied.
-            if let Some(&ahead) = plan.by_id.get(i + TOUCH_AHEAD) {
-                if let Some(row) = table.row_mut(plan.ids[ahead as usize]) {
-                    let acc = row.iter().step_by(16).fold(0u32, |a, x| a ^ x.to_bits());
-                    core::hint::black_box(acc);
-                }
-            }
+        for &pos in &plan.by_id {
             let k = pos as usize;
             let id = plan.ids[k];
             if store_scalars {
@@ -449,7 +437,9 @@ impl<H: Bucketer> SparseOptimizer for Basis<H> {
         table: &mut dyn RowAccess,
     ) -> Result<StepReport, StepError> {
         let mut plan = self.plan(ids, grads, table)?;
-        self.run_plan(&mut plan, run_sequential);
+        self.run_plan(&mut plan, |p, jobs| {
+            jobs.into_iter().for_each(|j| update_bucket(p, j))
+        });
         Ok(self.finish(plan, table))
     }
 

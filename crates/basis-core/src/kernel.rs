@@ -346,49 +346,6 @@ struct Rows<'r, 'a> {
     _p: core::marker::PhantomData<&'a ()>,
 }
 
-/// Jobs ahead whose bucket state the sequential runner reads early.
-const TOUCH_AHEAD: usize = 4;
-
-/// Runs `jobs` in order on this thread (the sequential step's phase 3).
-///
-/// Before a job runs, the runner reads one value per cache line of the bucket
-/// state [`TOUCH_AHEAD`] jobs later: a safe stand-in for a software prefetch,
-/// so that bucket's (usually missing) lines are in flight while this job
-/// computes instead of after. Reads only: results are unchanged.
-pub(crate) fn run_sequential(p: &KernelParams, jobs: Vec<BucketJob<'_>>) {
-    let mut queue = alloc::collections::VecDeque::with_capacity(TOUCH_AHEAD + 1);
-    for job in jobs {
-        touch(&job.tables);
-        queue.push_back(job);
-        if queue.len() > TOUCH_AHEAD {
-            if let Some(next) = queue.pop_front() {
-                update_bucket(p, next);
-            }
-        }
-    }
-    queue.into_iter().for_each(|job| update_bucket(p, job));
-}
-
-/// Reads one value per 64-byte line of a bucket's tables.
-fn touch(tables: &BucketTables<'_>) {
-    let mut acc = 0u32;
-    match tables {
-        BucketTables::F32 { m, v } => {
-            let m = m.as_deref().unwrap_or_default();
-            for x in m.iter().chain(v.iter()).step_by(16) {
-                acc ^= x.to_bits();
-            }
-        }
-        BucketTables::Bf16 { m, v } => {
-            let m = m.as_deref().unwrap_or_default();
-            for x in m.iter().chain(v.iter()).step_by(32) {
-                acc ^= u32::from(x.to_bits());
-            }
-        }
-    }
-    core::hint::black_box(acc);
-}
-
 /// Phase 3 for one bucket. Pure function of the job's inputs and `p`.
 pub fn update_bucket(p: &KernelParams, job: BucketJob<'_>) {
     let BucketJob {

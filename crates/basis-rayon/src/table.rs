@@ -129,7 +129,7 @@ pub(crate) fn check_update(
     // overflow a shared second moment to +inf (NaN fails the test too).
     match grad
         .iter()
-        .position(|g| !(g.abs() <= basis_core::MAX_GRAD_ABS))
+        .position(|g| g.is_nan() || g.abs() > basis_core::MAX_GRAD_ABS)
     {
         Some(index) => Err(Error::NonFinite { index }),
         None => Ok(()),

@@ -8,7 +8,8 @@
 //! time order (the real files are time-ordered), so the split keeps it.
 
 use super::{
-    DataError, Format, LoadOptions, LoadReport, RawData, excerpt, for_each_line, is_blank,
+    DataError, Format, LineOutcome, LoadOptions, LoadReport, RawData, is_blank, load_lines,
+    push_example,
 };
 use crate::hashing::{feature_key, feature_key_u64};
 use std::path::Path;
@@ -39,34 +40,14 @@ pub(crate) fn load(
         .chain((1..=CATS).map(|c| format!("C{c}")))
         .collect();
     let mut raw = RawData::new(fields, true);
-    let (mut parsed, mut bad) = (0, 0);
-    let first_bad = report.malformed.len();
     let mut feats: Vec<(u64, f32)> = Vec::with_capacity(INTS + CATS);
-    let lines = for_each_line(path, opts.progress, |n, line| {
+    load_lines(path, Format::Criteo, opts, report, |n, line| {
         if is_blank(line) {
-            report.blank += 1;
-            return Ok(());
+            return Ok(LineOutcome::Blank);
         }
-        match parse(line, &mut feats) {
-            Ok(label) => {
-                raw.push(&feats, label, n as i64);
-                parsed += 1;
-                Ok(())
-            }
-            Err(why) => {
-                bad += 1;
-                report.malformed(path, n, format!("{why}: {}", excerpt(line)), opts.strict)
-            }
-        }
+        let label = parse(line, &mut feats);
+        Ok(push_example(&mut raw, &feats, n, line, label))
     })?;
-    report.lines += lines;
-    LoadReport::check_format(
-        path,
-        Format::Criteo,
-        parsed,
-        bad,
-        report.malformed.get(first_bad),
-    )?;
     Ok(raw)
 }
 

@@ -7,7 +7,8 @@
 //! a seeded shuffle. `qid:` tokens are not supported (malformed).
 
 use super::{
-    DataError, Format, LoadOptions, LoadReport, RawData, excerpt, for_each_line, is_blank,
+    DataError, Format, LineOutcome, LoadOptions, LoadReport, RawData, is_blank, load_lines,
+    push_example,
 };
 use crate::hashing::feature_key_u64;
 use std::path::Path;
@@ -19,35 +20,15 @@ pub(crate) fn load(
     report: &mut LoadReport,
 ) -> Result<RawData, DataError> {
     let mut raw = RawData::new(vec!["features".into()], false);
-    let (mut parsed, mut bad) = (0, 0);
-    let first_bad = report.malformed.len();
     let mut feats = Vec::new();
-    let lines = for_each_line(path, opts.progress, |n, line| {
+    load_lines(path, Format::Libsvm, opts, report, |n, line| {
         let line = strip_comment(line);
         if is_blank(line) {
-            report.blank += 1;
-            return Ok(());
+            return Ok(LineOutcome::Blank);
         }
-        match parse(line, &mut feats) {
-            Ok(label) => {
-                raw.push(&feats, label, n as i64);
-                parsed += 1;
-                Ok(())
-            }
-            Err(why) => {
-                bad += 1;
-                report.malformed(path, n, format!("{why}: {}", excerpt(line)), opts.strict)
-            }
-        }
+        let label = parse(line, &mut feats);
+        Ok(push_example(&mut raw, &feats, n, line, label))
     })?;
-    report.lines += lines;
-    LoadReport::check_format(
-        path,
-        Format::Libsvm,
-        parsed,
-        bad,
-        report.malformed.get(first_bad),
-    )?;
     Ok(raw)
 }
 

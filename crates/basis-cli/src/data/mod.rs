@@ -483,9 +483,71 @@ fn index(
     })
 }
 
+/// What a line-reading loader made of one line (see [`load_lines`]).
+#[derive(Debug)]
+pub(crate) enum LineOutcome {
+    /// An example (or a side-file entry) was parsed.
+    Parsed,
+    /// A blank line, skipped.
+    Blank,
+    /// The header line, consumed.
+    Header,
+    /// A malformed line, and why.
+    Malformed(String),
+}
+
+/// The outcome of a `label = parse(line, &mut feats)` line parser: the
+/// example is pushed with the line number as its time, or the line is
+/// malformed (the reason, then an excerpt of the line).
+pub(crate) fn push_example(
+    raw: &mut RawData,
+    feats: &[(u64, f32)],
+    n: usize,
+    line: &[u8],
+    label: Result<f32, String>,
+) -> LineOutcome {
+    match label {
+        Ok(label) => {
+            raw.push(feats, label, n as i64);
+            LineOutcome::Parsed
+        }
+        Err(why) => LineOutcome::Malformed(format!("{why}: {}", excerpt(line))),
+    }
+}
+
+/// The skeleton every line-per-record loader shares: read `path` line by
+/// line, hand each line to `each`, count blank lines, record every malformed
+/// line (or stop on it with `--strict`), then apply the "not in this format"
+/// rule to this file's counts. `each` fails only on a fatal problem (a bad
+/// header).
+pub(crate) fn load_lines(
+    path: &Path,
+    format: Format,
+    opts: &LoadOptions,
+    report: &mut LoadReport,
+    mut each: impl FnMut(usize, &[u8]) -> Result<LineOutcome, DataError>,
+) -> Result<(), DataError> {
+    let (mut parsed, mut bad) = (0, 0);
+    let first_bad = report.malformed.len();
+    let lines = for_each_line(path, opts.progress, |n, line| {
+        match each(n, line)? {
+            LineOutcome::Parsed => parsed += 1,
+            LineOutcome::Blank => report.blank += 1,
+            LineOutcome::Header => {}
+            LineOutcome::Malformed(why) => {
+                bad += 1;
+                report.malformed(path, n, why, opts.strict)?;
+            }
+        }
+        Ok(())
+    })?;
+    report.lines += lines;
+    LoadReport::check_format(path, format, parsed, bad, report.malformed.get(first_bad))
+}
+
 /// Read `path` line by line (bytes; `\r\n` and `\n` endings), calling
 /// `f(line_number, line)`; returns the number of lines.
-pub(crate) fn for_each_line(
+fn for_each_line(
     path: &Path,
     progress: bool,
     mut f: impl FnMut(usize, &[u8]) -> Result<(), DataError>,

@@ -12,7 +12,7 @@
 //! `u.data`. The label is `rating >= 4`; the split is time-ordered.
 
 use super::{
-    DataError, Format, LoadOptions, LoadReport, RawData, excerpt, for_each_line, is_blank,
+    DataError, Format, LineOutcome, LoadOptions, LoadReport, RawData, excerpt, is_blank, load_lines,
 };
 use crate::hashing::{KeyMap, feature_key};
 use std::path::{Path, PathBuf};
@@ -112,33 +112,18 @@ fn load_udata(
     report: &mut LoadReport,
 ) -> Result<RawData, DataError> {
     let mut raw = RawData::new(vec!["user".into(), "item".into()], true);
-    let (mut parsed, mut bad) = (0, 0);
-    let first_bad = report.malformed.len();
-    let lines = for_each_line(path, opts.progress, |n, line| {
+    load_lines(path, Format::Movielens, opts, report, |_, line| {
         if is_blank(line) {
-            report.blank += 1;
-            return Ok(());
+            return Ok(LineOutcome::Blank);
         }
-        match parse_udata(line) {
+        Ok(match parse_udata(line) {
             Ok((feats, label, time)) => {
                 raw.push(&feats, label, time);
-                parsed += 1;
-                Ok(())
+                LineOutcome::Parsed
             }
-            Err(why) => {
-                bad += 1;
-                report.malformed(path, n, why, opts.strict)
-            }
-        }
+            Err(why) => LineOutcome::Malformed(why),
+        })
     })?;
-    report.lines += lines;
-    LoadReport::check_format(
-        path,
-        Format::Movielens,
-        parsed,
-        bad,
-        report.malformed.get(first_bad),
-    )?;
     Ok(raw)
 }
 
@@ -257,39 +242,25 @@ fn load_side(
 ) -> Result<Side, DataError> {
     let mut side = Side::default();
     let mut columns: Option<SideColumns> = None;
-    let (mut parsed, mut bad) = (0, 0);
-    let first_bad = report.malformed.len();
-    let lines = for_each_line(path, opts.progress, |n, line| {
+    load_lines(path, Format::Movielens, opts, report, |_, line| {
         let Some(c) = columns.as_ref() else {
             let h = Header::parse(line).map_err(|r| bad_header(path, r))?;
-            let c = SideColumns::new(&h, id_col, field0, fields).map_err(|r| bad_header(path, r))?;
+            let c =
+                SideColumns::new(&h, id_col, field0, fields).map_err(|r| bad_header(path, r))?;
             columns = Some(c);
-            return Ok(());
+            return Ok(LineOutcome::Header);
         };
         if is_blank(line) {
-            report.blank += 1;
-            return Ok(());
+            return Ok(LineOutcome::Blank);
         }
-        match c.parse(line) {
+        Ok(match c.parse(line) {
             Ok((id, keys)) => {
                 side.insert(id, keys);
-                parsed += 1;
-                Ok(())
+                LineOutcome::Parsed
             }
-            Err(why) => {
-                bad += 1;
-                report.malformed(path, n, why, opts.strict)
-            }
-        }
+            Err(why) => LineOutcome::Malformed(why),
+        })
     })?;
-    report.lines += lines;
-    LoadReport::check_format(
-        path,
-        Format::Movielens,
-        parsed,
-        bad,
-        report.malformed.get(first_bad),
-    )?;
     Ok(side)
 }
 
@@ -373,50 +344,34 @@ fn load_recbole(
     let items = side("item", "item_id", &mut fields)?;
     let mut raw = RawData::new(fields, true);
     let mut columns: Option<InterColumns> = None;
-    let (mut parsed, mut bad) = (0, 0);
-    let first_bad = report.malformed.len();
     let mut feats: Vec<(u64, f32)> = Vec::new();
-    let lines = for_each_line(path, opts.progress, |n, line| {
+    load_lines(path, Format::Movielens, opts, report, |_, line| {
         let Some(c) = columns else {
             let h = Header::parse(line).map_err(|r| bad_header(path, r))?;
             columns = Some(InterColumns::new(&h).map_err(|r| bad_header(path, r))?);
-            return Ok(());
+            return Ok(LineOutcome::Header);
         };
         if is_blank(line) {
-            report.blank += 1;
-            return Ok(());
+            return Ok(LineOutcome::Blank);
         }
-        match c.parse(line) {
-            Ok(x) => {
-                feats.clear();
-                feats.push((x.user, 1.0));
-                feats.push((x.item, 1.0));
-                for side in [
-                    users.as_ref().and_then(|s| s.get(&x.user)),
-                    items.as_ref().and_then(|s| s.get(&x.item_id)),
-                ]
-                .into_iter()
-                .flatten()
-                {
-                    feats.extend(side.iter().map(|&k| (k, 1.0)));
-                }
-                raw.push(&feats, x.label, x.time);
-                parsed += 1;
-                Ok(())
-            }
-            Err(why) => {
-                bad += 1;
-                report.malformed(path, n, why, opts.strict)
-            }
+        let x = match c.parse(line) {
+            Ok(x) => x,
+            Err(why) => return Ok(LineOutcome::Malformed(why)),
+        };
+        feats.clear();
+        feats.push((x.user, 1.0));
+        feats.push((x.item, 1.0));
+        for side in [
+            users.as_ref().and_then(|s| s.get(&x.user)),
+            items.as_ref().and_then(|s| s.get(&x.item_id)),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            feats.extend(side.iter().map(|&k| (k, 1.0)));
         }
+        raw.push(&feats, x.label, x.time);
+        Ok(LineOutcome::Parsed)
     })?;
-    report.lines += lines;
-    LoadReport::check_format(
-        path,
-        Format::Movielens,
-        parsed,
-        bad,
-        report.malformed.get(first_bad),
-    )?;
     Ok(raw)
 }
