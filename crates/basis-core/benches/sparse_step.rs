@@ -2,7 +2,11 @@
 //! 10M ids (512 batches, ~0.5M distinct rows), B = 100k buckets (one-choice). BASIS modes against exact per-row
 //! Adam and row-wise AdaGrad on the same batches, beside the machine's read
 //! and copy bandwidth and its random 512-byte-block read-modify-write
-//! bandwidth, all measured in the same run.
+//! bandwidth, all measured in the same run. Before the criterion groups, an
+//! interleaved pass (methods taking turns within the process) prints each
+//! method's median step time and ratio to exact Adam: on a shared machine
+//! those ratios are robust to load spikes that criterion's one-method-at-a-
+//! time windows are not.
 //!
 //! Ids are remapped to a compact range (a random permutation of the distinct
 //! ids seen) so the caller's table and dense row state fit in memory; the
