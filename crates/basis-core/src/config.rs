@@ -203,7 +203,7 @@ impl Default for BasisConfig {
             eps: 1e-8,
             weight_decay: 0.0,
             bias_correction: true,
-            direction: Direction::OwnGradient,
+            direction: Direction::RowScaled,
             scalar_lr: 1e-2,
             scalar_clip: (0.1, 10.0),
             scalar_rule: ScalarRule::Normalized,
