@@ -145,7 +145,7 @@ fn plot_writes_a_valid_png() {
 
 #[test]
 fn movielens_udata_and_recbole_parse() {
-    let v = train_on("movielens", &data("movielens/u.data"), &[]);
+    let v = train_on("movielens", &data("movielens/sample_udata.data"), &[]);
     assert_eq!(v["data"]["load"]["examples"], 120);
     assert_eq!(v["data"]["load"]["malformed_count"], 0);
     assert_eq!(v["data"]["split"], "time-ordered");
