@@ -5,7 +5,14 @@
 //! timed so the total stays well under the 90-minute budget.
 
 use crate::util::{self, cargo, ensure_apt};
+use std::io::{BufRead, BufReader};
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
+
+/// Tests counted by [`test`], for `ci`'s closing line.
+static TESTS_PASSED: AtomicU64 = AtomicU64::new(0);
+static TESTS_FAILED: AtomicU64 = AtomicU64::new(0);
 
 /// Debian packages the suite needs: Open MPI and the clang that `mpi-sys`'s
 /// bindgen uses.
@@ -53,6 +60,11 @@ pub(crate) fn run(_args: &[String]) -> Result<(), String> {
         eprintln!("  {name:<8} {secs:>7.1}s");
     }
     eprintln!("  total    {:>7.1}s", total.elapsed().as_secs_f64());
+    println!(
+        "ci: {} passed, {} failed",
+        TESTS_PASSED.load(Ordering::Relaxed),
+        TESTS_FAILED.load(Ordering::Relaxed)
+    );
     Ok(())
 }
 
@@ -62,9 +74,54 @@ fn install() -> Result<(), String> {
     crate::fuzz::install()
 }
 
-/// `cargo test --workspace` (every crate, doc tests included), extra args passed on.
+/// `cargo test --workspace` (every crate, doc tests included), extra args
+/// passed on. Prints a closing `N passed, N failed` line summed over every
+/// test binary.
 pub(crate) fn test(args: &[String]) -> Result<(), String> {
-    util::run(cargo().args(["test", "--workspace"]).args(args))
+    let mut cmd = cargo();
+    cmd.args(["test", "--workspace"])
+        .args(args)
+        .stdout(Stdio::piped());
+    eprintln!("$ cargo test --workspace {}", args.join(" "));
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start cargo test: {e}"))?;
+    let (mut passed, mut failed) = (0u64, 0u64);
+    if let Some(out) = child.stdout.take() {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            println!("{line}");
+            if let Some((p, f)) = parse_test_result(&line) {
+                passed += p;
+                failed += f;
+            }
+        }
+    }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    println!("tests: {passed} passed, {failed} failed");
+    TESTS_PASSED.fetch_add(passed, Ordering::Relaxed);
+    TESTS_FAILED.fetch_add(failed, Ordering::Relaxed);
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("cargo test failed: {status}"))
+    }
+}
+
+/// `(passed, failed)` of a libtest `test result: ok. 3 passed; 0 failed; …` line.
+fn parse_test_result(line: &str) -> Option<(u64, u64)> {
+    let rest = line.trim().strip_prefix("test result: ")?;
+    let count = |word: &str| {
+        rest.split(';').find_map(|part| {
+            part.trim()
+                .strip_suffix(word)?
+                .trim()
+                .rsplit(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+    };
+    Some((count(" passed")?, count(" failed")?))
 }
 
 /// `cargo xtask bench [crate] [filter…]`: criterion benches, one crate or all.
@@ -80,4 +137,18 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
         }
     }
     util::run(&mut cmd)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_test_result;
+
+    #[test]
+    fn reads_libtest_summaries() {
+        let ok = "test result: ok. 12 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.30s";
+        assert_eq!(parse_test_result(ok), Some((12, 0)));
+        let bad = "test result: FAILED. 2 passed; 3 failed; 0 ignored; 0 measured; 0 filtered out";
+        assert_eq!(parse_test_result(bad), Some((2, 3)));
+        assert_eq!(parse_test_result("running 3 tests"), None);
+    }
 }

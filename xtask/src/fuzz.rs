@@ -98,13 +98,46 @@ fn bin_names(manifest: &str) -> Vec<String> {
 }
 
 /// `cargo fuzz run <target> -- -max_total_time=<seconds>` in `fuzz/`.
+///
+/// libFuzzer reports every corpus change; its output goes to
+/// `target/fuzz-logs/<target>.log` and only the closing statistics (or, on a
+/// crash, the last lines of the log) are printed.
 fn fuzz_one(target: &str, seconds: u64) -> Result<(), String> {
+    let logs = util::root().join("target").join("fuzz-logs");
+    std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
+    let log_path = logs.join(format!("{target}.log"));
+    let log =
+        std::fs::File::create(&log_path).map_err(|e| format!("{}: {e}", log_path.display()))?;
+    let log_err = log.try_clone().map_err(|e| e.to_string())?;
     let mut cmd = util::cargo();
     cmd.current_dir(fuzz_dir())
         .env("RUSTC_BOOTSTRAP", "1")
         .args(["fuzz", "run", target, "--"])
-        .arg(format!("-max_total_time={seconds}"));
-    util::run(&mut cmd)
+        .arg(format!("-max_total_time={seconds}"))
+        .stdout(log)
+        .stderr(log_err);
+    let result = util::run(&mut cmd);
+    let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    let shown: Vec<&str> = if result.is_ok() {
+        lines
+            .iter()
+            .copied()
+            .filter(|l| l.starts_with("Done ") || l.contains("stat::number_of_executed_units"))
+            .collect()
+    } else {
+        lines
+            .iter()
+            .copied()
+            .skip(lines.len().saturating_sub(60))
+            .collect()
+    };
+    eprintln!(
+        "  fuzz {target}: {} (log: {})",
+        shown.join(" | "),
+        log_path.display()
+    );
+    result
 }
 
 #[cfg(test)]
