@@ -13,46 +13,9 @@
 
 use std::path::{Path, PathBuf};
 
-use basis::core::{
-    Basis, BasisConfig, DenseTable, Direction, RowIndex, ScalarStorage, SparseOptimizer,
-    TablePrecision,
-};
-use basis::hash::{Bucketer, OneChoice};
+use basis::core::{Basis, BasisConfig, DenseTable, Direction, RowIndex, SparseOptimizer};
+use basis::hash::Bucketer;
 use basis_rayon::{AtomicMomentTable, MomentParams, MomentTable, StripedMomentTable};
-
-/// The configuration the `basis_step` / `basis_import` fuzz targets derive
-/// from their first input byte (keep in sync with `fuzz/fuzz_targets/`).
-fn fuzz_config(sel: u8) -> BasisConfig {
-    let direction = [
-        Direction::Shared,
-        Direction::Signed,
-        Direction::OwnGradient,
-        Direction::RowScaled,
-    ][usize::from(sel % 4)];
-    let scalar_storage = [
-        ScalarStorage::F32,
-        ScalarStorage::Bf16,
-        ScalarStorage::LogU8,
-    ][usize::from(sel / 4 % 3)];
-    let table_precision = if sel / 12 % 2 == 0 {
-        TablePrecision::F32
-    } else {
-        TablePrecision::Bf16
-    };
-    let row_index = if sel / 24 % 2 == 0 {
-        RowIndex::Sparse
-    } else {
-        RowIndex::Dense { rows: 6 }
-    };
-    BasisConfig {
-        dim: 2,
-        direction,
-        scalar_storage,
-        table_precision,
-        row_index,
-        ..BasisConfig::default()
-    }
-}
 
 fn assert_buckets_finite<H: Bucketer>(opt: &Basis<H>, what: &str) {
     for b in 0..opt.bucketer().buckets() {
@@ -65,30 +28,6 @@ fn assert_buckets_finite<H: Bucketer>(opt: &Basis<H>, what: &str) {
                 .all(|x| x.is_finite()),
             "{what}: bucket {b} holds a non-finite value: {view:?}"
         );
-    }
-}
-
-/// The `basis_step` fuzz target's body, replayed on a committed input.
-fn replay_basis_step(data: &[u8], what: &str) {
-    let Some((&sel, rest)) = data.split_first() else {
-        return;
-    };
-    let mut opt = Basis::new(fuzz_config(sel), OneChoice::new(3, 1).unwrap()).unwrap();
-    let mut weights = [0.5f32; 12];
-    for batch in rest.split(|&b| b == 0xFF) {
-        let rows: Vec<&[u8]> = batch.chunks_exact(9).collect();
-        let ids: Vec<u64> = rows.iter().map(|r| u64::from(r[0] % 8)).collect();
-        let grads: Vec<f32> = rows
-            .iter()
-            .flat_map(|r| {
-                [
-                    f32::from_le_bytes(r[1..5].try_into().unwrap()),
-                    f32::from_le_bytes(r[5..9].try_into().unwrap()),
-                ]
-            })
-            .collect();
-        let _ = opt.step(&ids, &grads, &mut DenseTable::new(&mut weights, 2).unwrap());
-        assert_buckets_finite(&opt, what);
     }
 }
 
@@ -110,7 +49,8 @@ fn fuzz_regressions_of_the_basis_step_stay_fixed() {
     assert!(!files.is_empty());
     for file in files {
         let data = std::fs::read(&file).unwrap();
-        replay_basis_step(&data, &file.display().to_string());
+        // The fuzz target's own entry point: panics if a bucket turns non-finite.
+        basis::core::fuzzing::step_bytes(&data);
     }
 }
 

@@ -15,6 +15,7 @@ mod basis;
 mod batch;
 pub mod config;
 mod error;
+pub mod fuzzing;
 pub mod kernel;
 mod optimizer;
 mod quant;

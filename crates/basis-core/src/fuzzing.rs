@@ -1,0 +1,145 @@
+//! Entry points of the fuzz targets in `fuzz/` (one library call per target),
+//! also replayed by the regression tests.
+//!
+//! They panic when an invariant breaks: that is how a fuzzer reports a bug.
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+
+use balanced_hash::{Bucketer, OneChoice};
+
+use crate::{
+    AdagradConfig, AdamConfig, Basis, BasisConfig, DenseTable, Direction, ExactAdam, RowIndex,
+    RowwiseAdagrad, ScalarStorage, Sgd, SparseOptimizer, TablePrecision,
+};
+
+/// One of 48 small BASIS configurations (`dim = 2`), picked by `sel`: every
+/// direction × scalar storage × table precision × row index.
+pub fn config(sel: u8) -> BasisConfig {
+    let direction = [
+        Direction::Shared,
+        Direction::Signed,
+        Direction::OwnGradient,
+        Direction::RowScaled,
+    ][usize::from(sel % 4)];
+    let scalar_storage = [
+        ScalarStorage::F32,
+        ScalarStorage::Bf16,
+        ScalarStorage::LogU8,
+    ][usize::from(sel / 4 % 3)];
+    let table_precision = if sel / 12 % 2 == 0 {
+        TablePrecision::F32
+    } else {
+        TablePrecision::Bf16
+    };
+    let row_index = if sel / 24 % 2 == 0 {
+        RowIndex::Sparse
+    } else {
+        RowIndex::Dense { rows: 6 }
+    };
+    BasisConfig {
+        dim: 2,
+        direction,
+        scalar_storage,
+        table_precision,
+        row_index,
+        ..BasisConfig::default()
+    }
+}
+
+fn basis(sel: u8) -> Basis<OneChoice> {
+    let buckets = OneChoice::new(3, 1).expect("3 buckets are valid");
+    Basis::new(config(sel), buckets).expect("the fuzz configurations are valid")
+}
+
+/// `Basis::step` on arbitrary ids and gradient bits: byte 0 picks the
+/// [`config`]; the rest is split into batches at every `0xFF` byte, each read
+/// as 9-byte rows (an id byte taken mod 8, so ids 6 and 7 miss the 6-row
+/// table, then two f32 gradient values).
+///
+/// # Panics
+/// When a non-finite value reaches a shared bucket.
+pub fn step_bytes(data: &[u8]) {
+    let Some((&sel, rest)) = data.split_first() else {
+        return;
+    };
+    let mut opt = basis(sel);
+    let mut weights = [0.5f32; 12];
+    for batch in rest.split(|&b| b == 0xFF) {
+        let rows: Vec<&[u8]> = batch.chunks_exact(9).collect();
+        let ids: Vec<u64> = rows.iter().map(|r| u64::from(r[0] % 8)).collect();
+        let grads: Vec<f32> = rows
+            .iter()
+            .flat_map(|r| {
+                [
+                    f32::from_le_bytes([r[1], r[2], r[3], r[4]]),
+                    f32::from_le_bytes([r[5], r[6], r[7], r[8]]),
+                ]
+            })
+            .collect();
+        if let Ok(mut table) = DenseTable::new(&mut weights, 2) {
+            let _ = opt.step(&ids, &grads, &mut table);
+        }
+        for b in 0..opt.bucketer().buckets() {
+            let Some(view) = opt.bucket_view(b) else {
+                continue;
+            };
+            let finite = view
+                .m
+                .iter()
+                .flatten()
+                .chain(&view.v)
+                .all(|x| x.is_finite());
+            assert!(finite, "bucket {b} holds a non-finite value: {view:?}");
+        }
+    }
+}
+
+/// `SparseOptimizer::import_state` on arbitrary bytes: byte 0 picks one of
+/// the 48 BASIS [`config`]s, or exact Adam / row-wise AdaGrad / SGD (odd
+/// selectors with dense rows); the rest is the blob.
+///
+/// # Panics
+/// When a rejected blob changed the optimizer, or an accepted one does not
+/// re-export to the same bytes.
+pub fn import_bytes(data: &[u8]) {
+    let Some((&sel, blob)) = data.split_first() else {
+        return;
+    };
+    let mut opt = optimizer(sel);
+    let before = opt.export_state();
+    let after = if opt.import_state(blob).is_ok() {
+        blob.to_vec()
+    } else {
+        before
+    };
+    assert_eq!(opt.export_state(), after);
+}
+
+fn optimizer(sel: u8) -> Box<dyn SparseOptimizer> {
+    let row_index = if sel % 2 == 0 {
+        RowIndex::Sparse
+    } else {
+        RowIndex::Dense { rows: 6 }
+    };
+    match sel {
+        0..48 => Box::new(basis(sel)),
+        48..50 => Box::new(
+            ExactAdam::new(AdamConfig {
+                dim: 2,
+                row_index,
+                ..AdamConfig::default()
+            })
+            .expect("valid Adam configuration"),
+        ),
+        50..52 => Box::new(
+            RowwiseAdagrad::new(AdagradConfig {
+                dim: 2,
+                row_index,
+                ..AdagradConfig::default()
+            })
+            .expect("valid AdaGrad configuration"),
+        ),
+        _ => Box::new(Sgd::new(2, 0.1).expect("valid SGD configuration")),
+    }
+}
