@@ -130,9 +130,8 @@ impl SparseOptimizer for RowwiseAdagrad {
         let c = self.config;
         let d = c.dim;
         let sums = &self.sums;
-        let mut merged = core::mem::take(&mut self.scratch);
-        let checked = merge(
-            &mut merged,
+        let mut merged = merge(
+            &mut self.scratch,
             ids,
             grads,
             d,
@@ -140,11 +139,7 @@ impl SparseOptimizer for RowwiseAdagrad {
             c.grad_clip,
             table,
             |id| sums.index.check(id),
-        );
-        if let Err(e) = checked {
-            self.scratch = merged;
-            return Err(e);
-        }
+        )?;
         let inv_d = 1.0 / d as f32;
         for (k, &id) in merged.ids.iter().enumerate() {
             let Some(row) = table.row_mut(id) else {

@@ -149,9 +149,8 @@ impl SparseOptimizer for ExactAdam {
         let c = self.config;
         let d = c.dim;
         let index = &self.index;
-        let mut merged = core::mem::take(&mut self.scratch);
-        let checked = merge(
-            &mut merged,
+        let merged = merge(
+            &mut self.scratch,
             ids,
             grads,
             d,
@@ -159,11 +158,7 @@ impl SparseOptimizer for ExactAdam {
             c.grad_clip,
             table,
             |id| index.check(id),
-        );
-        if let Err(e) = checked {
-            self.scratch = merged;
-            return Err(e);
-        }
+        )?;
         self.steps = self.steps.saturating_add(1);
         let (bc1, bc2) = bias_corrections(c.beta1, c.beta2, self.steps, c.bias_correction);
         let mut upd = alloc::vec![0.0f32; d];

@@ -203,9 +203,8 @@ impl<H: Bucketer> Basis<H> {
     ) -> Result<StepPlan, StepError> {
         let d = self.config.dim;
         let scalars = &self.scalars;
-        let mut merged = core::mem::take(&mut self.scratch);
-        let checked = merge(
-            &mut merged,
+        let merged = merge(
+            &mut self.scratch,
             ids,
             grads,
             d,
@@ -213,11 +212,7 @@ impl<H: Bucketer> Basis<H> {
             self.config.grad_clip,
             table,
             |id| scalars.index.check(id),
-        );
-        if let Err(e) = checked {
-            self.scratch = merged;
-            return Err(e);
-        }
+        )?;
         let n = merged.ids.len();
         let mut plan = core::mem::take(&mut self.spare);
         plan.keyed.clear();

@@ -54,8 +54,31 @@ fn cmp_rows(a: &[f32], b: &[f32]) -> Ordering {
 ///
 /// # Errors
 /// See [`StepError`].
+/// Takes the reusable buffers out of `scratch` for the merged batch; on an
+/// error they go back into `scratch` (so a failed step keeps its capacity).
 #[allow(clippy::too_many_arguments)] // the step's inputs plus policy knobs; called from four places
 pub(crate) fn merge(
+    scratch: &mut Merged,
+    ids: &[u64],
+    grads: &[f32],
+    dim: usize,
+    policy: NonFinitePolicy,
+    clip: Option<f32>,
+    table: &mut dyn RowAccess,
+    in_range: impl FnMut(u64) -> Result<(), StepError>,
+) -> Result<Merged, StepError> {
+    let mut out = core::mem::take(scratch);
+    match merge_into(&mut out, ids, grads, dim, policy, clip, table, in_range) {
+        Ok(()) => Ok(out),
+        Err(e) => {
+            *scratch = out;
+            Err(e)
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)] // the body of `merge`
+fn merge_into(
     out: &mut Merged,
     ids: &[u64],
     grads: &[f32],

@@ -58,9 +58,8 @@ impl SparseOptimizer for Sgd {
         table: &mut dyn RowAccess,
     ) -> Result<StepReport, StepError> {
         let d = self.dim;
-        let mut merged = Merged::default();
-        merge(
-            &mut merged,
+        let mut merged = merge(
+            &mut Merged::default(),
             ids,
             grads,
             d,
