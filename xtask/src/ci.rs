@@ -10,7 +10,7 @@ use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-/// Tests counted by [`test`], for `ci`'s closing line.
+/// Tests counted by `test()`, for `ci`'s closing line.
 static TESTS_PASSED: AtomicU64 = AtomicU64::new(0);
 static TESTS_FAILED: AtomicU64 = AtomicU64::new(0);
 
