@@ -243,6 +243,25 @@ pub(crate) fn load(path: &Path, fingerprint: u64) -> Result<Checkpoint, Checkpoi
     Ok(c)
 }
 
+/// Delete the temp files an interrupted save (e.g. a SIGKILLed run) left in
+/// the checkpoint directory `dir`, with
+/// `basis_std::checkpoint::CheckpointDir::remove_stale_temp_files` (temp
+/// files are named `.NAME.tmp-PID-N`; checkpoints are never touched).
+/// Returns how many were removed; a directory that does not exist yet has
+/// none and is not created. Call it before the run writes: a temp file of a
+/// concurrent writer in the same directory would be deleted too (one run
+/// per directory at a time).
+///
+/// # Errors
+/// [`CheckpointError::File`] if the directory cannot be listed or a stale
+/// file cannot be removed.
+pub(crate) fn remove_stale_temp_files(dir: &Path) -> Result<usize, CheckpointError> {
+    if !dir.is_dir() {
+        return Ok(0);
+    }
+    Ok(file::CheckpointDir::open(dir, 1)?.removed_on_open())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,6 +328,32 @@ mod tests {
             1,
             "a temp file is left"
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn stale_temp_files_are_counted_and_removed() {
+        let dir = std::env::temp_dir().join(format!("basis-ckpt-stale-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        // A directory that does not exist yet: nothing to do, not created.
+        assert_eq!(remove_stale_temp_files(&dir).unwrap(), 0);
+        assert!(!dir.exists());
+        let path = dir.join("run.ckpt");
+        save(&path, &sample()).unwrap();
+        let real = std::fs::read(&path).unwrap();
+        // Named as `basis_std::checkpoint::stage` names its temp files.
+        let stale = [".run.ckpt.tmp-4242-0", ".run.ckpt.tmp-4242-1"];
+        for name in stale {
+            std::fs::write(dir.join(name), b"half a checkpoint").unwrap();
+        }
+        std::fs::write(dir.join("notes.txt"), b"kept").unwrap();
+        assert_eq!(remove_stale_temp_files(&dir).unwrap(), 2);
+        for name in stale {
+            assert!(!dir.join(name).exists(), "{name} left");
+        }
+        assert_eq!(std::fs::read(&path).unwrap(), real);
+        assert!(dir.join("notes.txt").exists());
+        assert_eq!(remove_stale_temp_files(&dir).unwrap(), 0);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -10,7 +10,7 @@ use crate::optim::{self, Telemetry};
 use crate::rng::Rng;
 use crate::spec::OptSpec;
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Metrics after one epoch.
@@ -162,6 +162,19 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
     }
     if m.workers > 1 {
         return crate::parallel::train(ds, run);
+    }
+    if let Some(path) = &run.checkpoint {
+        // A run killed while saving leaves its temp file behind; clean up
+        // before this run writes (or resumes) in the same directory.
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+        let dir = dir.unwrap_or(Path::new("."));
+        let removed = checkpoint::remove_stale_temp_files(dir).map_err(|e| e.to_string())?;
+        if removed > 0 {
+            eprintln!(
+                "removed {removed} stale checkpoint temp file(s) from {} (left by an interrupted run)",
+                dir.display()
+            );
+        }
     }
     let start = Instant::now();
     let mut fm = Fm::new(ds.rows, m.dim, m.init_std, m.seed);

@@ -1,6 +1,7 @@
 //! Integration tests: drive the built `basis` binary on small committed samples.
 #![allow(clippy::unwrap_used)] // tests
 
+use core::sync::atomic::{AtomicUsize, Ordering};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -46,6 +47,57 @@ fn tmp(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("basis-cli-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A fresh directory under the system temp dir, unique to this process and
+/// call, removed when dropped (also when the test fails).
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Self {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let dir =
+            std::env::temp_dir().join(format!("basis-cli-test-{}-{n}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Self(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Rows of the generated RecBole `.inter` sample.
+const RECBOLE_ROWS: u64 = 120;
+
+/// A synthetic RecBole data set in a fresh directory: `sample.inter`
+/// (`RECBOLE_ROWS` interactions of users 1..=15 with items 1..=25, ratings
+/// 1..=5 and increasing timestamps, drawn from a fixed-seed xorshift) plus
+/// copies of the committed side files `recbole/sample.{user,item}`.
+fn recbole_sample() -> Scratch {
+    let dir = Scratch::new("recbole");
+    let mut text = String::from("user_id:token\titem_id:token\trating:float\ttimestamp:float\n");
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        1 + x % n
+    };
+    for i in 0..RECBOLE_ROWS {
+        let (user, item, rating) = (next(15), next(25), next(5));
+        let time = 880_000_000 + 37 * i;
+        text.push_str(&format!("{user}\t{item}\t{rating}\t{time}\n"));
+    }
+    std::fs::write(dir.0.join("sample.inter"), text).unwrap();
+    for side in ["sample.user", "sample.item"] {
+        std::fs::copy(data(&format!("recbole/{side}")), dir.0.join(side)).unwrap();
+    }
     dir
 }
 
@@ -149,8 +201,11 @@ fn movielens_udata_and_recbole_parse() {
     assert_eq!(v["data"]["load"]["examples"], 120);
     assert_eq!(v["data"]["load"]["malformed_count"], 0);
     assert_eq!(v["data"]["split"], "time-ordered");
-    let v = train_on("movielens", &data("recbole/sample.inter"), &[]);
-    assert_eq!(v["data"]["load"]["examples"], 120);
+    let recbole = recbole_sample();
+    let inter = recbole.0.join("sample.inter");
+    let v = train_on("movielens", inter.to_str().unwrap(), &[]);
+    assert_eq!(v["data"]["load"]["examples"], RECBOLE_ROWS);
+    assert_eq!(v["data"]["load"]["malformed_count"], 0);
     let fields: Vec<&str> = v["data"]["fields"]
         .as_array()
         .unwrap()
@@ -168,8 +223,8 @@ fn movielens_udata_and_recbole_parse() {
         assert!(fields.contains(&f), "{f} not in {fields:?}");
     }
     // A directory resolves to its .inter file.
-    let v = train_on("movielens", &data("recbole"), &[]);
-    assert_eq!(v["data"]["load"]["examples"], 120);
+    let v = train_on("movielens", recbole.0.to_str().unwrap(), &[]);
+    assert_eq!(v["data"]["load"]["examples"], RECBOLE_ROWS);
 }
 
 #[test]
@@ -359,6 +414,52 @@ fn resumed_run_equals_uninterrupted_run_bit_for_bit() {
         assert!(e.contains("other data or options"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
+}
+
+#[test]
+fn a_run_removes_stale_checkpoint_temp_files_and_keeps_checkpoints() {
+    let dir = Scratch::new("stale");
+    let d = dir.0.to_str().unwrap();
+    let base = [
+        "train",
+        "-q",
+        "--synthetic-examples",
+        "2000",
+        "--dim",
+        "4",
+        "--epochs",
+        "1",
+        "--checkpoint",
+        d,
+    ];
+    let out = basis(&base);
+    assert!(out.status.success());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(!stderr.contains("stale"), "nothing to clean: {stderr}");
+    let ckpt = dir.0.join("run.ckpt");
+    let real = std::fs::read(&ckpt).unwrap();
+    // What a SIGKILL during a save leaves: `basis_std::checkpoint::stage`
+    // names its temp file `.NAME.tmp-PID-N` next to the target.
+    let stale = dir
+        .0
+        .join(format!(".run.ckpt.tmp-{}-3", std::process::id()));
+    std::fs::write(&stale, &real[..real.len() / 2]).unwrap();
+    // Resuming at the epoch reached writes nothing, so the checkpoint must
+    // stay byte-identical.
+    let out = basis(&[&base[..], &["--resume"]].concat());
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("removed 1 stale checkpoint temp file(s)"),
+        "{stderr}"
+    );
+    assert!(!stale.exists(), "stale temp file left");
+    assert_eq!(std::fs::read(&ckpt).unwrap(), real);
+    let names: Vec<_> = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["run.ckpt"]);
 }
 
 #[test]

@@ -631,6 +631,7 @@ pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
 pub struct CheckpointDir {
     dir: PathBuf,
     keep: usize,
+    removed_on_open: usize,
 }
 
 /// The checkpoint [`CheckpointDir::load_latest`] found.
@@ -660,12 +661,19 @@ impl CheckpointDir {
     pub fn open(dir: impl Into<PathBuf>, keep: usize) -> Result<Self, CheckpointError> {
         let dir = dir.into();
         fs::create_dir_all(&dir).map_err(|e| CheckpointError::io(&dir, IoOp::Create, e))?;
-        let this = Self {
+        let mut this = Self {
             dir,
             keep: keep.max(1),
+            removed_on_open: 0,
         };
-        this.remove_stale_temp_files()?;
+        this.removed_on_open = this.remove_stale_temp_files()?;
         Ok(this)
+    }
+
+    /// How many stale temp files (left by an interrupted save) [`open`](Self::open)
+    /// removed.
+    pub fn removed_on_open(&self) -> usize {
+        self.removed_on_open
     }
 
     /// The directory.

@@ -355,6 +355,7 @@ fn the_directory_keeps_the_newest_k_and_cleans_temp_files() {
     fs::write(dir.join("unrelated.txt"), b"keep me").unwrap();
     let ckpts = CheckpointDir::open(&dir, 3).unwrap();
     assert!(temp_files(&dir).is_empty());
+    assert_eq!(ckpts.removed_on_open(), 1);
     assert!(ckpts.load_latest().unwrap().is_none());
     for step in 1..=6 {
         ckpts.save(step, &numbered(step)).unwrap();
