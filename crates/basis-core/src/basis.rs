@@ -7,9 +7,10 @@ use balanced_hash::{Bucketer, SignHash};
 use half::bf16;
 use num_traits::Float;
 
-use crate::batch::{Merged, apply_row, merge};
+use crate::batch::{MergeRules, Merged, apply_row, merge_with, resize_for_overwrite};
 use crate::config::{BasisConfig, Direction, ScalarLrSchedule, ScalarStorage, TablePrecision};
 use crate::error::{ConfigError, StateError, StepError};
+use crate::exec::{Executor, ROWS_PER_ITEM, Sequential, row_chunks};
 use crate::kernel::{
     BucketGroup, BucketJob, KernelParams, ScalarParams, StepPlan, Tables, update_bucket,
 };
@@ -201,19 +202,33 @@ impl<H: Bucketer> Basis<H> {
         grads: &[f32],
         table: &mut dyn RowAccess,
     ) -> Result<StepPlan, StepError> {
+        self.plan_with(&Sequential, ids, grads, table)
+    }
+
+    /// [`plan`](Self::plan) with its sorts and per-row work (summing
+    /// duplicates, gathering rows into bucket order) on `exec`. The plan is
+    /// bit-identical for every executor; bucket assignment and the table
+    /// checks stay on the calling thread.
+    ///
+    /// # Errors
+    /// See [`SparseOptimizer::step`]; on error nothing changed.
+    pub fn plan_with<E: Executor>(
+        &mut self,
+        exec: &E,
+        ids: &[u64],
+        grads: &[f32],
+        table: &mut dyn RowAccess,
+    ) -> Result<StepPlan, StepError> {
         let d = self.config.dim;
         let scalars = &self.scalars;
-        let merged = merge(
-            &mut self.scratch,
-            ids,
-            grads,
-            d,
-            self.config.nonfinite,
-            self.config.grad_clip,
-            table,
-            |id| scalars.index.check(id),
-        )?;
-        let n = merged.ids.len();
+        let rules = MergeRules {
+            dim: d,
+            policy: self.config.nonfinite,
+            clip: self.config.grad_clip,
+        };
+        let merged = merge_with(exec, &mut self.scratch, ids, grads, rules, table, |id| {
+            scalars.index.check(id)
+        })?;
         let mut plan = core::mem::take(&mut self.spare);
         plan.keyed.clear();
         let buckets = self.bucket_steps.len();
@@ -226,25 +241,26 @@ impl<H: Bucketer> Basis<H> {
             }
             plan.keyed.push((bucket, id, k as u32));
         }
-        plan.keyed.sort_unstable();
-        let with_counts = self.scalars.counts.is_some();
-        let sigma = SignHash::new(self.config.seed);
+        // Keys are distinct (ids are).
+        exec.sort_by(&mut plan.keyed, |a, b| a.cmp(b));
         plan.dim = d;
         plan.step = self.steps;
         plan.skipped = merged.skipped;
+        self.group(&mut plan);
+        self.gather(exec, &mut plan, &merged.grads);
+        self.scratch = merged;
+        Ok(plan)
+    }
+
+    /// Bucket groups, plan-order ids and the id-order index from the sorted
+    /// keys.
+    fn group(&self, plan: &mut StepPlan) {
+        let n = plan.keyed.len();
         plan.ids.clear();
-        plan.signs.clear();
-        plan.grads.clear();
-        plan.scalars.clear();
-        plan.counts.clear();
         plan.groups.clear();
-        plan.updates.clear();
-        plan.updates.resize(n * d, 0.0);
         plan.by_id.clear();
         plan.by_id.resize(n, 0);
-        for pos in 0..n {
-            let (bucket, id, k) = plan.keyed[pos];
-            let k = k as usize;
+        for (pos, &(bucket, id, k)) in plan.keyed.iter().enumerate() {
             match plan.groups.last_mut() {
                 Some(g) if g.bucket == bucket => g.end = pos + 1,
                 _ => plan.groups.push(BucketGroup {
@@ -253,19 +269,50 @@ impl<H: Bucketer> Basis<H> {
                     end: pos + 1,
                 }),
             }
-            plan.by_id[k] = pos as u32;
+            plan.by_id[k as usize] = pos as u32;
             plan.ids.push(id);
-            plan.signs.push(sigma.sign(id));
-            plan.grads
-                .extend_from_slice(&merged.grads[k * d..(k + 1) * d]);
-            let (s, c) = self.scalars.get(id);
-            plan.scalars.push(s);
-            if with_counts {
-                plan.counts.push(c);
-            }
         }
-        self.scratch = merged;
-        Ok(plan)
+    }
+
+    /// Each plan row's sign, merged gradient, scalar (and count), in plan
+    /// order, on `exec`.
+    fn gather<E: Executor>(&self, exec: &E, plan: &mut StepPlan, merged: &[f32]) {
+        let d = self.config.dim;
+        let n = plan.keyed.len();
+        let with_counts = self.scalars.counts.is_some();
+        let sigma = SignHash::new(self.config.seed);
+        let scalars = &self.scalars;
+        // Every value is written below (`updates` zeroed per item).
+        resize_for_overwrite(&mut plan.signs, n, 0.0);
+        resize_for_overwrite(&mut plan.grads, n * d, 0.0);
+        resize_for_overwrite(&mut plan.scalars, n, 0.0);
+        resize_for_overwrite(&mut plan.counts, if with_counts { n } else { 0 }, 0);
+        resize_for_overwrite(&mut plan.updates, n * d, 0.0);
+        let items: Vec<_> = plan
+            .keyed
+            .chunks(ROWS_PER_ITEM)
+            .zip(row_chunks(&mut plan.signs, n, 1))
+            .zip(row_chunks(&mut plan.grads, n, d))
+            .zip(row_chunks(&mut plan.scalars, n, 1))
+            .zip(row_chunks(&mut plan.counts, n, usize::from(with_counts)))
+            .zip(row_chunks(&mut plan.updates, n, d))
+            .collect();
+        exec.for_each(
+            items,
+            |(((((keys, signs), grads), ss), counts), updates)| {
+                updates.fill(0.0);
+                for (j, &(_, id, k)) in keys.iter().enumerate() {
+                    let k = k as usize;
+                    signs[j] = sigma.sign(id);
+                    grads[j * d..(j + 1) * d].copy_from_slice(&merged[k * d..(k + 1) * d]);
+                    let (s, c) = scalars.get(id);
+                    ss[j] = s;
+                    if let Some(count) = counts.get_mut(j) {
+                        *count = c;
+                    }
+                }
+            },
+        );
     }
 
     /// Phase 3: hands the disjoint per-bucket jobs of `plan` to `run`, which

@@ -9,6 +9,7 @@ use num_traits::Float;
 
 use crate::config::NonFinitePolicy;
 use crate::error::StepError;
+use crate::exec::{Executor, ROWS_PER_ITEM, Sequential, row_chunks};
 use crate::table::RowAccess;
 
 /// The largest gradient magnitude a row may carry: `2^44 ≈ 1.8e13`. A larger
@@ -25,7 +26,12 @@ pub(crate) struct Merged {
     pub(crate) ids: Vec<u64>,
     pub(crate) grads: Vec<f32>,
     pub(crate) skipped: usize,
-    order: Vec<usize>,
+    /// `(id, batch position)` sorted by id, then by the gradient's bits.
+    order: Vec<(u64, usize)>,
+    /// Where each run of equal ids starts in `order` (plus the end).
+    runs: Vec<usize>,
+    /// Per run: every merged value within `MAX_GRAD_ABS`.
+    finite: Vec<bool>,
 }
 
 impl Merged {
@@ -33,7 +39,9 @@ impl Merged {
     pub(crate) fn capacity_bytes(&self) -> usize {
         self.ids.capacity() * 8
             + self.grads.capacity() * 4
-            + self.order.capacity() * size_of::<usize>()
+            + self.order.capacity() * size_of::<(u64, usize)>()
+            + self.runs.capacity() * size_of::<usize>()
+            + self.finite.capacity()
     }
 }
 
@@ -47,15 +55,19 @@ fn cmp_rows(a: &[f32], b: &[f32]) -> Ordering {
     Ordering::Equal
 }
 
-/// Checks lengths and the table's dim, merges duplicates (sorted by id, ties
-/// by the gradient's bits, summed in that order), applies `policy` and the
-/// optional L2 `clip` to each merged row, and checks every kept id against
-/// `table` and `in_range`. Nothing is mutated.
+/// What every merge needs besides the batch: the row width and the policy
+/// knobs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct MergeRules {
+    pub(crate) dim: usize,
+    pub(crate) policy: NonFinitePolicy,
+    pub(crate) clip: Option<f32>,
+}
+
+/// [`merge_with`] on the calling thread.
 ///
 /// # Errors
 /// See [`StepError`].
-/// Takes the reusable buffers out of `scratch` for the merged batch; on an
-/// error they go back into `scratch` (so a failed step keeps its capacity).
 #[allow(clippy::too_many_arguments)] // the step's inputs plus policy knobs; called from four places
 pub(crate) fn merge(
     scratch: &mut Merged,
@@ -67,8 +79,33 @@ pub(crate) fn merge(
     table: &mut dyn RowAccess,
     in_range: impl FnMut(u64) -> Result<(), StepError>,
 ) -> Result<Merged, StepError> {
+    let rules = MergeRules { dim, policy, clip };
+    merge_with(&Sequential, scratch, ids, grads, rules, table, in_range)
+}
+
+/// Checks lengths and the table's dim, merges duplicates (sorted by id, ties
+/// by the gradient's bits, summed in that order), applies the non-finite
+/// policy and the optional L2 clip to each merged row, and checks every kept
+/// id against `table` and `in_range`, in id order (so the first failing id
+/// is reported). Nothing is mutated. The sort and the per-row sums run on
+/// `exec`; the result's bits do not depend on it.
+///
+/// Takes the reusable buffers out of `scratch` for the merged batch; on an
+/// error they go back into `scratch` (so a failed step keeps its capacity).
+///
+/// # Errors
+/// See [`StepError`].
+pub(crate) fn merge_with<E: Executor>(
+    exec: &E,
+    scratch: &mut Merged,
+    ids: &[u64],
+    grads: &[f32],
+    rules: MergeRules,
+    table: &mut dyn RowAccess,
+    in_range: impl FnMut(u64) -> Result<(), StepError>,
+) -> Result<Merged, StepError> {
     let mut out = core::mem::take(scratch);
-    match merge_into(&mut out, ids, grads, dim, policy, clip, table, in_range) {
+    match merge_into(exec, &mut out, ids, grads, rules, table, in_range) {
         Ok(()) => Ok(out),
         Err(e) => {
             *scratch = out;
@@ -77,17 +114,16 @@ pub(crate) fn merge(
     }
 }
 
-#[allow(clippy::too_many_arguments)] // the body of `merge`
-fn merge_into(
+fn merge_into<E: Executor>(
+    exec: &E,
     out: &mut Merged,
     ids: &[u64],
     grads: &[f32],
-    dim: usize,
-    policy: NonFinitePolicy,
-    clip: Option<f32>,
+    rules: MergeRules,
     table: &mut dyn RowAccess,
     mut in_range: impl FnMut(u64) -> Result<(), StepError>,
 ) -> Result<(), StepError> {
+    let dim = rules.dim;
     let expected = ids.len().saturating_mul(dim);
     if grads.len() != expected {
         return Err(StepError::GradLength {
@@ -101,46 +137,31 @@ fn merge_into(
             table: table.dim(),
         });
     }
-    let row = |k: usize| &grads[k * dim..(k + 1) * dim];
     out.ids.clear();
-    out.grads.clear();
     out.skipped = 0;
-    let mut order = core::mem::take(&mut out.order);
+    let order = &mut out.order;
     order.clear();
-    order.extend(0..ids.len());
-    order.sort_unstable_by(|&a, &b| ids[a].cmp(&ids[b]).then_with(|| cmp_rows(row(a), row(b))));
-    let result = merge_sorted(out, &order, ids, policy, clip, table, &mut in_range, row);
-    out.order = order;
-    result
-}
-
-#[allow(clippy::too_many_arguments)] // the body of `merge`, split for buffer reuse
-fn merge_sorted<'g>(
-    out: &mut Merged,
-    order: &[usize],
-    ids: &[u64],
-    policy: NonFinitePolicy,
-    clip: Option<f32>,
-    table: &mut dyn RowAccess,
-    in_range: &mut impl FnMut(u64) -> Result<(), StepError>,
-    row: impl Fn(usize) -> &'g [f32],
-) -> Result<(), StepError> {
-    let mut k = 0;
-    while k < order.len() {
-        let id = ids[order[k]];
-        let start = out.grads.len();
-        out.grads.extend_from_slice(row(order[k]));
-        k += 1;
-        while k < order.len() && ids[order[k]] == id {
-            for (acc, &g) in out.grads[start..].iter_mut().zip(row(order[k])) {
-                *acc += g;
-            }
-            k += 1;
+    order.extend(ids.iter().copied().zip(0..));
+    // By id first (inline keys: no indirection; ties may come out in any
+    // order); `sum_runs` then sorts each run of equal ids by its rows' bits,
+    // which makes the order canonical: rows still equal are identical, so
+    // interchangeable.
+    exec.sort_by(order, |a, b| a.0.cmp(&b.0));
+    out.runs.clear();
+    for k in 0..order.len() {
+        if k == 0 || order[k].0 != order[k - 1].0 {
+            out.runs.push(k);
         }
-        let merged = &mut out.grads[start..];
-        if !merged.iter().all(|g| g.abs() <= MAX_GRAD_ABS) {
-            out.grads.truncate(start);
-            match policy {
+    }
+    out.runs.push(order.len());
+    let n = out.runs.len() - 1;
+    sum_runs(exec, out, grads, rules);
+    // Policy and table checks in id order; kept rows are compacted forward.
+    let mut kept = 0usize;
+    for r in 0..n {
+        let id = out.order[out.runs[r]].0;
+        if !out.finite[r] {
+            match rules.policy {
                 NonFinitePolicy::Skip => {
                     out.skipped += 1;
                     continue;
@@ -148,24 +169,90 @@ fn merge_sorted<'g>(
                 NonFinitePolicy::Error => return Err(StepError::NonFinite { id }),
             }
         }
-        if let Some(max_norm) = clip {
-            let mut sq = 0.0f32;
-            for &g in merged.iter() {
-                sq += g * g;
-            }
-            let norm = Float::sqrt(sq);
-            if norm > max_norm {
-                let scale = max_norm / norm;
-                merged.iter_mut().for_each(|g| *g *= scale);
-            }
-        }
         in_range(id)?;
         if table.row_mut(id).is_none() {
             return Err(StepError::MissingRow { id });
         }
+        if kept != r {
+            out.grads.copy_within(r * dim..(r + 1) * dim, kept * dim);
+        }
         out.ids.push(id);
+        kept += 1;
     }
+    out.grads.truncate(kept * dim);
     Ok(())
+}
+
+/// Sorts each run of `out.order` by its rows' bits, then fills `out.grads`
+/// with each run's sum (in that order) and `out.finite` with whether it
+/// stayed within `MAX_GRAD_ABS`; finite sums are clipped. Work items own
+/// disjoint runs.
+fn sum_runs<E: Executor>(exec: &E, out: &mut Merged, grads: &[f32], rules: MergeRules) {
+    let dim = rules.dim;
+    let row = |k: usize| &grads[k * dim..(k + 1) * dim];
+    let n = out.runs.len() - 1;
+    // Every value is written below.
+    resize_for_overwrite(&mut out.grads, n * dim, 0.0);
+    resize_for_overwrite(&mut out.finite, n, false);
+    let runs = &out.runs;
+    let mut order = out.order.as_mut_slice();
+    let mut items = Vec::with_capacity(n.div_ceil(ROWS_PER_ITEM));
+    let sums = row_chunks(&mut out.grads, n, dim);
+    let finite = row_chunks(&mut out.finite, n, 1);
+    for (item, (sums, finite)) in sums.into_iter().zip(finite).enumerate() {
+        let first = item * ROWS_PER_ITEM;
+        let last = first + finite.len();
+        let size = (runs[last] - runs[first]).min(order.len());
+        let (members, rest) = core::mem::take(&mut order).split_at_mut(size);
+        order = rest;
+        items.push((&runs[first..=last], members, sums, finite));
+    }
+    exec.for_each(items, |(runs, order, sums, finite)| {
+        let base = runs[0];
+        for (j, (sum, ok)) in sums.chunks_exact_mut(dim).zip(finite).enumerate() {
+            let members = &mut order[runs[j] - base..runs[j + 1] - base];
+            if members.len() > 1 {
+                members.sort_unstable_by(|a, b| cmp_rows(row(a.1), row(b.1)));
+            }
+            let mut members = members.iter();
+            if let Some(&(_, k)) = members.next() {
+                sum.copy_from_slice(row(k));
+            }
+            for &(_, k) in members {
+                for (acc, &g) in sum.iter_mut().zip(row(k)) {
+                    *acc += g;
+                }
+            }
+            *ok = sum.iter().all(|g| g.abs() <= MAX_GRAD_ABS);
+            if *ok {
+                clip_row(sum, rules.clip);
+            }
+        }
+    });
+}
+
+/// Sets `v`'s length to `n`, writing `fill` only into new slots: for buffers
+/// reused between steps whose every value the caller then overwrites (the
+/// fill of a full `clear` + `resize` would be a serial pass over them).
+pub(crate) fn resize_for_overwrite<T: Copy>(v: &mut Vec<T>, n: usize, fill: T) {
+    v.truncate(n);
+    v.resize(n, fill);
+}
+
+/// Scales `row` down to L2 norm `max_norm` when it is longer.
+fn clip_row(row: &mut [f32], clip: Option<f32>) {
+    let Some(max_norm) = clip else {
+        return;
+    };
+    let mut sq = 0.0f32;
+    for &g in row.iter() {
+        sq += g * g;
+    }
+    let norm = Float::sqrt(sq);
+    if norm > max_norm {
+        let scale = max_norm / norm;
+        row.iter_mut().for_each(|g| *g *= scale);
+    }
 }
 
 /// Applies `row −= upd` (after AdamW's decoupled decay `row *= 1 − decay`).

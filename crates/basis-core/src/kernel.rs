@@ -178,6 +178,11 @@ impl StepPlan {
         &self.groups
     }
 
+    /// Plan positions in row-id order: `ids()[id_order()[k]]` ascends with `k`.
+    pub fn id_order(&self) -> &[u32] {
+        &self.by_id
+    }
+
     /// Rows skipped as non-finite.
     pub fn skipped(&self) -> usize {
         self.skipped

@@ -1,7 +1,7 @@
 #![doc = include_str!("../README.md")]
 //!
 //! Module map: [`config`] (hyper-parameters), [`kernel`] (the step's phases,
-//! for parallel adapters), the optimizers [`Basis`], [`ExactAdam`],
+//! for parallel adapters), [`exec`] (how planning's data-parallel pieces run), the optimizers [`Basis`], [`ExactAdam`],
 //! [`RowwiseAdagrad`], [`Sgd`] behind the object-safe [`SparseOptimizer`].
 #![no_std]
 #![forbid(unsafe_code)]
@@ -15,6 +15,7 @@ mod basis;
 mod batch;
 pub mod config;
 mod error;
+pub mod exec;
 pub mod fuzzing;
 pub mod kernel;
 mod optimizer;

@@ -18,6 +18,6 @@ pub use codec::{
     ParCompressor, par_decode_add, par_decode_into, par_pack_signs_into, par_unpack_signs,
 };
 pub use error::Error;
-pub use step::{par_step, par_step_dense, thread_pool};
+pub use step::{Rayon, par_step, par_step_dense, thread_pool};
 pub use striped_table::StripedMomentTable;
 pub use table::{MomentParams, MomentTable};

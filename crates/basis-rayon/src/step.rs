@@ -8,11 +8,16 @@
 //! so running them on any number of threads in any order gives the same
 //! bits. Rows are distinct after merging, so applying their updates in
 //! parallel (each row written by exactly one task, with the serial
-//! arithmetic) gives the same bits too. Planning stays serial.
+//! arithmetic) gives the same bits too. Planning runs its sorts and per-row
+//! work (summing duplicates, gathering rows into bucket order) on rayon
+//! through [`Rayon`], an `Executor` whose pieces own disjoint outputs;
+//! only bucket assignment and the table checks stay on the calling thread.
 
 use balanced_hash::Bucketer;
+use basis_core::exec::Executor;
 use basis_core::kernel::{BucketJob, KernelParams, StepPlan, update_bucket};
 use basis_core::{Basis, DenseTable, RowAccess, StepReport};
+use core::cmp::Ordering;
 use rayon::prelude::*;
 
 use crate::Error;
@@ -21,6 +26,37 @@ use crate::Error;
 const MIN_JOBS_PER_TASK: usize = 32;
 /// Rows handed to one rayon task at least when applying updates.
 const MIN_ROWS_PER_TASK: usize = 64;
+/// Shortest slice [`Rayon`] sorts in parallel.
+const PAR_SORT_MIN: usize = 1 << 14;
+
+/// Planning's data-parallel pieces on the current rayon pool
+/// (`basis_core::exec::Executor`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Rayon;
+
+impl Executor for Rayon {
+    fn sort_by<T, F>(&self, items: &mut [T], cmp: F)
+    where
+        T: Send,
+        F: Fn(&T, &T) -> Ordering + Sync + Send,
+    {
+        // Below this a parallel sort lost to the serial one in
+        // `examples/step_phases` (waking a pool thread costs ~0.1 ms on a VM).
+        if items.len() < PAR_SORT_MIN {
+            items.sort_unstable_by(cmp);
+        } else {
+            items.par_sort_unstable_by(cmp);
+        }
+    }
+
+    fn for_each<T, F>(&self, items: Vec<T>, f: F)
+    where
+        T: Send,
+        F: Fn(T) + Sync + Send,
+    {
+        items.into_par_iter().for_each(f);
+    }
+}
 
 /// Phase 3 on the current rayon pool.
 fn run_jobs(p: &KernelParams, jobs: Vec<BucketJob<'_>>) {
@@ -42,7 +78,7 @@ pub fn par_step<H: Bucketer>(
     grads: &[f32],
     table: &mut dyn RowAccess,
 ) -> Result<StepReport, Error> {
-    let mut plan = basis.plan(ids, grads, table)?;
+    let mut plan = basis.plan_with(&Rayon, ids, grads, table)?;
     basis.run_plan(&mut plan, run_jobs);
     Ok(basis.finish(plan, table))
 }
@@ -63,7 +99,7 @@ pub fn par_step_dense<H: Bucketer>(
 ) -> Result<StepReport, Error> {
     let dim = basis.config().dim;
     let mut table = DenseTable::new(data, dim)?;
-    let mut plan = basis.plan(ids, grads, &mut table)?;
+    let mut plan = basis.plan_with(&Rayon, ids, grads, &mut table)?;
     basis.run_plan(&mut plan, run_jobs);
     // `finish` applies rows as `row *= 1 − lr·λ; row −= update`.
     let decay = basis.config().lr * basis.config().weight_decay;
@@ -73,17 +109,22 @@ pub fn par_step_dense<H: Bucketer>(
     Ok(basis.finish(plan, &mut NoRows(dim)))
 }
 
-/// Applies every planned row's update to `data`, rows in parallel.
+/// Applies every planned row's update to `data`, rows in parallel. (Fusing
+/// this into the per-bucket tasks, rows then written in bucket order, was
+/// measured no faster in `examples/step_phases`.)
 fn apply_rows(plan: &StepPlan, data: &mut [f32], dim: usize, decay: f32) {
     // Carve `data` into the planned rows (distinct ids, all in range: the
-    // plan checked them against this table) in id order.
-    let mut order: Vec<(u64, usize)> = plan.ids().iter().copied().zip(0..).collect();
-    order.sort_unstable();
-    let mut rows: Vec<(&mut [f32], usize)> = Vec::with_capacity(order.len());
+    // plan checked them against this table), walking it forward in id order.
+    let ids = plan.ids();
+    let mut rows: Vec<(&mut [f32], usize)> = Vec::with_capacity(ids.len());
     let mut rest = data;
     let mut offset = 0usize;
-    for (id, k) in order {
-        let Some(start) = usize::try_from(id).ok().and_then(|i| i.checked_mul(dim)) else {
+    for &pos in plan.id_order() {
+        let k = pos as usize;
+        let Some(start) = usize::try_from(ids[k])
+            .ok()
+            .and_then(|i| i.checked_mul(dim))
+        else {
             continue;
         };
         let Some(skip) = start.checked_sub(offset) else {

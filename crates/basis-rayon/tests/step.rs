@@ -10,8 +10,8 @@ use std::sync::OnceLock;
 
 use balanced_hash::OneChoice;
 use basis_core::{
-    Basis, BasisConfig, DenseTable, Direction, ScalarStorage, SparseOptimizer, StepError,
-    TablePrecision,
+    Basis, BasisConfig, DenseTable, Direction, NonFinitePolicy, ScalarLrSchedule, ScalarStorage,
+    SparseOptimizer, StepError, TablePrecision,
 };
 use basis_rayon::{Error, par_step, par_step_dense, thread_pool};
 use proptest::prelude::*;
@@ -49,9 +49,25 @@ fn config() -> impl Strategy<Value = BasisConfig> {
         prop_oneof![Just(0.0f32), Just(0.05)],
         prop_oneof![Just(0.0f32), Just(0.01)],
         any::<u64>(),
+        // Optional L2 clip of merged rows; frequency-aware scalar lr (counts).
+        prop_oneof![Just(None), Just(Some(1.5f32))],
+        prop_oneof![
+            Just(ScalarLrSchedule::Constant),
+            Just(ScalarLrSchedule::InverseFrequency { power: 0.5 })
+        ],
     )
         .prop_map(
-            |(dim, direction, table_precision, scalar_storage, scalar_lr, weight_decay, seed)| {
+            |(
+                dim,
+                direction,
+                table_precision,
+                scalar_storage,
+                scalar_lr,
+                weight_decay,
+                seed,
+                grad_clip,
+                scalar_lr_schedule,
+            )| {
                 BasisConfig {
                     dim,
                     direction,
@@ -60,6 +76,8 @@ fn config() -> impl Strategy<Value = BasisConfig> {
                     scalar_lr,
                     weight_decay,
                     seed,
+                    grad_clip,
+                    scalar_lr_schedule,
                     ..BasisConfig::default()
                 }
             },
@@ -209,4 +227,54 @@ fn large_skewed_batch_matches_serial() {
     }
     assert_eq!(bits(&t_par), bits(&t_serial));
     assert!(par.export_state() == serial.export_state());
+}
+
+/// With the `Error` policy, the parallel plan reports the same first failing
+/// id (in id order) as the serial step, whichever check fails first, even
+/// when the failures sit in different work items.
+#[test]
+fn first_failure_in_id_order_matches_serial() {
+    let dim = 3;
+    let config = BasisConfig {
+        dim,
+        nonfinite: NonFinitePolicy::Error,
+        ..BasisConfig::default()
+    };
+    let make = || Basis::new(config, OneChoice::new(50, 5).unwrap()).unwrap();
+    // The batch holds every id below 300 twice, in descending order; one id
+    // has a NaN, and ids from `rows` on are missing from the table.
+    let cases = [
+        (250u64, 300usize, StepError::NonFinite { id: 250 }),
+        (290, 280, StepError::MissingRow { id: 280 }),
+        (20, 10, StepError::MissingRow { id: 10 }),
+        (5, 10, StepError::NonFinite { id: 5 }),
+    ];
+    for (nan_id, rows, want) in cases {
+        let ids: Vec<u64> = (0..300u64).rev().chain(0..300).collect();
+        let mut grads: Vec<f32> = (0..ids.len() * dim).map(|i| (i % 7) as f32 - 3.0).collect();
+        let at = ids.iter().position(|&id| id == nan_id).unwrap();
+        grads[at * dim + 1] = f32::NAN;
+        let mut serial_table = vec![0.5f32; rows * dim];
+        let serial = make()
+            .step(
+                &ids,
+                &grads,
+                &mut DenseTable::new(&mut serial_table, dim).unwrap(),
+            )
+            .unwrap_err();
+        assert_eq!(serial, want);
+        for pool in pools() {
+            let mut basis = make();
+            let before = basis.export_state();
+            let mut table = vec![0.5f32; rows * dim];
+            let got = pool.install(|| par_step_dense(&mut basis, &ids, &grads, &mut table));
+            assert_eq!(
+                got,
+                Err(Error::Step(want)),
+                "nan {nan_id}, rows {rows}"
+            );
+            assert!(basis.export_state() == before);
+            assert_eq!(table, vec![0.5f32; rows * dim]);
+        }
+    }
 }
