@@ -7,7 +7,7 @@ use balanced_hash::{Bucketer, SignHash};
 use half::bf16;
 use num_traits::Float;
 
-use crate::batch::{MergeRules, Merged, apply_row, merge_with, resize_for_overwrite};
+use crate::batch::{MergeRules, Merged, apply_row, clip_row, merge_with, resize_for_overwrite};
 use crate::config::{BasisConfig, Direction, ScalarLrSchedule, ScalarStorage, TablePrecision};
 use crate::error::{ConfigError, StateError, StepError};
 use crate::exec::{Executor, ROWS_PER_ITEM, Sequential, row_chunks};
@@ -225,6 +225,8 @@ impl<H: Bucketer> Basis<H> {
             dim: d,
             policy: self.config.nonfinite,
             clip: self.config.grad_clip,
+            // The gather reads single-occurrence rows from the batch.
+            materialize: false,
         };
         let merged = merge_with(exec, &mut self.scratch, ids, grads, rules, table, |id| {
             scalars.index.check(id)
@@ -247,7 +249,7 @@ impl<H: Bucketer> Basis<H> {
         plan.step = self.steps;
         plan.skipped = merged.skipped;
         self.group(&mut plan);
-        self.gather(exec, &mut plan, &merged.grads);
+        self.gather(exec, &mut plan, &merged, grads);
         self.scratch = merged;
         Ok(plan)
     }
@@ -276,8 +278,9 @@ impl<H: Bucketer> Basis<H> {
 
     /// Each plan row's sign, merged gradient, scalar (and count), in plan
     /// order, on `exec`.
-    fn gather<E: Executor>(&self, exec: &E, plan: &mut StepPlan, merged: &[f32]) {
+    fn gather<E: Executor>(&self, exec: &E, plan: &mut StepPlan, merged: &Merged, input: &[f32]) {
         let d = self.config.dim;
+        let clip = self.config.grad_clip;
         let n = plan.keyed.len();
         let with_counts = self.scalars.counts.is_some();
         let sigma = SignHash::new(self.config.seed);
@@ -304,7 +307,12 @@ impl<H: Bucketer> Basis<H> {
                 for (j, &(_, id, k)) in keys.iter().enumerate() {
                     let k = k as usize;
                     signs[j] = sigma.sign(id);
-                    grads[j * d..(j + 1) * d].copy_from_slice(&merged[k * d..(k + 1) * d]);
+                    let (src, unclipped) = merged.row(k, input, d);
+                    let dst = &mut grads[j * d..(j + 1) * d];
+                    dst.copy_from_slice(src);
+                    if unclipped {
+                        clip_row(dst, clip);
+                    }
                     let (s, c) = scalars.get(id);
                     ss[j] = s;
                     if let Some(count) = counts.get_mut(j) {

@@ -21,17 +21,27 @@ use crate::table::RowAccess;
 pub const MAX_GRAD_ABS: f32 = 17_592_186_044_416.0;
 
 /// A merged batch: distinct ids ascending, with their summed gradients.
+///
+/// Materialized (`MergeRules::materialize`), `grads` holds every kept row in
+/// id order. Otherwise only runs of two or more rows are summed (into
+/// `grads` at their run index) and a single-occurrence row stays in the
+/// batch: [`Merged::row`] finds either, which saves copying most rows twice.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Merged {
     pub(crate) ids: Vec<u64>,
     pub(crate) grads: Vec<f32>,
     pub(crate) skipped: usize,
+    materialized: bool,
+    /// Per kept row (not materialized): its run.
+    kept_runs: Vec<usize>,
     /// `(id, batch position)` sorted by id, then by the gradient's bits.
     order: Vec<(u64, usize)>,
     /// Where each run of equal ids starts in `order` (plus the end).
     runs: Vec<usize>,
     /// Per run: every merged value within `MAX_GRAD_ABS`.
     finite: Vec<bool>,
+    /// Per batch row (not materialized): every value within `MAX_GRAD_ABS`.
+    row_finite: Vec<bool>,
 }
 
 impl Merged {
@@ -40,8 +50,26 @@ impl Merged {
         self.ids.capacity() * 8
             + self.grads.capacity() * 4
             + self.order.capacity() * size_of::<(u64, usize)>()
-            + self.runs.capacity() * size_of::<usize>()
+            + (self.runs.capacity() + self.kept_runs.capacity()) * size_of::<usize>()
             + self.finite.capacity()
+            + self.row_finite.capacity()
+    }
+
+    /// Kept row `k`'s merged gradient, and whether the clip is still to be
+    /// applied to a copy of it (a single-occurrence row read from the batch
+    /// `input` when not materialized; sums are clipped already).
+    pub(crate) fn row<'a>(&'a self, k: usize, input: &'a [f32], dim: usize) -> (&'a [f32], bool) {
+        if self.materialized {
+            return (&self.grads[k * dim..(k + 1) * dim], false);
+        }
+        let r = self.kept_runs[k];
+        let (start, end) = (self.runs[r], self.runs[r + 1]);
+        if end - start == 1 {
+            let pos = self.order[start].1;
+            (&input[pos * dim..(pos + 1) * dim], true)
+        } else {
+            (&self.grads[r * dim..(r + 1) * dim], false)
+        }
     }
 }
 
@@ -62,6 +90,8 @@ pub(crate) struct MergeRules {
     pub(crate) dim: usize,
     pub(crate) policy: NonFinitePolicy,
     pub(crate) clip: Option<f32>,
+    /// Copy every kept row into `Merged::grads` (else see [`Merged`]).
+    pub(crate) materialize: bool,
 }
 
 /// [`merge_with`] on the calling thread.
@@ -79,7 +109,12 @@ pub(crate) fn merge(
     table: &mut dyn RowAccess,
     in_range: impl FnMut(u64) -> Result<(), StepError>,
 ) -> Result<Merged, StepError> {
-    let rules = MergeRules { dim, policy, clip };
+    let rules = MergeRules {
+        dim,
+        policy,
+        clip,
+        materialize: true,
+    };
     merge_with(&Sequential, scratch, ids, grads, rules, table, in_range)
 }
 
@@ -138,7 +173,9 @@ fn merge_into<E: Executor>(
         });
     }
     out.ids.clear();
+    out.kept_runs.clear();
     out.skipped = 0;
+    out.materialized = rules.materialize;
     let order = &mut out.order;
     order.clear();
     order.extend(ids.iter().copied().zip(0..));
@@ -173,13 +210,17 @@ fn merge_into<E: Executor>(
         if table.row_mut(id).is_none() {
             return Err(StepError::MissingRow { id });
         }
-        if kept != r {
+        if !rules.materialize {
+            out.kept_runs.push(r);
+        } else if kept != r {
             out.grads.copy_within(r * dim..(r + 1) * dim, kept * dim);
         }
         out.ids.push(id);
         kept += 1;
     }
-    out.grads.truncate(kept * dim);
+    if rules.materialize {
+        out.grads.truncate(kept * dim);
+    }
     Ok(())
 }
 
@@ -191,10 +232,26 @@ fn sum_runs<E: Executor>(exec: &E, out: &mut Merged, grads: &[f32], rules: Merge
     let dim = rules.dim;
     let row = |k: usize| &grads[k * dim..(k + 1) * dim];
     let n = out.runs.len() - 1;
+    if !rules.materialize {
+        // Single-occurrence rows are only checked: check every batch row in
+        // batch order, a sequential read that also brings the batch into
+        // cache for the gather (in id order the reads would be random).
+        let rows = grads.len() / dim.max(1);
+        resize_for_overwrite(&mut out.row_finite, rows, false);
+        let items: Vec<_> = grads
+            .chunks(ROWS_PER_ITEM * dim.max(1))
+            .zip(row_chunks(&mut out.row_finite, rows, 1))
+            .collect();
+        exec.for_each(items, |(g, ok)| {
+            for (row, ok) in g.chunks_exact(dim.max(1)).zip(ok) {
+                *ok = row.iter().all(|x| x.abs() <= MAX_GRAD_ABS);
+            }
+        });
+    }
     // Every value is written below.
     resize_for_overwrite(&mut out.grads, n * dim, 0.0);
     resize_for_overwrite(&mut out.finite, n, false);
-    let runs = &out.runs;
+    let (runs, row_finite) = (&out.runs, &out.row_finite);
     let mut order = out.order.as_mut_slice();
     let mut items = Vec::with_capacity(n.div_ceil(ROWS_PER_ITEM));
     let sums = row_chunks(&mut out.grads, n, dim);
@@ -211,6 +268,13 @@ fn sum_runs<E: Executor>(exec: &E, out: &mut Merged, grads: &[f32], rules: Merge
         let base = runs[0];
         for (j, (sum, ok)) in sums.chunks_exact_mut(dim).zip(finite).enumerate() {
             let members = &mut order[runs[j] - base..runs[j + 1] - base];
+            if let [(_, k)] = *members {
+                if !rules.materialize {
+                    // Stays in the batch; checked above.
+                    *ok = row_finite[k];
+                    continue;
+                }
+            }
             if members.len() > 1 {
                 members.sort_unstable_by(|a, b| cmp_rows(row(a.1), row(b.1)));
             }
@@ -240,7 +304,7 @@ pub(crate) fn resize_for_overwrite<T: Copy>(v: &mut Vec<T>, n: usize, fill: T) {
 }
 
 /// Scales `row` down to L2 norm `max_norm` when it is longer.
-fn clip_row(row: &mut [f32], clip: Option<f32>) {
+pub(crate) fn clip_row(row: &mut [f32], clip: Option<f32>) {
     let Some(max_norm) = clip else {
         return;
     };

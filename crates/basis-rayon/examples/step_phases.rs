@@ -25,8 +25,8 @@ use common::{BATCHES, DIM, workload};
 use core::cmp::Ordering;
 
 /// An executor that times each call it delegates, in call order (a plan
-/// makes four: the merge sort, the duplicate sums, the bucket sort, the
-/// gather).
+/// makes five: the merge sort, the batch rows' checks, the duplicate sums,
+/// the bucket sort, the gather).
 struct Timed<E> {
     inner: E,
     calls: std::sync::Mutex<Vec<f64>>,
@@ -196,18 +196,19 @@ fn main() {
             per_step(rows_s),
             per_step(finish_s),
         );
-        // Per plan: the four executor calls, and what remains on the calling thread.
+        // Per plan: the five executor calls, and what remains on the calling thread.
         let pieces = |calls: &[f64], whole: f64| {
-            let mut sums = [0.0f64; 4];
+            let mut sums = [0.0f64; 5];
             for (i, t) in calls.iter().enumerate() {
-                sums[i % 4] += t;
+                sums[i % 5] += t;
             }
-            let plans = (calls.len() / 4) as f64;
+            let plans = (calls.len() / 5) as f64;
             let per = sums.map(|s| s / plans * 1e3);
             let rest = whole - per.iter().sum::<f64>();
             format!(
-                "merge sort {:.3}, duplicate sums {:.3}, bucket sort {:.3}, gather {:.3}, on the calling thread {rest:.3} ms",
-                per[0], per[1], per[2], per[3]
+                "merge sort {:.3}, row checks {:.3}, duplicate sums {:.3}, bucket sort {:.3}, gather {:.3}, \
+                 on the calling thread {rest:.3} ms",
+                per[0], per[1], per[2], per[3], per[4]
             )
         };
         println!(

@@ -268,11 +268,7 @@ fn first_failure_in_id_order_matches_serial() {
             let before = basis.export_state();
             let mut table = vec![0.5f32; rows * dim];
             let got = pool.install(|| par_step_dense(&mut basis, &ids, &grads, &mut table));
-            assert_eq!(
-                got,
-                Err(Error::Step(want)),
-                "nan {nan_id}, rows {rows}"
-            );
+            assert_eq!(got, Err(Error::Step(want)), "nan {nan_id}, rows {rows}");
             assert!(basis.export_state() == before);
             assert_eq!(table, vec![0.5f32; rows * dim]);
         }
