@@ -17,10 +17,8 @@ use balanced_hash::Bucketer;
 use basis_core::exec::Executor;
 use basis_core::kernel::{BucketJob, KernelParams, StepPlan, update_bucket};
 use basis_core::{Basis, DenseTable, RowAccess, StepReport};
-use core::cmp;
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::cmp::Ordering;
 use rayon::prelude::*;
-use std::sync::OnceLock;
 
 use crate::Error;
 
@@ -40,7 +38,7 @@ impl Executor for Rayon {
     fn sort_by<T, F>(&self, items: &mut [T], cmp: F)
     where
         T: Send,
-        F: Fn(&T, &T) -> cmp::Ordering + Sync + Send,
+        F: Fn(&T, &T) -> Ordering + Sync + Send,
     {
         // Below this a parallel sort lost to the serial one in
         // `examples/step_phases` (waking a pool thread costs ~0.1 ms on a VM).
@@ -80,11 +78,9 @@ pub fn par_step<H: Bucketer>(
     grads: &[f32],
     table: &mut dyn RowAccess,
 ) -> Result<StepReport, Error> {
-    with_pool_awake(|| {
-        let mut plan = basis.plan_with(&Rayon, ids, grads, table)?;
-        basis.run_plan(&mut plan, run_jobs);
-        Ok(basis.finish(plan, table))
-    })
+    let mut plan = basis.plan_with(&Rayon, ids, grads, table)?;
+    basis.run_plan(&mut plan, run_jobs);
+    Ok(basis.finish(plan, table))
 }
 
 /// One BASIS step over a dense row-major table (`data[i·d .. (i+1)·d]` is
@@ -102,71 +98,15 @@ pub fn par_step_dense<H: Bucketer>(
     data: &mut [f32],
 ) -> Result<StepReport, Error> {
     let dim = basis.config().dim;
-    with_pool_awake(|| {
-        let mut table = DenseTable::new(&mut *data, dim)?;
-        let mut plan = basis.plan_with(&Rayon, ids, grads, &mut table)?;
-        basis.run_plan(&mut plan, run_jobs);
-        // `finish` applies rows as `row *= 1 − lr·λ; row −= update`.
-        let decay = basis.config().lr * basis.config().weight_decay;
-        apply_rows(&plan, data, dim, decay);
-        // The rows are done: `finish` sees no rows (it skips rows it cannot
-        // find) and only stores the scalars and counts the step.
-        Ok(basis.finish(plan, &mut NoRows(dim)))
-    })
-}
-
-/// Runs `step` on the calling thread while the pool's other threads stay
-/// awake: each spins, taking any pending pool work (`rayon::yield_now`),
-/// until `step` returns. A step is several short parallel regions with
-/// short serial gaps; an idle rayon worker goes to sleep within tens of
-/// microseconds, and waking it cost 0.14–0.2 ms per region on the
-/// benchmark VM — as much as a region's work. This is the spin-wait an
-/// OpenMP runtime does between parallel regions; it costs the other cores'
-/// time only for the duration of one step.
-fn with_pool_awake<R>(step: impl FnOnce() -> R) -> R {
-    // No more spinners than other cores: on an oversubscribed pool a spinner
-    // would take a core from a thread with work.
-    static CORES: OnceLock<usize> = OnceLock::new();
-    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let others = rayon::current_num_threads().min(cores).saturating_sub(1);
-    if others == 0 {
-        return step();
-    }
-    let done = AtomicBool::new(false);
-    rayon::in_place_scope(|scope| {
-        for _ in 0..others {
-            scope.spawn(|_| {
-                let mut idle = 0u32;
-                while !done.load(Ordering::Acquire) {
-                    if rayon::yield_now() == Some(rayon::Yield::Executed) {
-                        idle = 0;
-                    } else {
-                        idle = idle.wrapping_add(1);
-                        // Now and then give the core away, as rayon's own
-                        // idle loop does, in case the OS has a thread for it.
-                        if idle % 64 == 0 {
-                            std::thread::yield_now();
-                        } else {
-                            core::hint::spin_loop();
-                        }
-                    }
-                }
-            });
-        }
-        // Release the spinners however `step` ends (a panic included), or
-        // the scope would wait for them forever.
-        let _release = Release(&done);
-        step()
-    })
-}
-
-/// Sets its flag when dropped.
-struct Release<'a>(&'a AtomicBool);
-
-impl Drop for Release<'_> {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Release);
-    }
+    let mut table = DenseTable::new(data, dim)?;
+    let mut plan = basis.plan_with(&Rayon, ids, grads, &mut table)?;
+    basis.run_plan(&mut plan, run_jobs);
+    // `finish` applies rows as `row *= 1 − lr·λ; row −= update`.
+    let decay = basis.config().lr * basis.config().weight_decay;
+    apply_rows(&plan, data, dim, decay);
+    // The rows are done: `finish` sees no rows (it skips rows it cannot
+    // find) and only stores the scalars and counts the step.
+    Ok(basis.finish(plan, &mut NoRows(dim)))
 }
 
 /// Applies every planned row's update to `data`, rows in parallel. (Fusing
