@@ -12,7 +12,7 @@
 
 use onebit_codec::{
     CodecError, Compressed, Compressor, CompressorConfig, ErrorFeedback, ScaleKind,
-    pack_signs_into, packed_len, unpack_signs,
+    full_step_chunk, pack_signs_into, packed_len, unpack_signs,
 };
 use rayon::prelude::*;
 
@@ -380,8 +380,9 @@ impl ParCompressor {
     }
 
     /// Whole chunks per task (chunk a multiple of 64, so each chunk owns whole
-    /// sign words): update, pack and sum each chunk while it is in cache.
-    /// Returns the largest `|p|` bit pattern.
+    /// sign words): each chunk is the serial compressor's fused pass
+    /// (`onebit_codec::full_step_chunk`), then its largest `|p|` while it is
+    /// in cache. Returns the largest `|p|` bit pattern.
     fn full_by_chunk(&mut self, x: &[f32], signs_out: &mut [u8], scales_out: &mut [f32]) -> u32 {
         let (kind, chunk) = (self.config.scale, self.chunk);
         self.buf
@@ -392,10 +393,8 @@ impl ParCompressor {
             .zip(self.alphas.par_iter())
             .with_min_len(BLOCK.div_ceil(chunk))
             .map(|((((buf, x), signs), scale), &a)| {
-                update_full(buf, x, a);
                 // Lengths match by construction (chunk / 8 bytes per chunk).
-                let _ = pack_signs_into(buf, signs);
-                *scale = kind.of(buf);
+                *scale = full_step_chunk(kind, a, x, buf, signs).unwrap_or(f32::NAN);
                 max_abs_bits(buf)
             })
             .max()

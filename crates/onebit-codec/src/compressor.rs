@@ -350,37 +350,19 @@ impl Compressor {
     }
 
     /// `Full` step when every chunk starts on a 64-element word (one chunk, or
-    /// `chunk % 64 == 0`) and the scale is a sum: word-at-a-time fused loop,
-    /// then the last partial word (< 64 elements) of the last chunk.
+    /// `chunk % 64 == 0`) and the scale is a sum: [`full_chunk`] per chunk.
     fn step_full_words(&mut self, x: &[f32], signs_out: &mut [u8], scales_out: &mut [f32]) {
         let kind = self.config.scale;
         let mut huge = false;
         for (c, scale) in scales_out.iter_mut().enumerate() {
             let start = c * self.chunk;
             let end = (start + self.chunk).min(self.n);
-            let whole = start + (end - start) / 64 * 64;
-            let alpha = self.alphas[c];
-            let mut acc = Accumulator::new(kind);
-            // Always taken here (aligned start, sum kind); the plain path
-            // keeps the result right even if that ever changes.
-            if !acc.fused_words(
-                &x[start..whole],
-                &mut self.buf[start..whole],
-                alpha,
-                &mut signs_out[start / 8..whole / 8],
-            ) {
-                update_full(&x[start..whole], &mut self.buf[start..whole], alpha);
-                acc.feed(&self.buf[start..whole]);
-                pack_words(
-                    &self.buf[start..whole],
-                    &mut signs_out[start / 8..whole / 8],
-                );
-            }
-            update_full(&x[whole..end], &mut self.buf[whole..end], alpha);
-            acc.feed(&self.buf[whole..end]);
-            pack_words(
-                &self.buf[whole..end],
-                &mut signs_out[whole / 8..packed_len(end)],
+            let acc = full_chunk(
+                kind,
+                self.alphas[c],
+                &x[start..end],
+                &mut self.buf[start..end],
+                &mut signs_out[start / 8..packed_len(end)],
             );
             *scale = acc.finish();
             huge |= acc.may_be_huge().unwrap_or(true);
@@ -428,6 +410,67 @@ impl Compressor {
         }
         self.huge = any_huge(&self.buf);
     }
+}
+
+/// One chunk of the fused `Full` step (lengths checked by the caller,
+/// `signs` the chunk's `packed_len(x.len())` bytes): word-at-a-time
+/// `buf ← x + (buf − α·σ(buf))`, its scale sum and sign words, then the last
+/// partial word (< 64 elements). Returns the chunk's accumulator.
+fn full_chunk(
+    kind: ScaleKind,
+    alpha: f32,
+    x: &[f32],
+    buf: &mut [f32],
+    signs: &mut [u8],
+) -> Accumulator {
+    let whole = x.len() / 64 * 64;
+    let mut acc = Accumulator::new(kind);
+    // Taken for the sum kinds; the plain path gives the same bits otherwise.
+    if !acc.fused_words(
+        &x[..whole],
+        &mut buf[..whole],
+        alpha,
+        &mut signs[..whole / 8],
+    ) {
+        update_full(&x[..whole], &mut buf[..whole], alpha);
+        acc.feed(&buf[..whole]);
+        pack_words(&buf[..whole], &mut signs[..whole / 8]);
+    }
+    update_full(&x[whole..], &mut buf[whole..], alpha);
+    acc.feed(&buf[whole..]);
+    pack_words(&buf[whole..], &mut signs[whole / 8..]);
+    acc
+}
+
+/// One chunk of the `Full` error-feedback step with exactly the serial
+/// [`Compressor`]'s arithmetic, for adapters that run a tensor's chunks on
+/// several threads (`basis-rayon`): `buf ← x + (buf − α·σ(buf))` (the error
+/// carried in `buf` plus the new input), the new values' sign bits into
+/// `signs`, and the chunk's scale, returned. A chunk that starts on a
+/// 64-element boundary of the tensor gives the same bytes and scale as the
+/// serial compressor's pass over it. Inputs are not checked for non-finite
+/// values here (the compressor's validation does that first).
+///
+/// # Errors
+/// [`CodecError::LengthMismatch`] when `buf` and `x` differ in length,
+/// [`CodecError::BufferSize`] when `signs` is not `packed_len(x.len())`
+/// bytes; nothing is written then.
+pub fn full_step_chunk(
+    kind: ScaleKind,
+    alpha: f32,
+    x: &[f32],
+    buf: &mut [f32],
+    signs: &mut [u8],
+) -> Result<f32, CodecError> {
+    check_len(x.len(), buf.len())?;
+    let bytes = packed_len(x.len());
+    if signs.len() != bytes {
+        return Err(CodecError::BufferSize {
+            expected: bytes,
+            found: signs.len(),
+        });
+    }
+    Ok(full_chunk(kind, alpha, x, buf, signs).finish())
 }
 
 /// `α·σ(p)`: `+α` when `!(p < 0)`, else `−α` (exact in `f32`).

@@ -15,7 +15,7 @@ mod simd;
 pub mod stochastic;
 mod wire;
 
-pub use compressor::{Compressor, CompressorConfig, ErrorFeedback};
+pub use compressor::{Compressor, CompressorConfig, ErrorFeedback, full_step_chunk};
 pub use error::CodecError;
 pub use pack::{pack_signs, pack_signs_into, packed_len, sign_bit, unpack_add, unpack_signs};
 pub use scale::{ScaleKind, check_finite};

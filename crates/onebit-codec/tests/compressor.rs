@@ -371,3 +371,72 @@ proptest! {
         }
     }
 }
+
+/// `full_step_chunk` over 64-aligned chunks, run in any order, gives the
+/// compressor's bytes, scales and error; bad lengths are errors that write
+/// nothing.
+#[test]
+fn full_step_chunk_matches_the_compressor_chunk_by_chunk() {
+    for kind in KINDS {
+        for (n, chunk) in [(1000usize, 128usize), (4097, 64), (300, 512)] {
+            let mut serial =
+                Compressor::with_config(n, config(ErrorFeedback::Full, kind, Some(chunk))).unwrap();
+            let chunks = n.div_ceil(chunk);
+            let mut buf = vec![0.0f32; n];
+            let mut alphas = vec![0.0f32; chunks];
+            for t in 0..3 {
+                let x = wave(n, t);
+                let mut want_signs = vec![0u8; packed_len(n)];
+                let mut want_scales = vec![0.0f32; chunks];
+                serial
+                    .compress_chunks_into(&x, &mut want_signs, &mut want_scales)
+                    .unwrap();
+                let mut signs = vec![0u8; packed_len(n)];
+                let mut scales = vec![0.0f32; chunks];
+                // Last chunk first: the order must not matter.
+                for c in (0..chunks).rev() {
+                    let (s, e) = (c * chunk, ((c + 1) * chunk).min(n));
+                    scales[c] = onebit_codec::full_step_chunk(
+                        kind,
+                        alphas[c],
+                        &x[s..e],
+                        &mut buf[s..e],
+                        &mut signs[s / 8..packed_len(e)],
+                    )
+                    .unwrap();
+                }
+                alphas.copy_from_slice(&scales);
+                assert_eq!(signs, want_signs, "{kind:?} n {n} chunk {chunk} step {t}");
+                assert_eq!(bits_of(&scales), bits_of(&want_scales));
+                // The carried error `e = p − α·σ(p)` of the new values.
+                let e: Vec<f32> = buf
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &p)| {
+                        let a = alphas[i / chunk];
+                        p - if p < 0.0 { -a } else { a }
+                    })
+                    .collect();
+                assert_eq!(bits_of(&e), bits_of(serial.error()));
+            }
+        }
+    }
+    let (x, mut buf, mut signs) = (vec![1.0f32; 10], vec![0.0f32; 9], vec![0u8; 2]);
+    assert_eq!(
+        onebit_codec::full_step_chunk(ScaleKind::Rms, 1.0, &x, &mut buf, &mut signs),
+        Err(CodecError::LengthMismatch {
+            expected: 10,
+            found: 9
+        })
+    );
+    let mut buf = vec![0.0f32; 10];
+    let mut short = vec![0u8; 1];
+    assert_eq!(
+        onebit_codec::full_step_chunk(ScaleKind::Rms, 1.0, &x, &mut buf, &mut short),
+        Err(CodecError::BufferSize {
+            expected: 2,
+            found: 1
+        })
+    );
+    assert!(buf.iter().all(|&v| v == 0.0) && short == [0]);
+}
