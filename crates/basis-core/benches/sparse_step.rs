@@ -23,6 +23,10 @@ use basis_core::{
 };
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
+#[path = "common/zipf.rs"]
+mod zipf;
+use zipf::{Rng, scatter, zipf_batch};
+
 const DIM: usize = 64;
 const BATCH: usize = 4096;
 const IDS: f64 = 10_000_000.0;
@@ -33,28 +37,6 @@ const BATCHES: usize = 512;
 /// Gradient buffers (reused across id batches; their values do not matter).
 const GRAD_SETS: usize = 8;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
-/// Zipf(s) over `1..=n` by inverting the continuous power-law CDF.
-fn zipf(rng: &mut Rng, n: f64, s: f64) -> u64 {
-    let u = rng.unit();
-    let a = 1.0 - s;
-    let x = ((n.powf(a) - 1.0) * u + 1.0).powf(1.0 / a);
-    (x as u64).clamp(1, n as u64) - 1
-}
-
 struct Workload {
     batches: Vec<Vec<u64>>,
     grads: Vec<Vec<f32>>,
@@ -64,29 +46,11 @@ struct Workload {
 fn workload() -> Workload {
     let mut rng = Rng(2026);
     let mut remap = std::collections::HashMap::new();
-    let mut batches = Vec::with_capacity(BATCHES);
-    for _ in 0..BATCHES {
-        let ids: Vec<u64> = (0..BATCH)
-            .map(|_| {
-                let raw = zipf(&mut rng, IDS, 1.05);
-                let next = remap.len() as u64;
-                *remap.entry(raw).or_insert(next)
-            })
-            .collect();
-        batches.push(ids);
-    }
-    // Scatter the compact ids (a random permutation): real ids carry no
-    // locality, and first-seen order would pack the hot rows of the table
-    // and of per-row state into a few cache lines.
+    let mut batches: Vec<Vec<u64>> = (0..BATCHES)
+        .map(|_| zipf_batch(&mut rng, &mut remap, BATCH, IDS))
+        .collect();
     let rows = remap.len();
-    let mut perm: Vec<u64> = (0..rows as u64).collect();
-    for i in (1..rows).rev() {
-        let j = (rng.next() % (i as u64 + 1)) as usize;
-        perm.swap(i, j);
-    }
-    for ids in &mut batches {
-        ids.iter_mut().for_each(|id| *id = perm[*id as usize]);
-    }
+    scatter(&mut rng, rows, batches.iter_mut());
     let grads = (0..GRAD_SETS)
         .map(|_| {
             (0..BATCH * DIM)

@@ -319,8 +319,11 @@ pub(crate) fn clip_row(row: &mut [f32], clip: Option<f32>) {
     }
 }
 
-/// Applies `row −= upd` (after AdamW's decoupled decay `row *= 1 − decay`).
-pub(crate) fn apply_row(row: &mut [f32], upd: &[f32], decay: f32) {
+/// Applies `row −= upd` (after AdamW's decoupled decay `row *= 1 − decay`,
+/// skipped when `decay` is 0): phase 4's per-row arithmetic, public through
+/// [`kernel`](crate::kernel) so a parallel adapter applying rows itself gets
+/// the same bits.
+pub fn apply_row(row: &mut [f32], upd: &[f32], decay: f32) {
     if decay != 0.0 {
         let keep = 1.0 - decay;
         row.iter_mut().for_each(|x| *x *= keep);

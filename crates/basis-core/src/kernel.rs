@@ -31,6 +31,7 @@ use alloc::vec::Vec;
 use half::bf16;
 use num_traits::Float;
 
+pub use crate::batch::apply_row;
 use crate::config::{Accumulate, Direction, ScalarLrSchedule, ScalarRule};
 use crate::quant::{bf16_stochastic, random_bits};
 

@@ -27,7 +27,7 @@ const BLOCK: usize = 1 << 14;
 /// # Errors
 /// [`Error::Codec`] (`BufferSize`) when `out.len() != ceil(x.len() / 8)`.
 pub fn par_pack_signs_into(x: &[f32], out: &mut [u8]) -> Result<(), Error> {
-    check_bytes(x.len(), out.len())?;
+    CodecError::check_packed(x.len(), out.len())?;
     x.par_chunks(BLOCK)
         .zip(out.par_chunks_mut(BLOCK / 8))
         .try_for_each(|(x, o)| pack_signs_into(x, o))?;
@@ -39,7 +39,7 @@ pub fn par_pack_signs_into(x: &[f32], out: &mut [u8]) -> Result<(), Error> {
 /// # Errors
 /// [`Error::Codec`] (`BufferSize`) when `bits.len() != ceil(out.len() / 8)`.
 pub fn par_unpack_signs(bits: &[u8], scale: f32, out: &mut [f32]) -> Result<(), Error> {
-    check_bytes(out.len(), bits.len())?;
+    CodecError::check_packed(out.len(), bits.len())?;
     out.par_chunks_mut(BLOCK)
         .zip(bits.par_chunks(BLOCK / 8))
         .try_for_each(|(o, b)| unpack_signs(b, scale, o))?;
@@ -102,27 +102,6 @@ fn for_each_piece(start: usize, len: usize, chunk: usize, mut f: impl FnMut(usiz
         let e = end.min((c + 1) * chunk);
         f(c, s, e);
         s = e;
-    }
-}
-
-fn check_bytes(n: usize, bytes: usize) -> Result<(), Error> {
-    let expected = packed_len(n);
-    if bytes == expected {
-        Ok(())
-    } else {
-        Err(CodecError::BufferSize {
-            expected,
-            found: bytes,
-        }
-        .into())
-    }
-}
-
-fn check_len(expected: usize, found: usize) -> Result<(), Error> {
-    if expected == found {
-        Ok(())
-    } else {
-        Err(CodecError::LengthMismatch { expected, found }.into())
     }
 }
 
@@ -303,7 +282,7 @@ impl ParCompressor {
     /// # Errors
     /// [`Error::Codec`] (`LengthMismatch`) when `out.len() != n`.
     pub fn error_into(&self, out: &mut [f32]) -> Result<(), Error> {
-        check_len(self.n, out.len())?;
+        CodecError::check_len(self.n, out.len())?;
         let (buf, alphas, chunk) = (&self.buf, &self.alphas, self.chunk);
         out.par_chunks_mut(BLOCK).enumerate().for_each(|(b, o)| {
             for_each_piece(b * BLOCK, o.len(), chunk, |c, s, e| {
@@ -322,7 +301,7 @@ impl ParCompressor {
     /// [`Error::Codec`]: `LengthMismatch` when `e.len() != n`, `NonFinite`
     /// for a NaN/±∞; nothing changes then.
     pub fn set_error(&mut self, e: &[f32]) -> Result<(), Error> {
-        check_len(self.n, e.len())?;
+        CodecError::check_len(self.n, e.len())?;
         let (first_bad, max) = scan(e);
         if let Some(index) = first_bad {
             return Err(CodecError::NonFinite { index }.into());
@@ -342,9 +321,9 @@ impl ParCompressor {
 
     /// The serial compressor's checks, in its order, with the passes parallel.
     fn validate(&self, x: &[f32], signs_out: &[u8], scales_out: &[f32]) -> Result<(), Error> {
-        check_len(self.n, x.len())?;
-        check_bytes(self.n, signs_out.len())?;
-        check_len(self.chunks(), scales_out.len())?;
+        CodecError::check_len(self.n, x.len())?;
+        CodecError::check_packed(self.n, signs_out.len())?;
+        CodecError::check_len(self.chunks(), scales_out.len())?;
         let (first_bad, max_x) = scan(x);
         if let Some(index) = first_bad {
             return Err(CodecError::NonFinite { index }.into());

@@ -15,7 +15,7 @@
 
 use balanced_hash::Bucketer;
 use basis_core::exec::Executor;
-use basis_core::kernel::{BucketJob, KernelParams, StepPlan, update_bucket};
+use basis_core::kernel::{BucketJob, KernelParams, StepPlan, apply_row, update_bucket};
 use basis_core::{Basis, DenseTable, RowAccess, StepReport};
 use core::cmp::Ordering;
 use rayon::prelude::*;
@@ -143,18 +143,6 @@ fn apply_rows(plan: &StepPlan, data: &mut [f32], dim: usize, decay: f32) {
     rows.into_par_iter()
         .with_min_len(MIN_ROWS_PER_TASK)
         .for_each(|(row, k)| apply_row(row, &updates[k * dim..(k + 1) * dim], decay));
-}
-
-/// `row *= 1 − decay` (when decay ≠ 0), then `row −= update`: the exact
-/// arithmetic of `basis-core`'s serial apply, so the bits agree.
-fn apply_row(row: &mut [f32], update: &[f32], decay: f32) {
-    if decay != 0.0 {
-        let keep = 1.0 - decay;
-        row.iter_mut().for_each(|x| *x *= keep);
-    }
-    for (x, &u) in row.iter_mut().zip(update) {
-        *x -= u;
-    }
 }
 
 /// A table with no rows: lets `finish` store scalars without touching rows.

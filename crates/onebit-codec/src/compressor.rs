@@ -228,7 +228,7 @@ impl Compressor {
     /// # Errors
     /// [`CodecError::LengthMismatch`] when `out.len() != n`.
     pub fn error_into(&self, out: &mut [f32]) -> Result<(), CodecError> {
-        check_len(self.n, out.len())?;
+        CodecError::check_len(self.n, out.len())?;
         for ((o, p), &a) in out
             .chunks_mut(self.chunk)
             .zip(self.buf.chunks(self.chunk))
@@ -247,7 +247,7 @@ impl Compressor {
     /// [`CodecError::LengthMismatch`] when `e.len() != n`;
     /// [`CodecError::NonFinite`] when `e` holds a NaN/±∞. Nothing changes then.
     pub fn set_error(&mut self, e: &[f32]) -> Result<(), CodecError> {
-        check_len(self.n, e.len())?;
+        CodecError::check_len(self.n, e.len())?;
         if let Some(index) = first_non_finite(e) {
             return Err(CodecError::NonFinite { index });
         }
@@ -282,15 +282,9 @@ impl Compressor {
     }
 
     fn validate(&self, x: &[f32], signs_out: &[u8], scales_out: &[f32]) -> Result<(), CodecError> {
-        check_len(self.n, x.len())?;
-        let bytes = packed_len(self.n);
-        if signs_out.len() != bytes {
-            return Err(CodecError::BufferSize {
-                expected: bytes,
-                found: signs_out.len(),
-            });
-        }
-        check_len(self.chunks(), scales_out.len())?;
+        CodecError::check_len(self.n, x.len())?;
+        CodecError::check_packed(self.n, signs_out.len())?;
+        CodecError::check_len(self.chunks(), scales_out.len())?;
         // One branch-free read of x: below 2¹²⁶ everywhere (x finite) and
         // |e| < 2¹²⁶ means x + e < 2¹²⁷ cannot overflow. Otherwise locate a
         // NaN/±∞, then check each x_i + e_i exactly.
@@ -462,14 +456,8 @@ pub fn full_step_chunk(
     buf: &mut [f32],
     signs: &mut [u8],
 ) -> Result<f32, CodecError> {
-    check_len(x.len(), buf.len())?;
-    let bytes = packed_len(x.len());
-    if signs.len() != bytes {
-        return Err(CodecError::BufferSize {
-            expected: bytes,
-            found: signs.len(),
-        });
-    }
+    CodecError::check_len(x.len(), buf.len())?;
+    CodecError::check_packed(x.len(), signs.len())?;
     Ok(full_chunk(kind, alpha, x, buf, signs).finish())
 }
 
@@ -484,14 +472,6 @@ pub(crate) fn sign_scale(p: f32, alpha: f32) -> f32 {
 fn update_full(x: &[f32], buf: &mut [f32], alpha: f32) {
     for (q, &xi) in buf.iter_mut().zip(x) {
         *q = xi + (*q - sign_scale(*q, alpha));
-    }
-}
-
-fn check_len(expected: usize, found: usize) -> Result<(), CodecError> {
-    if expected == found {
-        Ok(())
-    } else {
-        Err(CodecError::LengthMismatch { expected, found })
     }
 }
 

@@ -67,6 +67,39 @@ pub enum CodecError {
     NonZeroPadding,
 }
 
+impl CodecError {
+    /// `Ok` when `found == expected`, else [`CodecError::LengthMismatch`]:
+    /// the length check every entry point makes.
+    ///
+    /// # Errors
+    /// [`CodecError::LengthMismatch`] when the lengths differ.
+    pub fn check_len(expected: usize, found: usize) -> Result<(), Self> {
+        if expected == found {
+            Ok(())
+        } else {
+            Err(Self::LengthMismatch { expected, found })
+        }
+    }
+
+    /// `Ok` when `bytes` is the packed size of `n` signs
+    /// ([`packed_len`](crate::packed_len)`(n)`), else
+    /// [`CodecError::BufferSize`].
+    ///
+    /// # Errors
+    /// [`CodecError::BufferSize`] when the sizes differ.
+    pub fn check_packed(n: usize, bytes: usize) -> Result<(), Self> {
+        let expected = crate::packed_len(n);
+        if bytes == expected {
+            Ok(())
+        } else {
+            Err(Self::BufferSize {
+                expected,
+                found: bytes,
+            })
+        }
+    }
+}
+
 impl fmt::Display for CodecError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {

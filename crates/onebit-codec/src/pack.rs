@@ -71,7 +71,7 @@ pub fn pack_signs(x: &[f32]) -> BitVec<u8, Msb0> {
 /// [`CodecError::BufferSize`] when `out.len() != ceil(x.len() / 8)`; `out` is
 /// then left unchanged.
 pub fn pack_signs_into(x: &[f32], out: &mut [u8]) -> Result<(), CodecError> {
-    check_bytes(x.len(), out.len())?;
+    CodecError::check_packed(x.len(), out.len())?;
     pack_words(x, out);
     Ok(())
 }
@@ -117,7 +117,7 @@ pub(crate) fn pack_words_portable(x: &[f32], out: &mut [u8]) {
 /// # Errors
 /// [`CodecError::BufferSize`] when `bits.len() != ceil(out.len() / 8)`.
 pub fn unpack_signs(bits: &[u8], scale: f32, out: &mut [f32]) -> Result<(), CodecError> {
-    check_bytes(out.len(), bits.len())?;
+    CodecError::check_packed(out.len(), bits.len())?;
     for_each_sign(bits, scale, out, |o, s| *o = s);
     Ok(())
 }
@@ -128,7 +128,7 @@ pub fn unpack_signs(bits: &[u8], scale: f32, out: &mut [f32]) -> Result<(), Code
 /// # Errors
 /// [`CodecError::BufferSize`] when `bits.len() != ceil(acc.len() / 8)`.
 pub fn unpack_add(bits: &[u8], scale: f32, acc: &mut [f32]) -> Result<(), CodecError> {
-    check_bytes(acc.len(), bits.len())?;
+    CodecError::check_packed(acc.len(), bits.len())?;
     for_each_sign(bits, scale, acc, |o, s| *o += s);
     Ok(())
 }
@@ -168,18 +168,6 @@ pub(crate) fn for_each_sign(bits: &[u8], scale: f32, out: &mut [f32], f: impl Fn
             let s = if (b << k) & 0x80 != 0 { scale } else { neg };
             f(o, s);
         }
-    }
-}
-
-fn check_bytes(n: usize, bytes: usize) -> Result<(), CodecError> {
-    let expected = packed_len(n);
-    if bytes == expected {
-        Ok(())
-    } else {
-        Err(CodecError::BufferSize {
-            expected,
-            found: bytes,
-        })
     }
 }
 

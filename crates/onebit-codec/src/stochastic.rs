@@ -64,18 +64,8 @@ pub fn compress_into<R: RngCore + ?Sized>(
 ) -> Result<(), CodecError> {
     let n = x.len();
     let chunk = chunk.map_or(n.max(1), NonZeroUsize::get);
-    if signs_out.len() != packed_len(n) {
-        return Err(CodecError::BufferSize {
-            expected: packed_len(n),
-            found: signs_out.len(),
-        });
-    }
-    if scales_out.len() != n.div_ceil(chunk) {
-        return Err(CodecError::LengthMismatch {
-            expected: n.div_ceil(chunk),
-            found: scales_out.len(),
-        });
-    }
+    CodecError::check_packed(n, signs_out.len())?;
+    CodecError::check_len(n.div_ceil(chunk), scales_out.len())?;
     if let Some(index) = first_non_finite(x) {
         return Err(CodecError::NonFinite { index });
     }
