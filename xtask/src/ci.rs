@@ -52,6 +52,7 @@ pub(crate) fn run(_args: &[String]) -> Result<(), String> {
         )
     })?;
     step("nostd", &mut || crate::nostd::run(&[]))?;
+    step("publish", &mut || crate::publish::run(&[]))?;
     step("loom", &mut crate::loom::ci)?;
     step("mpi", &mut crate::mpi::ci)?;
     step("fuzz", &mut crate::fuzz::ci)?;
@@ -130,7 +131,13 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
     cmd.arg("bench");
     match args.split_first() {
         Some((krate, rest)) if !krate.starts_with('-') => {
-            cmd.args(["-p", krate, "--"]).args(rest);
+            // A directory name (`basis-core`) means its package (`basisopt-core`).
+            let dir = format!("crates/{krate}");
+            let package = crate::publish::PACKAGES
+                .iter()
+                .find(|(d, _)| *d == dir)
+                .map_or(krate.as_str(), |(_, p)| p);
+            cmd.args(["-p", package, "--"]).args(rest);
         }
         _ => {
             cmd.arg("--workspace").arg("--").args(args);

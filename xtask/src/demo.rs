@@ -6,7 +6,7 @@ use crate::util::{self, cargo};
 pub(crate) fn run(args: &[String]) -> Result<(), String> {
     util::run(
         cargo()
-            .args(["run", "--release", "-p", "basis-cli", "--", "compare"])
+            .args(["run", "--release", "-p", "basisopt-cli", "--", "compare"])
             .args(args),
     )
 }

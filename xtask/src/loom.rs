@@ -1,7 +1,7 @@
 //! `cargo xtask loom [--preemptions N] [filter]`: the loom models of
 //! `basis-rayon`'s Hogwild tables.
 //!
-//! Runs `cargo test -p basis-rayon --release --lib <filter>` with
+//! Runs `cargo test -p basisopt-rayon --release --lib <filter>` with
 //! `RUSTFLAGS="--cfg loom"` (which swaps `loom::sync` in through the crate's
 //! `sync` module) and `LOOM_MAX_PREEMPTIONS` bounded (default 3), in its own
 //! target dir (`target/loom`) so the cfg change never rebuilds the main one.
@@ -41,7 +41,7 @@ fn models(preemptions: u32, filter: &str) -> Result<(), String> {
     };
     util::run(
         cargo()
-            .args(["test", "-p", "basis-rayon", "--release", "--lib", filter])
+            .args(["test", "-p", "basisopt-rayon", "--release", "--lib", filter])
             .env("RUSTFLAGS", rustflags)
             .env("LOOM_MAX_PREEMPTIONS", preemptions.to_string())
             .env("CARGO_TARGET_DIR", root().join("target").join("loom")),

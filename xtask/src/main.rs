@@ -3,6 +3,8 @@
 //! Commands:
 //! - `ci`     the whole test suite (installs what a fresh machine lacks first)
 //! - `test`   `cargo test --workspace`
+//! - `publish-check` package every publishable crate, build and test the
+//!   packages outside the workspace, and a `no_std` user crate against them
 //! - `nostd`  prove the `no_std` crates build with no `std` in their tree
 //! - `bench`  run the criterion benches (`cargo xtask bench [crate] [filter]`)
 //! - `loom`   loom models of the concurrent tables
@@ -21,6 +23,7 @@ mod fuzz;
 mod loom;
 mod mpi;
 mod nostd;
+mod publish;
 mod util;
 
 use std::process::ExitCode;
@@ -28,13 +31,16 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some((cmd, rest)) = args.split_first() else {
-        eprintln!("usage: cargo xtask <ci|test|nostd|bench|loom|fuzz|mpi|data|demo> [args]");
+        eprintln!(
+            "usage: cargo xtask <ci|test|publish-check|nostd|bench|loom|fuzz|mpi|data|demo> [args]"
+        );
         return ExitCode::from(2);
     };
     let result = match cmd.as_str() {
         "ci" => ci::run(rest),
         "test" => ci::test(rest),
         "nostd" => nostd::run(rest),
+        "publish-check" => publish::run(rest),
         "bench" => ci::bench(rest),
         "loom" => loom::run(rest),
         "fuzz" => fuzz::run(rest),

@@ -73,7 +73,7 @@ fn check() -> Result<(), String> {
     util::run(cargo().args([
         "build",
         "-p",
-        "comm-mpi",
+        "basisopt-comm-mpi",
         "--example",
         "mpi_check",
         "--profile",
@@ -143,7 +143,7 @@ fn run_bench(net: Option<&str>, iters: Option<&str>) -> Result<(), String> {
         "build",
         "--release",
         "-p",
-        "comm-mpi",
+        "basisopt-comm-mpi",
         "--example",
         "mpi_bench",
     ]))?;

@@ -20,16 +20,17 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-/// The crates that promise `no_std` (package name, library name).
-const NO_STD_CRATES: &[(&str, &str)] = &[
-    ("balanced-hash", "balanced_hash"),
-    ("basis-core", "basis_core"),
-    ("onebit-codec", "onebit_codec"),
-    ("comm-traits", "comm_traits"),
-    ("onebit-adam", "onebit_adam"),
+/// The crates that promise `no_std` (directory under `crates/`, package
+/// name, library name).
+const NO_STD_CRATES: &[(&str, &str, &str)] = &[
+    ("balanced-hash", "basisopt-balanced-hash", "balanced_hash"),
+    ("basis-core", "basisopt-core", "basis_core"),
+    ("onebit-codec", "basisopt-onebit-codec", "onebit_codec"),
+    ("comm-traits", "basisopt-comm-traits", "comm_traits"),
+    ("onebit-adam", "basisopt-onebit-adam", "onebit_adam"),
 ];
 
-const CROSS_TARGET: &str = "x86_64-unknown-none";
+pub(crate) const CROSS_TARGET: &str = "x86_64-unknown-none";
 
 /// The host triple (this tool only runs on x86_64 Linux in CI).
 const HOST_TARGET: &str = env!("XTASK_HOST");
@@ -96,7 +97,7 @@ fn freestanding_build(dir: &Path, target_dir: &Path) -> Command {
     cmd
 }
 
-fn cross_target_available() -> bool {
+pub(crate) fn cross_target_available() -> bool {
     let installed = |s: &str| s.lines().any(|l| l.trim() == CROSS_TARGET);
     let list = Command::new("rustup")
         .args(["target", "list", "--installed"])
@@ -124,15 +125,18 @@ fn write_check_crate(dir: &Path) -> Result<(), String> {
     fs::create_dir_all(leaky.join("src")).map_err(|e| e.to_string())?;
     let mut deps = String::new();
     let mut externs = String::new();
-    for (pkg, lib) in NO_STD_CRATES {
-        let path = root.join("crates").join(pkg);
+    for (dir, pkg, lib) in NO_STD_CRATES {
+        let path = root.join("crates").join(dir);
         deps.push_str(&format!(
-            "{pkg} = {{ path = {:?}, default-features = false }}\n",
+            "{dir} = {{ package = \"{pkg}\", path = {:?}, default-features = false }}\n",
             path
         ));
         externs.push_str(&format!("extern crate {lib};\n"));
     }
-    deps.push_str(&format!("basis = {{ path = {:?} }}\n", root));
+    deps.push_str(&format!(
+        "basis = {{ package = \"basisopt\", path = {:?} }}\n",
+        root
+    ));
     externs.push_str("extern crate basis;\n");
     let manifest = format!(
         r#"[package]

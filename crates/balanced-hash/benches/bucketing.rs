@@ -1,7 +1,7 @@
 //! Keys per second for each bucketing strategy, with a plain `ahash + %`
 //! baseline in the same run.
 //!
-//! `cargo bench -p balanced-hash -- --warm-up-time 1 --measurement-time 3`
+//! `cargo bench -p basisopt-balanced-hash -- --warm-up-time 1 --measurement-time 3`
 //!
 //! N = 10^6 keys into B = 10^4 buckets (α = 100). Dense ids are `0..N` in
 //! order; sparse ids are the same count of scattered u64s (`fmix64(i)`).

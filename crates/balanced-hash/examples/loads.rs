@@ -1,6 +1,6 @@
 //! Prints one-choice vs d-choice load statistics for N keys in B buckets.
 //!
-//! `cargo run --release -p balanced-hash --example loads [N] [B] [seed]`
+//! `cargo run --release -p basisopt-balanced-hash --example loads [N] [B] [seed]`
 //! (defaults: N = 10^6, B = 10^4, seed = 0). Keys are the sequential ids
 //! `0..N`, then the same number of ids with stride 64 (`0, 64, 128, …`), the
 //! structured case where `id mod B` breaks down.

@@ -1,5 +1,7 @@
 //! MurmurHash3, Lemire range reduction and balanced multi-choice bucketing.
 #![doc = include_str!("../README.md")]
+// docs.rs (nightly) marks feature-gated items; see `[package.metadata.docs.rs]`.
+#![cfg_attr(basis_doc_cfg, feature(doc_cfg))]
 #![no_std]
 #![forbid(unsafe_code)]
 

@@ -23,9 +23,7 @@ use basis_core::{
 };
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 
-#[path = "common/zipf.rs"]
-mod zipf;
-use zipf::{Rng, scatter, zipf_batch};
+use basis_core::workload::{Remap, Rng, scatter, zipf_batch};
 
 const DIM: usize = 64;
 const BATCH: usize = 4096;
@@ -45,7 +43,7 @@ struct Workload {
 
 fn workload() -> Workload {
     let mut rng = Rng(2026);
-    let mut remap = std::collections::HashMap::new();
+    let mut remap = Remap::new();
     let mut batches: Vec<Vec<u64>> = (0..BATCHES)
         .map(|_| zipf_batch(&mut rng, &mut remap, BATCH, IDS))
         .collect();
@@ -108,7 +106,7 @@ fn random_blocks(c: &mut Criterion) {
     let mut rng = Rng(99);
     let mut buf = vec![0.0f32; BLOCKS * BLOCK];
     let positions: Vec<u32> = (0..BATCHES * BATCH)
-        .map(|_| (rng.next() % BLOCKS as u64) as u32)
+        .map(|_| (rng.next_u64() % BLOCKS as u64) as u32)
         .collect();
     let mut g = c.benchmark_group("bandwidth");
     g.sample_size(10);

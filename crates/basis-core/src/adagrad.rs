@@ -16,6 +16,7 @@ use crate::table::RowAccess;
 
 /// Hyper-parameters of [`RowwiseAdagrad`] (FBGEMM's defaults).
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct AdagradConfig {
     /// Row dimension.
     pub dim: usize,

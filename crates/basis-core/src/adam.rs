@@ -17,6 +17,7 @@ use crate::table::RowAccess;
 
 /// Hyper-parameters of [`ExactAdam`] (PyTorch's defaults).
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct AdamConfig {
     /// Row dimension.
     pub dim: usize,

@@ -6,6 +6,8 @@ use crate::error::ConfigError;
 ///
 /// Every mode keeps optimizer memory at `O(B·d + N·bytes(row scalar))`.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub enum Direction {
     /// The source document's rule: every row of bucket `b` moves along the
     /// bucket's shared `M̂_b/(√V̂_b+ε)`, times its learned scalar `s_i`.
@@ -28,6 +30,8 @@ pub enum Direction {
 
 /// How the learned scalar `s_i` moves (Shared, Signed, OwnGradient modes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub enum ScalarRule {
     /// `s_i ← clip(s_i + η_s·η·⟨g_i, u_b⟩)`: gradient descent on `s_i`
     /// (`∂L/∂s_i = −η⟨g_i, u⟩`). Its raw scale is tiny (~1e-6 per step), so
@@ -40,6 +44,8 @@ pub enum ScalarRule {
 /// How the scalar learning rate depends on a row's update count `n_i`
 /// (the source document's §5.2 "frequency-aware scalar learning rate").
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub enum ScalarLrSchedule {
     /// The same `η_s` for every row.
     Constant,
@@ -53,6 +59,8 @@ pub enum ScalarLrSchedule {
 
 /// How the per-row scalar is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub enum ScalarStorage {
     /// 4 bytes per row, exact.
     F32,
@@ -77,6 +85,8 @@ impl ScalarStorage {
 
 /// Precision of the shared bucket tables (`M`, `V`, or the `RowScaled` profile).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub enum TablePrecision {
     /// f32.
     F32,
@@ -97,6 +107,8 @@ impl TablePrecision {
 
 /// What happens to a row whose (summed) gradient holds a NaN or an infinity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub enum NonFinitePolicy {
     /// Skip the row (it and its bucket are untouched) and count it.
     Skip,
@@ -106,6 +118,8 @@ pub enum NonFinitePolicy {
 
 /// Where per-row optimizer state lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub enum RowIndex {
     /// Ids `0..rows` in a flat array (fastest, memory for every row).
     Dense {
@@ -118,6 +132,8 @@ pub enum RowIndex {
 
 /// How `RowScaled` accumulates the per-row magnitude `G_i` and the bucket profile.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub enum Accumulate {
     /// AdaGrad: running sums (the default; matches FBGEMM's row-wise AdaGrad).
     Sum,
@@ -130,6 +146,7 @@ pub enum Accumulate {
 
 /// Options of the `RowScaled` direction.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct RowScaleConfig {
     /// Sum (AdaGrad) or EMA.
     pub accumulate: Accumulate,
@@ -150,6 +167,7 @@ impl Default for RowScaleConfig {
 
 /// Hyper-parameters of [`Basis`](crate::Basis). `Default` holds the reference values.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct BasisConfig {
     /// Row dimension `d`.
     pub dim: usize,

@@ -1,4 +1,6 @@
 #![doc = include_str!("../README.md")]
+// docs.rs (nightly) marks feature-gated items; see `[package.metadata.docs.rs]`.
+#![cfg_attr(basis_doc_cfg, feature(doc_cfg))]
 //!
 //! Module map: [`config`] (hyper-parameters), [`kernel`] (the step's phases,
 //! for parallel adapters), [`exec`] (how planning's data-parallel pieces run), the optimizers [`Basis`], [`ExactAdam`],
@@ -13,23 +15,33 @@ mod adagrad;
 mod adam;
 mod basis;
 mod batch;
+mod builder;
 pub mod config;
 mod error;
 pub mod exec;
+// Entry points of the fuzz targets: test support, not API.
+#[doc(hidden)]
 pub mod fuzzing;
 pub mod kernel;
 mod optimizer;
 mod quant;
 mod report;
 mod sgd;
-mod state;
+pub mod state;
 mod store;
 mod table;
+// Bench and example workloads shared with basis-rayon: test support, not API.
+#[doc(hidden)]
+pub mod workload;
 
 pub use adagrad::{AdagradConfig, RowwiseAdagrad};
 pub use adam::{AdamConfig, ExactAdam};
+/// The bucketers [`Basis`] is generic over, re-exported so users need no
+/// separate `balanced-hash` dependency (and cannot mismatch its version).
+pub use balanced_hash::{Bucketer, DChoice, OneChoice};
 pub use basis::{Basis, BucketView, sign_of};
 pub use batch::MAX_GRAD_ABS;
+pub use builder::{LearnedScalarBuilder, RowScaledBuilder};
 pub use config::{
     Accumulate, BasisConfig, Direction, NonFinitePolicy, RowIndex, RowScaleConfig,
     ScalarLrSchedule, ScalarRule, ScalarStorage, TablePrecision,
@@ -39,5 +51,4 @@ pub use optimizer::SparseOptimizer;
 pub use quant::{LogCode, bf16_stochastic};
 pub use report::{Diagnostics, HISTOGRAM_BINS, MemoryReport, StepReport};
 pub use sgd::Sgd;
-pub use state::{MAGIC, VERSION};
 pub use table::{DenseTable, RowAccess};

@@ -5,6 +5,8 @@ use alloc::vec::Vec;
 
 /// The outcome of one successful step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct StepReport {
     /// Distinct rows updated (duplicate ids count once).
     pub rows_updated: usize,
@@ -18,6 +20,8 @@ pub struct StepReport {
 /// table is never included. Every figure counts allocated capacity, so it is
 /// what the allocator handed out, not an estimate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct MemoryReport {
     /// Sum of all parts below.
     pub total_bytes: usize,
@@ -65,6 +69,8 @@ pub const HISTOGRAM_BINS: usize = 16;
 /// Numbers the source document tells users to watch (§4, §5): the scalar
 /// distribution, bucket loads and update counts, non-finite rows skipped.
 #[derive(Debug, Clone, PartialEq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct Diagnostics {
     /// Rows with a stored scalar (dense: every row of the range; none when
     /// scalars are frozen, `scalar_lr = 0` outside `RowScaled`).

@@ -68,6 +68,8 @@ fn reference_bucket(p: &KernelParams, job: BucketJob<'_>) {
                         beta * old + (1.0 - beta) * x
                     }
                 }
+                // The enum is non-exhaustive; a new rule needs a reference here.
+                other => unreachable!("no reference for {other:?}"),
             };
             if let Some(cnt) = counts.get_mut(k) {
                 *cnt = cnt.saturating_add(1);
@@ -82,6 +84,7 @@ fn reference_bucket(p: &KernelParams, job: BucketJob<'_>) {
             v[j] = match p.accumulate {
                 Accumulate::Sum => v[j] + add,
                 Accumulate::Ema { beta } => beta * v[j] + (1.0 - beta) * add,
+                other => unreachable!("no reference for {other:?}"),
             };
         }
         *t = t.saturating_add(1);
@@ -136,6 +139,7 @@ fn reference_bucket(p: &KernelParams, job: BucketJob<'_>) {
                         };
                         s * Float::exp(lr_s * cos)
                     }
+                    other => unreachable!("no reference for {other:?}"),
                 };
                 scalars[k] = next.clamp(sp.clip.0, sp.clip.1);
             }

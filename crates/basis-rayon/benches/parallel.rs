@@ -1,7 +1,7 @@
 //! Parallel kernels at 1 and 2 threads in the same run, with their serial
 //! peers and a memory-bandwidth baseline.
 //!
-//! `cargo bench -p basis-rayon --bench parallel -- --warm-up-time 1 --measurement-time 3`
+//! `cargo bench -p basisopt-rayon --bench parallel -- --warm-up-time 1 --measurement-time 3`
 //!
 //! - `bandwidth`: `a[i] = b[i] + c[i]` over 3 × 64 MiB (12 B/element moved),
 //!   the machine's streaming bandwidth at 1 and 2 threads.

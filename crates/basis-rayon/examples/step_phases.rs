@@ -4,7 +4,7 @@
 //! workload; then whole steps, serial against `par_step_dense` on 1 and 2
 //! threads, interleaved.
 //!
-//! `cargo run --release -p basis-rayon --example step_phases`
+//! `cargo run --release -p basisopt-rayon --example step_phases`
 
 #![allow(
     clippy::unwrap_used,

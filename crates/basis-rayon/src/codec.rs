@@ -172,7 +172,7 @@ impl ParCompressor {
     /// steps continue exactly as `c`'s would.
     pub fn from_compressor(c: &mut Compressor) -> Self {
         let mut par = Self::build(c.len(), c.config());
-        par.buf.copy_from_slice(c.error());
+        par.buf.copy_from_slice(c.materialize_error());
         par.bound = f32::from_bits(par.buf.par_iter().map(|&e| abs_bits(e)).max().unwrap_or(0));
         par
     }

@@ -1,5 +1,7 @@
 //! Parallel, deterministic BASIS and codec kernels, and Hogwild bucket tables.
 #![doc = include_str!("../README.md")]
+// docs.rs (nightly) marks feature-gated items; see `[package.metadata.docs.rs]`.
+#![cfg_attr(basis_doc_cfg, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
 mod atomic_table;

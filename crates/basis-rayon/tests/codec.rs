@@ -184,7 +184,10 @@ fn compressor_round_trips_through_serial_state() {
         .unwrap();
     assert_eq!((got.to_bits(), &par_signs), (want.to_bits(), &signs));
     let mut back = par.to_compressor().unwrap();
-    assert_eq!(bits(back.error()), bits(serial.error()));
+    assert_eq!(
+        bits(back.materialize_error()),
+        bits(serial.materialize_error())
+    );
     // After a reset both start again from e = 0.
     serial.reset_error();
     par.reset_error();

@@ -1,6 +1,8 @@
 //! std adapters for the `no_std` crates: in-process ranks ([`local`]) and
 //! crash-safe checkpoint files ([`checkpoint`]).
 #![doc = include_str!("../README.md")]
+// docs.rs (nightly) marks feature-gated items; see `[package.metadata.docs.rs]`.
+#![cfg_attr(basis_doc_cfg, feature(doc_cfg))]
 
 pub mod checkpoint;
 pub mod local;

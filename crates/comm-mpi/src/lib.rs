@@ -1,4 +1,6 @@
 #![doc = include_str!("../README.md")]
+// docs.rs (nightly) marks feature-gated items; see `[package.metadata.docs.rs]`.
+#![cfg_attr(basis_doc_cfg, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
 mod agree;

@@ -1,4 +1,6 @@
 #![doc = include_str!("../README.md")]
+// docs.rs (nightly) marks feature-gated items; see `[package.metadata.docs.rs]`.
+#![cfg_attr(basis_doc_cfg, feature(doc_cfg))]
 #![no_std]
 #![forbid(unsafe_code)]
 
@@ -74,6 +76,7 @@ impl core::error::Error for CommError {}
 
 /// The collective operations, for byte accounting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum Collective {
     /// Element-wise f32 sum (ring model).
     AllReduceSum,
@@ -88,6 +91,7 @@ pub enum Collective {
 /// Cumulative logical bytes this rank sent and received, and calls made.
 /// See the crate docs for the per-collective formulas.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct CommStats {
     /// Bytes this rank put on the wire.
     pub bytes_sent: u64,

@@ -3,7 +3,7 @@
 //! and 64 MiB of f32 per rank, in the same run; the logical bytes each rank
 //! sends per call are measured from `CommStats` and printed beside the times.
 //!
-//! `cargo bench -p onebit-adam --bench allreduce -- --warm-up-time 1 --measurement-time 3`
+//! `cargo bench -p basisopt-onebit-adam --bench allreduce -- --warm-up-time 1 --measurement-time 3`
 //!
 //! Each sample spawns the P rank threads once, runs one untimed call (first
 //! allocation of error buffers and scratch), they meet at a barrier, and

@@ -41,6 +41,7 @@ pub fn compressed_allreduce_bytes(n: usize, p: usize) -> u64 {
 /// `‖e_w‖₂` and `‖e_s‖₂` of one error-feedback state (monitoring: the seed
 /// document's advice is to watch that they stay stable).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ErrorNorms {
     /// Norm of the worker error (this rank's whole padded buffer).
     pub worker: f32,
@@ -50,6 +51,7 @@ pub struct ErrorNorms {
 
 /// What one [`compressed_allreduce`] did on this rank.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct AllReduceReport {
     /// Elements reduced (`n`).
     pub len: usize,

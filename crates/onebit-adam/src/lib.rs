@@ -1,4 +1,6 @@
 #![doc = include_str!("../README.md")]
+// docs.rs (nightly) marks feature-gated items; see `[package.metadata.docs.rs]`.
+#![cfg_attr(basis_doc_cfg, feature(doc_cfg))]
 #![no_std]
 #![forbid(unsafe_code)]
 
@@ -8,8 +10,12 @@ mod allreduce;
 mod error;
 mod header;
 mod optimizer;
+// Single-threaded simulations the tests compare against: test support, not API.
+#[doc(hidden)]
 pub mod reference;
 mod state;
+// A deterministic training problem for tests and benches: test support, not API.
+#[doc(hidden)]
 pub mod testing;
 
 pub use allreduce::{

@@ -35,6 +35,8 @@ use crate::header::{self, Op};
 
 /// How a parameter group communicates after the freeze.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub enum Policy {
     /// Compressed momentum (1 bit per element) after `freeze_step`. The default.
     #[default]
@@ -46,6 +48,8 @@ pub enum Policy {
 
 /// What is compressed in the 1-bit stage.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub enum Variant {
     /// DeepSpeed / SPEC: local momentum through [`crate::compressed_allreduce`]
     /// (worker and server error feedback). The default.
@@ -69,6 +73,7 @@ pub enum Variant {
 /// `OnebitAdam`: lr 1e-3, betas (0.9, 0.999), eps 1e-8, no weight decay,
 /// freeze_step 100000, no bias correction).
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct Config {
     /// Learning rate.
     pub lr: f32,
@@ -158,6 +163,7 @@ impl Config {
 
 /// One parameter group: a contiguous range of the flat parameter vector.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct GroupSpec {
     /// Number of parameters.
     pub len: usize,
@@ -189,6 +195,8 @@ impl GroupSpec {
 
 /// Which stage a step ran in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub enum Stage {
     /// `t ≤ freeze_step`: full precision, `v` updated.
     Warmup,
@@ -200,6 +208,8 @@ pub enum Stage {
 
 /// What one [`OneBitAdam::step`] did on this rank.
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct StepReport {
     /// The step just taken (1-based).
     pub step: u64,

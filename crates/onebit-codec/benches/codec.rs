@@ -1,7 +1,7 @@
 //! Codec throughput on 64M f32 (256 MiB) beside memcpy and a read-only sum of
 //! the same buffer, measured in the same run; then `numpy.packbits` as the peer.
 //!
-//! `cargo bench -p onebit-codec --bench codec -- --warm-up-time 1 --measurement-time 3`
+//! `cargo bench -p basisopt-onebit-codec --bench codec -- --warm-up-time 1 --measurement-time 3`
 //! Throughput is GB/s of f32 input (4 bytes per element) for every entry.
 
 use core::hint::black_box;
@@ -10,11 +10,10 @@ use std::process::Command;
 use std::time::Instant;
 
 use criterion::{Criterion, Throughput};
-use onebit_codec::stochastic::SplitMix64;
+use onebit_codec::stochastic::{RandomU32, SplitMix64};
 use onebit_codec::{
     Compressor, ErrorFeedback, ScaleKind, pack_signs_into, packed_len, reference, unpack_signs,
 };
-use rand_core::RngCore;
 
 /// 64M elements = 256 MiB of f32: far beyond every cache.
 const N: usize = 64 << 20;

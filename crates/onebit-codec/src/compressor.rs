@@ -24,6 +24,7 @@ use crate::{CodecError, Compressed};
 
 /// How the quantisation error is carried to the next step.
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum ErrorFeedback {
     /// `e ← p − α·σ(p)` (DeepSpeed 1-bit Adam, EF-SignSGD): nothing is lost,
     /// `Σ_t x̂_t + e_T = Σ_t x_t`. The default.
@@ -40,6 +41,7 @@ pub enum ErrorFeedback {
 
 /// Options of a [`Compressor`]; `Default` is the reference (Full, RMS, one scale).
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct CompressorConfig {
     /// Error-feedback rule.
     pub feedback: ErrorFeedback,
@@ -59,7 +61,7 @@ const SCRATCH: usize = 1024;
 
 /// A 1-bit compressor for tensors of `n` elements that owns the error buffer `e`.
 ///
-/// The state is plain data: save it with [`Compressor::error`] and restore it
+/// The state is plain data: save it with [`Compressor::materialize_error`] and restore it
 /// with [`Compressor::set_error`].
 #[derive(Clone)]
 pub struct Compressor {
@@ -209,8 +211,20 @@ impl Compressor {
         ))
     }
 
-    /// The error buffer `e` (materialises the pending `p − α·σ(p)`, one pass).
-    pub fn error(&mut self) -> &[f32] {
+    /// The error buffer `e`, after writing the pending `p − α·σ(p)` into it
+    /// (one pass; that is why it takes `&mut self`). [`Compressor::error_into`]
+    /// copies `e` out without changing the compressor.
+    ///
+    /// ```
+    /// use onebit_codec::Compressor;
+    ///
+    /// let mut c = Compressor::new(2);
+    /// c.compress(&[3.0, -1.0])?; // RMS scale √5, signs + −
+    /// let e = c.materialize_error();
+    /// assert!((e[0] - (3.0 - 5f32.sqrt())).abs() < 1e-6);
+    /// # Ok::<(), onebit_codec::CodecError>(())
+    /// ```
+    pub fn materialize_error(&mut self) -> &[f32] {
         if self.alphas.iter().any(|&a| a != 0.0) {
             let chunk = self.chunk;
             for (p, &a) in self.buf.chunks_mut(chunk).zip(&self.alphas) {

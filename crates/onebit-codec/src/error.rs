@@ -5,6 +5,7 @@ use core::fmt;
 /// Everything that can go wrong in this crate. Every fallible public function
 /// returns `Result<_, CodecError>` and never panics on user data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CodecError {
     /// Input element `index` is NaN or ±∞, or adding the error buffer to it
     /// overflows to ±∞. Reported before the error buffer, scales or outputs change.

@@ -1,22 +1,32 @@
 #![doc = include_str!("../README.md")]
+// docs.rs (nightly) marks feature-gated items; see `[package.metadata.docs.rs]`.
+#![cfg_attr(basis_doc_cfg, feature(doc_cfg))]
 #![no_std]
 #![deny(unsafe_code)]
 
 extern crate alloc;
 
+/// The `bitvec` crate [`pack_signs`] returns a `BitVec<u8, Msb0>` of, so
+/// users name its types without pinning a version of their own.
+pub use bitvec;
+
 mod compressor;
 mod error;
+// Entry points of the fuzz targets: test support, not API.
+#[doc(hidden)]
 pub mod fuzzing;
 mod pack;
+// Slow, obviously correct implementations the tests compare against.
+#[doc(hidden)]
 pub mod reference;
 pub mod scale;
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 mod simd;
 pub mod stochastic;
-mod wire;
+pub mod wire;
 
 pub use compressor::{Compressor, CompressorConfig, ErrorFeedback, full_step_chunk};
 pub use error::CodecError;
 pub use pack::{pack_signs, pack_signs_into, packed_len, sign_bit, unpack_add, unpack_signs};
 pub use scale::{ScaleKind, check_finite};
-pub use wire::{Compressed, HEADER_LEN, MAGIC, VERSION, decode, encoded_len};
+pub use wire::{Compressed, HEADER_LEN, decode, encoded_len};

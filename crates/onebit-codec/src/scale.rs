@@ -18,6 +18,7 @@
 
 /// Which scale `α` a chunk of signs is decoded with (`x̂ = ±α`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub enum ScaleKind {
     /// `α = ‖p‖₂ / √n` (DeepSpeed 1-bit Adam; preserves the ℓ2 norm). The default.
     #[default]

@@ -1,5 +1,28 @@
 //! Unbiased stochastic 1-bit compression with a caller-supplied RNG.
 //!
+//! The RNG is anything that implements [`RandomU32`]: this crate's
+//! [`SplitMix64`], or a closure over the caller's own generator, so no RNG
+//! crate (and no version of one) is part of this API:
+//!
+//! ```
+//! use onebit_codec::stochastic::{SplitMix64, compress};
+//!
+//! let x = [0.5f32, -1.0, 0.25, 1.0];
+//! let mut rng = SplitMix64::new(7);
+//! let payload = compress(&x, None, &mut rng)?;
+//! assert_eq!(payload.scales(), &[1.0]);
+//!
+//! // Any generator through a closure (here a counter, for the example).
+//! let mut state = 0u32;
+//! let mut next = || {
+//!     state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+//!     state
+//! };
+//! let again = compress(&x, None, &mut next)?;
+//! assert_eq!(again.len(), 4);
+//! # Ok::<(), onebit_codec::CodecError>(())
+//! ```
+//!
 //! For a chunk with `s = max |x|` (> 0), element `x` gets bit 1 with probability
 //! `P(x) ≈ (1 + x/s) / 2` and decodes to `±s`, so `E[x̂] = s·(2P − 1) = x`.
 //! Exactly: `t = ceil((0.5 + x·(0.5/s)) · 2³²)` (in `f64`) and the bit is
@@ -11,11 +34,24 @@
 use alloc::vec;
 use core::num::NonZeroUsize;
 
-use rand_core::RngCore;
-
 use crate::pack::packed_len;
 use crate::scale::{first_non_finite, max_abs_finite};
 use crate::{CodecError, Compressed, ScaleKind};
+
+/// A source of uniform random `u32`s: all the stochastic compressor draws.
+///
+/// Implemented by [`SplitMix64`] and by every `FnMut() -> u32`, so a `rand`
+/// generator of any version plugs in as `&mut || rng.next_u32()`.
+pub trait RandomU32 {
+    /// The next uniformly distributed `u32`.
+    fn next_u32(&mut self) -> u32;
+}
+
+impl<F: FnMut() -> u32 + ?Sized> RandomU32 for F {
+    fn next_u32(&mut self) -> u32 {
+        self()
+    }
+}
 
 /// 2³² as `f64`.
 const TWO_32: f64 = 4_294_967_296.0;
@@ -55,7 +91,7 @@ pub fn prob_one(x: f32, s: f32) -> f64 {
 /// when `signs_out.len() != ceil(n / 8)`; [`CodecError::LengthMismatch`] when
 /// `scales_out.len() != ceil(n / chunk)`. Outputs are unchanged and no random
 /// number is drawn then.
-pub fn compress_into<R: RngCore + ?Sized>(
+pub fn compress_into<R: RandomU32 + ?Sized>(
     x: &[f32],
     chunk: Option<NonZeroUsize>,
     rng: &mut R,
@@ -89,7 +125,7 @@ pub fn compress_into<R: RngCore + ?Sized>(
 ///
 /// # Errors
 /// [`CodecError::NonFinite`] for a NaN/±∞ in `x`.
-pub fn compress<R: RngCore + ?Sized>(
+pub fn compress<R: RandomU32 + ?Sized>(
     x: &[f32],
     chunk: Option<NonZeroUsize>,
     rng: &mut R,
@@ -122,25 +158,20 @@ impl SplitMix64 {
     }
 }
 
-impl RngCore for SplitMix64 {
+impl RandomU32 for SplitMix64 {
+    /// The high 32 bits of [`SplitMix64::next_u64`].
     fn next_u32(&mut self) -> u32 {
         (self.next_u64() >> 32) as u32
     }
+}
 
-    fn next_u64(&mut self) -> u64 {
+impl SplitMix64 {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.state;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
         z ^ (z >> 31)
-    }
-
-    fn fill_bytes(&mut self, dest: &mut [u8]) {
-        rand_core::impls::fill_bytes_via_next(self, dest);
-    }
-
-    fn try_fill_bytes(&mut self, dest: &mut [u8]) -> Result<(), rand_core::Error> {
-        self.fill_bytes(dest);
-        Ok(())
     }
 }

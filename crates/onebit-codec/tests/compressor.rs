@@ -73,7 +73,7 @@ fn check_three_way(
     }
     // Materialising the error changes nothing observable.
     let before = fused.error_norm();
-    assert_eq!(bits_of(fused.error()), bits_of(&e_naive));
+    assert_eq!(bits_of(fused.materialize_error()), bits_of(&e_naive));
     assert_eq!(fused.error_norm().to_bits(), before.to_bits());
 }
 
@@ -183,7 +183,7 @@ fn compress_into_returns_the_rms_of_x_plus_e() {
     assert_eq!(alpha, (25.0f64 / 4.0).sqrt() as f32);
     assert_eq!(signs, [0b1011_0000]);
     // e = p − α·σ(p)
-    assert_eq!(c.error(), &[3.0 - 2.5, -4.0 + 2.5, -2.5, -2.5]);
+    assert_eq!(c.materialize_error(), &[3.0 - 2.5, -4.0 + 2.5, -2.5, -2.5]);
 }
 
 #[test]
@@ -228,7 +228,7 @@ fn decayed_with_unit_scale_is_the_source_documents_rule() {
             eps[i] = beta * eps[i] + (1.0 - beta) * (p - sign);
             assert_eq!(signs[0] >> (7 - i) & 1 == 1, sign > 0.0);
         }
-        assert_eq!(c.error(), &eps);
+        assert_eq!(c.materialize_error(), &eps);
     }
 }
 
@@ -267,7 +267,7 @@ fn overflow_of_x_plus_e_is_reported_before_any_change() {
         c.compress_into(&[1.0, big, 1.0], &mut signs),
         Err(CodecError::NonFinite { index: 1 })
     );
-    assert_eq!(c.error(), &[0.0, big, -1.0]);
+    assert_eq!(c.materialize_error(), &[0.0, big, -1.0]);
     // Close to the limit but not over it: accepted, the slow check passes.
     assert!(c.compress_into(&[1.0, -big, 1.0], &mut signs).is_ok());
 }
@@ -278,14 +278,17 @@ fn checkpoint_restore_and_reset() {
     let mut a = Compressor::new(n);
     let mut signs = vec![0u8; packed_len(n)];
     a.compress_into(&wave(n, 0), &mut signs).unwrap();
-    let saved = a.error().to_vec();
+    let saved = a.materialize_error().to_vec();
     let mut b = Compressor::new(n);
     b.set_error(&saved).unwrap();
     let (mut sa, mut sb) = (signs.clone(), signs.clone());
     let alpha_a = a.compress_into(&wave(n, 1), &mut sa).unwrap();
     let alpha_b = b.compress_into(&wave(n, 1), &mut sb).unwrap();
     assert_eq!((sa, alpha_a.to_bits()), (sb, alpha_b.to_bits()));
-    assert_eq!(bits_of(a.error()), bits_of(b.error()));
+    assert_eq!(
+        bits_of(a.materialize_error()),
+        bits_of(b.materialize_error())
+    );
     assert_eq!(
         b.set_error(&[0.0; 3]),
         Err(CodecError::LengthMismatch {
@@ -297,7 +300,7 @@ fn checkpoint_restore_and_reset() {
     bad[7] = f32::NAN;
     assert_eq!(b.set_error(&bad), Err(CodecError::NonFinite { index: 7 }));
     b.reset_error();
-    assert!(b.error().iter().all(|&v| v == 0.0));
+    assert!(b.materialize_error().iter().all(|&v| v == 0.0));
     assert_eq!(b.error_norm(), 0.0);
 }
 
@@ -307,7 +310,7 @@ fn error_norm_is_the_l2_norm() {
     let mut c = Compressor::new(n);
     let mut signs = vec![0u8; packed_len(n)];
     c.compress_into(&wave(n, 3), &mut signs).unwrap();
-    let e = c.error().to_vec();
+    let e = c.materialize_error().to_vec();
     let exact: f64 = e
         .iter()
         .map(|&v| f64::from(v) * f64::from(v))
@@ -355,7 +358,7 @@ proptest! {
             let x: Vec<f32> = (0..n).map(|i| seed[(i * 7 + t * 3) % seed.len()]).collect();
             let payload = c.compress(&x).unwrap();
             let hat = payload.to_f32();
-            let e = c.error().to_vec();
+            let e = c.materialize_error().to_vec();
             for i in 0..n {
                 sum_x[i] += f64::from(x[i]);
                 sum_hat[i] += f64::from(hat[i]);
@@ -417,7 +420,7 @@ fn full_step_chunk_matches_the_compressor_chunk_by_chunk() {
                         p - if p < 0.0 { -a } else { a }
                     })
                     .collect();
-                assert_eq!(bits_of(&e), bits_of(serial.error()));
+                assert_eq!(bits_of(&e), bits_of(serial.materialize_error()));
             }
         }
     }

@@ -6,7 +6,7 @@ mod common;
 use core::num::NonZeroUsize;
 
 use common::naive_get;
-use onebit_codec::stochastic::{SplitMix64, compress, compress_into, prob_one};
+use onebit_codec::stochastic::{RandomU32, SplitMix64, compress, compress_into, prob_one};
 use onebit_codec::{CodecError, ScaleKind};
 use proptest::prelude::*;
 
@@ -81,12 +81,9 @@ fn chunks_have_their_own_scale_and_zero_chunks_draw_nothing() {
     // Exactly 3 draws (elements 3, 4, 5) were consumed.
     let mut a = SplitMix64::new(1);
     for _ in 0..3 {
-        rand_core::RngCore::next_u32(&mut a);
+        a.next_u32();
     }
-    assert_eq!(
-        rand_core::RngCore::next_u32(&mut a),
-        rand_core::RngCore::next_u32(&mut rng)
-    );
+    assert_eq!(a.next_u32(), rng.next_u32());
 }
 
 #[test]

@@ -13,10 +13,8 @@ pub(crate) const IDS: f64 = 10_000_000.0;
 pub(crate) const BATCHES: usize = 32;
 
 // One generator for both crates' sparse-step benches (same shape).
-#[path = "../../../basis-core/benches/common/zipf.rs"]
-mod zipf;
-pub(crate) use zipf::Rng;
-use zipf::{scatter, zipf_batch};
+pub(crate) use basis_core::workload::Rng;
+use basis_core::workload::{Remap, scatter, zipf_batch};
 
 /// basis-core's `sparse_step` workload: `BATCHES` batches of `BATCH` ids
 /// drawn Zipf(1.05) from 10M, remapped to a compact range by a random
@@ -31,7 +29,7 @@ pub(crate) struct Workload {
 
 pub(crate) fn workload() -> Workload {
     let mut rng = Rng(2026);
-    let mut remap = std::collections::HashMap::new();
+    let mut remap = Remap::new();
     let mut batches: Vec<(Vec<u64>, Vec<f32>)> = Vec::with_capacity(BATCHES);
     for _ in 0..BATCHES {
         let ids = zipf_batch(&mut rng, &mut remap, BATCH, IDS);

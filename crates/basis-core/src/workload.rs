@@ -1,14 +1,22 @@
-//! Deterministic Zipf id batches for the sparse-step benches: basis-core's
-//! `sparse_step` and, through `#[path]`, basis-rayon's `parallel` bench and
-//! `step_phases` example (one generator, so both measure the same shape).
+//! Deterministic Zipf id batches for the sparse-step benches and examples of
+//! this crate and of `basis-rayon` (one generator, so both measure the same
+//! shape). Test support, not API: hidden from the docs, free to change.
 
-#![allow(dead_code, reason = "each includer uses a different part")]
+use alloc::collections::BTreeMap;
+use alloc::vec::Vec;
+
+use num_traits::Float;
+
+/// Raw id → compact id, numbered in order of first sight.
+pub type Remap = BTreeMap<u64, u64>;
 
 /// splitmix64: deterministic inputs without a dependency.
-pub(crate) struct Rng(pub(crate) u64);
+#[derive(Debug, Clone)]
+pub struct Rng(pub u64);
 
 impl Rng {
-    pub(crate) fn next(&mut self) -> u64 {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -16,26 +24,22 @@ impl Rng {
         z ^ (z >> 31)
     }
 
-    pub(crate) fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    /// Uniform in `[0, 1)` (53 bits).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
 /// Zipf(s) over `0..n` by inverting the continuous power-law CDF.
-pub(crate) fn zipf(rng: &mut Rng, n: f64, s: f64) -> u64 {
+pub fn zipf(rng: &mut Rng, n: f64, s: f64) -> u64 {
     let a = 1.0 - s;
-    let x = ((n.powf(a) - 1.0) * rng.unit() + 1.0).powf(1.0 / a);
+    let x = Float::powf((Float::powf(n, a) - 1.0) * rng.unit() + 1.0, 1.0 / a);
     (x as u64).clamp(1, n as u64) - 1
 }
 
 /// `len` ids drawn Zipf(1.05) from `0..n`, each raw id numbered in order of
 /// first sight (`remap`, shared across batches).
-pub(crate) fn zipf_batch(
-    rng: &mut Rng,
-    remap: &mut std::collections::HashMap<u64, u64>,
-    len: usize,
-    n: f64,
-) -> Vec<u64> {
+pub fn zipf_batch(rng: &mut Rng, remap: &mut Remap, len: usize, n: f64) -> Vec<u64> {
     (0..len)
         .map(|_| {
             let raw = zipf(rng, n, 1.05);
@@ -48,14 +52,10 @@ pub(crate) fn zipf_batch(
 /// Scatters the compact ids `0..rows` by a random permutation: real ids
 /// carry no locality, and first-seen order would pack the hot rows of the
 /// table and of per-row state into a few cache lines.
-pub(crate) fn scatter<'a>(
-    rng: &mut Rng,
-    rows: usize,
-    batches: impl Iterator<Item = &'a mut Vec<u64>>,
-) {
+pub fn scatter<'a>(rng: &mut Rng, rows: usize, batches: impl Iterator<Item = &'a mut Vec<u64>>) {
     let mut perm: Vec<u64> = (0..rows as u64).collect();
     for i in (1..rows).rev() {
-        let j = (rng.next() % (i as u64 + 1)) as usize;
+        let j = (rng.next_u64() % (i as u64 + 1)) as usize;
         perm.swap(i, j);
     }
     for ids in batches {

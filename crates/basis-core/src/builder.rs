@@ -1,0 +1,226 @@
+//! Per-mode builders of [`BasisConfig`]: each offers only the options its
+//! direction mode reads, so an option the mode would ignore does not compile.
+//!
+//! The learned-scalar modes ([`Direction::Shared`], [`Direction::Signed`],
+//! [`Direction::OwnGradient`]) read the scalar options (`scalar_lr`,
+//! `scalar_clip`, `scalar_rule`, `scalar_lr_schedule`) and never the
+//! row-scale ones; [`Direction::RowScaled`] is the other way round.
+
+use crate::config::{
+    Accumulate, BasisConfig, Direction, NonFinitePolicy, RowIndex, ScalarLrSchedule, ScalarRule,
+    ScalarStorage, TablePrecision,
+};
+use crate::error::ConfigError;
+
+/// Builds a [`BasisConfig`] for a learned-scalar mode: [`BasisConfig::shared`],
+/// [`BasisConfig::signed`] or [`BasisConfig::own_gradient`].
+///
+/// ```
+/// use basis_core::{BasisConfig, Direction, RowIndex, ScalarRule};
+///
+/// let config = BasisConfig::shared(8)
+///     .lr(0.05)
+///     .scalar_lr(0.02)
+///     .scalar_rule(ScalarRule::Normalized)
+///     .row_index(RowIndex::Dense { rows: 1000 })
+///     .build()?;
+/// assert_eq!(config.direction, Direction::Shared);
+/// assert_eq!(config.scalar_lr, 0.02);
+/// # Ok::<(), basis_core::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[must_use = "a builder does nothing until `build`"]
+pub struct LearnedScalarBuilder(BasisConfig);
+
+/// Builds a [`BasisConfig`] for [`Direction::RowScaled`] (the default mode):
+/// [`BasisConfig::row_scaled`]. It has no scalar options, because this mode
+/// ignores them:
+///
+/// ```compile_fail
+/// // Does not compile: RowScaled has no learned scalar to give a rate.
+/// let config = basis_core::BasisConfig::row_scaled(8).scalar_lr(0.1).build();
+/// ```
+///
+/// ```
+/// use basis_core::{Accumulate, BasisConfig, Direction};
+///
+/// let config = BasisConfig::row_scaled(8)
+///     .lr(0.1)
+///     .accumulate(Accumulate::Ema { beta: 0.99 })
+///     .build()?;
+/// assert_eq!(config.direction, Direction::RowScaled);
+/// assert_eq!(config.row_scale.accumulate, Accumulate::Ema { beta: 0.99 });
+/// // Values are checked when built.
+/// assert!(BasisConfig::row_scaled(0).build().is_err());
+/// # Ok::<(), basis_core::ConfigError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[must_use = "a builder does nothing until `build`"]
+pub struct RowScaledBuilder(BasisConfig);
+
+impl BasisConfig {
+    /// A [`Direction::Shared`] configuration of row dimension `dim`, every
+    /// other option at its [`Default`] value.
+    pub fn shared(dim: usize) -> LearnedScalarBuilder {
+        LearnedScalarBuilder::new(dim, Direction::Shared)
+    }
+
+    /// A [`Direction::Signed`] configuration (count-sketch momentum).
+    pub fn signed(dim: usize) -> LearnedScalarBuilder {
+        LearnedScalarBuilder::new(dim, Direction::Signed)
+    }
+
+    /// A [`Direction::OwnGradient`] configuration.
+    pub fn own_gradient(dim: usize) -> LearnedScalarBuilder {
+        LearnedScalarBuilder::new(dim, Direction::OwnGradient)
+    }
+
+    /// A [`Direction::RowScaled`] configuration (the default mode).
+    pub fn row_scaled(dim: usize) -> RowScaledBuilder {
+        RowScaledBuilder(BasisConfig {
+            dim,
+            direction: Direction::RowScaled,
+            ..BasisConfig::default()
+        })
+    }
+}
+
+impl LearnedScalarBuilder {
+    fn new(dim: usize, direction: Direction) -> Self {
+        Self(BasisConfig {
+            dim,
+            direction,
+            ..BasisConfig::default()
+        })
+    }
+
+    /// Scalar learning rate η_s (0 freezes every scalar at 1).
+    pub fn scalar_lr(mut self, scalar_lr: f32) -> Self {
+        self.0.scalar_lr = scalar_lr;
+        self
+    }
+
+    /// Scalar clip range `[s_min, s_max]` (`s_min ≤ 1 ≤ s_max`).
+    pub fn scalar_clip(mut self, min: f32, max: f32) -> Self {
+        self.0.scalar_clip = (min, max);
+        self
+    }
+
+    /// Scalar update rule.
+    pub fn scalar_rule(mut self, rule: ScalarRule) -> Self {
+        self.0.scalar_rule = rule;
+        self
+    }
+
+    /// Frequency-aware scalar learning rate.
+    pub fn scalar_lr_schedule(mut self, schedule: ScalarLrSchedule) -> Self {
+        self.0.scalar_lr_schedule = schedule;
+        self
+    }
+}
+
+impl RowScaledBuilder {
+    /// Sum (AdaGrad, the default) or EMA of the per-row second moment.
+    pub fn accumulate(mut self, accumulate: Accumulate) -> Self {
+        self.0.row_scale.accumulate = accumulate;
+        self
+    }
+
+    /// log₂ of the smallest and largest non-zero `G_i` a 1-byte code holds.
+    pub fn log2_range(mut self, min: f32, max: f32) -> Self {
+        self.0.row_scale.log2_range = (min, max);
+        self
+    }
+}
+
+/// The options every mode reads, on both builders.
+macro_rules! common_options {
+    ($builder:ty) => {
+        impl $builder {
+            /// Learning rate η.
+            pub fn lr(mut self, lr: f32) -> Self {
+                self.0.lr = lr;
+                self
+            }
+
+            /// Moment decays β1 and β2.
+            pub fn betas(mut self, beta1: f32, beta2: f32) -> Self {
+                self.0.beta1 = beta1;
+                self.0.beta2 = beta2;
+                self
+            }
+
+            /// ε added to `√V̂`.
+            pub fn eps(mut self, eps: f32) -> Self {
+                self.0.eps = eps;
+                self
+            }
+
+            /// Decoupled weight decay λ.
+            pub fn weight_decay(mut self, weight_decay: f32) -> Self {
+                self.0.weight_decay = weight_decay;
+                self
+            }
+
+            /// Adam bias correction from each bucket's step count.
+            pub fn bias_correction(mut self, on: bool) -> Self {
+                self.0.bias_correction = on;
+                self
+            }
+
+            /// Per-row scalar storage.
+            pub fn scalar_storage(mut self, storage: ScalarStorage) -> Self {
+                self.0.scalar_storage = storage;
+                self
+            }
+
+            /// Shared-table precision.
+            pub fn table_precision(mut self, precision: TablePrecision) -> Self {
+                self.0.table_precision = precision;
+                self
+            }
+
+            /// ε floor with bf16 tables.
+            pub fn bf16_eps_floor(mut self, floor: f32) -> Self {
+                self.0.bf16_eps_floor = floor;
+                self
+            }
+
+            /// Non-finite gradient policy.
+            pub fn nonfinite(mut self, policy: NonFinitePolicy) -> Self {
+                self.0.nonfinite = policy;
+                self
+            }
+
+            /// Per-row L2 gradient clip (`None`: no clip).
+            pub fn grad_clip(mut self, clip: Option<f32>) -> Self {
+                self.0.grad_clip = clip;
+                self
+            }
+
+            /// Dense or sparse per-row state.
+            pub fn row_index(mut self, row_index: RowIndex) -> Self {
+                self.0.row_index = row_index;
+                self
+            }
+
+            /// Seed of the sign hash and of stochastic rounding.
+            pub fn seed(mut self, seed: u64) -> Self {
+                self.0.seed = seed;
+                self
+            }
+
+            /// The configuration, checked by [`BasisConfig::validate`].
+            ///
+            /// # Errors
+            /// The first [`ConfigError`] found.
+            pub fn build(self) -> Result<BasisConfig, ConfigError> {
+                self.0.validate()?;
+                Ok(self.0)
+            }
+        }
+    };
+}
+
+common_options!(LearnedScalarBuilder);
+common_options!(RowScaledBuilder);
