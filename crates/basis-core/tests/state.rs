@@ -377,3 +377,21 @@ fn crc32(data: &[u8]) -> u32 {
     }
     !crc
 }
+
+/// The `basis_fingerprint` fuzz target's property on a grid of selector
+/// pairs: same settings (each selector with itself, and `s + 576`, which
+/// picks the same) import, any one setting changed (config, seed, lr,
+/// bucketer) is refused.
+#[test]
+fn fingerprint_fuzz_property_holds_on_a_grid() {
+    let grads = [7u8, 200, 13, 99, 0, 255];
+    for a in (0u16..576).step_by(5) {
+        for b in [a, a + 576, a + 1, a + 48, a + 96, a + 192] {
+            let mut data = Vec::new();
+            data.extend_from_slice(&a.to_le_bytes());
+            data.extend_from_slice(&b.to_le_bytes());
+            data.extend_from_slice(&grads);
+            basis_core::fuzzing::fingerprint_pair(&data);
+        }
+    }
+}
