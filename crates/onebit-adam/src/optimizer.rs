@@ -620,10 +620,19 @@ impl OneBitAdam {
         );
         let mut packed = core::mem::take(&mut self.scratch_packed);
         packed.clear();
+        let dense = self.hyper(gi, 0);
         let m = &mut self.m[range];
         let result = match self.config.variant {
             Variant::Momentum => {
-                packed.extend(live.iter().map(|&i| b1 * m[i] + (1.0 - b1) * g[i]));
+                if live.len() == m.len() {
+                    // Every coordinate live (the usual dense case): one
+                    // contiguous pass instead of a gather through `live`.
+                    packed.resize(m.len(), 0.0);
+                    // Equal lengths by construction: cannot fail.
+                    let _ = dense.momentum_into(m, g, &mut packed);
+                } else {
+                    packed.extend(live.iter().map(|&i| b1 * m[i] + (1.0 - b1) * g[i]));
+                }
                 let state = &mut self.groups[gi].allreduce;
                 state.bind(packed.len(), p, rank)?;
                 let r = if packed.is_empty() {
@@ -633,8 +642,12 @@ impl OneBitAdam {
                 };
                 state.calls += 1;
                 r.map(|_| {
-                    for (&i, &v) in live.iter().zip(&packed) {
-                        m[i] = v;
+                    if live.len() == m.len() {
+                        m.copy_from_slice(&packed);
+                    } else {
+                        for (&i, &v) in live.iter().zip(&packed) {
+                            m[i] = v;
+                        }
                     }
                 })
             }
