@@ -53,7 +53,7 @@ fn sum(x: &[f32]) -> f32 {
     lanes.iter().sum()
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), Box<dyn core::error::Error>> {
     let n: usize = std::env::var("PEERS_N")
         .ok()
         .and_then(|v| v.parse().ok())
