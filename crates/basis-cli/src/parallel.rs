@@ -20,7 +20,7 @@
 //! (the `mpi` module) running the same [`rank_main`].
 
 use crate::data::Dataset;
-use crate::model::{Fm, Grads};
+use crate::model::Grads;
 use crate::optim;
 use crate::rng::Rng;
 use crate::train::{EpochPoint, Run, RunResult, evaluate, finish};
@@ -82,7 +82,7 @@ pub(crate) fn rank_main(
     let m = run.model;
     let (rank, p) = (comm.rank(), comm.size());
     let start = Instant::now();
-    let mut fm = Fm::new(ds.rows, m.dim, m.init_std, m.seed);
+    let mut fm = crate::train::build_model(ds, m)?;
     let d = fm.dim();
     let mut opt = optim::build(run.spec, ds.rows, d, m.seed)?;
     let n = ds.train.len();
@@ -118,7 +118,7 @@ pub(crate) fn rank_main(
         let mut loss_sum = 0.0f64;
         for batch in order.chunks(m.batch) {
             let mine = share(batch, rank, p);
-            grads.compute_scaled(&fm, &ds.train, &mine, m.l2, batch.len());
+            grads.compute_scaled(&fm, &ds.train, &mine, m.l2, batch.len())?;
             // Sparse: all-gather counts, then the padded (id, gradient) lists.
             let mut count = [0u8; 8];
             count.copy_from_slice(&(grads.ids.len() as u64).to_le_bytes());

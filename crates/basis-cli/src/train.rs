@@ -140,7 +140,31 @@ fn fingerprint(ds: &Dataset, run: &Run<'_>) -> u64 {
         m.dense_lr,
         m.seed
     );
+    // FM runs keep their old fingerprint (existing checkpoints stay valid).
+    let text = match m.model {
+        crate::deep::ModelKind::Fm => text,
+        kind => format!("{text}|{kind:?}|{:?}", m.mlp),
+    };
     balanced_hash::murmur3::x64_128(text.as_bytes(), 0)[0]
+}
+
+/// The model `run` asks for, initialised from its seed.
+///
+/// Fails on a bad `--mlp` or a tower that cannot be allocated.
+pub(crate) fn build_model(ds: &Dataset, m: &ModelArgs) -> Result<Fm, String> {
+    let fm = Fm::new(ds.rows, m.dim, m.init_std, m.seed);
+    match m.model {
+        crate::deep::ModelKind::Fm => Ok(fm),
+        crate::deep::ModelKind::Deepfm => {
+            let fields = [&ds.train, &ds.valid, &ds.test]
+                .iter()
+                .map(|e| e.field_count())
+                .max()
+                .unwrap_or(1);
+            let tower = crate::deep::DeepFm::new(m.dim, fields, &m.mlp)?;
+            fm.with_tower(tower, m.seed)
+        }
+    }
 }
 
 fn model_crc(fm: &Fm) -> u32 {
@@ -177,7 +201,7 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
         }
     }
     let start = Instant::now();
-    let mut fm = Fm::new(ds.rows, m.dim, m.init_std, m.seed);
+    let mut fm = build_model(ds, m)?;
     let d = fm.dim();
     let mut opt = optim::build(run.spec, ds.rows, d, m.seed)?;
     let mut dense_opt = DenseAdam::new(fm.dense.len(), m.dense_lr);
@@ -219,7 +243,7 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
         rng.shuffle(&mut order);
         let mut loss_sum = 0.0;
         for batch in order.chunks(m.batch) {
-            grads.compute(&fm, &ds.train, batch, m.l2);
+            grads.compute(&fm, &ds.train, batch, m.l2)?;
             loss_sum += grads.loss;
             let rep = opt.step(&grads.ids, &grads.rows, &mut fm.table, d)?;
             nonfinite += rep.rows_skipped_nonfinite as u64;
