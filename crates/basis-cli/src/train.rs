@@ -83,6 +83,12 @@ pub(crate) struct RunResult {
     pub(crate) telemetry: Option<Telemetry>,
     /// Bytes sent per rank by the data-parallel collectives (`--workers`).
     pub(crate) comm_bytes: Option<u64>,
+    /// Of those, the sparse row exchange.
+    pub(crate) comm_sparse_bytes: Option<u64>,
+    /// Of those, the dense optimizer's collectives (`--dense-opt`).
+    pub(crate) comm_dense_bytes: Option<u64>,
+    /// Dense parameters (1 for the FM's bias; with a tower, `1 + MLP`).
+    pub(crate) dense_params: usize,
     /// CRC-32 of the final model table and dense parameters (equal iff bit-identical).
     pub(crate) model_crc32: u32,
 }
@@ -288,6 +294,17 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
     ))
 }
 
+/// Bytes one rank sent in a data-parallel run.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct CommBytes {
+    /// Everything (also the loss all-reduce).
+    pub(crate) total: u64,
+    /// The sparse row exchange.
+    pub(crate) sparse: u64,
+    /// The dense optimizer.
+    pub(crate) dense: u64,
+}
+
 /// Assemble the result record.
 #[allow(clippy::too_many_arguments)] // one call site per trainer; a struct would only rename the list
 pub(crate) fn finish(
@@ -299,7 +316,7 @@ pub(crate) fn finish(
     final_metrics: EpochPoint,
     nonfinite: u64,
     start: Instant,
-    comm_bytes: Option<u64>,
+    comm: Option<CommBytes>,
 ) -> RunResult {
     let mem = opt.memory();
     let state = mem.total_bytes - mem.scratch;
@@ -331,7 +348,10 @@ pub(crate) fn finish(
         wall_secs: start.elapsed().as_secs_f64(),
         nonfinite_rows: nonfinite,
         telemetry: opt.telemetry(),
-        comm_bytes,
+        comm_bytes: comm.map(|c| c.total),
+        comm_sparse_bytes: comm.map(|c| c.sparse),
+        comm_dense_bytes: comm.map(|c| c.dense),
+        dense_params: fm.dense.len(),
         model_crc32: model_crc(fm),
     }
 }

@@ -34,6 +34,8 @@ pub(crate) mod deepfm;
 pub(crate) mod gemm;
 pub(crate) mod mlp;
 
+use onebit_adam::{Config, GroupSpec, OneBitAdam};
+
 pub(crate) use batch::{LocalBatch, gather_rows};
 pub(crate) use deepfm::{DeepFm, DeepGrads, Workspace};
 
@@ -54,6 +56,28 @@ pub(crate) enum DenseOpt {
     /// 1-bit Adam: full-precision warm-up, then compressed momentum
     /// all-reduce with error feedback.
     OnebitAdam,
+}
+
+impl DenseOpt {
+    /// The optimizer of `len` dense parameters for a run of `steps_total`
+    /// steps (`--dense-lr` = `lr`, bias-corrected; 1-bit Adam's warm-up is
+    /// the first 20 % of the steps).
+    ///
+    /// Fails when `onebit-adam` refuses the configuration.
+    pub(crate) fn build(self, len: usize, lr: f32, steps_total: u64) -> Result<OneBitAdam, String> {
+        let config = Config {
+            lr,
+            freeze_step: (steps_total / 5).max(1),
+            bias_correction: true,
+            ..Config::default()
+        };
+        let group = match self {
+            // Full precision at every step: Adam on the mean gradient.
+            Self::Adam => GroupSpec::full_precision(len),
+            Self::OnebitAdam => GroupSpec::one_bit(len),
+        };
+        OneBitAdam::with_groups(&[group], config).map_err(|e| format!("--dense-opt: {e}"))
+    }
 }
 
 /// `n` zeros, or an error naming `what` when they cannot be allocated.
