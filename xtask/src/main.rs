@@ -6,7 +6,9 @@
 //! - `publish-check` package every publishable crate, build and test the
 //!   packages outside the workspace, and a `no_std` user crate against them
 //! - `nostd`  prove the `no_std` crates build with no `std` in their tree
-//! - `bench`  run the criterion benches (`cargo xtask bench [crate] [filter]`)
+//! - `bench`  run the criterion benches (`cargo xtask bench [crate] [filter]`);
+//!   `bench --peers [--rounds R]`: interleaved same-run comparisons with
+//!   PyTorch and numpy (opt-in: installs torch into `target/peers/venv`)
 //! - `loom`   loom models of the concurrent tables
 //! - `fuzz`   cargo-fuzz targets (`fuzz <target>|--all --seconds N`)
 //! - `mpi`    the MPI integration program under mpirun (`--bench [--net 1gbit]`)
@@ -23,6 +25,7 @@ mod fuzz;
 mod loom;
 mod mpi;
 mod nostd;
+mod peers;
 mod publish;
 mod util;
 
@@ -41,6 +44,7 @@ fn main() -> ExitCode {
         "test" => ci::test(rest),
         "nostd" => nostd::run(rest),
         "publish-check" => publish::run(rest),
+        "bench" if rest.iter().any(|a| a == "--peers") => peers::run(rest),
         "bench" => ci::bench(rest),
         "loom" => loom::run(rest),
         "fuzz" => fuzz::run(rest),

@@ -1,6 +1,7 @@
 //! Command-line arguments (clap derive).
 
 use crate::data::{Format, LoadOptions, synthetic::SynthConfig};
+use crate::deep::{DenseOpt, ModelKind};
 use crate::spec::OptSpec;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -112,7 +113,8 @@ pub(crate) struct ModelArgs {
     /// L2 penalty on the rows a batch touches (added to their gradient).
     #[arg(long, default_value_t = 0.0)]
     pub(crate) l2: f32,
-    /// Adam learning rate of the dense parameters (the global bias).
+    /// Adam learning rate of the dense parameters (the global bias; with
+    /// DeepFM also the tower).
     #[arg(long, default_value_t = 0.01)]
     pub(crate) dense_lr: f32,
     /// Seed of initialisation, data order and optimizer randomness.
@@ -123,6 +125,20 @@ pub(crate) struct ModelArgs {
     /// the dense parameters use 1-bit Adam.
     #[arg(long, default_value_t = 1)]
     pub(crate) workers: usize,
+    /// Model: `fm`, or `deepfm` (FM + an MLP over the per-field embeddings).
+    #[arg(long, value_enum, default_value_t = ModelKind::Fm)]
+    pub(crate) model: ModelKind,
+    /// DeepFM tower widths, comma-separated; the last must be 1 (the logit).
+    #[arg(
+        long,
+        value_name = "W,W,...,1",
+        value_delimiter = ',',
+        default_value = "512,256,1"
+    )]
+    pub(crate) mlp: Vec<usize>,
+    /// Dense-parameter optimizer of data-parallel runs (`--workers P`).
+    #[arg(long, value_enum, default_value_t = DenseOpt::OnebitAdam)]
+    pub(crate) dense_opt: DenseOpt,
 }
 
 /// Outputs.

@@ -2,17 +2,20 @@
 // docs.rs (nightly) marks feature-gated items; see `[package.metadata.docs.rs]`.
 #![cfg_attr(basis_doc_cfg, feature(doc_cfg))]
 #![no_std]
-#![forbid(unsafe_code)]
+#![deny(unsafe_code)]
 
 extern crate alloc;
 
 mod allreduce;
+pub mod dense;
 mod error;
 mod header;
 mod optimizer;
 // Single-threaded simulations the tests compare against: test support, not API.
 #[doc(hidden)]
 pub mod reference;
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+mod simd;
 mod state;
 // A deterministic training problem for tests and benches: test support, not API.
 #[doc(hidden)]
@@ -22,6 +25,7 @@ pub use allreduce::{
     AllReduceReport, AllReduceState, ErrorNorms, compressed_allreduce, compressed_allreduce_bytes,
     padded_len,
 };
+pub use dense::{AdamW, Kernel};
 pub use error::{OneBitError, StateError};
 pub use onebit_codec::ScaleKind;
 pub use optimizer::{Config, GroupSpec, OneBitAdam, Policy, Stage, StepReport, Variant};

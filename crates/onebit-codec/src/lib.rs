@@ -29,4 +29,5 @@ pub use compressor::{Compressor, CompressorConfig, ErrorFeedback, full_step_chun
 pub use error::CodecError;
 pub use pack::{pack_signs, pack_signs_into, packed_len, sign_bit, unpack_add, unpack_signs};
 pub use scale::{ScaleKind, check_finite};
-pub use wire::{Compressed, HEADER_LEN, decode, encoded_len};
+// The format constants (`MAGIC`, `VERSION`, `VERSION_1`) stay in `wire`.
+pub use wire::{CHECKSUM_LEN, Compressed, HEADER_LEN, crc32c, decode, encoded_len};

@@ -19,7 +19,7 @@ pub(crate) mod movielens;
 pub(crate) mod synthetic;
 pub(crate) mod text;
 
-use crate::hashing::KeyMap;
+use crate::hashing::{KeyMap, field_of};
 use crate::rng::Rng;
 use core::fmt;
 use serde::Serialize;
@@ -254,12 +254,14 @@ impl RawData {
 }
 
 /// Examples mapped to table rows (CSR: example `e` has rows
-/// `rows[offsets[e]..offsets[e+1]]` with values, and a label).
+/// `rows[offsets[e]..offsets[e+1]]` with values and field ids, and a label).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Examples {
     pub(crate) offsets: Vec<usize>,
     pub(crate) rows: Vec<u32>,
     pub(crate) values: Vec<f32>,
+    /// Field of each feature (from its key, [`crate::hashing::field_of`]).
+    pub(crate) fields: Vec<u8>,
     pub(crate) labels: Vec<f32>,
 }
 
@@ -280,6 +282,15 @@ impl Examples {
     pub(crate) fn features(&self, e: usize) -> (&[u32], &[f32]) {
         let (a, b) = (self.offsets[e], self.offsets[e + 1]);
         (&self.rows[a..b], &self.values[a..b])
+    }
+
+    /// Number of fields: one more than the largest field id (at least 1).
+    pub(crate) fn field_count(&self) -> usize {
+        self.fields
+            .iter()
+            .copied()
+            .max()
+            .map_or(1, |f| usize::from(f) + 1)
     }
 
     /// Fraction of positive labels.
@@ -440,6 +451,7 @@ fn index(
             row_counts[row as usize] += 1;
             train.rows.push(row);
             train.values.push(raw.values[j]);
+            train.fields.push(field_of(raw.keys[j]));
         }
         train.offsets.push(train.rows.len());
         train.labels.push(raw.labels[i]);
@@ -451,6 +463,7 @@ fn index(
                 if let Some(&row) = vocab.get(&raw.keys[j]) {
                     ex.rows.push(row);
                     ex.values.push(raw.values[j]);
+                    ex.fields.push(field_of(raw.keys[j]));
                 } else {
                     report.unseen_features += 1;
                 }
