@@ -48,7 +48,7 @@ pub(crate) fn run(_args: &[String]) -> Result<(), String> {
         util::run(
             cargo()
                 .args(["doc", "--workspace", "--no-deps"])
-                .env("RUSTDOCFLAGS", "-D warnings"),
+                .env("RUSTDOCFLAGS", "-D warnings --cfg docsrs"),
         )
     })?;
     step("nostd", &mut || crate::nostd::run(&[]))?;

@@ -7,7 +7,7 @@
 
 use balanced_hash::{Bucketer, DChoice, HashError, LoadStats, OneChoice};
 
-/// `id mod B`: the naive baseline the source document warns about.
+/// `id mod B`: the naive baseline.
 #[derive(Debug)]
 struct Modulo(u32);
 

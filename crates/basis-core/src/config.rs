@@ -2,14 +2,14 @@
 
 use crate::error::ConfigError;
 
-/// What row `i` moves along (SPEC.md § BASIS, "Direction").
+/// What row `i` moves along.
 ///
 /// Every mode keeps optimizer memory at `O(B·d + N·bytes(row scalar))`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum Direction {
-    /// The source document's rule: every row of bucket `b` moves along the
+    /// The original BASIS rule: every row of bucket `b` moves along the
     /// bucket's shared `M̂_b/(√V̂_b+ε)`, times its learned scalar `s_i`.
     Shared,
     /// Count-sketch momentum (Spring et al. 2019): `M_b` accumulates the sum of
@@ -42,7 +42,7 @@ pub enum ScalarRule {
 }
 
 /// How the scalar learning rate depends on a row's update count `n_i`
-/// (the source document's §5.2 "frequency-aware scalar learning rate").
+/// (a frequency-aware scalar learning rate: rare rows adapt faster).
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
@@ -91,7 +91,7 @@ pub enum TablePrecision {
     /// f32.
     F32,
     /// bfloat16 with stochastic rounding; ε is raised to at least
-    /// [`BasisConfig::bf16_eps_floor`] as the source document advises.
+    /// [`BasisConfig::bf16_eps_floor`] as bf16 tables need.
     Bf16,
 }
 

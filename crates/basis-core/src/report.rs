@@ -66,7 +66,7 @@ impl MemoryReport {
 /// Number of bins of [`Diagnostics::scalar_histogram`].
 pub const HISTOGRAM_BINS: usize = 16;
 
-/// Numbers the source document tells users to watch (§4, §5): the scalar
+/// Numbers worth watching during training: the scalar
 /// distribution, bucket loads and update counts, non-finite rows skipped.
 #[derive(Debug, Clone, PartialEq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]

@@ -38,7 +38,7 @@ pub enum ErrorFeedback {
     /// `Σ_t x̂_t + e_T = Σ_t x_t`. The default.
     #[default]
     Full,
-    /// The source document's rule `e ← β·e + (1 − β)·(p − α·σ(p))` (in `f32`,
+    /// The decayed rule `e ← β·e + (1 − β)·(p − α·σ(p))` (in `f32`,
     /// `e` the buffer before the step): a decayed buffer that forgets part of
     /// the error. `beta ∈ [0, 1]`; `beta = 0` is `Full`.
     Decayed {

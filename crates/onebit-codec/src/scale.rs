@@ -27,7 +27,7 @@ pub enum ScaleKind {
     MeanAbs,
     /// `α = max |p|` (the stochastic variant's scale `s`).
     MaxAbs,
-    /// `α = 1`: the bare sign of the source document (no magnitude).
+    /// `α = 1`: the bare sign (no magnitude).
     Unit,
 }
 
