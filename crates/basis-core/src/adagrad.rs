@@ -74,6 +74,18 @@ impl AdagradConfig {
 }
 
 /// Row-wise AdaGrad: `G_i += mean_d g_i²; θ_i −= η/(√G_i + ε) · g_i`.
+///
+/// ```
+/// use basis_core::{AdagradConfig, DenseTable, RowwiseAdagrad, SparseOptimizer};
+///
+/// let mut opt = RowwiseAdagrad::new(AdagradConfig { dim: 2, ..AdagradConfig::default() })?;
+/// let mut w = vec![1.0f32; 4]; // two rows of dim 2
+/// opt.step(&[1], &[0.5, -0.5], &mut DenseTable::new(&mut w, 2)?)?;
+/// assert_eq!(&w[..2], &[1.0, 1.0]); // row 0 untouched
+/// assert!(w[2] < 1.0 && w[3] > 1.0);
+/// assert_eq!(opt.memory().rows_with_state, 1); // state only for rows seen
+/// # Ok::<(), Box<dyn core::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct RowwiseAdagrad {
     config: AdagradConfig,

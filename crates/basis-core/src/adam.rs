@@ -89,6 +89,17 @@ impl AdamConfig {
 /// Per-row Adam: `m_i, v_i ∈ R^d` for every row seen, one global step count
 /// (PyTorch `SparseAdam` semantics: rows absent from a batch keep their
 /// moments; bias correction uses the number of steps taken).
+///
+/// ```
+/// use basis_core::{AdamConfig, DenseTable, ExactAdam, SparseOptimizer};
+///
+/// let mut opt = ExactAdam::new(AdamConfig { dim: 2, lr: 0.1, ..AdamConfig::default() })?;
+/// let mut w = vec![0.0f32; 4];
+/// opt.step(&[0], &[1.0, -1.0], &mut DenseTable::new(&mut w, 2)?)?;
+/// // Adam's first bias-corrected step moves each coordinate by about lr.
+/// assert!((w[0] + 0.1).abs() < 1e-4 && (w[1] - 0.1).abs() < 1e-4);
+/// # Ok::<(), Box<dyn core::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct ExactAdam {
     config: AdamConfig,

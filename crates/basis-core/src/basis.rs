@@ -47,6 +47,18 @@ pub struct BucketView {
 ///
 /// Memory: `B·d` (or `2·B·d`) table values, `B` step counts, one scalar per row
 /// that has been updated (or per row of a dense range), plus the bucketer's own.
+///
+/// ```
+/// use basis_core::{Basis, BasisConfig, DChoice, DenseTable, RowIndex, SparseOptimizer};
+///
+/// // A learned-scalar mode over 2-choice balanced buckets.
+/// let config = BasisConfig::shared(2).row_index(RowIndex::Dense { rows: 8 }).build()?;
+/// let mut opt = Basis::new(config, DChoice::dense(8, 4, 2, 11)?)?;
+/// let mut w = vec![1.0f32; 16];
+/// let report = opt.step(&[3, 5], &[1.0, 1.0, -1.0, -1.0], &mut DenseTable::new(&mut w, 2)?)?;
+/// assert_eq!(report.rows_updated, 2);
+/// # Ok::<(), Box<dyn core::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Basis<H: Bucketer> {
     config: BasisConfig,

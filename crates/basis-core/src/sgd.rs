@@ -11,6 +11,16 @@ use crate::state::{Reader, Writer, kind};
 use crate::table::RowAccess;
 
 /// `θ_i −= η·g_i` (duplicates summed), no state beyond a step counter.
+///
+/// ```
+/// use basis_core::{DenseTable, Sgd, SparseOptimizer};
+///
+/// let mut opt = Sgd::new(1, 0.5)?;
+/// let mut w = vec![1.0f32; 3];
+/// opt.step(&[2, 2], &[1.0, 1.0], &mut DenseTable::new(&mut w, 1)?)?; // duplicates summed
+/// assert_eq!(w, [1.0, 1.0, 0.0]);
+/// # Ok::<(), Box<dyn core::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct Sgd {
     dim: usize,

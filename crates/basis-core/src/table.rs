@@ -17,6 +17,17 @@ pub trait RowAccess {
 
 /// A dense row-major table over a caller's slice: row `i` is
 /// `data[i*dim .. (i+1)*dim]`.
+///
+/// ```
+/// use basis_core::DenseTable;
+///
+/// let mut data = vec![0.0f32; 6];
+/// let table = DenseTable::new(&mut data, 3)?;
+/// assert_eq!(table.rows(), 2);
+/// assert_eq!(table.row(1), Some(&[0.0f32, 0.0, 0.0][..]));
+/// assert!(DenseTable::new(&mut [0.0f32; 5], 3).is_err()); // not a multiple of dim
+/// # Ok::<(), basis_core::TableError>(())
+/// ```
 #[derive(Debug)]
 pub struct DenseTable<'a> {
     data: &'a mut [f32],
