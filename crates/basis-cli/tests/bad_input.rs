@@ -168,6 +168,22 @@ fn unwritable_outputs_fail_before_training_and_the_table_comes_first() {
     assert!(Path::new(&good).exists());
     let names: Vec<_> = std::fs::read_dir(&dir.0).unwrap().collect();
     assert_eq!(names.len(), 2, "{names:?}");
+    // A write that fails only after the run (`/dev/full` opens, then every
+    // write is ENOSPC): the table is on stdout before the error.
+    if Path::new("/dev/full").exists() {
+        let out = basis(&refs(&small(
+            "compare",
+            &["--opt", "adam", "--json", "/dev/full"],
+        )));
+        let e = String::from_utf8(out.stderr).unwrap();
+        assert_eq!(out.status.code(), Some(1), "{e}");
+        assert!(e.contains("--json") && e.contains("/dev/full"), "{e}");
+        let table = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            table.contains("| optimizer |") && table.contains("| adam |"),
+            "{table}"
+        );
+    }
     // A JSON path that is a directory: refused before training too.
     let e = fails(
         &refs(&small("train", &["--json", &dir.0.display().to_string()])),
