@@ -4,8 +4,10 @@
 //! stops with an error. One test per row of the table.
 #![allow(clippy::unwrap_used)] // tests
 
-use core::sync::atomic::{AtomicUsize, Ordering};
-use std::path::{Path, PathBuf};
+mod common;
+
+use common::Scratch;
+use std::path::Path;
 use std::process::{Command, Output};
 
 fn basis(args: &[&str]) -> Output {
@@ -23,20 +25,13 @@ fn fails(args: &[&str], code: i32) -> String {
     stderr
 }
 
-/// A fresh directory, removed when dropped.
-struct Scratch(PathBuf);
+/// Paths in a scratch directory, and an obstacle no one can write below.
+trait ScratchExt {
+    fn path(&self, p: &str) -> String;
+    fn blocker(&self) -> String;
+}
 
-impl Scratch {
-    fn new(name: &str) -> Self {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let dir =
-            std::env::temp_dir().join(format!("basis-bad-input-{}-{n}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-
+impl ScratchExt for Scratch {
     fn path(&self, p: &str) -> String {
         self.0.join(p).display().to_string()
     }
@@ -48,12 +43,6 @@ impl Scratch {
         let p = self.0.join("blocker");
         std::fs::write(&p, b"a file, not a directory").unwrap();
         p.display().to_string()
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
