@@ -3,6 +3,7 @@
 use crate::data::{Format, LoadOptions, synthetic::SynthConfig};
 use crate::deep::{DenseOpt, ModelKind};
 use crate::spec::OptSpec;
+use crate::validate;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
@@ -43,10 +44,10 @@ pub(crate) struct DataArgs {
     #[arg(long)]
     pub(crate) strict: bool,
     /// Fraction of examples held out for validation (learning-rate tuning).
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = 0.1, allow_negative_numbers = true, value_parser = validate::fraction)]
     pub(crate) valid_frac: f64,
     /// Fraction of examples held out for the test metrics.
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = 0.1, allow_negative_numbers = true, value_parser = validate::fraction)]
     pub(crate) test_frac: f64,
     /// Seed of the shuffle that splits formats without timestamps.
     #[arg(long, default_value_t = 0)]
@@ -99,23 +100,23 @@ impl DataArgs {
 #[derive(Debug, Clone, Args)]
 pub(crate) struct ModelArgs {
     /// Passes over the training split.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true, value_parser = validate::count_u32)]
     pub(crate) epochs: u32,
     /// Examples per mini-batch.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, allow_negative_numbers = true, value_parser = validate::count_usize)]
     pub(crate) batch: usize,
     /// Embedding size k (table rows hold k + 1 values: linear weight + embedding).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, allow_negative_numbers = true, value_parser = validate::count_usize)]
     pub(crate) dim: usize,
-    /// Standard deviation of the initial embeddings.
-    #[arg(long, default_value_t = 0.01)]
+    /// Standard deviation of the initial embeddings (0 to 1).
+    #[arg(long, default_value_t = 0.01, allow_negative_numbers = true, value_parser = validate::init_std)]
     pub(crate) init_std: f32,
     /// L2 penalty on the rows a batch touches (added to their gradient).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true, value_parser = validate::non_negative_f32)]
     pub(crate) l2: f32,
     /// Adam learning rate of the dense parameters (the global bias; with
     /// DeepFM also the tower).
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = 0.01, allow_negative_numbers = true, value_parser = validate::positive_f32)]
     pub(crate) dense_lr: f32,
     /// Seed of initialisation, data order and optimizer randomness.
     #[arg(long, default_value_t = 1)]
@@ -123,7 +124,7 @@ pub(crate) struct ModelArgs {
     /// Data-parallel ranks (threads over LocalComm, or MPI processes under
     /// mpirun with the `mpi` feature): sparse row gradients are all-gathered,
     /// the dense parameters use 1-bit Adam.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = validate::count_usize)]
     pub(crate) workers: usize,
     /// Model: `fm`, or `deepfm` (FM + an MLP over the per-field embeddings).
     #[arg(long, value_enum, default_value_t = ModelKind::Fm)]
@@ -186,11 +187,11 @@ pub(crate) struct CompareArgs {
     #[arg(long = "opt", value_name = "SPEC")]
     pub(crate) opts: Vec<OptSpec>,
     /// Seeds per optimizer (seed, seed+1, ...): the table shows mean ± std.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = validate::count_u32)]
     pub(crate) seeds: u32,
     /// Learning rates to try per optimizer (comma-separated); the one with the
     /// best validation AUC is kept and only its test metrics are reported.
-    #[arg(long, value_name = "LR,LR,...", value_delimiter = ',')]
+    #[arg(long, value_name = "LR,LR,...", value_delimiter = ',', allow_negative_numbers = true, value_parser = validate::learning_rate)]
     pub(crate) tune_lr: Vec<f32>,
     /// Save/resume one checkpoint per optimizer, learning rate and seed under DIR.
     #[arg(long, value_name = "DIR")]

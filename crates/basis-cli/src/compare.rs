@@ -336,23 +336,49 @@ fn run_all(
     Ok(entries)
 }
 
-/// Write the plot and JSON; returns whether the table must not be printed
-/// (JSON went to stdout, or this is an MPI rank other than 0).
+/// Whether the table is not printed: JSON goes to stdout, or this is an MPI
+/// rank other than 0.
+fn table_suppressed(out: &OutputArgs) -> bool {
+    !crate::parallel::is_output_rank() || out.json.as_deref() == Some(Path::new("-"))
+}
+
+/// Fail before any work when an output could not be written: the JSON file,
+/// the plot, the checkpoint directory. (Checked again when written: this
+/// only moves the typical failure — a typo, a missing or read-only
+/// directory — before the training instead of after it.)
+fn check_outputs(out: &OutputArgs, checkpoint: Option<&Path>) -> Result<(), String> {
+    if !crate::parallel::is_output_rank() {
+        return Ok(());
+    }
+    if let Some(path) = out.json.as_deref().filter(|p| *p != Path::new("-")) {
+        crate::validate::writable_file("--json", path)?;
+    }
+    if let Some(path) = &out.plot {
+        crate::validate::writable_file("--plot", path)?;
+    }
+    if let Some(dir) = checkpoint {
+        crate::validate::writable_dir("--checkpoint", dir)?;
+    }
+    Ok(())
+}
+
+/// Write the plot and JSON (after the table was printed, so a failure here
+/// loses no result).
 fn write_outputs(
     command: &str,
     ds: &Dataset,
     model: &ModelArgs,
     out: &OutputArgs,
     entries: &[Entry],
-) -> Result<bool, String> {
+) -> Result<(), String> {
     if !crate::parallel::is_output_rank() {
-        return Ok(true);
+        return Ok(());
     }
     if let Some(path) = &out.plot {
         crate::plot::draw(path, entries).map_err(|e| format!("--plot {}: {e}", path.display()))?;
     }
     let Some(path) = &out.json else {
-        return Ok(false);
+        return Ok(());
     };
     let doc = Output {
         command,
@@ -364,8 +390,7 @@ fn write_outputs(
         results: entries,
     };
     let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
-    write_text(path, &text)?;
-    Ok(path == Path::new("-"))
+    write_text(path, &text).map_err(|e| format!("--json: {e}"))
 }
 
 /// Write `text` to `path` (`-` = stdout).
@@ -380,6 +405,7 @@ pub(crate) fn write_text(path: &Path, text: &str) -> Result<(), String> {
 
 /// `basis compare`.
 pub(crate) fn compare(args: &CompareArgs, progress: bool) -> Result<(), String> {
+    check_outputs(&args.out, args.checkpoint.as_deref())?;
     let ds = crate::data::load(&args.data.options(progress)).map_err(|e| e.to_string())?;
     let specs: Vec<OptSpec> = if args.opts.is_empty() {
         DEFAULT_COMPARE
@@ -389,9 +415,6 @@ pub(crate) fn compare(args: &CompareArgs, progress: bool) -> Result<(), String> 
     } else {
         args.opts.clone()
     };
-    if args.tune_lr.iter().any(|&lr| !(lr.is_finite() && lr > 0.0)) {
-        return Err("--tune-lr: learning rates must be > 0".into());
-    }
     let entries = run_all(
         &ds,
         &specs,
@@ -402,8 +425,7 @@ pub(crate) fn compare(args: &CompareArgs, progress: bool) -> Result<(), String> 
         args.resume,
         progress,
     )?;
-    let json_to_stdout = write_outputs("compare", &ds, &args.model, &args.out, &entries)?;
-    if !json_to_stdout {
+    if !table_suppressed(&args.out) {
         print!("{}", describe(&ds));
         println!(
             "model: FM, k = {} (row dim {}), {} epochs, batch {}, {} seed(s){}\n",
@@ -420,11 +442,12 @@ pub(crate) fn compare(args: &CompareArgs, progress: bool) -> Result<(), String> 
         );
         print!("{}", table(&entries, args.seeds.max(1) as usize));
     }
-    Ok(())
+    write_outputs("compare", &ds, &args.model, &args.out, &entries)
 }
 
 /// `basis train`.
 pub(crate) fn train_one(args: &TrainArgs, progress: bool) -> Result<(), String> {
+    check_outputs(&args.out, args.checkpoint.as_deref())?;
     let ds = crate::data::load(&args.data.options(progress)).map_err(|e| e.to_string())?;
     let ckpt = args.checkpoint.as_ref().map(|d| d.join("run.ckpt"));
     let r = train(
@@ -438,8 +461,7 @@ pub(crate) fn train_one(args: &TrainArgs, progress: bool) -> Result<(), String> 
         },
     )?;
     let entries = [entry(&args.opt, Vec::new(), vec![r])];
-    let json_to_stdout = write_outputs("train", &ds, &args.model, &args.out, &entries)?;
-    if !json_to_stdout {
+    if !table_suppressed(&args.out) {
         print!("{}", describe(&ds));
         println!("| epoch | train loss | valid AUC | valid loss | test AUC | test loss |");
         println!("|---:|---:|---:|---:|---:|---:|");
@@ -453,5 +475,5 @@ pub(crate) fn train_one(args: &TrainArgs, progress: bool) -> Result<(), String> 
         print!("{}", table(&entries, 1));
         println!("model crc32: {:08x}", entries[0].runs[0].model_crc32);
     }
-    Ok(())
+    write_outputs("train", &ds, &args.model, &args.out, &entries)
 }

@@ -21,6 +21,7 @@ mod progress;
 mod rng;
 mod spec;
 mod train;
+mod validate;
 
 pub use data::lines;
 

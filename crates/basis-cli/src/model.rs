@@ -38,21 +38,25 @@ pub(crate) struct Fm {
 
 impl Fm {
     /// A model of `rows` rows with `w = 0`, `v ~ N(0, init_std²)` (deterministic in `seed`).
-    pub(crate) fn new(rows: usize, k: usize, init_std: f32, seed: u64) -> Self {
-        let d = k + 1;
-        let mut table = vec![0.0f32; rows * d];
+    ///
+    /// Fails with a one-line message naming `--dim` and the bytes needed when
+    /// the table does not fit (it is `rows × (k + 1)` floats, sized by the
+    /// user's `--dim`: an allocator abort is not an answer).
+    pub(crate) fn new(rows: usize, k: usize, init_std: f32, seed: u64) -> Result<Self, String> {
+        let d = k.saturating_add(1);
+        let mut table = crate::validate::try_zeroed("--dim", k, "the model table", rows, d)?;
         let mut rng = Rng::derive(seed, 0x1417);
         for row in table.chunks_exact_mut(d) {
             for v in &mut row[1..] {
                 *v = init_std * rng.normal() as f32;
             }
         }
-        Self {
+        Ok(Self {
             k,
             table,
             dense: vec![0.0],
             tower: None,
-        }
+        })
     }
 
     /// This FM as the FM part of DeepFM with `tower` (dense parameters
@@ -346,7 +350,7 @@ mod tests {
 
     #[test]
     fn forward_matches_pairwise_definition() {
-        let mut fm = Fm::new(4, 3, 0.5, 1);
+        let mut fm = Fm::new(4, 3, 0.5, 1).unwrap();
         fm.table[0] = 0.3;
         fm.dense[0] = -0.2;
         let ex = examples();
@@ -359,7 +363,7 @@ mod tests {
 
     #[test]
     fn gradients_match_finite_differences() {
-        let fm = Fm::new(4, 3, 0.5, 2);
+        let fm = Fm::new(4, 3, 0.5, 2).unwrap();
         let ex = examples();
         let mut g = Grads::new(&fm, 4);
         g.compute(&fm, &ex, &[0, 1], 0.0).unwrap();

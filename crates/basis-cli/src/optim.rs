@@ -3,9 +3,9 @@
 use crate::spec::{Kind, Mode, OptSpec, Storage};
 use balanced_hash::{Bucketer, DChoice, LoadStats, OneChoice};
 use basis_core::{
-    Accumulate, AdagradConfig, AdamConfig, Basis, BasisConfig, DenseTable, Diagnostics, Direction,
-    ExactAdam, MemoryReport, RowIndex, RowScaleConfig, RowwiseAdagrad, ScalarRule, ScalarStorage,
-    Sgd, SparseOptimizer, StateError, StepReport,
+    Accumulate, AdagradConfig, AdamConfig, Basis, BasisConfig, ConfigError, DenseTable,
+    Diagnostics, Direction, ExactAdam, MemoryReport, RowIndex, RowScaleConfig, RowwiseAdagrad,
+    ScalarRule, ScalarStorage, Sgd, SparseOptimizer, StateError, StepReport,
 };
 use serde::Serialize;
 
@@ -88,6 +88,16 @@ pub(crate) fn build(
     seed: u64,
 ) -> Result<Optimizer, String> {
     let err = |e: &dyn core::fmt::Display| format!("{}: {e}", spec.label);
+    // State sized by the table: name the option that sized it (`dim` is the
+    // row dimension k + 1).
+    let config_err = |e: ConfigError| match e {
+        ConfigError::AllocationFailed { bytes } => format!(
+            "--dim {}: optimizer `{}` needs {bytes} bytes of state for {rows} rows, more than can be allocated",
+            dim.saturating_sub(1),
+            spec.label
+        ),
+        other => err(&other),
+    };
     let row_index = RowIndex::Dense { rows: rows as u64 };
     let lr = spec.lr();
     Ok(match spec.kind {
@@ -98,7 +108,7 @@ pub(crate) fn build(
                 row_index,
                 ..AdamConfig::default()
             })
-            .map_err(|e| err(&e))?,
+            .map_err(config_err)?,
         ),
         Kind::RowwiseAdagrad => Optimizer::Adagrad(
             RowwiseAdagrad::new(AdagradConfig {
@@ -107,9 +117,9 @@ pub(crate) fn build(
                 row_index,
                 ..AdagradConfig::default()
             })
-            .map_err(|e| err(&e))?,
+            .map_err(config_err)?,
         ),
-        Kind::Sgd => Optimizer::Sgd(Sgd::new(dim, lr).map_err(|e| err(&e))?),
+        Kind::Sgd => Optimizer::Sgd(Sgd::new(dim, lr).map_err(config_err)?),
         Kind::Basis | Kind::Countsketch => {
             let defaults = BasisConfig::default();
             let config = BasisConfig {
@@ -146,12 +156,12 @@ pub(crate) fn build(
             let hash_seed = 0xB0C4_E75E ^ seed;
             if spec.choices <= 1 {
                 let h = OneChoice::new(b, hash_seed).map_err(|e| err(&e))?;
-                Optimizer::Basis1(Box::new(Basis::new(config, h).map_err(|e| err(&e))?))
+                Optimizer::Basis1(Box::new(Basis::new(config, h).map_err(config_err)?))
             } else {
                 let h =
                     DChoice::dense(rows as u64, b, spec.choices, hash_seed).map_err(|e| err(&e))?;
                 Optimizer::BasisD {
-                    opt: Box::new(Basis::new(config, h).map_err(|e| err(&e))?),
+                    opt: Box::new(Basis::new(config, h).map_err(config_err)?),
                     rows: rows as u64,
                     d: spec.choices,
                     seed: hash_seed,

@@ -190,10 +190,16 @@ impl core::str::FromStr for OptSpec {
             ema: None,
         };
         let bucketed = matches!(kind, Kind::Basis | Kind::Countsketch);
+        let mut seen: Vec<&str> = Vec::new();
         for kv in rest.split(',').filter(|s| !s.is_empty()) {
             let (k, v) = kv
                 .split_once('=')
                 .ok_or_else(|| SpecError(format!("`{kv}` is not key=value")))?;
+            // The last value silently winning hides a typo (`lr=0.1,lr=0.2`).
+            if seen.contains(&k) {
+                return Err(SpecError(format!("`{k}` is given twice")));
+            }
+            seen.push(k);
             if k != "lr" && !bucketed {
                 return Err(SpecError(format!("`{name}` takes only `lr`, not `{k}`")));
             }

@@ -129,36 +129,44 @@ pub(crate) fn evaluate(fm: &Fm, ds: &Dataset, epoch: u32, train_loss: f64) -> Ep
     }
 }
 
-/// A fingerprint of everything that determines a run except the epoch count.
-fn fingerprint(ds: &Dataset, run: &Run<'_>) -> u64 {
+/// Everything that determines a run except the epoch count, as
+/// `option=value` lines (what a refused `--resume` names), and its
+/// fingerprint. The fingerprint hashes the values joined by `|` in this
+/// order, as before the lines were stored, so older checkpoints still match.
+fn fingerprint(ds: &Dataset, run: &Run<'_>) -> (u64, String) {
     let m = run.model;
-    let text = format!(
-        "{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}",
-        ds.name,
-        ds.rows,
-        ds.train.len(),
-        run.spec.label,
-        run.spec.lr(),
-        m.batch,
-        m.dim,
-        m.init_std,
-        m.l2,
-        m.dense_lr,
-        m.seed
-    );
+    let pairs: [(&str, String); 11] = [
+        ("data", ds.name.clone()),
+        ("table rows", ds.rows.to_string()),
+        ("training examples", ds.train.len().to_string()),
+        ("--opt", run.spec.label.clone()),
+        ("learning rate", run.spec.lr().to_string()),
+        ("--batch", m.batch.to_string()),
+        ("--dim", m.dim.to_string()),
+        ("--init-std", m.init_std.to_string()),
+        ("--l2", m.l2.to_string()),
+        ("--dense-lr", m.dense_lr.to_string()),
+        ("--seed", m.seed.to_string()),
+    ];
+    let mut pairs: Vec<(&str, String)> = pairs.into();
     // FM runs keep their old fingerprint (existing checkpoints stay valid).
-    let text = match m.model {
-        crate::deep::ModelKind::Fm => text,
-        kind => format!("{text}|{kind:?}|{:?}", m.mlp),
-    };
-    balanced_hash::murmur3::x64_128(text.as_bytes(), 0)[0]
+    if m.model != crate::deep::ModelKind::Fm {
+        pairs.push(("--model", format!("{:?}", m.model)));
+        pairs.push(("--mlp", format!("{:?}", m.mlp)));
+    }
+    let text: Vec<&str> = pairs.iter().map(|(_, v)| v.as_str()).collect();
+    let lines: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    (
+        balanced_hash::murmur3::x64_128(text.join("|").as_bytes(), 0)[0],
+        lines.join("\n"),
+    )
 }
 
 /// The model `run` asks for, initialised from its seed.
 ///
 /// Fails on a bad `--mlp` or a tower that cannot be allocated.
 pub(crate) fn build_model(ds: &Dataset, m: &ModelArgs) -> Result<Fm, String> {
-    let fm = Fm::new(ds.rows, m.dim, m.init_std, m.seed);
+    let fm = Fm::new(ds.rows, m.dim, m.init_std, m.seed)?;
     match m.model {
         crate::deep::ModelKind::Fm => Ok(fm),
         crate::deep::ModelKind::Deepfm => {
@@ -215,11 +223,15 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
     let mut curve: Vec<EpochPoint> = Vec::new();
     let mut nonfinite = 0u64;
     let mut epoch0 = 0;
-    let fp = fingerprint(ds, run);
+    let (fp, options) = fingerprint(ds, run);
     if let (true, Some(path)) = (run.resume, &run.checkpoint) {
-        let c = checkpoint::load(path, fp).map_err(|e| e.to_string())?;
+        let c = checkpoint::load(path, fp, &options).map_err(|e| e.to_string())?;
         if c.table.len() != fm.table.len() || c.dense.len() != fm.dense.len() {
-            return Err(checkpoint::CheckpointError::Mismatch(path.clone()).to_string());
+            let e = checkpoint::CheckpointError::Mismatch {
+                path: path.clone(),
+                differs: None,
+            };
+            return Err(e.to_string());
         }
         fm.table = c.table;
         fm.dense = c.dense;
@@ -248,9 +260,10 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
         }
         rng.shuffle(&mut order);
         let mut loss_sum = 0.0;
-        for batch in order.chunks(m.batch) {
+        for (step, batch) in order.chunks(m.batch).enumerate() {
             grads.compute(&fm, &ds.train, batch, m.l2)?;
             loss_sum += grads.loss;
+            crate::validate::finite_loss(grads.loss, epoch + 1, step + 1, &run.spec.label)?;
             let rep = opt.step(&grads.ids, &grads.rows, &mut fm.table, d)?;
             nonfinite += rep.rows_skipped_nonfinite as u64;
             if grads.dense.iter().all(|g| g.is_finite()) {
@@ -273,6 +286,7 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
                 dense_t: dense_opt.t,
                 optimizer: opt.export_state(),
                 history: serde_json::to_string(&curve).map_err(|e| e.to_string())?,
+                options: options.clone(),
             };
             checkpoint::save(path, &c).map_err(|e| e.to_string())?;
         }

@@ -9,7 +9,7 @@ use num_traits::Float;
 
 use crate::batch::{MergeRules, Merged, apply_row, clip_row, merge_with, resize_for_overwrite};
 use crate::config::{
-    Accumulate, BasisConfig, Direction, ScalarLrSchedule, ScalarRule, ScalarStorage, TablePrecision,
+    Accumulate, BasisConfig, Direction, ScalarLrSchedule, ScalarStorage, TablePrecision,
 };
 use crate::error::{ConfigError, StateError, StateField, StepError};
 use crate::exec::{Executor, ROWS_PER_ITEM, Sequential, row_chunks};
@@ -463,7 +463,10 @@ impl<H: Bucketer> Basis<H> {
     /// the state wrongly: the bucket of every row hangs on the bucketer's
     /// kind, choices and seed; signs and rounding on `seed`; the moments on
     /// β1/β2 and the accumulation rule; 1-byte codes on the clip or log₂
-    /// range; learned scalars on the learning rates they were trained with.
+    /// range; what the row scalars are on whether they learn. Plain
+    /// hyper-parameters (η, η_s, the scalar rule, ε, weight decay, clipping)
+    /// are left out on purpose: the state means the same under new ones, and
+    /// a learning-rate schedule across a restart must keep working.
     fn fingerprint(&self) -> [(StateField, u64); FINGERPRINT_FIELDS] {
         let c = &self.config;
         let pair = |a: f32, b: f32| (u64::from(a.to_bits()) << 32) | u64::from(b.to_bits());
@@ -472,20 +475,6 @@ impl<H: Bucketer> Basis<H> {
             self.scalars.index.dense_rows() as u64
         } else {
             u64::MAX
-        };
-        let schedule = match c.scalar_lr_schedule {
-            ScalarLrSchedule::Constant => 0,
-            ScalarLrSchedule::InverseFrequency { power } => (1 << 32) | u64::from(power.to_bits()),
-        };
-        let rule = match c.scalar_rule {
-            ScalarRule::Hypergradient => 0,
-            ScalarRule::Normalized => 1,
-        };
-        let (scalar_lr, scalar_rule) = if c.scalar_learns() {
-            (u64::from(c.scalar_lr.to_bits()), (rule << 40) | schedule)
-        } else {
-            // Frozen scalars hold no state, so how they would learn is moot.
-            (0, 0)
         };
         [
             (StateField::Dim, c.dim as u64),
@@ -508,14 +497,12 @@ impl<H: Bucketer> Basis<H> {
             ),
             (StateField::Rows, rows),
             (StateField::Seed, c.seed),
-            (StateField::LearningRate, u64::from(c.lr.to_bits())),
             (StateField::Betas, pair(c.beta1, c.beta2)),
             (
                 StateField::ScalarClip,
                 pair(c.scalar_clip.0, c.scalar_clip.1),
             ),
-            (StateField::ScalarRule, scalar_rule),
-            (StateField::ScalarLearningRate, scalar_lr),
+            (StateField::LearnedScalars, u64::from(c.scalar_learns())),
             (
                 StateField::Accumulate,
                 match c.row_scale.accumulate {
@@ -539,7 +526,7 @@ impl<H: Bucketer> Basis<H> {
 const BASIS_MIN_VERSION: u16 = 2;
 
 /// Settings in a BASIS state fingerprint.
-const FINGERPRINT_FIELDS: usize = 19;
+const FINGERPRINT_FIELDS: usize = 17;
 
 impl<H: Bucketer> SparseOptimizer for Basis<H> {
     fn dim(&self) -> usize {

@@ -256,16 +256,13 @@ pub enum StateField {
     RowCounters,
     /// The sign-hash / stochastic-rounding seed.
     Seed,
-    /// The learning rate.
-    LearningRate,
     /// β1 or β2 (what the moments average over).
     Betas,
     /// The scalar clip range (the 1-byte code of learned scalars spans it).
     ScalarClip,
-    /// The scalar update rule or its frequency schedule.
-    ScalarRule,
-    /// The scalar learning rate η_s.
-    ScalarLearningRate,
+    /// Whether the row scalars learn (`scalar_lr > 0` outside `RowScaled`):
+    /// it decides whether they are state at all.
+    LearnedScalars,
     /// `RowScaled` accumulation (sum or EMA, and its β).
     Accumulate,
     /// The `RowScaled` log₂ range (the 1-byte code of `G_i` spans it).
@@ -290,11 +287,9 @@ impl fmt::Display for StateField {
             Self::FirstMoment => "first-moment table",
             Self::RowCounters => "row update counters",
             Self::Seed => "seed",
-            Self::LearningRate => "learning rate",
             Self::Betas => "beta1/beta2",
             Self::ScalarClip => "scalar clip range",
-            Self::ScalarRule => "scalar rule or schedule",
-            Self::ScalarLearningRate => "scalar learning rate",
+            Self::LearnedScalars => "setting of learned row scalars (scalar lr 0 or not)",
             Self::Accumulate => "row-scale accumulation",
             Self::RowScaleRange => "row-scale log2 range",
             Self::BucketerKind => "bucketer kind",

@@ -401,9 +401,10 @@ pub(crate) fn load(opts: &LoadOptions) -> Result<Dataset, DataError> {
         }
         Format::Text => {
             let p = path()?;
+            let (raw, positive) = text::load(&p, opts, &mut report)?;
             (
-                text::load(&p, opts, &mut report)?,
-                format!("text {}", p.display()),
+                raw,
+                format!("text {} (positive label folder `{positive}`)", p.display()),
             )
         }
     };
@@ -601,12 +602,34 @@ pub(crate) fn is_blank(line: &[u8]) -> bool {
     line.iter().all(u8::is_ascii_whitespace)
 }
 
-/// A short printable excerpt of a line for error messages.
+/// A short printable excerpt of a line for error messages: at most 40
+/// bytes, [`escaped`].
 pub(crate) fn excerpt(bytes: &[u8]) -> String {
-    let s = String::from_utf8_lossy(&bytes[..bytes.len().min(40)]).into_owned();
+    let s = escaped(&bytes[..bytes.len().min(40)]);
     if bytes.len() > 40 {
         format!("{s}...")
     } else {
         s
     }
+}
+
+/// `bytes` as text safe to print on a terminal: control characters (ESC,
+/// BEL, NUL, C1 …) as `\u{1b}`-style escapes and bytes that are not UTF-8
+/// as `\xff`. Echoed raw, binary garbage given as data could recolour or
+/// retitle the user's terminal, or hide the rest of the message.
+pub(crate) fn escaped(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c.is_control() {
+                out.extend(c.escape_default());
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
 }
