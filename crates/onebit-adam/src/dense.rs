@@ -18,7 +18,7 @@
 //! the same order on 4 or 8 lanes, so **every path gives the same bits** as
 //! the scalar reference ([`Kernel::Scalar`]); tests compare them on random
 //! inputs including subnormals, zeros and large values. `no_std`: detection
-//! reads `cpuid`/`xgetbv` directly (`core::arch`), once, cached in an atomic.
+//! reads `cpuid`/`xgetbv` directly (`onebit_codec::cpu`), once, cached.
 
 use core::sync::atomic::{AtomicU8, Ordering};
 

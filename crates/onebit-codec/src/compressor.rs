@@ -30,6 +30,24 @@ use crate::pack::{pack_words, packed_len};
 use crate::scale::{Accumulator, ScaleKind, any_non_finite, first_non_finite};
 use crate::{CodecError, Compressed};
 
+/// The fused word loop, on AVX2 when the CPU has it (same bits).
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+use crate::simd::fused_words_into;
+
+/// The fused word loop (portable build).
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+#[inline(always)]
+fn fused_words_into(
+    acc: &mut Accumulator,
+    x: &[f32],
+    old: &[f32],
+    new: &mut [f32],
+    alpha: f32,
+    signs: &mut [u8],
+) -> Option<bool> {
+    acc.fused_words_into(x, old, new, alpha, signs)
+}
+
 /// How the quantisation error is carried to the next step.
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 pub enum ErrorFeedback {
@@ -403,7 +421,8 @@ impl Compressor {
             let signs = &mut signs_out[start / 8..packed_len(end)];
             let whole = xc.len() / 64 * 64;
             let mut acc = Accumulator::new(kind);
-            let words = acc.fused_words_into(
+            let words = fused_words_into(
+                &mut acc,
                 &xc[..whole],
                 &old[..whole],
                 &mut nc[..whole],
