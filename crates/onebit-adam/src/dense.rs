@@ -241,24 +241,6 @@ impl AdamW {
     }
 }
 
-impl AdamW {
-    /// The 1-bit stage's local momentum, `out ← β₁·m + (1−β₁)·g` (the
-    /// compressed all-reduce's input; `m` itself is replaced by the reduced
-    /// result afterwards). Plain element-wise code: it vectorizes as is.
-    ///
-    /// # Errors
-    /// [`OneBitError::Length`] when `g` or `out` differ in length from `m`.
-    pub fn momentum_into(&self, m: &[f32], g: &[f32], out: &mut [f32]) -> Result<(), OneBitError> {
-        check_len(m.len(), g.len())?;
-        check_len(m.len(), out.len())?;
-        let (b1, c1) = (self.beta1, 1.0 - self.beta1);
-        for ((o, &m), &g) in out.iter_mut().zip(m).zip(g) {
-            *o = b1 * m + c1 * g;
-        }
-        Ok(())
-    }
-}
-
 fn check_len(expected: usize, found: usize) -> Result<(), OneBitError> {
     if expected == found {
         Ok(())
