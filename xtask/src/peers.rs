@@ -156,7 +156,15 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let mut ours = Server::spawn(&mut Command::new(
         root.join("target/release/examples/peers"),
     ))?;
-    let mut peer = Server::spawn(Command::new(&python).arg(root.join("xtask/peers.py")))?;
+    // OpenMP threads of torch otherwise spin for a while after each
+    // parallel call (libgomp's active wait), taking a core from whichever of
+    // our kernels runs next on this 2-core machine; passive waiting costs
+    // torch only the wake-up (microseconds against ~100 ms calls).
+    let mut peer = Server::spawn(
+        Command::new(&python)
+            .arg(root.join("xtask/peers.py"))
+            .env("OMP_WAIT_POLICY", "PASSIVE"),
+    )?;
     // Warm-up round (page faults, first-touch, thread start-up): not kept.
     let mut call = |side: Side, kernel: &str| match side {
         Side::Ours => ours.time(kernel),
