@@ -44,8 +44,11 @@ fn fused_words_into(
     new: &mut [f32],
     alpha: f32,
     signs: &mut [u8],
+    _stream: bool,
 ) -> Option<bool> {
-    acc.fused_words_into(x, old, new, alpha, signs)
+    acc.fused_words_into(x, old, new, alpha, signs, |d: &mut [f32], w: &[f32; 64]| {
+        d.copy_from_slice(w);
+    })
 }
 
 /// How the quantisation error is carried to the next step.
@@ -79,9 +82,16 @@ pub struct CompressorConfig {
 /// Elements per cache block of the fused pass (multiple of 64: whole sign
 /// words). 32 KiB of buffer: measured best of 1K..32K on the bench machine.
 const BLOCK: usize = 8192;
-/// Elements per block of the word path (16 KiB: a blend's staging buffer
-/// stays in L1 next to the streams; a multiple of 64).
-const STAGE: usize = 4096;
+/// Elements per block of the word path (a multiple of 64). 4 KiB: a blend's
+/// staging buffer then takes one way of each L1 set, next to its four
+/// streams, whose large allocations share their offsets within a page.
+const STAGE: usize = 1024;
+
+/// From this many elements (16 MiB per buffer; the input and both buffers
+/// are then well beyond a 32 MiB L3) the word path writes the new buffer
+/// with non-temporal stores; below, the buffers may stay cached between
+/// steps and ordinary stores are better.
+const STREAM_MIN: usize = 1 << 22;
 
 /// What a step compresses: `x` itself, or `wa·a + wb·b` formed on the fly.
 #[derive(Clone, Copy)]
@@ -520,6 +530,7 @@ impl Compressor {
         scales_out: &mut [f32],
     ) -> bool {
         let kind = self.config.scale;
+        let stream = self.n >= STREAM_MIN;
         let mut stage = [0.0f32; STAGE];
         for (c, scale) in scales_out.iter_mut().enumerate() {
             let chunk_start = c * self.chunk;
@@ -540,6 +551,7 @@ impl Compressor {
                     &mut nb[..whole],
                     alpha,
                     &mut signs[..whole / 8],
+                    stream,
                 );
                 // Always `Some` here (a sum kind, lanes at a word, whole words).
                 if words != Some(true) {

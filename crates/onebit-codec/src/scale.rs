@@ -152,8 +152,14 @@ impl Lanes {
 
     /// [`Self::fused_words`] from `old` into `new` (the double-buffered
     /// compressor), also checking every new value: returns `false` if one is
-    /// NaN/±∞ (then `new` holds garbage and the caller discards it).
+    /// NaN/±∞ (then `new` holds garbage and the caller discards it). Each
+    /// word is formed in registers and handed to `store` (a plain copy, or
+    /// non-temporal stores for buffers far larger than the cache).
     #[inline(always)]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "internal kernel: the streams and two strategies"
+    )]
     fn fused_words_into(
         &mut self,
         x: &[f32],
@@ -162,6 +168,7 @@ impl Lanes {
         alpha: f32,
         signs: &mut [u8],
         term: impl Fn(f32) -> f64,
+        store: impl Fn(&mut [f32], &[f32; 64]),
     ) -> bool {
         let mut lanes = self.lanes;
         // Branch-free: OR of "exponent all ones" over the word (vectorises).
@@ -172,12 +179,14 @@ impl Lanes {
             .zip(new.chunks_exact_mut(64))
             .zip(signs.chunks_exact_mut(8))
         {
-            for ((q, &o), &xi) in nw.iter_mut().zip(ow).zip(xw) {
+            let mut w = [0.0f32; 64];
+            for ((q, &o), &xi) in w.iter_mut().zip(ow).zip(xw) {
                 let p = xi + (o - crate::compressor::sign_scale(o, alpha));
                 bad |= u32::from((p.to_bits() & 0x7fff_ffff) as i32 >= INF_BITS);
                 *q = p;
             }
-            feed_word(&mut lanes, nw, sw, &term);
+            feed_word(&mut lanes, &w, sw, &term);
+            store(nw, &w);
         }
         self.lanes = lanes;
         self.pos += x.len();
@@ -278,21 +287,30 @@ impl Accumulator {
         new: &mut [f32],
         alpha: f32,
         signs: &mut [u8],
+        store: impl Fn(&mut [f32], &[f32; 64]),
     ) -> Option<bool> {
         if self.lanes.pos % 8 != 0 || x.len() % 64 != 0 {
             return None;
         }
         match self.kind {
-            ScaleKind::Rms => Some(
-                self.lanes
-                    .fused_words_into(x, old, new, alpha, signs, |v| f64::from(v) * f64::from(v)),
-            ),
-            ScaleKind::MeanAbs => {
-                Some(
-                    self.lanes
-                        .fused_words_into(x, old, new, alpha, signs, |v| f64::from(v.abs())),
-                )
-            }
+            ScaleKind::Rms => Some(self.lanes.fused_words_into(
+                x,
+                old,
+                new,
+                alpha,
+                signs,
+                |v| f64::from(v) * f64::from(v),
+                store,
+            )),
+            ScaleKind::MeanAbs => Some(self.lanes.fused_words_into(
+                x,
+                old,
+                new,
+                alpha,
+                signs,
+                |v| f64::from(v.abs()),
+                store,
+            )),
             ScaleKind::MaxAbs | ScaleKind::Unit => None,
         }
     }

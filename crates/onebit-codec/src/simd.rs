@@ -23,7 +23,8 @@
 )]
 
 use core::arch::x86_64::{
-    __cpuid, __cpuid_count, _mm_cmplt_ps, _mm_movemask_ps, _mm_set_ps, _mm_setzero_ps, _xgetbv,
+    __cpuid, __cpuid_count, _mm_cmplt_ps, _mm_loadu_ps, _mm_movemask_ps, _mm_set_ps,
+    _mm_setzero_ps, _mm_sfence, _mm_stream_ps, _xgetbv,
 };
 use core::sync::atomic::{AtomicU8, Ordering};
 
@@ -75,7 +76,10 @@ pub fn has_avx2() -> bool {
 }
 
 /// `Accumulator::fused_words_into` on the widest vectors the CPU has: the
-/// same code and bits, compiled for AVX2 when it is there.
+/// same code and bits, compiled for AVX2 when it is there. With `stream`
+/// (buffers much larger than the cache) and a 16-byte aligned `new`, the new
+/// values go out with non-temporal stores: the lines of `new` are then not
+/// read before being overwritten (4 B/element less traffic), as memcpy does.
 #[inline(always)]
 pub(crate) fn fused_words_into(
     acc: &mut Accumulator,
@@ -84,25 +88,56 @@ pub(crate) fn fused_words_into(
     new: &mut [f32],
     alpha: f32,
     signs: &mut [u8],
+    stream: bool,
 ) -> Option<bool> {
-    if has_avx2() {
-        // SAFETY: AVX2 support (CPU and OS) was checked just above.
-        unsafe { fused_words_into_avx2(acc, x, old, new, alpha, signs) }
-    } else {
-        acc.fused_words_into(x, old, new, alpha, signs)
+    let stream = stream && new.as_ptr() as usize % 16 == 0;
+    let r = match (has_avx2(), stream) {
+        // SAFETY: AVX2 support (CPU and OS) was checked (`has_avx2`).
+        (true, true) => unsafe { fused_avx2(acc, x, old, new, alpha, signs, stream_word) },
+        // SAFETY: as above.
+        (true, false) => unsafe { fused_avx2(acc, x, old, new, alpha, signs, copy_word) },
+        (false, true) => acc.fused_words_into(x, old, new, alpha, signs, stream_word),
+        (false, false) => acc.fused_words_into(x, old, new, alpha, signs, copy_word),
+    };
+    if stream {
+        // SAFETY: SSE is baseline. The fence orders the non-temporal stores
+        // before anything this thread does next, so another thread that
+        // later synchronizes with it (a move, a lock) sees the new buffer.
+        unsafe { _mm_sfence() };
     }
+    r
 }
 
 #[target_feature(enable = "avx2")]
-unsafe fn fused_words_into_avx2(
+unsafe fn fused_avx2(
     acc: &mut Accumulator,
     x: &[f32],
     old: &[f32],
     new: &mut [f32],
     alpha: f32,
     signs: &mut [u8],
+    store: impl Fn(&mut [f32], &[f32; 64]),
 ) -> Option<bool> {
-    acc.fused_words_into(x, old, new, alpha, signs)
+    acc.fused_words_into(x, old, new, alpha, signs, store)
+}
+
+#[inline(always)]
+fn copy_word(dst: &mut [f32], w: &[f32; 64]) {
+    dst.copy_from_slice(w);
+}
+
+/// Store one word with `movntps`. `dst` is a 64-element word of a buffer
+/// whose start is 16-byte aligned (checked in [`fused_words_into`]; words
+/// start at multiples of 256 bytes from it), so every 4-float piece is.
+#[inline(always)]
+fn stream_word(dst: &mut [f32], w: &[f32; 64]) {
+    for (d, s) in dst.chunks_exact_mut(4).zip(w.chunks_exact(4)) {
+        debug_assert!(d.as_ptr() as usize % 16 == 0);
+        // SAFETY: `d` is 4 writable floats at a 16-byte aligned address (see
+        // above), `s` 4 readable floats (`loadu`: any alignment); SSE is in
+        // the x86_64 baseline.
+        unsafe { _mm_stream_ps(d.as_mut_ptr(), _mm_loadu_ps(s.as_ptr())) }
+    }
 }
 
 /// The 64 sign bits of `w`, element 0 in the most significant bit.

@@ -551,3 +551,45 @@ fn blend_input_matches_forming_x_first() {
         }
     }
 }
+
+/// Above 4 Mi elements the word path writes the new buffer with
+/// non-temporal stores (x86_64): same bits as the two-pass reference over
+/// three steps, plain and blend input, one scale and 64 K chunks.
+#[test]
+fn large_tensors_on_the_streaming_path_match_the_reference() {
+    let n = (1 << 22) + 77;
+    for chunk in [None, Some(1 << 16)] {
+        let cfg = config(ErrorFeedback::Full, ScaleKind::Rms, chunk);
+        let mut c = Compressor::with_config(n, cfg).unwrap();
+        let k = c.chunks();
+        let mut e = vec![0.0f32; n];
+        let (mut s1, mut a1) = (vec![0u8; packed_len(n)], vec![0.0f32; k]);
+        let (mut s2, mut a2) = (vec![0u8; packed_len(n)], vec![0.0f32; k]);
+        for t in 0..3 {
+            let x = wave(n, t);
+            c.compress_chunks_into(&x, &mut s1, &mut a1).unwrap();
+            onebit_codec::reference::compress_step(
+                &x,
+                &mut e,
+                ErrorFeedback::Full,
+                ScaleKind::Rms,
+                chunk,
+                &mut s2,
+                &mut a2,
+            )
+            .unwrap();
+            assert_eq!(s1, s2, "{chunk:?} step {t}");
+            assert_eq!(bits_of(&a1), bits_of(&a2), "{chunk:?} step {t}");
+        }
+        assert_eq!(bits_of(c.error()), bits_of(&e), "{chunk:?}");
+    }
+    // The blend input on the same path.
+    let (mut c1, mut c2) = (Compressor::new(n), Compressor::new(n));
+    let (a, b) = (wave(n, 4), wave(n, 5));
+    let x: Vec<f32> = a.iter().zip(&b).map(|(&a, &b)| 0.9 * a + 0.1 * b).collect();
+    let (mut s1, mut s2) = (vec![0u8; packed_len(n)], vec![0u8; packed_len(n)]);
+    let r1 = c1.compress_into(&x, &mut s1).unwrap();
+    let r2 = c2.compress_blend_into(0.9, &a, 0.1, &b, &mut s2).unwrap();
+    assert_eq!((r1.to_bits(), &s1), (r2.to_bits(), &s2));
+    assert_eq!(bits_of(c1.error()), bits_of(c2.error()));
+}
