@@ -34,6 +34,17 @@ use crate::{CodecError, Compressed};
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 use crate::simd::fused_words_into;
 
+/// After a step that may have used non-temporal stores.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+fn fence(stream: bool) {
+    if stream {
+        crate::simd::store_fence();
+    }
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+fn fence(_stream: bool) {}
+
 /// The fused word loop (portable build).
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
 #[inline(always)]
@@ -519,9 +530,9 @@ impl Compressor {
     }
 
     /// `Full` step when every chunk starts on a 64-element word (one chunk, or
-    /// `chunk % 64 == 0`) and the scale is a sum: word at a time into `new`,
-    /// in blocks of [`STAGE`] (a blend input is formed block by block in an
-    /// L1 staging buffer; a plain one is read in place).
+    /// `chunk % 64 == 0`) and the scale is a sum: word at a time into `new`
+    /// (a blend input is formed in blocks of [`STAGE`] in an L1 staging
+    /// buffer; a plain one is read in place, a chunk per call).
     fn step_full_words(
         &self,
         x: Input<'_>,
@@ -537,8 +548,14 @@ impl Compressor {
             let chunk_end = (chunk_start + self.chunk).min(self.n);
             let alpha = self.alphas[c];
             let mut acc = Accumulator::new(kind);
-            for start in (chunk_start..chunk_end).step_by(STAGE) {
-                let end = (start + STAGE).min(chunk_end);
+            // A plain input goes through in one call per chunk (per-block
+            // calls measured slower); a blend is staged block by block.
+            let block = match x {
+                Input::Plain(_) => self.chunk,
+                Input::Blend(..) => STAGE,
+            };
+            for start in (chunk_start..chunk_end).step_by(block) {
+                let end = (start + block).min(chunk_end);
                 let xs = x.block(start, end, &mut stage);
                 let (old, nb) = (&self.buf[start..end], &mut new[start..end]);
                 let signs = &mut signs_out[start / 8..packed_len(end)];
@@ -555,10 +572,12 @@ impl Compressor {
                 );
                 // Always `Some` here (a sum kind, lanes at a word, whole words).
                 if words != Some(true) {
+                    fence(stream);
                     return false;
                 }
                 update_full_into(&xs[whole..], &old[whole..], &mut nb[whole..], alpha);
                 if any_non_finite(&nb[whole..]) {
+                    fence(stream);
                     return false;
                 }
                 acc.feed(&nb[whole..]);
@@ -566,6 +585,7 @@ impl Compressor {
             }
             *scale = acc.finish();
         }
+        fence(stream);
         true
     }
 

@@ -79,7 +79,8 @@ pub fn has_avx2() -> bool {
 /// same code and bits, compiled for AVX2 when it is there. With `stream`
 /// (buffers much larger than the cache) and a 16-byte aligned `new`, the new
 /// values go out with non-temporal stores: the lines of `new` are then not
-/// read before being overwritten (4 B/element less traffic), as memcpy does.
+/// read before being overwritten (4 B/element less traffic), as memcpy does;
+/// the caller then runs [`store_fence`] once the step's last word is out.
 #[inline(always)]
 pub(crate) fn fused_words_into(
     acc: &mut Accumulator,
@@ -99,13 +100,15 @@ pub(crate) fn fused_words_into(
         (false, true) => acc.fused_words_into(x, old, new, alpha, signs, stream_word),
         (false, false) => acc.fused_words_into(x, old, new, alpha, signs, copy_word),
     };
-    if stream {
-        // SAFETY: SSE is baseline. The fence orders the non-temporal stores
-        // before anything this thread does next, so another thread that
-        // later synchronizes with it (a move, a lock) sees the new buffer.
-        unsafe { _mm_sfence() };
-    }
     r
+}
+
+/// Order the non-temporal stores of the calls above before anything this
+/// thread does next (so another thread that later synchronizes with it — a
+/// move, a lock — sees the new buffer). Once per step, after the last word.
+pub(crate) fn store_fence() {
+    // SAFETY: `sfence` is SSE, part of the x86_64 baseline; no operands.
+    unsafe { _mm_sfence() }
 }
 
 #[target_feature(enable = "avx2")]
