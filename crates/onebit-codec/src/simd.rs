@@ -92,15 +92,14 @@ pub(crate) fn fused_words_into(
     stream: bool,
 ) -> Option<bool> {
     let stream = stream && new.as_ptr() as usize % 16 == 0;
-    let r = match (has_avx2(), stream) {
+    match (has_avx2(), stream) {
         // SAFETY: AVX2 support (CPU and OS) was checked (`has_avx2`).
         (true, true) => unsafe { fused_avx2(acc, x, old, new, alpha, signs, stream_word) },
         // SAFETY: as above.
         (true, false) => unsafe { fused_avx2(acc, x, old, new, alpha, signs, copy_word) },
         (false, true) => acc.fused_words_into(x, old, new, alpha, signs, stream_word),
         (false, false) => acc.fused_words_into(x, old, new, alpha, signs, copy_word),
-    };
-    r
+    }
 }
 
 /// Order the non-temporal stores of the calls above before anything this
