@@ -27,7 +27,7 @@ use core::fmt;
 use core::num::NonZeroUsize;
 
 use crate::pack::{pack_words, packed_len};
-use crate::scale::{Accumulator, ScaleKind, any_non_finite, first_non_finite};
+use crate::scale::{Accumulator, ScaleKind, Words, any_non_finite, first_non_finite};
 use crate::{CodecError, Compressed};
 
 /// The fused word loop, on AVX2 when the CPU has it (same bits).
@@ -48,18 +48,8 @@ fn fence(_stream: bool) {}
 /// The fused word loop (portable build).
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
 #[inline(always)]
-fn fused_words_into(
-    acc: &mut Accumulator,
-    x: &[f32],
-    old: &[f32],
-    new: &mut [f32],
-    alpha: f32,
-    signs: &mut [u8],
-    _stream: bool,
-) -> Option<bool> {
-    acc.fused_words_into(x, old, new, alpha, signs, |d: &mut [f32], w: &[f32; 64]| {
-        d.copy_from_slice(w);
-    })
+fn fused_words_into(acc: &mut Accumulator, w: Words<'_>, _stream: bool) -> Option<bool> {
+    acc.fused_words_into(w, |d: &mut [f32], w: &[f32; 64]| d.copy_from_slice(w))
 }
 
 /// How the quantisation error is carried to the next step.
@@ -563,11 +553,13 @@ impl Compressor {
                 let whole = xs.len() / 64 * 64;
                 let words = fused_words_into(
                     &mut acc,
-                    &xs[..whole],
-                    &old[..whole],
-                    &mut nb[..whole],
-                    alpha,
-                    &mut signs[..whole / 8],
+                    Words {
+                        x: &xs[..whole],
+                        old: &old[..whole],
+                        new: &mut nb[..whole],
+                        alpha,
+                        signs: &mut signs[..whole / 8],
+                    },
                     stream,
                 );
                 // Always `Some` here (a sum kind, lanes at a word, whole words).

@@ -28,7 +28,7 @@ use core::arch::x86_64::{
 };
 use core::sync::atomic::{AtomicU8, Ordering};
 
-use crate::scale::Accumulator;
+use crate::scale::{Accumulator, Words};
 
 /// Cached detection: bit 0 = probed, bit 1 = AVX, bit 2 = AVX2.
 static FEATURES: AtomicU8 = AtomicU8::new(0);
@@ -82,23 +82,15 @@ pub fn has_avx2() -> bool {
 /// read before being overwritten (4 B/element less traffic), as memcpy does;
 /// the caller then runs [`store_fence`] once the step's last word is out.
 #[inline(always)]
-pub(crate) fn fused_words_into(
-    acc: &mut Accumulator,
-    x: &[f32],
-    old: &[f32],
-    new: &mut [f32],
-    alpha: f32,
-    signs: &mut [u8],
-    stream: bool,
-) -> Option<bool> {
-    let stream = stream && new.as_ptr() as usize % 16 == 0;
+pub(crate) fn fused_words_into(acc: &mut Accumulator, w: Words<'_>, stream: bool) -> Option<bool> {
+    let stream = stream && w.new.as_ptr() as usize % 16 == 0;
     match (has_avx2(), stream) {
         // SAFETY: AVX2 support (CPU and OS) was checked (`has_avx2`).
-        (true, true) => unsafe { fused_avx2(acc, x, old, new, alpha, signs, stream_word) },
+        (true, true) => unsafe { fused_avx2(acc, w, stream_word) },
         // SAFETY: as above.
-        (true, false) => unsafe { fused_avx2(acc, x, old, new, alpha, signs, copy_word) },
-        (false, true) => acc.fused_words_into(x, old, new, alpha, signs, stream_word),
-        (false, false) => acc.fused_words_into(x, old, new, alpha, signs, copy_word),
+        (true, false) => unsafe { fused_avx2(acc, w, copy_word) },
+        (false, true) => acc.fused_words_into(w, stream_word),
+        (false, false) => acc.fused_words_into(w, copy_word),
     }
 }
 
@@ -113,14 +105,10 @@ pub(crate) fn store_fence() {
 #[target_feature(enable = "avx2")]
 unsafe fn fused_avx2(
     acc: &mut Accumulator,
-    x: &[f32],
-    old: &[f32],
-    new: &mut [f32],
-    alpha: f32,
-    signs: &mut [u8],
+    w: Words<'_>,
     store: impl Fn(&mut [f32], &[f32; 64]),
 ) -> Option<bool> {
-    acc.fused_words_into(x, old, new, alpha, signs, store)
+    acc.fused_words_into(w, store)
 }
 
 #[inline(always)]
