@@ -161,6 +161,9 @@ impl Consts {
 pub(crate) struct Flags {
     /// Divide `m`, `v` by `bc1`, `bc2` (bias correction).
     pub(crate) bias: bool,
+    /// Divide `g` by `div` (skipped for `div == 1`: `g/1 = g` exactly, and a
+    /// division is the loop's most expensive operation).
+    pub(crate) scale: bool,
 }
 
 impl AdamW {
@@ -212,6 +215,7 @@ impl AdamW {
         let k = Consts::new(self, div);
         let flags = Flags {
             bias: self.bias.is_some(),
+            scale: div != 1.0,
         };
         run(kernel, &k, flags, x, m, v, g, zero);
         Ok(())
@@ -235,6 +239,7 @@ impl AdamW {
         let k = Consts::new(self, 1.0);
         let flags = Flags {
             bias: self.bias.is_some(),
+            scale: false,
         };
         run_update(kernel, &k, flags, x, m, v);
         Ok(())
@@ -361,7 +366,7 @@ fn scalar_step(
     match zero {
         Some(z) => {
             for ((((x, m), v), &g), z) in x.iter_mut().zip(m).zip(v).zip(g).zip(z) {
-                let g = g / k.div;
+                let g = if f.scale { g / k.div } else { g };
                 *z &= g == 0.0;
                 moments_elem(k, m, v, g);
                 update_elem(k, f.bias, x, *m, *v);
@@ -369,7 +374,7 @@ fn scalar_step(
         }
         None => {
             for (((x, m), v), &g) in x.iter_mut().zip(m).zip(v).zip(g) {
-                let g = g / k.div;
+                let g = if f.scale { g / k.div } else { g };
                 moments_elem(k, m, v, g);
                 update_elem(k, f.bias, x, *m, *v);
             }

@@ -236,7 +236,8 @@ unsafe fn step_body<V: Vector>(
         let s = Splat::<V>::new(k);
         let mut i = 0;
         while i < whole {
-            let gv = V::load(&g[i..]).div(s.div);
+            let gv = V::load(&g[i..]);
+            let gv = if f.scale { gv.div(s.div) } else { gv };
             if let Some(z) = zero.as_deref_mut() {
                 let zb = gv.zero_bits();
                 for (j, zj) in z[i..i + w].iter_mut().enumerate() {
