@@ -1,5 +1,6 @@
 //! Command-line arguments (clap derive).
 
+use crate::data::criteo_synth::CriteoSynthConfig;
 use crate::data::{Format, LoadOptions, synthetic::SynthConfig};
 use crate::deep::{DenseOpt, ModelKind};
 use crate::spec::OptSpec;
@@ -69,6 +70,9 @@ pub(crate) struct DataArgs {
     /// Synthetic data: Zipf exponent of the ids.
     #[arg(long, default_value_t = SynthConfig::default().zipf)]
     pub(crate) synthetic_zipf: f64,
+    /// `criteo-synth`: total categorical id space (over the 26 fields).
+    #[arg(long, default_value_t = CriteoSynthConfig::default().ids)]
+    pub(crate) synthetic_ids: u64,
 }
 
 impl DataArgs {
@@ -87,6 +91,13 @@ impl DataArgs {
                 noise: self.synthetic_noise,
                 zipf: self.synthetic_zipf,
                 ..SynthConfig::default()
+            },
+            criteo_synth: CriteoSynthConfig {
+                examples: self.synthetic_examples,
+                ids: self.synthetic_ids,
+                zipf: self.synthetic_zipf,
+                noise: self.synthetic_noise,
+                seed: self.synthetic_seed,
             },
             positive: self.positive.clone(),
             body_only: self.body_only,

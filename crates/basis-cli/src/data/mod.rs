@@ -13,6 +13,7 @@
 //! malformed line is an error. See `docs/DATA.md`.
 
 pub(crate) mod criteo;
+pub(crate) mod criteo_synth;
 pub(crate) mod libsvm;
 pub mod lines;
 pub(crate) mod movielens;
@@ -36,6 +37,8 @@ pub(crate) enum Format {
     Movielens,
     /// Criteo TSV: label, 13 integer and 26 categorical columns.
     Criteo,
+    /// Streaming synthetic Criteo-like data: 13 integer + 26 Zipf categorical fields (no file).
+    CriteoSynth,
     /// libsvm / svmlight: `label idx:val idx:val ...`.
     Libsvm,
     /// A directory with one sub-directory per label; each file is one document.
@@ -48,6 +51,7 @@ impl fmt::Display for Format {
             Self::Synthetic => "synthetic",
             Self::Movielens => "movielens",
             Self::Criteo => "criteo",
+            Self::CriteoSynth => "criteo-synth",
             Self::Libsvm => "libsvm",
             Self::Text => "text",
         })
@@ -341,6 +345,8 @@ pub(crate) struct LoadOptions {
     pub(crate) split_seed: u64,
     /// Synthetic generator parameters.
     pub(crate) synthetic: synthetic::SynthConfig,
+    /// `criteo-synth` generator parameters.
+    pub(crate) criteo_synth: criteo_synth::CriteoSynthConfig,
     /// The label folder that counts as positive in a text corpus.
     pub(crate) positive: Option<String>,
     /// Text corpus: skip each document's header block.
@@ -367,7 +373,7 @@ pub(crate) fn load(opts: &LoadOptions) -> Result<Dataset, DataError> {
             .clone()
             .ok_or_else(|| DataError::Config(format!("format `{}` needs --data PATH", opts.format)))
     };
-    if opts.format == Format::Synthetic && opts.path.is_some() {
+    if matches!(opts.format, Format::Synthetic | Format::CriteoSynth) && opts.path.is_some() {
         return Err(DataError::Config(
             "--data needs --format (movielens, criteo, libsvm or text); synthetic data has no file"
                 .into(),
@@ -378,6 +384,10 @@ pub(crate) fn load(opts: &LoadOptions) -> Result<Dataset, DataError> {
             synthetic::generate(&opts.synthetic)?,
             format!("synthetic ({})", opts.synthetic.describe()),
         ),
+        Format::CriteoSynth => {
+            let (raw, what) = criteo_synth::generate(&opts.criteo_synth)?;
+            (raw, format!("criteo-synth ({what})"))
+        }
         Format::Movielens => {
             let p = path()?;
             (
