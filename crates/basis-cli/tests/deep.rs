@@ -171,4 +171,15 @@ fn bad_mlp_widths_are_errors_naming_the_option() {
         assert_eq!(out.status.code(), Some(1), "--mlp {mlp}: {e}");
         assert!(e.contains("--mlp"), "--mlp {mlp}: {e}");
     }
+    let out = basis(&[
+        "train",
+        "-q",
+        "--format",
+        "criteo-synth",
+        "--synthetic-ids",
+        "5",
+    ]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{e}");
+    assert!(e.contains("--synthetic-ids 5"), "{e}");
 }

@@ -14,9 +14,10 @@
 use super::gemm::{Mat, matmul};
 use crate::rng::Rng;
 
-/// Largest tower this CLI builds (4 GiB of f32 parameters): beyond it an
-/// `--mlp` is a typo, not a model, and is refused before any allocation.
-const MAX_PARAMS: usize = 1 << 30;
+/// Largest tower this CLI builds: 2^28 parameters, 1 GiB of f32 (about 4 GiB
+/// with Adam's two moments and the gradient). Beyond it an `--mlp` is a
+/// typo, not a model, and is refused before any allocation.
+const MAX_PARAMS: usize = 1 << 28;
 
 /// The shape of a tower: `widths[0]` inputs, then each layer's outputs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -244,5 +245,7 @@ mod tests {
             "{huge}"
         );
         assert!(Mlp::new(1 << 20, &[1 << 12, 1]).is_err());
+        assert!(Mlp::new(1 << 10, &[1 << 17, 1]).is_ok());
+        assert!(Mlp::new(1 << 10, &[1 << 18, 1]).is_err());
     }
 }
