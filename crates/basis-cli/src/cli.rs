@@ -136,10 +136,13 @@ pub(crate) struct ModelArgs {
     /// the dense parameters use 1-bit Adam.
     #[arg(long, default_value_t = 1)]
     pub(crate) workers: usize,
-    /// Model: `fm`, or `deepfm` (FM + an MLP over the per-field embeddings).
+    /// Model: `fm`, `deepfm` (FM + an MLP over the per-field embeddings) or
+    /// `dlrm` (bottom MLP on dense features, pairwise dots, top MLP; needs
+    /// `--format criteo-synth`).
     #[arg(long, value_enum, default_value_t = ModelKind::Fm)]
     pub(crate) model: ModelKind,
-    /// DeepFM tower widths, comma-separated; the last must be 1 (the logit).
+    /// DeepFM tower (DLRM: top tower) widths, comma-separated; the last must
+    /// be 1 (the logit).
     #[arg(
         long,
         value_name = "W,W,...,1",
@@ -147,6 +150,14 @@ pub(crate) struct ModelArgs {
         default_value = "512,256,1"
     )]
     pub(crate) mlp: Vec<usize>,
+    /// DLRM bottom tower hidden widths (its output, `--dim`, is appended).
+    #[arg(
+        long,
+        value_name = "W,W,...",
+        value_delimiter = ',',
+        default_value = "64"
+    )]
+    pub(crate) bottom_mlp: Vec<usize>,
     /// Dense-parameter optimizer of data-parallel runs (`--workers P`).
     #[arg(long, value_enum, default_value_t = DenseOpt::OnebitAdam)]
     pub(crate) dense_opt: DenseOpt,

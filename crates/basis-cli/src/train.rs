@@ -4,6 +4,7 @@
 use crate::checkpoint::{self, Checkpoint};
 use crate::cli::ModelArgs;
 use crate::data::Dataset;
+use crate::deep::{DeepFm, Dlrm, Tower};
 use crate::metrics::{auc, log_loss};
 use crate::model::{DenseAdam, Fm, Grads};
 use crate::optim::{self, Telemetry};
@@ -149,7 +150,8 @@ fn fingerprint(ds: &Dataset, run: &Run<'_>) -> u64 {
     // FM runs keep their old fingerprint (existing checkpoints stay valid).
     let text = match m.model {
         crate::deep::ModelKind::Fm => text,
-        kind => format!("{text}|{kind:?}|{:?}", m.mlp),
+        crate::deep::ModelKind::Deepfm => format!("{text}|Deepfm|{:?}", m.mlp),
+        kind => format!("{text}|{kind:?}|{:?}|{:?}", m.mlp, m.bottom_mlp),
     };
     balanced_hash::murmur3::x64_128(text.as_bytes(), 0)[0]
 }
@@ -161,13 +163,18 @@ pub(crate) fn build_model(ds: &Dataset, m: &ModelArgs) -> Result<Fm, String> {
     let fm = Fm::new(ds.rows, m.dim, m.init_std, m.seed);
     match m.model {
         crate::deep::ModelKind::Fm => Ok(fm),
-        crate::deep::ModelKind::Deepfm => {
+        kind => {
             let fields = [&ds.train, &ds.valid, &ds.test]
                 .iter()
                 .map(|e| e.field_count())
                 .max()
                 .unwrap_or(1);
-            let tower = crate::deep::DeepFm::new(m.dim, fields, &m.mlp)?;
+            let tower = if kind == crate::deep::ModelKind::Dlrm {
+                let w = ds.train.dense_width;
+                Tower::Dlrm(Dlrm::new(m.dim, fields, w, &m.bottom_mlp, &m.mlp)?)
+            } else {
+                Tower::DeepFm(DeepFm::new(m.dim, fields, &m.mlp)?)
+            };
             fm.with_tower(tower, m.seed)
         }
     }

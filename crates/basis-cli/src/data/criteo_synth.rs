@@ -314,7 +314,7 @@ pub(crate) fn generate(cfg: &CriteoSynthConfig) -> Result<(RawData, String), Dat
     let mut ex = SynthExample::default();
     for i in 0..cfg.examples {
         g.example(i as u64, &mut ex);
-        raw.push(&ex.feats, ex.label, i as i64);
+        raw.push_with_dense(&ex.feats, &ex.dense, ex.label, i as i64);
     }
     Ok((raw, g.describe()))
 }

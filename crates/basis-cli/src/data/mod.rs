@@ -225,6 +225,10 @@ pub(crate) struct RawData {
     values: Vec<f32>,
     labels: Vec<f32>,
     times: Vec<i64>,
+    /// Dense (continuous) features, `dense_width` per example (DLRM's
+    /// bottom tower); only `criteo-synth` has them, others have width 0.
+    dense: Vec<f32>,
+    dense_width: usize,
     /// Whether `times` are real timestamps (time-ordered split) or line order.
     pub(crate) timed: bool,
 }
@@ -251,9 +255,29 @@ impl RawData {
         self.times.push(time);
     }
 
+    /// Append one example with `dense` continuous features (every example
+    /// of a data set has the same number).
+    pub(crate) fn push_with_dense(
+        &mut self,
+        features: &[(u64, f32)],
+        dense: &[f32],
+        label: f32,
+        time: i64,
+    ) {
+        self.dense_width = dense.len();
+        self.dense.extend_from_slice(dense);
+        self.push(features, label, time);
+    }
+
     /// Number of examples.
     pub(crate) fn len(&self) -> usize {
         self.labels.len()
+    }
+
+    /// Dense features of example `i` (empty without them).
+    fn dense_of(&self, i: usize) -> &[f32] {
+        let w = self.dense_width;
+        self.dense.get(i * w..(i + 1) * w).unwrap_or(&[])
     }
 }
 
@@ -267,6 +291,9 @@ pub(crate) struct Examples {
     /// Field of each feature (from its key, [`crate::hashing::field_of`]).
     pub(crate) fields: Vec<u8>,
     pub(crate) labels: Vec<f32>,
+    /// Dense features, `dense_width` per example (DLRM; often width 0).
+    pub(crate) dense: Vec<f32>,
+    pub(crate) dense_width: usize,
 }
 
 impl Examples {
@@ -451,6 +478,7 @@ fn index(
     let mut vocab: KeyMap<u32> = KeyMap::default();
     let mut row_counts: Vec<u32> = Vec::new();
     let mut train = Examples::new();
+    train.dense_width = raw.dense_width;
     for &i in &order[..n_train] {
         for j in raw.offsets[i]..raw.offsets[i + 1] {
             let next = vocab.len() as u32;
@@ -465,9 +493,11 @@ fn index(
         }
         train.offsets.push(train.rows.len());
         train.labels.push(raw.labels[i]);
+        train.dense.extend_from_slice(raw.dense_of(i));
     }
     let mut map = |idx: &[usize]| {
         let mut ex = Examples::new();
+        ex.dense_width = raw.dense_width;
         for &i in idx {
             for j in raw.offsets[i]..raw.offsets[i + 1] {
                 if let Some(&row) = vocab.get(&raw.keys[j]) {
@@ -480,6 +510,7 @@ fn index(
             }
             ex.offsets.push(ex.rows.len());
             ex.labels.push(raw.labels[i]);
+            ex.dense.extend_from_slice(raw.dense_of(i));
         }
         ex
     };
