@@ -347,44 +347,13 @@ mod tests {
         let mut g = DeepGrads::default();
         m.forward_backward(&dense, &rows, &b, scale, &mut ws, &mut g)
             .unwrap();
-        let to64 = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
-        let (d64, r64) = (to64(&dense), to64(&rows));
-        let r = reference_loss(&m, &d64, &r64, &b, 1.0);
-        assert!(
-            (g.loss - r).abs() < 1e-4 * r.abs().max(1.0),
-            "{} vs {r}",
-            g.loss
+        crate::deep::assert_matches_finite_differences(
+            |d, r, s| reference_loss(&m, d, r, &b, s),
+            &dense,
+            &rows,
+            scale,
+            &g,
         );
-        let h = 1e-6;
-        let fd =
-            |dense: &[f64], rows: &[f64]| reference_loss(&m, dense, rows, &b, f64::from(scale));
-        let close = |num: f64, ana: f32, what: &str| {
-            let ana = f64::from(ana);
-            assert!(
-                (num - ana).abs() < 2e-4 * (1.0 + num.abs()),
-                "{what}: numeric {num} vs analytic {ana}"
-            );
-        };
-        for i in 0..r64.len() {
-            let (mut p, mut q) = (r64.clone(), r64.clone());
-            p[i] += h;
-            q[i] -= h;
-            close(
-                (fd(&d64, &p) - fd(&d64, &q)) / (2.0 * h),
-                g.rows[i],
-                &format!("row float {i}"),
-            );
-        }
-        for i in 0..d64.len() {
-            let (mut p, mut q) = (d64.clone(), d64.clone());
-            p[i] += h;
-            q[i] -= h;
-            close(
-                (fd(&p, &r64) - fd(&q, &r64)) / (2.0 * h),
-                g.dense[i],
-                &format!("dense {i}"),
-            );
-        }
         assert!(g.dense[..m.bottom.params()].iter().any(|&x| x.abs() > 1e-3));
         assert!(
             Dlrm::new(3, 3, 0, &[5], &[1])

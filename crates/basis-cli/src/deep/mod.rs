@@ -153,6 +153,52 @@ impl DenseOpt {
     }
 }
 
+/// Test helper: `g` (from a forward/backward at `scale`) against the slow
+/// f64 reference `loss(dense, rows, scale)` = `scale · Σ log-loss`: the
+/// summed loss equals `loss(…, 1)`, and the gradient of every row float
+/// and dense parameter equals a central finite difference (`h = 1e-6`).
+#[cfg(test)]
+pub(crate) fn assert_matches_finite_differences(
+    loss: impl Fn(&[f64], &[f64], f64) -> f64,
+    dense: &[f32],
+    rows: &[f32],
+    scale: f32,
+    g: &DeepGrads,
+) {
+    let to64 = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
+    let (d64, r64) = (to64(dense), to64(rows));
+    let r = loss(&d64, &r64, 1.0);
+    assert!(
+        (g.loss - r).abs() < 1e-4 * r.abs().max(1.0),
+        "loss {} vs {r}",
+        g.loss
+    );
+    let h = 1e-6;
+    let s = f64::from(scale);
+    let close = |num: f64, ana: f32, what: &str| {
+        let ana = f64::from(ana);
+        assert!(
+            (num - ana).abs() < 2e-4 * (1.0 + num.abs()),
+            "{what}: numeric {num} vs analytic {ana}"
+        );
+    };
+    let bump = |v: &[f64], i: usize, by: f64| {
+        let mut v = v.to_vec();
+        v[i] += by;
+        v
+    };
+    for i in 0..r64.len() {
+        let num =
+            (loss(&d64, &bump(&r64, i, h), s) - loss(&d64, &bump(&r64, i, -h), s)) / (2.0 * h);
+        close(num, g.rows[i], &format!("row float {i}"));
+    }
+    for i in 0..d64.len() {
+        let num =
+            (loss(&bump(&d64, i, h), &r64, s) - loss(&bump(&d64, i, -h), &r64, s)) / (2.0 * h);
+        close(num, g.dense[i], &format!("dense {i}"));
+    }
+}
+
 /// `n` zeros, or an error naming `what` when they cannot be allocated.
 pub(crate) fn zeros(n: usize, what: &str) -> Result<Vec<f32>, String> {
     let mut v = Vec::new();
