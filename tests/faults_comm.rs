@@ -72,6 +72,19 @@ impl Communicator for ExitsAt {
     fn all_gather(&mut self, send: &[u8], recv: &mut [u8]) -> Result<(), CommError> {
         self.live()?.all_gather(send, recv)
     }
+    fn all_to_all_counts(&mut self, send: &[u64], recv: &mut [u64]) -> Result<(), CommError> {
+        self.live()?.all_to_all_counts(send, recv)
+    }
+    fn all_to_all_v(
+        &mut self,
+        send: &[u8],
+        send_counts: &[usize],
+        recv: &mut [u8],
+        recv_counts: &[usize],
+    ) -> Result<(), CommError> {
+        self.live()?
+            .all_to_all_v(send, send_counts, recv, recv_counts)
+    }
     fn barrier(&mut self) -> Result<(), CommError> {
         self.live()?.barrier()
     }

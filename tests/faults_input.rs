@@ -112,7 +112,9 @@ fn a_blob_of_another_optimizer_or_config_is_rejected_and_changes_nothing() {
     let before = mismatched.export_state();
     assert_eq!(
         mismatched.import_state(&blob),
-        Err(StateError::ConfigMismatch)
+        Err(StateError::ConfigMismatch {
+            field: basis::core::StateField::Dim
+        })
     );
     assert_eq!(mismatched.export_state(), before);
 }

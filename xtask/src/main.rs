@@ -4,7 +4,9 @@
 //! - `ci`     the whole test suite (installs what a fresh machine lacks first)
 //! - `test`   `cargo test --workspace`
 //! - `nostd`  prove the `no_std` crates build with no `std` in their tree
-//! - `bench`  run the criterion benches (`cargo xtask bench [crate] [filter]`)
+//! - `bench`  run the criterion benches (`cargo xtask bench [crate] [filter]`);
+//!   `bench --peers [--rounds R]`: interleaved same-run comparisons with
+//!   PyTorch and numpy (opt-in: installs torch into `target/peers/venv`)
 //! - `loom`   loom models of the concurrent tables
 //! - `fuzz`   cargo-fuzz targets (`fuzz <target>|--all --seconds N`)
 //! - `mpi`    the MPI integration program under mpirun (`--bench [--net 1gbit]`)
@@ -21,6 +23,7 @@ mod fuzz;
 mod loom;
 mod mpi;
 mod nostd;
+mod peers;
 mod util;
 
 use std::process::ExitCode;
@@ -35,6 +38,7 @@ fn main() -> ExitCode {
         "ci" => ci::run(rest),
         "test" => ci::test(rest),
         "nostd" => nostd::run(rest),
+        "bench" if rest.iter().any(|a| a == "--peers") => peers::run(rest),
         "bench" => ci::bench(rest),
         "loom" => loom::run(rest),
         "fuzz" => fuzz::run(rest),

@@ -472,6 +472,14 @@ impl Bucketer for DChoice {
         };
         size_of::<Self>() + self.loads.capacity() * size_of::<u64>() + store
     }
+
+    fn identity(&self) -> crate::BucketerIdentity {
+        crate::BucketerIdentity {
+            kind: crate::BucketerIdentity::KIND_D_CHOICE,
+            choices: self.d,
+            seed: self.seed,
+        }
+    }
 }
 
 #[cfg(test)]

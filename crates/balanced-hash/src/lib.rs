@@ -41,4 +41,40 @@ pub trait Bucketer {
     fn memory_bytes(&self) -> usize {
         0
     }
+    /// What decides where keys land, so that saved per-bucket state can be
+    /// refused when it is read back under another bucketer (state exported
+    /// by `basis-core` records it). The default, [`BucketerIdentity::CUSTOM`],
+    /// says nothing beyond "not one of this crate's strategies".
+    fn identity(&self) -> BucketerIdentity {
+        BucketerIdentity::CUSTOM
+    }
+}
+
+/// The strategy, number of choices and seed of a [`Bucketer`]: two bucketers
+/// with equal identities and bucket counts place every key alike (up to the
+/// choices a d-choice bucketer remembers, which are its own state).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BucketerIdentity {
+    /// Strategy tag: [`BucketerIdentity::KIND_CUSTOM`], `KIND_ONE_CHOICE` or
+    /// `KIND_D_CHOICE`.
+    pub kind: u8,
+    /// Hash choices per key (1 for one-choice and custom bucketers).
+    pub choices: u8,
+    /// The hash seed (0 for custom bucketers).
+    pub seed: u64,
+}
+
+impl BucketerIdentity {
+    /// Tag of a bucketer defined outside this crate.
+    pub const KIND_CUSTOM: u8 = 0;
+    /// Tag of [`OneChoice`].
+    pub const KIND_ONE_CHOICE: u8 = 1;
+    /// Tag of [`DChoice`].
+    pub const KIND_D_CHOICE: u8 = 2;
+    /// The identity of a bucketer that does not report one.
+    pub const CUSTOM: Self = Self {
+        kind: Self::KIND_CUSTOM,
+        choices: 1,
+        seed: 0,
+    };
 }

@@ -1,6 +1,6 @@
 //! One-choice bucketing: `reduce(hash_u64(key, seed), B)`.
 
-use crate::{Bucketer, HashError, mix::SeededMix, reduce};
+use crate::{Bucketer, BucketerIdentity, HashError, mix::SeededMix, reduce};
 
 /// One hash, no memory: `bucket(key) = reduce(hash_u64(key, seed), B)`.
 ///
@@ -53,5 +53,13 @@ impl Bucketer for OneChoice {
     #[inline]
     fn bucket(&self, key: u64) -> u32 {
         reduce(self.mix.hash(key), self.buckets)
+    }
+
+    fn identity(&self) -> BucketerIdentity {
+        BucketerIdentity {
+            kind: BucketerIdentity::KIND_ONE_CHOICE,
+            choices: 1,
+            seed: self.seed,
+        }
     }
 }

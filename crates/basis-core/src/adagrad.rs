@@ -6,7 +6,7 @@ use num_traits::Float;
 
 use crate::batch::{Merged, apply_row, merge};
 use crate::config::{NonFinitePolicy, RowIndex, ScalarStorage};
-use crate::error::{ConfigError, StateError, StepError};
+use crate::error::{ConfigError, StateError, StateField, StepError};
 use crate::optimizer::SparseOptimizer;
 use crate::quant::LogCode;
 use crate::report::{MemoryReport, StepReport};
@@ -95,7 +95,7 @@ impl RowwiseAdagrad {
             0.0,
             LogCode::new(-1.0, 1.0, 0.0), // unused: f32 storage
             false,
-        );
+        )?;
         Ok(Self {
             config,
             sums,
@@ -195,7 +195,9 @@ impl SparseOptimizer for RowwiseAdagrad {
     fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
         let mut r = Reader::open(bytes, kind::ADAGRAD)?;
         if r.u64()? != self.config.dim as u64 {
-            return Err(StateError::ConfigMismatch);
+            return Err(StateError::ConfigMismatch {
+                field: StateField::Dim,
+            });
         }
         let steps = r.u64()?;
         let nonfinite = r.u64()?;

@@ -7,12 +7,12 @@ use num_traits::Float;
 
 use crate::batch::{Merged, apply_row, merge};
 use crate::config::{NonFinitePolicy, RowIndex};
-use crate::error::{ConfigError, StateError, StepError};
+use crate::error::{ConfigError, StateError, StateField, StepError};
 use crate::kernel::bias_corrections;
 use crate::optimizer::SparseOptimizer;
 use crate::report::{MemoryReport, StepReport};
 use crate::state::{Reader, Writer, kind};
-use crate::store::SlotIndex;
+use crate::store::{SlotIndex, try_filled};
 use crate::table::RowAccess;
 
 /// Hyper-parameters of [`ExactAdam`] (PyTorch's defaults).
@@ -107,14 +107,19 @@ impl ExactAdam {
     /// [`ConfigError`] from [`AdamConfig::validate`].
     pub fn new(config: AdamConfig) -> Result<Self, ConfigError> {
         config.validate()?;
+        let rows = match config.row_index {
+            RowIndex::Dense { rows } => rows,
+            RowIndex::Sparse => 0,
+        };
+        let m = try_filled(rows, config.dim, 0.0)?;
+        let v = try_filled(rows, config.dim, 0.0)?;
         let index = SlotIndex::new(config.row_index);
-        let n = index.dense_rows() * config.dim;
         let slots = index.dense_rows();
         Ok(Self {
             config,
             index,
-            m: alloc::vec![0.0; n],
-            v: alloc::vec![0.0; n],
+            m,
+            v,
             slots,
             steps: 0,
             nonfinite: 0,
@@ -237,14 +242,23 @@ impl SparseOptimizer for ExactAdam {
         } else {
             u64::MAX
         };
-        if r.u64()? != d as u64 || r.u64()? != dense {
-            return Err(StateError::ConfigMismatch);
+        if r.u64()? != d as u64 {
+            return Err(StateError::ConfigMismatch {
+                field: StateField::Dim,
+            });
+        }
+        if r.u64()? != dense {
+            return Err(StateError::ConfigMismatch {
+                field: StateField::Rows,
+            });
         }
         let steps = r.u32()?;
         let nonfinite = r.u64()?;
         let slots = usize::try_from(r.u64()?).map_err(|_| StateError::Malformed)?;
         if self.index.is_dense() && slots != self.index.dense_rows() {
-            return Err(StateError::ConfigMismatch);
+            return Err(StateError::ConfigMismatch {
+                field: StateField::Rows,
+            });
         }
         let per = 8 * d + if self.index.is_dense() { 0 } else { 8 };
         r.ensure(slots, per)?;

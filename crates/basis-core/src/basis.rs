@@ -8,8 +8,10 @@ use half::bf16;
 use num_traits::Float;
 
 use crate::batch::{MergeRules, Merged, apply_row, clip_row, merge_with, resize_for_overwrite};
-use crate::config::{BasisConfig, Direction, ScalarLrSchedule, ScalarStorage, TablePrecision};
-use crate::error::{ConfigError, StateError, StepError};
+use crate::config::{
+    Accumulate, BasisConfig, Direction, ScalarLrSchedule, ScalarRule, ScalarStorage, TablePrecision,
+};
+use crate::error::{ConfigError, StateError, StateField, StepError};
 use crate::exec::{Executor, ROWS_PER_ITEM, Sequential, row_chunks};
 use crate::kernel::{
     BucketGroup, BucketJob, KernelParams, ScalarParams, StepPlan, Tables, update_bucket,
@@ -18,7 +20,7 @@ use crate::optimizer::SparseOptimizer;
 use crate::quant::{LogCode, random_bits};
 use crate::report::{Diagnostics, HISTOGRAM_BINS, MemoryReport, StepReport};
 use crate::state::{Reader, Writer, kind};
-use crate::store::ScalarStore;
+use crate::store::{ScalarStore, try_filled};
 use crate::table::RowAccess;
 
 /// Domain separator of the scalar store's stochastic rounding.
@@ -70,24 +72,27 @@ impl<H: Bucketer> Basis<H> {
     /// A fresh optimizer: zero tables, every scalar 1 (`G_i = 0` in `RowScaled`).
     ///
     /// # Errors
-    /// [`ConfigError`] from [`BasisConfig::validate`], or
-    /// [`ConfigError::NoBuckets`] when the bucketer has no bucket.
+    /// [`ConfigError`] from [`BasisConfig::validate`],
+    /// [`ConfigError::NoBuckets`] when the bucketer has no bucket, or
+    /// [`ConfigError::AllocationFailed`] when the bucket tables or the dense
+    /// per-row state ([`RowIndex::Dense`](crate::RowIndex::Dense)) do not fit.
     pub fn new(config: BasisConfig, bucketer: H) -> Result<Self, ConfigError> {
         config.validate()?;
         let b = bucketer.buckets() as usize;
         if b == 0 {
             return Err(ConfigError::NoBuckets);
         }
-        let n = b * config.dim;
         let with_m = needs_first_moment(&config);
-        let n = if with_m { 2 * n } else { n };
+        // Values per bucket in units of `dim` (M and V, or V alone); counted
+        // in u64 so an absurd `dim` is an allocation error, not an overflow.
+        let units = b as u64 * if with_m { 2 } else { 1 };
         let tables = match config.table_precision {
             TablePrecision::F32 => Tables::F32 {
-                data: alloc::vec![0.0; n],
+                data: try_filled(units, config.dim, 0.0)?,
                 with_m,
             },
             TablePrecision::Bf16 => Tables::Bf16 {
-                data: alloc::vec![bf16::from_f32(0.0); n],
+                data: try_filled(units, config.dim, bf16::from_f32(0.0))?,
                 with_m,
             },
         };
@@ -112,12 +117,12 @@ impl<H: Bucketer> Basis<H> {
         } else {
             crate::config::RowIndex::Sparse
         };
-        let scalars = ScalarStore::new(index, config.scalar_storage, initial, code, with_counts);
+        let scalars = ScalarStore::new(index, config.scalar_storage, initial, code, with_counts)?;
         Ok(Self {
             config,
             bucketer,
             tables,
-            bucket_steps: alloc::vec![0; b],
+            bucket_steps: try_filled(b as u64, 1, 0)?,
             scalars,
             steps: 0,
             nonfinite: 0,
@@ -453,27 +458,88 @@ impl<H: Bucketer> Basis<H> {
         diag
     }
 
-    fn fingerprint(&self, w: &mut Writer) {
+    /// Everything that gives the exported state its meaning, one `u64` per
+    /// setting, in export order. An importer whose value differs would read
+    /// the state wrongly: the bucket of every row hangs on the bucketer's
+    /// kind, choices and seed; signs and rounding on `seed`; the moments on
+    /// β1/β2 and the accumulation rule; 1-byte codes on the clip or log₂
+    /// range; learned scalars on the learning rates they were trained with.
+    fn fingerprint(&self) -> [(StateField, u64); FINGERPRINT_FIELDS] {
         let c = &self.config;
-        w.u64(c.dim as u64);
-        w.u32(self.bucket_steps.len() as u32);
-        w.u8(match c.direction {
-            Direction::Shared => 0,
-            Direction::Signed => 1,
-            Direction::OwnGradient => 2,
-            Direction::RowScaled => 3,
-        });
-        w.u8(c.scalar_storage.bytes() as u8);
-        w.u8(c.table_precision.bytes() as u8);
-        w.u8(u8::from(needs_first_moment(c)));
-        w.u8(u8::from(self.scalars.counts.is_some()));
-        w.u64(if self.scalars.index.is_dense() {
+        let pair = |a: f32, b: f32| (u64::from(a.to_bits()) << 32) | u64::from(b.to_bits());
+        let id = self.bucketer.identity();
+        let rows = if self.scalars.index.is_dense() {
             self.scalars.index.dense_rows() as u64
         } else {
             u64::MAX
-        });
+        };
+        let schedule = match c.scalar_lr_schedule {
+            ScalarLrSchedule::Constant => 0,
+            ScalarLrSchedule::InverseFrequency { power } => (1 << 32) | u64::from(power.to_bits()),
+        };
+        let rule = match c.scalar_rule {
+            ScalarRule::Hypergradient => 0,
+            ScalarRule::Normalized => 1,
+        };
+        let (scalar_lr, scalar_rule) = if c.scalar_learns() {
+            (u64::from(c.scalar_lr.to_bits()), (rule << 40) | schedule)
+        } else {
+            // Frozen scalars hold no state, so how they would learn is moot.
+            (0, 0)
+        };
+        [
+            (StateField::Dim, c.dim as u64),
+            (StateField::Buckets, self.bucket_steps.len() as u64),
+            (
+                StateField::Direction,
+                match c.direction {
+                    Direction::Shared => 0,
+                    Direction::Signed => 1,
+                    Direction::OwnGradient => 2,
+                    Direction::RowScaled => 3,
+                },
+            ),
+            (StateField::ScalarStorage, c.scalar_storage.bytes() as u64),
+            (StateField::TablePrecision, c.table_precision.bytes() as u64),
+            (StateField::FirstMoment, u64::from(needs_first_moment(c))),
+            (
+                StateField::RowCounters,
+                u64::from(self.scalars.counts.is_some()),
+            ),
+            (StateField::Rows, rows),
+            (StateField::Seed, c.seed),
+            (StateField::LearningRate, u64::from(c.lr.to_bits())),
+            (StateField::Betas, pair(c.beta1, c.beta2)),
+            (
+                StateField::ScalarClip,
+                pair(c.scalar_clip.0, c.scalar_clip.1),
+            ),
+            (StateField::ScalarRule, scalar_rule),
+            (StateField::ScalarLearningRate, scalar_lr),
+            (
+                StateField::Accumulate,
+                match c.row_scale.accumulate {
+                    Accumulate::Sum => 0,
+                    Accumulate::Ema { beta } => (1 << 32) | u64::from(beta.to_bits()),
+                },
+            ),
+            (
+                StateField::RowScaleRange,
+                pair(c.row_scale.log2_range.0, c.row_scale.log2_range.1),
+            ),
+            (StateField::BucketerKind, u64::from(id.kind)),
+            (StateField::BucketerChoices, u64::from(id.choices)),
+            (StateField::BucketerSeed, id.seed),
+        ]
     }
 }
+
+/// The first state format version whose BASIS fingerprint covers every
+/// setting of [`Basis::fingerprint`].
+const BASIS_MIN_VERSION: u16 = 2;
+
+/// Settings in a BASIS state fingerprint.
+const FINGERPRINT_FIELDS: usize = 19;
 
 impl<H: Bucketer> SparseOptimizer for Basis<H> {
     fn dim(&self) -> usize {
@@ -501,7 +567,9 @@ impl<H: Bucketer> SparseOptimizer for Basis<H> {
     /// bucketer yourself; one-choice hashing has no state).
     fn export_state(&self) -> Vec<u8> {
         let mut w = Writer::default();
-        self.fingerprint(&mut w);
+        for (_, value) in self.fingerprint() {
+            w.u64(value);
+        }
         w.u64(self.steps);
         w.u64(self.nonfinite);
         self.bucket_steps.iter().for_each(|&t| w.u32(t));
@@ -515,13 +583,14 @@ impl<H: Bucketer> SparseOptimizer for Basis<H> {
 
     fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
         let mut r = Reader::open(bytes, kind::BASIS)?;
-        let mut expect = Writer::default();
-        self.fingerprint(&mut expect);
-        let expect = expect.finish(0);
-        let fp_len = expect.len() - 16 - 4;
-        for &byte in &expect[16..16 + fp_len] {
-            if r.u8()? != byte {
-                return Err(StateError::ConfigMismatch);
+        // Version 1 recorded too little of the configuration to be read
+        // safely (see `fingerprint`).
+        if r.version() < BASIS_MIN_VERSION {
+            return Err(StateError::UnsupportedVersion { found: r.version() });
+        }
+        for (field, value) in self.fingerprint() {
+            if r.u64()? != value {
+                return Err(StateError::ConfigMismatch { field });
             }
         }
         let steps = r.u64()?;

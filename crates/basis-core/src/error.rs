@@ -28,11 +28,22 @@ pub enum ConfigError {
     RowScaleRange,
     /// The bucketer has zero buckets.
     NoBuckets,
+    /// The state this configuration needs up front (dense per-row state,
+    /// bucket tables) does not fit: its size overflows the address space or
+    /// the allocator refused it. Nothing was allocated.
+    AllocationFailed {
+        /// Bytes the failed allocation asked for (exact, wider than `usize`
+        /// so an overflowing size is still reported).
+        bytes: u128,
+    },
 }
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let msg = match self {
+            Self::AllocationFailed { bytes } => {
+                return write!(f, "cannot allocate {bytes} bytes of optimizer state");
+            }
             Self::ZeroDim => "row dimension must be at least 1",
             Self::LearningRate => "learning rate must be finite and > 0",
             Self::Beta => "beta must be in [0, 1)",
@@ -185,9 +196,12 @@ pub enum StateError {
         /// Kind tag found.
         found: u8,
     },
-    /// The blob's configuration (dim, buckets, modes, storage) differs from
-    /// the importing optimizer's.
-    ConfigMismatch,
+    /// The blob was exported under another configuration than the
+    /// importing optimizer's: its state would mean something else here.
+    ConfigMismatch {
+        /// The first setting that differs.
+        field: StateField,
+    },
     /// The payload length field disagrees with the blob, or the payload is
     /// internally inconsistent (counts, trailing bytes, invalid values).
     Malformed,
@@ -208,12 +222,84 @@ impl fmt::Display for StateError {
                     "state blob is of optimizer kind {found}, expected {expected}"
                 )
             }
-            Self::ConfigMismatch => {
-                f.write_str("state blob configuration differs from this optimizer's")
-            }
+            Self::ConfigMismatch { field } => write!(
+                f,
+                "state blob was exported with another {field} than this optimizer's"
+            ),
             Self::Malformed => f.write_str("state blob payload is malformed"),
         }
     }
 }
 
 impl core::error::Error for StateError {}
+
+/// A setting recorded in exported state, named by
+/// [`StateError::ConfigMismatch`] when the importer's differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StateField {
+    /// The row dimension `d`.
+    Dim,
+    /// The dense row range (or dense vs sparse row state).
+    Rows,
+    /// The number of buckets `B`.
+    Buckets,
+    /// The direction mode.
+    Direction,
+    /// The per-row scalar storage.
+    ScalarStorage,
+    /// The shared-table precision.
+    TablePrecision,
+    /// Whether a first moment is kept.
+    FirstMoment,
+    /// Whether per-row update counters are kept.
+    RowCounters,
+    /// The sign-hash / stochastic-rounding seed.
+    Seed,
+    /// The learning rate.
+    LearningRate,
+    /// β1 or β2 (what the moments average over).
+    Betas,
+    /// The scalar clip range (the 1-byte code of learned scalars spans it).
+    ScalarClip,
+    /// The scalar update rule or its frequency schedule.
+    ScalarRule,
+    /// The scalar learning rate η_s.
+    ScalarLearningRate,
+    /// `RowScaled` accumulation (sum or EMA, and its β).
+    Accumulate,
+    /// The `RowScaled` log₂ range (the 1-byte code of `G_i` spans it).
+    RowScaleRange,
+    /// The bucketer's strategy (one-choice, d-choice, custom).
+    BucketerKind,
+    /// The bucketer's number of hash choices.
+    BucketerChoices,
+    /// The bucketer's hash seed.
+    BucketerSeed,
+}
+
+impl fmt::Display for StateField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Dim => "row dimension",
+            Self::Rows => "dense row range",
+            Self::Buckets => "bucket count",
+            Self::Direction => "direction mode",
+            Self::ScalarStorage => "scalar storage",
+            Self::TablePrecision => "table precision",
+            Self::FirstMoment => "first-moment table",
+            Self::RowCounters => "row update counters",
+            Self::Seed => "seed",
+            Self::LearningRate => "learning rate",
+            Self::Betas => "beta1/beta2",
+            Self::ScalarClip => "scalar clip range",
+            Self::ScalarRule => "scalar rule or schedule",
+            Self::ScalarLearningRate => "scalar learning rate",
+            Self::Accumulate => "row-scale accumulation",
+            Self::RowScaleRange => "row-scale log2 range",
+            Self::BucketerKind => "bucketer kind",
+            Self::BucketerChoices => "number of bucketer choices",
+            Self::BucketerSeed => "bucketer seed",
+        })
+    }
+}

@@ -6,7 +6,7 @@
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
-use balanced_hash::{Bucketer, OneChoice};
+use balanced_hash::{Bucketer, DChoice, OneChoice};
 
 use crate::{
     AdagradConfig, AdamConfig, Basis, BasisConfig, DenseTable, Direction, ExactAdam, RowIndex,
@@ -141,5 +141,79 @@ fn optimizer(sel: u8) -> Box<dyn SparseOptimizer> {
             .expect("valid AdaGrad configuration"),
         ),
         _ => Box::new(Sgd::new(2, 0.1).expect("valid SGD configuration")),
+    }
+}
+
+/// The state fingerprint: two BASIS optimizers, each picked by a 2-byte
+/// selector (`data[0..2]`, `data[2..4]`, LE) from the 48 [`config`]s ×
+/// {default seed, another seed} × {default lr, doubled lr} × {one-choice
+/// seed 1, one-choice seed 2, two-choice seed 1}. The first steps on the
+/// gradients in `data[4..]` and exports; the second imports. The import must
+/// succeed exactly when both selectors pick the same settings, and a refused
+/// import changes nothing.
+///
+/// # Panics
+/// When a blob of other settings is accepted, a blob of the same settings
+/// refused, or a refused import changed the importer.
+pub fn fingerprint_pair(data: &[u8]) {
+    let [a0, a1, b0, b1, rest @ ..] = data else {
+        return;
+    };
+    let (a, b) = (
+        variant_key(u16::from_le_bytes([*a0, *a1])),
+        variant_key(u16::from_le_bytes([*b0, *b1])),
+    );
+    let (mut from, mut to) = (variant(a), variant(b));
+    let mut weights = [0.5f32; 12];
+    let ids: Vec<u64> = rest.iter().map(|&x| u64::from(x % 6)).collect();
+    let grads: Vec<f32> = rest
+        .iter()
+        .flat_map(|&x| [f32::from(x) / 64.0 - 2.0, 0.25])
+        .collect();
+    if let Ok(mut table) = DenseTable::new(&mut weights, 2) {
+        let _ = from.step(&ids, &grads, &mut table);
+    }
+    let blob = from.export_state();
+    let before = to.export_state();
+    match to.import_state(&blob) {
+        Ok(()) => {
+            assert_eq!(a, b, "a blob of other settings was accepted");
+            assert_eq!(to.export_state(), blob);
+        }
+        Err(e) => {
+            assert_ne!(a, b, "a blob of the same settings was refused: {e}");
+            assert_eq!(to.export_state(), before, "a refused import changed state");
+        }
+    }
+}
+
+/// What a [`fingerprint_pair`] selector picks: (config, other seed, doubled
+/// lr, bucketer).
+fn variant_key(sel: u16) -> (u8, bool, bool, u8) {
+    let sel = sel % (48 * 2 * 2 * 3);
+    (
+        (sel % 48) as u8,
+        sel / 48 % 2 == 1,
+        sel / 96 % 2 == 1,
+        (sel / 192) as u8,
+    )
+}
+
+fn variant((c, other_seed, double_lr, bucketer): (u8, bool, bool, u8)) -> Box<dyn SparseOptimizer> {
+    let base = config(c);
+    let config = BasisConfig {
+        seed: if other_seed {
+            base.seed ^ 0xA5
+        } else {
+            base.seed
+        },
+        lr: if double_lr { base.lr * 2.0 } else { base.lr },
+        ..base
+    };
+    let valid = "the fuzz configurations are valid";
+    match bucketer {
+        0 => Box::new(Basis::new(config, OneChoice::new(3, 1).expect(valid)).expect(valid)),
+        1 => Box::new(Basis::new(config, OneChoice::new(3, 2).expect(valid)).expect(valid)),
+        _ => Box::new(Basis::new(config, DChoice::sparse(3, 2, 1).expect(valid)).expect(valid)),
     }
 }

@@ -4,7 +4,7 @@ use alloc::vec::Vec;
 
 use crate::batch::{Merged, apply_row, merge};
 use crate::config::NonFinitePolicy;
-use crate::error::{ConfigError, StateError, StepError};
+use crate::error::{ConfigError, StateError, StateField, StepError};
 use crate::optimizer::SparseOptimizer;
 use crate::report::{MemoryReport, StepReport};
 use crate::state::{Reader, Writer, kind};
@@ -97,7 +97,9 @@ impl SparseOptimizer for Sgd {
     fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
         let mut r = Reader::open(bytes, kind::SGD)?;
         if r.u64()? != self.dim as u64 {
-            return Err(StateError::ConfigMismatch);
+            return Err(StateError::ConfigMismatch {
+                field: StateField::Dim,
+            });
         }
         let steps = r.u64()?;
         r.end()?;

@@ -13,8 +13,12 @@ use crate::error::StateError;
 
 /// Magic bytes of every exported state.
 pub const MAGIC: [u8; 4] = *b"BSIS";
-/// Current format version.
-pub const VERSION: u16 = 1;
+/// Current format version. Version 2 (BASIS only) records the whole
+/// configuration the state depends on; the other optimizers' payloads are
+/// the same in both versions, so they still read version 1.
+pub const VERSION: u16 = 2;
+/// The oldest version any optimizer reads.
+const OLDEST: u16 = 1;
 const HEADER: usize = 4 + 2 + 1 + 1 + 8;
 const TRAILER: usize = 4;
 
@@ -72,6 +76,7 @@ impl Writer {
 #[derive(Debug)]
 pub(crate) struct Reader<'a> {
     buf: &'a [u8],
+    version: u16,
 }
 
 impl<'a> Reader<'a> {
@@ -92,7 +97,7 @@ impl<'a> Reader<'a> {
             return Err(StateError::Checksum);
         }
         let version = u16::from_le_bytes([blob[4], blob[5]]);
-        if version != VERSION {
+        if !(OLDEST..=VERSION).contains(&version) {
             return Err(StateError::UnsupportedVersion { found: version });
         }
         if blob[6] != expected_kind {
@@ -112,7 +117,13 @@ impl<'a> Reader<'a> {
         }
         Ok(Self {
             buf: &body[HEADER..],
+            version,
         })
+    }
+
+    /// The blob's format version (`OLDEST..=VERSION`).
+    pub(crate) fn version(&self) -> u16 {
+        self.version
     }
 
     fn take(&mut self, n: usize) -> Result<&'a [u8], StateError> {

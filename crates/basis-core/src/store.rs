@@ -9,7 +9,7 @@ use half::bf16;
 use hashbrown::HashMap;
 
 use crate::config::{RowIndex, ScalarStorage};
-use crate::error::StepError;
+use crate::error::{ConfigError, StepError};
 use crate::quant::{LogCode, bf16_stochastic};
 
 /// A fast, deterministic hasher for u64 ids (SplitMix64 finalizer).
@@ -44,6 +44,30 @@ impl BuildHasher for IdBuild {
 /// Exact bytes a hashbrown map holds (its one allocation).
 pub(crate) fn map_bytes(map: &HashMap<u64, u32, IdBuild>) -> usize {
     map.allocation_size()
+}
+
+/// `rows × per_row` copies of `value`, allocated fallibly.
+///
+/// Dense state is sized by the caller's row count, which can be anything up
+/// to `u64::MAX`: an overflowing size or a refused allocation must come back
+/// as an error, not as the allocator's abort (`vec!` would abort).
+///
+/// # Errors
+/// [`ConfigError::AllocationFailed`] with the bytes asked for.
+pub(crate) fn try_filled<T: Clone>(
+    rows: u64,
+    per_row: usize,
+    value: T,
+) -> Result<Vec<T>, ConfigError> {
+    let count = u128::from(rows) * per_row as u128;
+    let fail = ConfigError::AllocationFailed {
+        bytes: count * size_of::<T>() as u128,
+    };
+    let n = usize::try_from(count).map_err(|_| fail)?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| fail)?;
+    v.resize(n, value);
+    Ok(v)
 }
 
 /// Id → slot.
@@ -170,22 +194,33 @@ impl ScalarStore {
         initial: f32,
         code: LogCode,
         with_counts: bool,
-    ) -> Self {
-        let index = SlotIndex::new(index);
-        let n = index.dense_rows();
-        let codes = match storage {
-            ScalarStorage::F32 => Codes::F32(alloc::vec![initial; n]),
-            ScalarStorage::Bf16 => Codes::Bf16(alloc::vec![bf16::from_f32(initial); n]),
-            ScalarStorage::LogU8 => Codes::LogU8(alloc::vec![0u8; n], alloc::boxed::Box::new(code)),
+    ) -> Result<Self, ConfigError> {
+        let rows = match index {
+            RowIndex::Dense { rows } => rows,
+            RowIndex::Sparse => 0,
         };
-        let counts = with_counts.then(|| alloc::vec![0u16; n]);
-        Self {
+        let codes = match storage {
+            ScalarStorage::F32 => Codes::F32(try_filled(rows, 1, initial)?),
+            ScalarStorage::Bf16 => Codes::Bf16(try_filled(rows, 1, bf16::from_f32(initial))?),
+            ScalarStorage::LogU8 => {
+                Codes::LogU8(try_filled(rows, 1, 0u8)?, alloc::boxed::Box::new(code))
+            }
+        };
+        let counts = if with_counts {
+            Some(try_filled(rows, 1, 0u16)?)
+        } else {
+            None
+        };
+        let index = SlotIndex::new(index);
+        // The allocations above succeeded, so `rows` fits a usize.
+        let n = index.dense_rows();
+        Ok(Self {
             index,
             codes,
             counts,
             initial,
             len: n,
-        }
+        })
     }
 
     /// Slots in use.
@@ -305,7 +340,9 @@ impl ScalarStore {
         } + if self.counts.is_some() { 2 } else { 0 };
         let dense = self.index.is_dense();
         if dense && n != self.index.dense_rows() {
-            return Err(StateError::ConfigMismatch);
+            return Err(StateError::ConfigMismatch {
+                field: crate::error::StateField::Rows,
+            });
         }
         r.ensure(n, value_size + if dense { 0 } else { 8 })?;
         let mut out = Self {

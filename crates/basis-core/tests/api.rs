@@ -6,8 +6,8 @@
 use balanced_hash::{Bucketer, DChoice, OneChoice};
 use basis_core::{
     Accumulate, AdagradConfig, AdamConfig, Basis, BasisConfig, ConfigError, DenseTable, Direction,
-    ExactAdam, RowAccess, RowIndex, RowScaleConfig, RowwiseAdagrad, ScalarLrSchedule, Sgd,
-    SparseOptimizer, TableError, TablePrecision,
+    ExactAdam, RowAccess, RowIndex, RowScaleConfig, RowwiseAdagrad, ScalarLrSchedule,
+    ScalarStorage, Sgd, SparseOptimizer, TableError, TablePrecision,
 };
 
 #[test]
@@ -330,4 +330,63 @@ fn a_broken_bucketer_is_an_error() {
     )
     .unwrap();
     assert!(data[0] < 0.0 && data[1] < 0.0);
+}
+
+/// Dense per-row state sized past what fits is a typed error naming the
+/// bytes, from every constructor. Before: `u64::MAX` rows panicked with
+/// "capacity overflow" and `1 << 40` rows aborted the process in the
+/// allocator ("memory allocation of 4398046511104 bytes failed"). The
+/// `1 << 40` cases assume a machine with less than 4 TiB of memory.
+#[test]
+fn dense_state_that_does_not_fit_is_a_typed_error() {
+    for (rows, scalar_bytes) in [(u64::MAX, 4u128), (1 << 40, 4)] {
+        let c = BasisConfig {
+            dim: 4,
+            scalar_storage: ScalarStorage::F32,
+            row_index: RowIndex::Dense { rows },
+            ..BasisConfig::default()
+        };
+        let e = Basis::new(c, OneChoice::new(8, 1).unwrap()).unwrap_err();
+        assert_eq!(
+            e,
+            ConfigError::AllocationFailed {
+                bytes: u128::from(rows) * scalar_bytes
+            }
+        );
+        assert!(
+            e.to_string().contains(&(u128::from(rows) * 4).to_string()),
+            "{e}"
+        );
+        let adam = ExactAdam::new(AdamConfig {
+            dim: 4,
+            row_index: RowIndex::Dense { rows },
+            ..AdamConfig::default()
+        });
+        assert_eq!(
+            adam.unwrap_err(),
+            ConfigError::AllocationFailed {
+                bytes: u128::from(rows) * 4 * 4
+            }
+        );
+        let adagrad = RowwiseAdagrad::new(AdagradConfig {
+            dim: 4,
+            row_index: RowIndex::Dense { rows },
+            ..AdagradConfig::default()
+        });
+        assert_eq!(
+            adagrad.unwrap_err(),
+            ConfigError::AllocationFailed {
+                bytes: u128::from(rows) * 4
+            }
+        );
+    }
+    // Bucket tables too: `dim` so large that `B·d` overflows.
+    let c = BasisConfig {
+        dim: usize::MAX / 2,
+        ..BasisConfig::default()
+    };
+    assert!(matches!(
+        Basis::new(c, OneChoice::new(8, 1).unwrap()),
+        Err(ConfigError::AllocationFailed { .. })
+    ));
 }

@@ -9,7 +9,7 @@ mod common;
 use balanced_hash::OneChoice;
 use basis_core::{
     AdagradConfig, AdamConfig, Basis, BasisConfig, DenseTable, Direction, ExactAdam, RowIndex,
-    RowwiseAdagrad, ScalarLrSchedule, ScalarStorage, Sgd, SparseOptimizer, StateError,
+    RowwiseAdagrad, ScalarLrSchedule, ScalarStorage, Sgd, SparseOptimizer, StateError, StateField,
     TablePrecision,
 };
 use common::{Rng, grads};
@@ -187,7 +187,9 @@ fn foreign_and_mismatched_blobs_are_typed_errors() {
     let other = Basis::new(c, OneChoice::new(5, 1).unwrap()).unwrap();
     assert_eq!(
         basis.import_state(&other.export_state()),
-        Err(StateError::ConfigMismatch)
+        Err(StateError::ConfigMismatch {
+            field: StateField::Buckets
+        })
     );
     let other = Basis::new(
         BasisConfig {
@@ -199,7 +201,9 @@ fn foreign_and_mismatched_blobs_are_typed_errors() {
     .unwrap();
     assert_eq!(
         basis.import_state(&other.export_state()),
-        Err(StateError::ConfigMismatch)
+        Err(StateError::ConfigMismatch {
+            field: StateField::Direction
+        })
     );
     assert_eq!(
         basis.import_state(b"not a blob at all, really"),
@@ -218,6 +222,146 @@ fn foreign_and_mismatched_blobs_are_typed_errors() {
     );
 }
 
+/// A blob is only read by an optimizer that would give its state the same
+/// meaning: every setting it depends on is checked, and the error names the
+/// first that differs. Before version 2 of the format, all of these imports
+/// returned `Ok(())` and bucket state landed on the wrong rows.
+#[test]
+fn a_blob_of_another_seed_bucketer_or_learning_rate_names_the_field() {
+    let c = BasisConfig {
+        dim: DIM,
+        direction: Direction::Shared,
+        ..BasisConfig::default()
+    };
+    let one = |seed| OneChoice::new(4, seed).unwrap();
+    let two = |d, seed| balanced_hash::DChoice::sparse(4, d, seed).unwrap();
+    let mut trained = Basis::new(c, one(1)).unwrap();
+    let mut table = vec![0.1f32; ROWS as usize * DIM];
+    steps(&mut trained, &mut table, &mut Rng(5), 5);
+    let blob = trained.export_state();
+    let cases: Vec<(Box<dyn SparseOptimizer>, StateField)> = vec![
+        (
+            Box::new(Basis::new(c, one(2)).unwrap()),
+            StateField::BucketerSeed,
+        ),
+        (
+            Box::new(Basis::new(c, two(2, 1)).unwrap()),
+            StateField::BucketerKind,
+        ),
+        (
+            Box::new(
+                Basis::new(
+                    BasisConfig {
+                        seed: c.seed ^ 1,
+                        ..c
+                    },
+                    one(1),
+                )
+                .unwrap(),
+            ),
+            StateField::Seed,
+        ),
+        (
+            Box::new(
+                Basis::new(
+                    BasisConfig {
+                        lr: c.lr * 2.0,
+                        ..c
+                    },
+                    one(1),
+                )
+                .unwrap(),
+            ),
+            StateField::LearningRate,
+        ),
+        (
+            Box::new(Basis::new(BasisConfig { beta2: 0.99, ..c }, one(1)).unwrap()),
+            StateField::Betas,
+        ),
+        (
+            Box::new(
+                Basis::new(
+                    BasisConfig {
+                        scalar_clip: (0.5, 2.0),
+                        ..c
+                    },
+                    one(1),
+                )
+                .unwrap(),
+            ),
+            StateField::ScalarClip,
+        ),
+        (
+            Box::new(
+                Basis::new(
+                    BasisConfig {
+                        scalar_lr: 0.5,
+                        ..c
+                    },
+                    one(1),
+                )
+                .unwrap(),
+            ),
+            StateField::ScalarLearningRate,
+        ),
+    ];
+    for (mut opt, field) in cases {
+        let before = opt.export_state();
+        assert_eq!(
+            opt.import_state(&blob),
+            Err(StateError::ConfigMismatch { field }),
+            "{field}"
+        );
+        assert_eq!(opt.export_state(), before, "{field}: state changed");
+        let msg = StateError::ConfigMismatch { field }.to_string();
+        assert!(msg.contains(&field.to_string()), "{msg}");
+    }
+    // d-choice: the number of choices, then the seed.
+    let mut d2 = Basis::new(c, two(2, 1)).unwrap();
+    steps(&mut d2, &mut table, &mut Rng(6), 3);
+    let blob = d2.export_state();
+    let mut d3 = Basis::new(c, two(3, 1)).unwrap();
+    assert_eq!(
+        d3.import_state(&blob),
+        Err(StateError::ConfigMismatch {
+            field: StateField::BucketerChoices
+        })
+    );
+    let mut d2_other = Basis::new(c, two(2, 9)).unwrap();
+    assert_eq!(
+        d2_other.import_state(&blob),
+        Err(StateError::ConfigMismatch {
+            field: StateField::BucketerSeed
+        })
+    );
+    // RowScaled: sums and an EMA are different state.
+    let rs = BasisConfig {
+        dim: DIM,
+        ..BasisConfig::default()
+    };
+    let sum = Basis::new(rs, one(1)).unwrap();
+    let mut ema = Basis::new(
+        BasisConfig {
+            row_scale: basis_core::RowScaleConfig {
+                accumulate: basis_core::Accumulate::Ema { beta: 0.9 },
+                ..rs.row_scale
+            },
+            ..rs
+        },
+        one(1),
+    )
+    .unwrap();
+    assert_eq!(
+        ema.import_state(&sum.export_state()),
+        Err(StateError::ConfigMismatch {
+            field: StateField::Accumulate
+        })
+    );
+    // The same configuration still reads its own blob.
+    let mut same = Basis::new(c, two(2, 1)).unwrap();
+    assert_eq!(same.import_state(&blob), Ok(()));
+}
+
 /// Bitwise CRC-32 (IEEE), the obviously-correct reference.
 fn crc32(data: &[u8]) -> u32 {
     let mut crc = !0u32;
@@ -232,4 +376,22 @@ fn crc32(data: &[u8]) -> u32 {
         }
     }
     !crc
+}
+
+/// The `basis_fingerprint` fuzz target's property on a grid of selector
+/// pairs: same settings (each selector with itself, and `s + 576`, which
+/// picks the same) import, any one setting changed (config, seed, lr,
+/// bucketer) is refused.
+#[test]
+fn fingerprint_fuzz_property_holds_on_a_grid() {
+    let grads = [7u8, 200, 13, 99, 0, 255];
+    for a in (0u16..576).step_by(5) {
+        for b in [a, a + 576, a + 1, a + 48, a + 96, a + 192] {
+            let mut data = Vec::new();
+            data.extend_from_slice(&a.to_le_bytes());
+            data.extend_from_slice(&b.to_le_bytes());
+            data.extend_from_slice(&grads);
+            basis_core::fuzzing::fingerprint_pair(&data);
+        }
+    }
 }

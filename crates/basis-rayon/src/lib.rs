@@ -4,6 +4,7 @@
 
 mod atomic_table;
 mod codec;
+mod dense;
 mod error;
 mod step;
 mod striped_table;
@@ -17,6 +18,7 @@ pub use atomic_table::AtomicMomentTable;
 pub use codec::{
     ParCompressor, par_decode_add, par_decode_into, par_pack_signs_into, par_unpack_signs,
 };
+pub use dense::{par_adam_step, par_adam_update};
 pub use error::Error;
 pub use step::{Rayon, par_step, par_step_dense, thread_pool};
 pub use striped_table::StripedMomentTable;

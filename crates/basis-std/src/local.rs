@@ -34,6 +34,15 @@ extern crate alloc;
 enum Payload {
     Floats(Vec<f32>),
     Bytes(Vec<u8>),
+    Words(Vec<u64>),
+    /// An `all_to_all_v` input: the bytes, both count vectors, and whether
+    /// they fit the rank's buffers (checked before depositing).
+    Vary {
+        bytes: Vec<u8>,
+        send_counts: Vec<usize>,
+        recv_counts: Vec<usize>,
+        fits: bool,
+    },
     None,
 }
 
@@ -232,11 +241,14 @@ impl LocalComm {
                 want == Some(d.recv_len) && want == Some(payload_len(&d.payload))
             }
             Collective::AllGather => d.unit.checked_mul(p) == Some(d.recv_len),
-            Collective::Barrier => true,
+            Collective::AllToAllCounts => d.recv_len == p && payload_len(&d.payload) == p,
+            // Checked pair by pair in `all_to_all_v`, after the op agrees.
+            Collective::AllToAllV | Collective::Barrier => true,
         };
         if !own_ok(mine) {
             return Err(CommError::BadArgument(match op {
                 Collective::AllToAll => "all_to_all buffers must be size()*chunk bytes",
+                Collective::AllToAllCounts => comm_traits::COUNTS_LEN,
                 _ => "all_gather recv must be size()*send.len() bytes",
             }));
         }
@@ -277,6 +289,8 @@ fn payload_len(p: &Payload) -> usize {
     match p {
         Payload::Floats(v) => v.len(),
         Payload::Bytes(v) => v.len(),
+        Payload::Words(v) => v.len(),
+        Payload::Vary { bytes, .. } => bytes.len(),
         Payload::None => 0,
     }
 }
@@ -287,7 +301,29 @@ fn op_code(op: Collective) -> u64 {
         Collective::AllToAll => 2,
         Collective::AllGather => 3,
         Collective::Barrier => 4,
+        Collective::AllToAllV => 5,
+        Collective::AllToAllCounts => 6,
     }
+}
+
+/// The count vectors of a sealed `all_to_all_v` deposit (empty for a
+/// deposit of another kind, which `validate` has already refused).
+fn vary_counts(d: &Deposit) -> (&[usize], &[usize], bool) {
+    match &d.payload {
+        Payload::Vary {
+            send_counts,
+            recv_counts,
+            fits,
+            ..
+        } => (send_counts, recv_counts, *fits),
+        _ => (&[], &[], false),
+    }
+}
+
+/// Entry `j` of a counts vector as the `u64` the verdict compares (a
+/// missing entry of a vector that does not fit reads as 0).
+fn count_at(v: &[usize], j: usize) -> u64 {
+    v.get(j).map_or(0, |&c| c as u64)
 }
 
 /// Rank-order sum, computed once by the sealing rank when all ranks passed
@@ -381,6 +417,76 @@ impl Communicator for LocalComm {
             }
         }
         self.stats.record(op, self.group.size, send.len());
+        Ok(())
+    }
+
+    fn all_to_all_counts(&mut self, send: &[u64], recv: &mut [u64]) -> Result<(), CommError> {
+        let op = Collective::AllToAllCounts;
+        let sealed = self.rendezvous(Deposit {
+            op,
+            payload: Payload::Words(send.to_vec()),
+            unit: 1,
+            recv_len: recv.len(),
+        })?;
+        self.validate(&sealed, op)?;
+        let me = self.rank;
+        for (d, out) in sealed.deposits.iter().zip(recv.iter_mut()) {
+            if let Payload::Words(src) = &d.payload {
+                *out = src[me];
+            }
+        }
+        self.stats.record(op, self.group.size, 8);
+        Ok(())
+    }
+
+    fn all_to_all_v(
+        &mut self,
+        send: &[u8],
+        send_counts: &[usize],
+        recv: &mut [u8],
+        recv_counts: &[usize],
+    ) -> Result<(), CommError> {
+        let op = Collective::AllToAllV;
+        let p = self.group.size;
+        let fits = comm_traits::counts_fit(p, send_counts, send.len())
+            && comm_traits::counts_fit(p, recv_counts, recv.len());
+        let sealed = self.rendezvous(Deposit {
+            op,
+            payload: Payload::Vary {
+                bytes: send.to_vec(),
+                send_counts: send_counts.to_vec(),
+                recv_counts: recv_counts.to_vec(),
+                fits,
+            },
+            unit: 0,
+            recv_len: recv.len(),
+        })?;
+        self.validate(&sealed, op)?;
+        let ds = &sealed.deposits;
+        comm_traits::check_all_to_all_v(
+            self.rank,
+            p,
+            &|i| vary_counts(&ds[i]).2,
+            &|i, j| count_at(vary_counts(&ds[i]).0, j),
+            &|j, i| count_at(vary_counts(&ds[j]).1, i),
+        )?;
+        // Every pair agrees, so rank i's chunk for us has recv_counts[i] bytes.
+        let me = self.rank;
+        let mut at = 0usize;
+        for (i, d) in ds.iter().enumerate() {
+            if let Payload::Vary {
+                bytes, send_counts, ..
+            } = &d.payload
+            {
+                let start: usize = send_counts[..me].iter().sum();
+                let len = recv_counts[i];
+                recv[at..at + len].copy_from_slice(&bytes[start..start + len]);
+                at += len;
+            }
+        }
+        let off_rank = |c: &[usize]| (c.iter().sum::<usize>() - c[me]) as u64;
+        self.stats
+            .record_all_to_all_v(off_rank(send_counts), off_rank(recv_counts));
         Ok(())
     }
 

@@ -135,6 +135,18 @@ impl Communicator for TimedComm<'_> {
     fn all_gather(&mut self, send: &[u8], recv: &mut [u8]) -> Result<(), CommError> {
         self.time(|c| c.all_gather(send, recv))
     }
+    fn all_to_all_counts(&mut self, send: &[u64], recv: &mut [u64]) -> Result<(), CommError> {
+        self.time(|c| c.all_to_all_counts(send, recv))
+    }
+    fn all_to_all_v(
+        &mut self,
+        send: &[u8],
+        send_counts: &[usize],
+        recv: &mut [u8],
+        recv_counts: &[usize],
+    ) -> Result<(), CommError> {
+        self.time(|c| c.all_to_all_v(send, send_counts, recv, recv_counts))
+    }
     fn barrier(&mut self) -> Result<(), CommError> {
         self.time(|c| c.barrier())
     }

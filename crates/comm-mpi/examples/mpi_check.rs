@@ -3,7 +3,8 @@
 //! MPI and, in-process, over `basis-std`'s `LocalComm` (N threads fed the
 //! inputs every rank would have), and compares its own results bit for bit.
 //!
-//! `mpi_check all`      collectives, error parity, a sub-communicator,
+//! `mpi_check all`      collectives, variable all-to-all (`all_to_all_v`,
+//!                      `all_to_all_counts`), error parity, a sub-communicator,
 //!                      compressed all-reduce (also against
 //!                      `onebit_adam::reference`), 1-bit Adam
 //! `mpi_check mismatch` the last rank passes a longer buffer to
@@ -199,6 +200,117 @@ fn error_parity(comm: &mut MpiComm) -> Result<(), String> {
     Ok(())
 }
 
+/// The count matrix of case `case` on `p` ranks (`m[i][j]` bytes `i → j`):
+/// random with empty chunks, all-to-one skew, all empty, one large chunk.
+fn count_matrix(case: usize, p: usize) -> Vec<Vec<usize>> {
+    let mut rng = Rng::new(77 + case as u64);
+    (0..p)
+        .map(|i| {
+            (0..p)
+                .map(|j| match case {
+                    0 => (rng.next_u64() % 3 * (rng.next_u64() % 50)) as usize,
+                    1 => usize::from(j == 0) * (100 + i),
+                    2 => 0,
+                    _ => usize::from(i == p - 1 && j == 0) * 300_001 + (i + j) % 2,
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Rank `me`'s `all_to_all_v` arguments for matrix `m`.
+fn v_args(m: &[Vec<usize>], me: usize, case: usize) -> (Vec<u8>, Vec<usize>, Vec<usize>) {
+    let p = m.len();
+    let send = (0..p)
+        .flat_map(|j| bytes(900 + case as u64 * 10 + j as u64, me, m[me][j]))
+        .collect();
+    (send, m[me].clone(), (0..p).map(|i| m[i][me]).collect())
+}
+
+/// `all_to_all_v` and `all_to_all_counts` against the plain reference and
+/// `LocalComm` (bytes and stats), then their error scenarios.
+fn variable(comm: &mut MpiComm) -> Result<(), String> {
+    let (p, me) = (comm.size(), comm.rank());
+    for case in 0..4 {
+        let m = count_matrix(case, p);
+        let before = comm.stats();
+        let (send, sc, rc) = v_args(&m, me, case);
+        let mut got = vec![0u8; rc.iter().sum()];
+        comm.all_to_all_v(&send, &sc, &mut got, &rc)
+            .map_err(|e| e.to_string())?;
+        let want: Vec<u8> = (0..p)
+            .flat_map(|i| bytes(900 + case as u64 * 10 + me as u64, i, m[i][me]))
+            .collect();
+        check(got == want, || {
+            format!("all_to_all_v case {case} differs from the reference")
+        })?;
+        let mut counts = vec![0u64; p];
+        let mine: Vec<u64> = sc.iter().map(|&c| c as u64).collect();
+        comm.all_to_all_counts(&mine, &mut counts)
+            .map_err(|e| e.to_string())?;
+        check(
+            counts == rc.iter().map(|&c| c as u64).collect::<Vec<_>>(),
+            || format!("all_to_all_counts case {case}: {counts:?}"),
+        )?;
+        let spent = comm.stats().since(&before);
+        let (lgot, lstats) = local(p, me, |mut c| -> Result<_, CommError> {
+            let (send, sc, rc) = v_args(&m, c.rank(), case);
+            let mut out = vec![0u8; rc.iter().sum()];
+            c.all_to_all_v(&send, &sc, &mut out, &rc)?;
+            let mine: Vec<u64> = sc.iter().map(|&c| c as u64).collect();
+            c.all_to_all_counts(&mine, &mut vec![0u64; p])?;
+            Ok((out, c.stats()))
+        })?
+        .map_err(|e| e.to_string())?;
+        check(lgot == got && lstats == spent, || {
+            format!("all_to_all_v case {case}: stats {spent:?} != LocalComm {lstats:?}")
+        })?;
+    }
+    let last = p - 1;
+    // 1. The last rank expects one byte more from rank 0 than it sends.
+    let scenario_pair = |c: &mut dyn Communicator| {
+        let m = vec![vec![2usize; p]; p];
+        let (send, sc, mut rc) = v_args(&m, c.rank(), 0);
+        if c.rank() == last {
+            rc[0] += 1;
+        }
+        let mut recv = vec![0u8; rc.iter().sum()];
+        c.all_to_all_v(&send, &sc, &mut recv, &rc)
+    };
+    // 2. Rank 0 passes one count too few.
+    let scenario_len = |c: &mut dyn Communicator| {
+        let m = vec![vec![1usize; p]; p];
+        let (send, mut sc, rc) = v_args(&m, c.rank(), 0);
+        if c.rank() == 0 {
+            sc.pop();
+        }
+        let mut recv = vec![0u8; rc.iter().sum()];
+        c.all_to_all_v(&send, &sc, &mut recv, &rc)
+    };
+    // 3. The last rank passes a short counts buffer.
+    let scenario_counts = |c: &mut dyn Communicator| {
+        let short = usize::from(c.rank() == last);
+        c.all_to_all_counts(&vec![1; p - short], &mut vec![0; p])
+    };
+    let scenarios: [(&str, &Scenario<'_>); 3] = [
+        ("v pair", &scenario_pair),
+        ("v counts length", &scenario_len),
+        ("counts length", &scenario_counts),
+    ];
+    for (name, f) in scenarios {
+        let got = f(comm);
+        let want = local(p, me, |mut c| f(&mut c))?;
+        check(got.is_err() && got == want, || {
+            format!("{name} scenario: MPI gave {got:?}, LocalComm {want:?}")
+        })?;
+        let mut v = vec![me as f32; 3];
+        comm.all_reduce_sum(&mut v).map_err(|e| e.to_string())?;
+        let total = (0..p).map(|r| r as f32).sum::<f32>();
+        check(v == vec![total; 3], || format!("after {name}: {v:?}"))?;
+    }
+    Ok(())
+}
+
 /// Successive calls of `compressed_allreduce` (error feedback carried over)
 /// on awkward lengths: MPI, `LocalComm` and the single-threaded reference
 /// simulation agree bit for bit after every call, and so do the bytes.
@@ -371,6 +483,7 @@ fn main() -> ExitCode {
     let result = match mode.as_str() {
         "mismatch" => return mismatch(&mut comm),
         "all" => collectives(&mut comm)
+            .and_then(|()| variable(&mut comm))
             .and_then(|()| sub_communicator(&comm))
             .and_then(|()| compressed(&mut comm))
             .and_then(|()| training(&mut comm)),

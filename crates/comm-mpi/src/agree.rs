@@ -61,6 +61,9 @@ impl Proposal {
                 want == Some(self.recv_len) && want == Some(self.send_len)
             }
             OP_ALL_GATHER => self.unit.checked_mul(p) == Some(self.recv_len),
+            OP_ALL_TO_ALL_COUNTS => self.send_len == p && self.recv_len == p,
+            // All-to-all-v is checked pair by pair on the gathered counts
+            // (`comm_traits::check_all_to_all_v`) once the op agrees.
             // All-reduce works in place (one buffer); barrier has none.
             _ => true,
         }
@@ -71,6 +74,8 @@ const OP_ALL_REDUCE: u64 = 1;
 const OP_ALL_TO_ALL: u64 = 2;
 const OP_ALL_GATHER: u64 = 3;
 const OP_BARRIER: u64 = 4;
+const OP_ALL_TO_ALL_V: u64 = 5;
+const OP_ALL_TO_ALL_COUNTS: u64 = 6;
 
 /// The code of a collective on the wire (the same numbers `LocalComm` reports
 /// in [`CommError::HeaderMismatch`]).
@@ -80,6 +85,8 @@ pub(crate) fn op_code(op: Collective) -> u64 {
         Collective::AllToAll => OP_ALL_TO_ALL,
         Collective::AllGather => OP_ALL_GATHER,
         Collective::Barrier => OP_BARRIER,
+        Collective::AllToAllV => OP_ALL_TO_ALL_V,
+        Collective::AllToAllCounts => OP_ALL_TO_ALL_COUNTS,
     }
 }
 
@@ -94,10 +101,10 @@ pub(crate) fn validate(me: usize, all: &[Proposal]) -> Result<(), CommError> {
         "rank index outside the gathered headers",
     ))?;
     if !mine.buffers_fit(p) {
-        return Err(CommError::BadArgument(if mine.op == OP_ALL_TO_ALL {
-            "all_to_all buffers must be size()*chunk bytes"
-        } else {
-            "all_gather recv must be size()*send.len() bytes"
+        return Err(CommError::BadArgument(match mine.op {
+            OP_ALL_TO_ALL => "all_to_all buffers must be size()*chunk bytes",
+            OP_ALL_TO_ALL_COUNTS => comm_traits::COUNTS_LEN,
+            _ => "all_gather recv must be size()*send.len() bytes",
         }));
     }
     for other in all {
@@ -238,6 +245,8 @@ mod proptests {
             Just(Collective::AllToAll),
             Just(Collective::AllGather),
             Just(Collective::Barrier),
+            Just(Collective::AllToAllCounts),
+            Just(Collective::AllToAllV),
         ]
     }
 
@@ -249,6 +258,8 @@ mod proptests {
                 Collective::AllGather => Proposal::new(op, unit, p * unit, unit),
                 Collective::AllReduceSum => Proposal::new(op, unit, unit, unit),
                 Collective::Barrier => Proposal::new(op, 0, 0, 0),
+                Collective::AllToAllCounts => Proposal::new(op, 1, p, p),
+                Collective::AllToAllV => Proposal::new(op, 0, unit, unit),
             };
             prop::collection::vec(
                 prop_oneof![

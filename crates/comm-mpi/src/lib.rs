@@ -205,6 +205,72 @@ impl MpiComm {
         agree::validate(self.rank, &table)
     }
 
+    /// The body of `all_to_all_v` once the operation agrees: all-gather
+    /// every rank's counts (`2P+1` words: fits flag, send counts, receive
+    /// counts), check every pair on every rank, then one `MPI_Alltoallv`.
+    /// Returns the off-rank bytes sent and received.
+    fn all_to_all_v_checked(
+        &mut self,
+        send: &[u8],
+        send_counts: &[usize],
+        recv: &mut [u8],
+        recv_counts: &[usize],
+    ) -> Result<(u64, u64), CommError> {
+        let p = self.size;
+        let fits = comm_traits::counts_fit(p, send_counts, send.len())
+            && comm_traits::counts_fit(p, recv_counts, recv.len());
+        let w = 2 * p + 1;
+        // A rank whose counts have the wrong length still sends exactly `w`
+        // words (padded or cut), so the gather itself cannot go wrong.
+        let mut mine = vec![0u64; w];
+        mine[0] = u64::from(fits);
+        for (dst, &c) in mine[1..=p].iter_mut().zip(send_counts) {
+            *dst = c as u64;
+        }
+        for (dst, &c) in mine[p + 1..].iter_mut().zip(recv_counts) {
+            *dst = c as u64;
+        }
+        let mut all = vec![0u64; w * p];
+        self.comm.all_gather_into(&mine[..], &mut all[..]);
+        self.headers.record(Collective::AllGather, self.size, w * 8);
+        comm_traits::check_all_to_all_v(
+            self.rank,
+            p,
+            &|i| all[i * w] == 1,
+            &|i, j| all[i * w + 1 + j],
+            &|j, i| all[j * w + 1 + p + i],
+        )?;
+        // Sizes MPI's `int` counts and displacements cannot describe, from
+        // the agreed table so every rank refuses together.
+        let total = |r: usize, off: usize| all[r * w + off..r * w + off + p].iter().sum::<u64>();
+        if (0..p).any(|r| total(r, 1) > i32::MAX as u64 || total(r, 1 + p) > i32::MAX as u64) {
+            return Err(CommError::BadArgument(
+                "all_to_all_v buffer exceeds MPI's i32 byte count",
+            ));
+        }
+        let off_rank = |c: &[usize]| (c.iter().sum::<usize>() - c[self.rank]) as u64;
+        let sent = (off_rank(send_counts), off_rank(recv_counts));
+        if (0..p).all(|r| total(r, 1) == 0) {
+            return Ok(sent);
+        }
+        let (sc, sd) = split::counts_displs(send_counts)?;
+        let (rc, rd) = split::counts_displs(recv_counts)?;
+        // An empty slice points at address 1, which Open MPI reads as
+        // `MPI_IN_PLACE`: lend empty buffers a real address instead.
+        let pad = [0u8; 1];
+        let mut rpad = [0u8; 1];
+        let send = if send.is_empty() { &pad[..0] } else { send };
+        let recv = if recv.is_empty() {
+            &mut rpad[..0]
+        } else {
+            recv
+        };
+        let sp = Partition::new(send, &sc[..], &sd[..]);
+        let mut rp = PartitionMut::new(recv, &rc[..], &rd[..]);
+        self.comm.all_to_all_varcount_into(&sp, &mut rp);
+        Ok(sent)
+    }
+
     /// Reduce-scatter by `MPI_Alltoallv`, rank-order sum, `MPI_Allgatherv`.
     fn all_reduce_rank_order(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
         let p = self.size;
@@ -302,6 +368,36 @@ impl Communicator for MpiComm {
         }
         self.stats
             .record(Collective::AllGather, self.size, send.len());
+        Ok(())
+    }
+
+    fn all_to_all_counts(&mut self, send: &[u64], recv: &mut [u64]) -> Result<(), CommError> {
+        self.agree(Proposal::new(
+            Collective::AllToAllCounts,
+            1,
+            recv.len(),
+            send.len(),
+        ))?;
+        self.comm.all_to_all_into(send, recv);
+        self.stats.record(Collective::AllToAllCounts, self.size, 8);
+        Ok(())
+    }
+
+    fn all_to_all_v(
+        &mut self,
+        send: &[u8],
+        send_counts: &[usize],
+        recv: &mut [u8],
+        recv_counts: &[usize],
+    ) -> Result<(), CommError> {
+        self.agree(Proposal::new(
+            Collective::AllToAllV,
+            0,
+            recv.len(),
+            send.len(),
+        ))?;
+        let (sent, received) = self.all_to_all_v_checked(send, send_counts, recv, recv_counts)?;
+        self.stats.record_all_to_all_v(sent, received);
         Ok(())
     }
 

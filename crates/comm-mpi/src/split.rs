@@ -16,19 +16,27 @@ use comm_traits::CommError;
 /// (MPI's count type). Every rank computes the same layout from the agreed
 /// `n`, so all ranks fail together.
 pub(crate) fn chunks(n: usize, p: usize) -> Result<(Vec<i32>, Vec<i32>), CommError> {
-    let too_big = CommError::BadArgument("buffer exceeds MPI's i32 element count");
     let p = p.max(1);
     let (base, extra) = (n / p, n % p);
-    let mut counts = Vec::with_capacity(p);
-    let mut displs = Vec::with_capacity(p);
+    let counts: Vec<usize> = (0..p).map(|j| base + usize::from(j < extra)).collect();
+    counts_displs(&counts)
+}
+
+/// MPI's `int` counts and displacements of chunks laid out back to back.
+///
+/// # Errors
+/// [`CommError::BadArgument`] if a count or displacement exceeds `i32::MAX`.
+pub(crate) fn counts_displs(counts: &[usize]) -> Result<(Vec<i32>, Vec<i32>), CommError> {
+    let too_big = || CommError::BadArgument("buffer exceeds MPI's i32 element count");
+    let mut out = Vec::with_capacity(counts.len());
+    let mut displs = Vec::with_capacity(counts.len());
     let mut at = 0usize;
-    for j in 0..p {
-        let c = base + usize::from(j < extra);
-        counts.push(i32::try_from(c).map_err(|_| too_big.clone())?);
-        displs.push(i32::try_from(at).map_err(|_| too_big.clone())?);
-        at += c;
+    for &c in counts {
+        out.push(i32::try_from(c).map_err(|_| too_big())?);
+        displs.push(i32::try_from(at).map_err(|_| too_big())?);
+        at = at.checked_add(c).ok_or_else(too_big)?;
     }
-    Ok((counts, displs))
+    Ok((out, displs))
 }
 
 /// Sum `p` equal pieces laid out back to back in `pieces` (piece `i` came

@@ -83,6 +83,12 @@ pub enum Collective {
     AllGather,
     /// Synchronisation only.
     Barrier,
+    /// One `u64` per rank pair ([`Communicator::all_to_all_counts`]).
+    AllToAllCounts,
+    /// Personalised exchange of variable-size chunks
+    /// ([`Communicator::all_to_all_v`]); accounted with
+    /// [`CommStats::record_all_to_all_v`], since sent ≠ received.
+    AllToAllV,
 }
 
 /// Cumulative logical bytes this rank sent and received, and calls made.
@@ -116,10 +122,22 @@ impl CommStats {
         let b = match op {
             Collective::AllReduceSum => Self::allreduce_f32_bytes(p, bytes / 4),
             Collective::AllToAll | Collective::AllGather => others * bytes as u64,
+            Collective::AllToAllCounts => others * 8,
+            // Symmetric approximation; backends use `record_all_to_all_v`.
+            Collective::AllToAllV => bytes as u64,
             Collective::Barrier => 0,
         };
         self.bytes_sent += b;
         self.bytes_received += b;
+        self.calls += 1;
+    }
+
+    /// Account one completed [`Communicator::all_to_all_v`] on this rank:
+    /// `sent` = bytes of the chunks for other ranks, `received` = bytes of
+    /// the chunks from other ranks (the chunk a rank keeps crosses no wire).
+    pub fn record_all_to_all_v(&mut self, sent: u64, received: u64) {
+        self.bytes_sent += sent;
+        self.bytes_received += received;
         self.calls += 1;
     }
 
@@ -164,6 +182,39 @@ pub trait Communicator {
     /// [`CommError::BadArgument`] if `recv.len() != size()·send.len()`;
     /// [`CommError::LengthMismatch`] if ranks disagree on the length.
     fn all_gather(&mut self, send: &[u8], recv: &mut [u8]) -> Result<(), CommError>;
+
+    /// Exchange one `u64` per rank pair: `send[j]` goes to rank `j`,
+    /// `recv[i]` arrives from rank `i` (`MPI_Alltoall` of one `u64`). The
+    /// usual first half of an [`all_to_all_v`](Communicator::all_to_all_v):
+    /// ranks tell each other how much they will send.
+    ///
+    /// # Errors
+    /// [`CommError::BadArgument`] if `send` or `recv` does not hold `size()`
+    /// values; [`CommError::LengthMismatch`] on the others then.
+    fn all_to_all_counts(&mut self, send: &[u64], recv: &mut [u64]) -> Result<(), CommError>;
+
+    /// Personalised exchange of variable-size chunks (`MPI_Alltoallv`):
+    /// `send` is the concatenation of `size()` chunks, chunk `j`
+    /// (`send_counts[j]` bytes) goes to rank `j`; `recv` receives chunk `i`
+    /// from rank `i` at offset `sum(recv_counts[..i])`.
+    ///
+    /// Every rank checks every rank pair before any payload moves, so a
+    /// disagreement is an error on every rank, never garbage or a hang.
+    ///
+    /// # Errors
+    /// [`CommError::BadArgument`] on this rank if a counts slice does not
+    /// have `size()` entries or its sum is not the matching buffer's length
+    /// (the other ranks get [`CommError::LengthMismatch`]);
+    /// [`CommError::LengthMismatch`] on every rank if some rank `j`
+    /// expects `recv_counts[i]` bytes from rank `i` but rank `i` sends it
+    /// another number.
+    fn all_to_all_v(
+        &mut self,
+        send: &[u8],
+        send_counts: &[usize],
+        recv: &mut [u8],
+        recv_counts: &[usize],
+    ) -> Result<(), CommError>;
 
     /// Wait until every rank arrives.
     ///
@@ -214,6 +265,34 @@ impl Communicator for SingleRank {
         self.stats.record(Collective::AllGather, 1, send.len());
         Ok(())
     }
+    fn all_to_all_counts(&mut self, send: &[u64], recv: &mut [u64]) -> Result<(), CommError> {
+        if send.len() != 1 || recv.len() != 1 {
+            return Err(CommError::BadArgument(COUNTS_LEN));
+        }
+        recv.copy_from_slice(send);
+        self.stats.record(Collective::AllToAllCounts, 1, 8);
+        Ok(())
+    }
+    fn all_to_all_v(
+        &mut self,
+        send: &[u8],
+        send_counts: &[usize],
+        recv: &mut [u8],
+        recv_counts: &[usize],
+    ) -> Result<(), CommError> {
+        if !counts_fit(1, send_counts, send.len()) || !counts_fit(1, recv_counts, recv.len()) {
+            return Err(CommError::BadArgument(V_COUNTS));
+        }
+        if send_counts != recv_counts {
+            return Err(CommError::LengthMismatch {
+                local: recv_counts[0] as u64,
+                remote: send_counts[0] as u64,
+            });
+        }
+        recv.copy_from_slice(send);
+        self.stats.record_all_to_all_v(0, 0);
+        Ok(())
+    }
     fn barrier(&mut self) -> Result<(), CommError> {
         self.stats.record(Collective::Barrier, 1, 0);
         Ok(())
@@ -221,6 +300,75 @@ impl Communicator for SingleRank {
     fn stats(&self) -> CommStats {
         self.stats
     }
+}
+
+/// The [`CommError::BadArgument`] text of a wrong-length
+/// [`Communicator::all_to_all_counts`] buffer (the same on every backend).
+pub const COUNTS_LEN: &str = "all_to_all_counts buffers must hold size() values";
+
+/// The [`CommError::BadArgument`] text of inconsistent
+/// [`Communicator::all_to_all_v`] counts (the same on every backend).
+pub const V_COUNTS: &str =
+    "all_to_all_v counts must have size() entries summing to the buffer length";
+
+/// Whether `counts` has `p` entries whose sum is `len` (without overflow).
+pub fn counts_fit(p: usize, counts: &[usize], len: usize) -> bool {
+    counts.len() == p && counts.iter().try_fold(0usize, |acc, &c| acc.checked_add(c)) == Some(len)
+}
+
+/// The verdict every backend reaches on an [`Communicator::all_to_all_v`]
+/// call, from rank `me`'s point of view, given every rank's arguments:
+/// `fits(i)` whether rank `i`'s counts fit its buffers ([`counts_fit`]),
+/// `sends(i, j)` what rank `i` sends to rank `j`, `expects(j, i)` what rank
+/// `j` expects from rank `i`. All ranks see the same table, so they all
+/// accept or all refuse.
+///
+/// # Errors
+/// [`CommError::BadArgument`] ([`V_COUNTS`]) if `me` itself does not fit;
+/// [`CommError::LengthMismatch`] if another rank does not fit (its two
+/// buffer sums as `local`/`remote` is meaningless, so both are that rank's
+/// send count to `me`) or any pair disagrees (`local` = what the receiver
+/// expects, `remote` = what the sender sends; the first such pair in
+/// receiver-major order).
+pub fn check_all_to_all_v(
+    me: usize,
+    p: usize,
+    fits: &dyn Fn(usize) -> bool,
+    sends: &dyn Fn(usize, usize) -> u64,
+    expects: &dyn Fn(usize, usize) -> u64,
+) -> Result<(), CommError> {
+    if !fits(me) {
+        return Err(CommError::BadArgument(V_COUNTS));
+    }
+    for i in 0..p {
+        if !fits(i) {
+            let c = sends(i, me);
+            return Err(CommError::LengthMismatch {
+                local: expects(me, i),
+                remote: c,
+            });
+        }
+    }
+    // This rank's own pairs first, so its message names what it was sent.
+    for i in 0..p {
+        if sends(i, me) != expects(me, i) {
+            return Err(CommError::LengthMismatch {
+                local: expects(me, i),
+                remote: sends(i, me),
+            });
+        }
+    }
+    for j in 0..p {
+        for i in 0..p {
+            if sends(i, j) != expects(j, i) {
+                return Err(CommError::LengthMismatch {
+                    local: expects(j, i),
+                    remote: sends(i, j),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

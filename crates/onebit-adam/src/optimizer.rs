@@ -31,6 +31,7 @@ use onebit_codec::{Compressor, CompressorConfig, ErrorFeedback, ScaleKind};
 
 use crate::OneBitError;
 use crate::allreduce::{self, AllReduceState, ErrorNorms};
+use crate::dense::{AdamW, Kernel};
 use crate::header::{self, Op};
 
 /// How a parameter group communicates after the freeze.
@@ -535,10 +536,18 @@ impl OneBitAdam {
             let range = self.groups[gi].range.clone();
             if one_bit {
                 self.one_bit_group(comm, gi, &mut g[range.clone()])?;
+                self.update(gi, t, &mut params[range])?;
             } else {
-                self.full_group(comm, gi, &mut g[range.clone()], stage == Stage::Warmup)?;
+                let warmup = stage == Stage::Warmup;
+                self.full_group(
+                    comm,
+                    gi,
+                    t,
+                    &mut g[range.clone()],
+                    &mut params[range],
+                    warmup,
+                )?;
             }
-            self.update(gi, t, &mut params[range]);
         }
         self.scratch = g;
         self.step = t;
@@ -557,34 +566,29 @@ impl OneBitAdam {
         })
     }
 
-    /// Mean all-reduce of the gradient, then `m`, `v` (and the zero mask
-    /// during warm-up).
+    /// Mean all-reduce of the gradient, then one fused dense Adam(W) pass
+    /// ([`AdamW::step_scaled`]): `m`, `v`, the zero mask during warm-up, and
+    /// the parameters.
     fn full_group(
         &mut self,
         comm: &mut dyn Communicator,
         gi: usize,
+        t: u64,
         g: &mut [f32],
+        x: &mut [f32],
         warmup: bool,
     ) -> Result<(), OneBitError> {
         comm.all_reduce_sum(g)?;
         let pf = comm.size() as f32;
-        let (b1, b2) = (self.config.beta1, self.config.beta2);
+        self.groups[gi].v_updates += 1;
+        let h = self.hyper(gi, t);
         let range = self.groups[gi].range.clone();
         let (m, v, z) = (
             &mut self.m[range.clone()],
             &mut self.v[range.clone()],
             &mut self.zero[range],
         );
-        for (((g, m), v), z) in g.iter_mut().zip(m).zip(v).zip(z) {
-            *g /= pf;
-            *m = b1 * *m + (1.0 - b1) * *g;
-            *v = b2 * *v + (1.0 - b2) * *g * *g;
-            if warmup {
-                *z &= *g == 0.0;
-            }
-        }
-        self.groups[gi].v_updates += 1;
-        Ok(())
+        h.step_scaled(Kernel::detect(), x, m, v, g, pf, warmup.then_some(z))
     }
 
     /// 1-bit stage of one group: compressed momentum (or the seed variant's
@@ -616,10 +620,19 @@ impl OneBitAdam {
         );
         let mut packed = core::mem::take(&mut self.scratch_packed);
         packed.clear();
+        let dense = self.hyper(gi, 0);
         let m = &mut self.m[range];
         let result = match self.config.variant {
             Variant::Momentum => {
-                packed.extend(live.iter().map(|&i| b1 * m[i] + (1.0 - b1) * g[i]));
+                if live.len() == m.len() {
+                    // Every coordinate live (the usual dense case): one
+                    // contiguous pass instead of a gather through `live`.
+                    packed.resize(m.len(), 0.0);
+                    // Equal lengths by construction: cannot fail.
+                    let _ = dense.momentum_into(m, g, &mut packed);
+                } else {
+                    packed.extend(live.iter().map(|&i| b1 * m[i] + (1.0 - b1) * g[i]));
+                }
                 let state = &mut self.groups[gi].allreduce;
                 state.bind(packed.len(), p, rank)?;
                 let r = if packed.is_empty() {
@@ -629,8 +642,12 @@ impl OneBitAdam {
                 };
                 state.calls += 1;
                 r.map(|_| {
-                    for (&i, &v) in live.iter().zip(&packed) {
-                        m[i] = v;
+                    if live.len() == m.len() {
+                        m.copy_from_slice(&packed);
+                    } else {
+                        for (&i, &v) in live.iter().zip(&packed) {
+                            m[i] = v;
+                        }
                     }
                 })
             }
@@ -674,30 +691,32 @@ impl OneBitAdam {
         result
     }
 
-    /// `x ← x − lr·(m̂/(√v̂+ε) + λ·x)` for one group at step `t`.
-    fn update(&mut self, gi: usize, t: u64, x: &mut [f32]) {
+    /// The dense Adam(W) hyper-parameters of group `gi` at step `t` (bias
+    /// corrections from `t` and the group's `v` updates so far).
+    fn hyper(&self, gi: usize, t: u64) -> AdamW {
         let c = self.config;
         let group = &self.groups[gi];
-        let wd = group.spec.weight_decay.unwrap_or(c.weight_decay);
-        let (mc, vc) = if c.bias_correction {
+        let bias = c.bias_correction.then(|| {
             (
-                1.0 - f64::from(c.beta1).powi(clamp_i32(t)),
-                1.0 - f64::from(c.beta2).powi(clamp_i32(group.v_updates)),
+                (1.0 - Float::powi(f64::from(c.beta1), clamp_i32(t))) as f32,
+                (1.0 - Float::powi(f64::from(c.beta2), clamp_i32(group.v_updates))) as f32,
             )
-        } else {
-            (1.0, 1.0)
-        };
-        let (mc, vc) = (mc as f32, vc as f32);
-        let range = group.range.clone();
-        for ((x, &m), &v) in x.iter_mut().zip(&self.m[range.clone()]).zip(&self.v[range]) {
-            let (m_hat, v_hat) = if c.bias_correction {
-                (m / mc, v / vc)
-            } else {
-                (m, v)
-            };
-            let u = m_hat / (Float::sqrt(v_hat) + c.eps) + wd * *x;
-            *x -= c.lr * u;
+        });
+        AdamW {
+            lr: c.lr,
+            beta1: c.beta1,
+            beta2: c.beta2,
+            eps: c.eps,
+            weight_decay: group.spec.weight_decay.unwrap_or(c.weight_decay),
+            bias,
         }
+    }
+
+    /// `x ← x − lr·(m̂/(√v̂+ε) + λ·x)` for one group at step `t` (`v` frozen).
+    fn update(&mut self, gi: usize, t: u64, x: &mut [f32]) -> Result<(), OneBitError> {
+        let range = self.groups[gi].range.clone();
+        self.hyper(gi, t)
+            .update(Kernel::detect(), x, &self.m[range.clone()], &self.v[range])
     }
 }
 

@@ -8,10 +8,18 @@
 //! # One pass over memory
 //! After a step the buffer holds `p`, not `e`, plus the pending scales: `e` is
 //! recomputed on the fly as `p − α·σ(p)` (the same `f32` operation, so the same
-//! bits) when the next step reads the buffer. A step therefore reads `x` and the
-//! buffer once and writes the buffer once (~12 B/element), instead of the
-//! reference's two passes. Work goes in L1-sized blocks: update, then sum and
-//! pack the block while it is still in cache.
+//! bits) when the next step reads the buffer. A `Full` step therefore reads `x`
+//! and the buffer once and writes the new buffer once, instead of the
+//! reference's two passes.
+//!
+//! # A NaN is an error before the error buffer changes, in that one pass
+//! The step writes the new `p` into a second buffer (`spare`), checking each
+//! value as it goes (`p` is finite iff `x` is and `x + e` did not overflow,
+//! because `e` always is); only a clean pass swaps the two buffers. On a
+//! NaN/±∞ the old buffer is untouched and a slow scan finds the first bad
+//! index. Restoring in place is impossible: `fl(x + e) − x` does not give `e`
+//! back, so any rollback needs the old values somewhere — here, the spare
+//! buffer (`n` more `f32` of memory, no extra pass).
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -19,7 +27,7 @@ use core::fmt;
 use core::num::NonZeroUsize;
 
 use crate::pack::{pack_words, packed_len};
-use crate::scale::{Accumulator, ScaleKind, any_huge, first_non_finite};
+use crate::scale::{Accumulator, ScaleKind, any_non_finite, first_non_finite};
 use crate::{CodecError, Compressed};
 
 /// How the quantisation error is carried to the next step.
@@ -72,9 +80,13 @@ pub struct Compressor {
     buf: Vec<f32>,
     /// Pending scales of the last step, one per chunk; 0 means `buf` is `e`.
     alphas: Vec<f32>,
-    /// Whether some `|e_i|` may be ≥ 2¹²⁶ (then `x + e` might overflow and the
-    /// exact per-element check runs). `|e_i| ≤ max(|p_i|, α)` in `Full`.
-    huge: bool,
+    /// Where a `Full` step writes the new `p` (swapped with `buf` when the
+    /// step succeeds); not state, allocated on the first `Full` step.
+    spare: Vec<f32>,
+    /// The step's signs and scales, copied out only after a clean pass
+    /// (1/32 of the input's bytes), so a failed step writes no output.
+    spare_signs: Vec<u8>,
+    spare_scales: Vec<f32>,
 }
 
 impl fmt::Debug for Compressor {
@@ -116,7 +128,9 @@ impl Compressor {
             chunk,
             buf: vec![0.0; n],
             alphas: vec![0.0; n.div_ceil(chunk)],
-            huge: false,
+            spare: Vec::new(),
+            spare_signs: Vec::new(),
+            spare_scales: Vec::new(),
         }
     }
 
@@ -152,7 +166,8 @@ impl Compressor {
     /// - [`CodecError::LengthMismatch`] when `x.len() != n`, or when the
     ///   compressor has more than one chunk (use [`Self::compress_chunks_into`]);
     /// - [`CodecError::BufferSize`] when `signs_out.len() != ceil(n / 8)`;
-    /// - [`CodecError::NonFinite`] when `x` holds a NaN/±∞ or `x + e` overflows.
+    /// - [`CodecError::NonFinite`] when `x` holds a NaN/±∞ or `x + e` overflows
+    ///   (the first such index).
     ///
     /// On error nothing changes (error buffer, outputs).
     pub fn compress_into(&mut self, x: &[f32], signs_out: &mut [u8]) -> Result<f32, CodecError> {
@@ -175,7 +190,8 @@ impl Compressor {
     /// - [`CodecError::LengthMismatch`] when `x.len() != n` or
     ///   `scales_out.len() != self.chunks()`;
     /// - [`CodecError::BufferSize`] when `signs_out.len() != ceil(n / 8)`;
-    /// - [`CodecError::NonFinite`] when `x` holds a NaN/±∞ or `x + e` overflows.
+    /// - [`CodecError::NonFinite`] when `x` holds a NaN/±∞ or `x + e` overflows
+    ///   (the first such index).
     ///
     /// On error nothing changes (error buffer, outputs).
     pub fn compress_chunks_into(
@@ -184,12 +200,31 @@ impl Compressor {
         signs_out: &mut [u8],
         scales_out: &mut [f32],
     ) -> Result<(), CodecError> {
-        self.validate(x, signs_out, scales_out)?;
-        match self.config.feedback {
-            ErrorFeedback::Full => self.step_full(x, signs_out, scales_out),
-            ErrorFeedback::Decayed { beta } => self.step_decayed(beta, x, signs_out, scales_out),
+        CodecError::check_len(self.n, x.len())?;
+        CodecError::check_packed(self.n, signs_out.len())?;
+        CodecError::check_len(self.chunks(), scales_out.len())?;
+        let (mut signs, mut scales) = (
+            core::mem::take(&mut self.spare_signs),
+            core::mem::take(&mut self.spare_scales),
+        );
+        signs.resize(signs_out.len(), 0);
+        scales.resize(scales_out.len(), 0.0);
+        let clean = match self.config.feedback {
+            ErrorFeedback::Full => self.step_full(x, &mut signs, &mut scales),
+            ErrorFeedback::Decayed { beta } => self.step_decayed(beta, x, &mut signs, &mut scales),
+        };
+        if clean {
+            signs_out.copy_from_slice(&signs);
+            scales_out.copy_from_slice(&scales);
         }
-        Ok(())
+        (self.spare_signs, self.spare_scales) = (signs, scales);
+        if clean {
+            Ok(())
+        } else {
+            Err(CodecError::NonFinite {
+                index: self.first_bad(x),
+            })
+        }
     }
 
     /// One compression step returning an owned [`Compressed`] payload.
@@ -253,7 +288,6 @@ impl Compressor {
         }
         self.buf.copy_from_slice(e);
         self.alphas.fill(0.0);
-        self.huge = any_huge(e);
         Ok(())
     }
 
@@ -261,7 +295,6 @@ impl Compressor {
     pub fn reset_error(&mut self) {
         self.buf.fill(0.0);
         self.alphas.fill(0.0);
-        self.huge = false;
     }
 
     /// `‖e‖₂` (f64 sum of squares in the [`crate::scale`] order, then `sqrt`).
@@ -281,93 +314,133 @@ impl Compressor {
         num_traits::Float::sqrt(acc.sum_sq()) as f32
     }
 
-    fn validate(&self, x: &[f32], signs_out: &[u8], scales_out: &[f32]) -> Result<(), CodecError> {
-        CodecError::check_len(self.n, x.len())?;
-        CodecError::check_packed(self.n, signs_out.len())?;
-        CodecError::check_len(self.chunks(), scales_out.len())?;
-        // One branch-free read of x: below 2¹²⁶ everywhere (x finite) and
-        // |e| < 2¹²⁶ means x + e < 2¹²⁷ cannot overflow. Otherwise locate a
-        // NaN/±∞, then check each x_i + e_i exactly.
-        if any_huge(x) || self.huge {
-            if let Some(index) = first_non_finite(x) {
-                return Err(CodecError::NonFinite { index });
-            }
-            for (c, ((xc, pc), &a)) in x
-                .chunks(self.chunk)
-                .zip(self.buf.chunks(self.chunk))
-                .zip(&self.alphas)
-                .enumerate()
-            {
-                for (i, (&xi, &p)) in xc.iter().zip(pc).enumerate() {
-                    if !(xi + (p - sign_scale(p, a))).is_finite() {
-                        let index = c * self.chunk + i;
-                        return Err(CodecError::NonFinite { index });
-                    }
+    /// The first `i` whose `x_i + e_i` is NaN/±∞ (the slow path of a failed
+    /// step; the buffer still holds the state before it).
+    fn first_bad(&self, x: &[f32]) -> usize {
+        for (c, ((xc, pc), &a)) in x
+            .chunks(self.chunk)
+            .zip(self.buf.chunks(self.chunk))
+            .zip(&self.alphas)
+            .enumerate()
+        {
+            for (i, (&xi, &p)) in xc.iter().zip(pc).enumerate() {
+                if !(xi + (p - sign_scale(p, a))).is_finite() {
+                    return c * self.chunk + i;
                 }
             }
         }
-        Ok(())
+        // Unreachable for a step that reported a non-finite value.
+        0
     }
 
-    /// Fused `Full` step (inputs validated): one pass over `x` and the buffer.
-    fn step_full(&mut self, x: &[f32], signs_out: &mut [u8], scales_out: &mut [f32]) {
+    /// Fused `Full` step (lengths checked): one pass over `x` and the buffer
+    /// into `spare`; swaps them and returns `true` unless a new value is
+    /// NaN/±∞ (then nothing has changed).
+    fn step_full(&mut self, x: &[f32], signs_out: &mut [u8], scales_out: &mut [f32]) -> bool {
+        let mut spare = core::mem::take(&mut self.spare);
+        // Every element is written before it is read: no need to zero it.
+        spare.resize(self.n, 0.0);
         let kind = self.config.scale;
         let word_aligned = self.chunks() <= 1 || self.chunk % 64 == 0;
-        if word_aligned && matches!(kind, ScaleKind::Rms | ScaleKind::MeanAbs) {
-            self.step_full_words(x, signs_out, scales_out);
-            return;
+        let clean = if word_aligned && matches!(kind, ScaleKind::Rms | ScaleKind::MeanAbs) {
+            self.step_full_words(x, &mut spare, signs_out, scales_out)
+        } else {
+            self.step_full_blocks(x, &mut spare, signs_out, scales_out)
+        };
+        if clean {
+            core::mem::swap(&mut self.buf, &mut spare);
+            self.alphas.copy_from_slice(scales_out);
         }
-        let mut walk = ChunkWalk::new(self.chunk, self.n, kind);
-        // The overflow guard comes from the chunk sums (free) except for the
-        // unit scale, which needs a look at the block.
-        let scan = kind == ScaleKind::Unit;
-        let mut huge = false;
+        self.spare = spare;
+        clean
+    }
+
+    /// `Full` step in blocks of [`BLOCK`] (max-abs and unit scales, chunks
+    /// that do not start on a 64-element word): update a block into `new`,
+    /// check it, then sum and pack it while it is in cache.
+    fn step_full_blocks(
+        &self,
+        x: &[f32],
+        new: &mut [f32],
+        signs_out: &mut [u8],
+        scales_out: &mut [f32],
+    ) -> bool {
+        let mut walk = ChunkWalk::new(self.chunk, self.n, self.config.scale);
         for start in (0..self.n).step_by(BLOCK) {
             let end = (start + BLOCK).min(self.n);
             walk.run(
                 start,
                 end,
                 |c, s, e, acc| {
-                    update_full(&x[s..e], &mut self.buf[s..e], self.alphas[c]);
-                    acc.feed(&self.buf[s..e]);
+                    update_full_into(&x[s..e], &self.buf[s..e], &mut new[s..e], self.alphas[c]);
+                    acc.feed(&new[s..e]);
                 },
                 scales_out,
             );
-            let block = &self.buf[start..end];
-            if scan {
-                huge |= any_huge(block);
+            let block = &new[start..end];
+            if any_non_finite(block) {
+                return false;
             }
             pack_words(block, &mut signs_out[start / 8..packed_len(end)]);
         }
-        self.alphas.copy_from_slice(scales_out);
-        self.huge = huge || walk.huge;
+        true
     }
 
     /// `Full` step when every chunk starts on a 64-element word (one chunk, or
-    /// `chunk % 64 == 0`) and the scale is a sum: [`full_chunk`] per chunk.
-    fn step_full_words(&mut self, x: &[f32], signs_out: &mut [u8], scales_out: &mut [f32]) {
+    /// `chunk % 64 == 0`) and the scale is a sum: word at a time into `new`.
+    fn step_full_words(
+        &self,
+        x: &[f32],
+        new: &mut [f32],
+        signs_out: &mut [u8],
+        scales_out: &mut [f32],
+    ) -> bool {
         let kind = self.config.scale;
-        let mut huge = false;
         for (c, scale) in scales_out.iter_mut().enumerate() {
             let start = c * self.chunk;
             let end = (start + self.chunk).min(self.n);
-            let acc = full_chunk(
-                kind,
+            let (xc, old, nc) = (&x[start..end], &self.buf[start..end], &mut new[start..end]);
+            let signs = &mut signs_out[start / 8..packed_len(end)];
+            let whole = xc.len() / 64 * 64;
+            let mut acc = Accumulator::new(kind);
+            let words = acc.fused_words_into(
+                &xc[..whole],
+                &old[..whole],
+                &mut nc[..whole],
                 self.alphas[c],
-                &x[start..end],
-                &mut self.buf[start..end],
-                &mut signs_out[start / 8..packed_len(end)],
+                &mut signs[..whole / 8],
             );
+            // Always `Some` here (a sum kind, lanes at 0, whole words).
+            if words != Some(true) {
+                return false;
+            }
+            update_full_into(
+                &xc[whole..],
+                &old[whole..],
+                &mut nc[whole..],
+                self.alphas[c],
+            );
+            if any_non_finite(&nc[whole..]) {
+                return false;
+            }
+            acc.feed(&nc[whole..]);
+            pack_words(&nc[whole..], &mut signs[whole / 8..]);
             *scale = acc.finish();
-            huge |= acc.may_be_huge().unwrap_or(true);
         }
-        self.alphas.copy_from_slice(scales_out);
-        self.huge = huge;
+        true
     }
 
-    /// `Decayed` step (inputs validated): pass 1 forms `p` block-wise for the
-    /// scales and signs, pass 2 updates `e` with the now-known scales.
-    fn step_decayed(&mut self, beta: f32, x: &[f32], signs_out: &mut [u8], scales_out: &mut [f32]) {
+    /// `Decayed` step (lengths checked): pass 1 forms `p` block-wise for the
+    /// scales and signs and checks it, pass 2 updates `e` with the now-known
+    /// scales. `e` needs this step's scale, hence two passes; a failed check
+    /// in pass 1 returns `false` before `e` is touched.
+    fn step_decayed(
+        &mut self,
+        beta: f32,
+        x: &[f32],
+        signs_out: &mut [u8],
+        scales_out: &mut [f32],
+    ) -> bool {
         let kind = self.config.scale;
         let mut walk = ChunkWalk::new(self.chunk, self.n, kind);
         let mut tmp = [0.0f32; SCRATCH];
@@ -379,6 +452,9 @@ impl Compressor {
                 .zip(&self.buf[start..end])
             {
                 *t = xi + e;
+            }
+            if any_non_finite(&tmp[..end - start]) {
+                return false;
             }
             walk.run(
                 start,
@@ -402,7 +478,7 @@ impl Compressor {
                 *e = beta * *e + keep * (p - sign_scale(p, a));
             }
         }
-        self.huge = any_huge(&self.buf);
+        true
     }
 }
 
@@ -475,6 +551,14 @@ fn update_full(x: &[f32], buf: &mut [f32], alpha: f32) {
     }
 }
 
+/// `new ← x + (old − α·σ(old))`: [`update_full`] into another buffer.
+#[inline(always)]
+fn update_full_into(x: &[f32], old: &[f32], new: &mut [f32], alpha: f32) {
+    for ((q, &o), &xi) in new.iter_mut().zip(old).zip(x) {
+        *q = xi + (o - sign_scale(o, alpha));
+    }
+}
+
 /// Walks blocks in order, splitting them at chunk boundaries and finishing each
 /// chunk's scale when its last element has been fed.
 struct ChunkWalk {
@@ -484,8 +568,6 @@ struct ChunkWalk {
     c: usize,
     chunk_end: usize,
     acc: Accumulator,
-    /// Some finished chunk may hold `|v| ≥ 2¹²⁵` (`Accumulator::may_be_huge`).
-    huge: bool,
 }
 
 impl ChunkWalk {
@@ -497,7 +579,6 @@ impl ChunkWalk {
             c: 0,
             chunk_end: chunk.min(n),
             acc: Accumulator::new(kind),
-            huge: false,
         }
     }
 
@@ -517,7 +598,6 @@ impl ChunkWalk {
             f(self.c, s, e, &mut self.acc);
             if e == self.chunk_end {
                 scales[self.c] = self.acc.finish();
-                self.huge |= self.acc.may_be_huge().unwrap_or(false);
                 self.c += 1;
                 self.acc = Accumulator::new(self.kind);
                 self.chunk_end = self.chunk_end.saturating_add(self.chunk).min(self.n);

@@ -65,6 +65,14 @@ pub enum CodecError {
     },
     /// Wire payload: padding bits after the last element are not zero.
     NonZeroPadding,
+    /// Wire payload (version 2): the CRC-32C of the bytes before the trailer
+    /// differs from the one stored in it; the payload was corrupted.
+    ChecksumMismatch {
+        /// The checksum in the trailer.
+        stored: u32,
+        /// The checksum of the bytes received.
+        computed: u32,
+    },
 }
 
 impl CodecError {
@@ -133,6 +141,10 @@ impl fmt::Display for CodecError {
             Self::TooLarge => f.write_str("element count does not fit this platform"),
             Self::InvalidScale { chunk } => write!(f, "scale of chunk {chunk} is invalid"),
             Self::NonZeroPadding => f.write_str("padding bits after the last element are not zero"),
+            Self::ChecksumMismatch { stored, computed } => write!(
+                f,
+                "payload checksum mismatch (corrupted): stored CRC-32C {stored:08x}, computed {computed:08x}"
+            ),
         }
     }
 }

@@ -7,20 +7,57 @@ use alloc::vec::Vec;
 use core::num::NonZeroUsize;
 
 use crate::{
-    Compressor, CompressorConfig, ErrorFeedback, ScaleKind, check_finite, decode, encoded_len,
-    pack_signs, packed_len, reference, sign_bit,
+    CHECKSUM_LEN, Compressor, CompressorConfig, ErrorFeedback, ScaleKind, VERSION, VERSION_1,
+    check_finite, decode, encoded_len, pack_signs, packed_len, reference, sign_bit,
 };
 
 /// `decode` must return (never panic, never over-allocate) on any bytes, and
-/// whatever it accepts must re-encode to the same bytes.
+/// whatever it accepts must re-encode to the same bytes: a version-2 payload
+/// to itself, a version-1 payload to itself plus the checksum trailer.
 ///
 /// # Panics
 /// When an accepted payload does not re-encode to `data`.
 pub fn decode_bytes(data: &[u8]) {
     if let Ok(c) = decode(data) {
-        assert_eq!(c.encode(), data, "decode → encode is not the identity");
+        let again = c.encode();
+        if data.get(4) == Some(&VERSION_1) {
+            let (body, _) = again.split_at(again.len() - CHECKSUM_LEN);
+            assert_eq!(&body[..4], &data[..4]);
+            assert_eq!(body[4], VERSION);
+            assert_eq!(
+                &body[5..],
+                &data[5..],
+                "v1 decode → encode is not the identity"
+            );
+        } else {
+            assert_eq!(again, data, "decode → encode is not the identity");
+        }
         assert_eq!(c.to_f32().len(), c.len());
     }
+}
+
+/// Compress the floats in `data[2..]`, encode, flip the bits of the mask
+/// `data[1]` (at least one) at the byte `data[0]` selects: `decode` must fail,
+/// since CRC-32C catches every error burst of up to 32 bits, and a flip
+/// in the header is refused by its own checks or by the checksum.
+///
+/// # Panics
+/// When a corrupted payload decodes.
+pub fn corrupted_payload(data: &[u8]) {
+    let [at, mask, rest @ ..] = data else {
+        return;
+    };
+    let x: Vec<f32> = rest
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let Ok(c) = Compressor::new(x.len()).compress(&x) else {
+        return;
+    };
+    let mut wire = c.encode();
+    let i = usize::from(*at) % wire.len();
+    wire[i] ^= (*mask).max(1);
+    assert!(decode(&wire).is_err(), "a corrupted payload decoded");
 }
 
 /// Build a tensor and options from `data`, compress two steps with the fused
@@ -120,6 +157,11 @@ pub fn roundtrip(data: &[u8]) {
         );
         if let Some((_, short)) = wire.split_last() {
             assert!(decode(short).is_err(), "a truncated payload decoded");
+        }
+        // The same payload as version 1 (no trailer) decodes to it too.
+        if let Some(mut old) = wire.get(..wire.len() - CHECKSUM_LEN).map(<[u8]>::to_vec) {
+            old[4] = VERSION_1;
+            assert_eq!(decode(&old).ok().as_ref(), Some(&c), "v1 decode differs");
         }
     }
 }

@@ -19,4 +19,6 @@ pub use compressor::{Compressor, CompressorConfig, ErrorFeedback, full_step_chun
 pub use error::CodecError;
 pub use pack::{pack_signs, pack_signs_into, packed_len, sign_bit, unpack_add, unpack_signs};
 pub use scale::{ScaleKind, check_finite};
-pub use wire::{Compressed, HEADER_LEN, MAGIC, VERSION, decode, encoded_len};
+pub use wire::{
+    CHECKSUM_LEN, Compressed, HEADER_LEN, MAGIC, VERSION, VERSION_1, crc32c, decode, encoded_len,
+};

@@ -144,23 +144,64 @@ impl Lanes {
             for (q, &xi) in bw.iter_mut().zip(xw) {
                 *q = xi + (*q - crate::compressor::sign_scale(*q, alpha));
             }
-            for g in bw.chunks_exact(8) {
-                for (lane, &v) in lanes.iter_mut().zip(g) {
-                    *lane += term(v);
-                }
-            }
-            if let Ok(w) = <&[f32; 64]>::try_from(&*bw) {
-                sw.copy_from_slice(&crate::pack::fast_word(w).to_be_bytes());
-            }
+            feed_word(&mut lanes, bw, sw, &term);
         }
         self.lanes = lanes;
         self.pos += x.len();
+    }
+
+    /// [`Self::fused_words`] from `old` into `new` (the double-buffered
+    /// compressor), also checking every new value: returns `false` if one is
+    /// NaN/±∞ (then `new` holds garbage and the caller discards it).
+    #[inline(always)]
+    fn fused_words_into(
+        &mut self,
+        x: &[f32],
+        old: &[f32],
+        new: &mut [f32],
+        alpha: f32,
+        signs: &mut [u8],
+        term: impl Fn(f32) -> f64,
+    ) -> bool {
+        let mut lanes = self.lanes;
+        // Branch-free: OR of "exponent all ones" over the word (vectorises).
+        let mut bad = 0u32;
+        for (((xw, ow), nw), sw) in x
+            .chunks_exact(64)
+            .zip(old.chunks_exact(64))
+            .zip(new.chunks_exact_mut(64))
+            .zip(signs.chunks_exact_mut(8))
+        {
+            for ((q, &o), &xi) in nw.iter_mut().zip(ow).zip(xw) {
+                let p = xi + (o - crate::compressor::sign_scale(o, alpha));
+                bad |= u32::from((p.to_bits() & 0x7fff_ffff) as i32 >= INF_BITS);
+                *q = p;
+            }
+            feed_word(&mut lanes, nw, sw, &term);
+        }
+        self.lanes = lanes;
+        self.pos += x.len();
+        bad == 0
     }
 
     #[inline(always)]
     fn total(&self) -> f64 {
         let l = &self.lanes;
         ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]))
+    }
+}
+
+/// Add one 64-element word's terms to the 8 lanes (the documented order)
+/// and write its sign word.
+#[inline(always)]
+fn feed_word(lanes: &mut [f64; 8], w: &[f32], signs: &mut [u8], term: &impl Fn(f32) -> f64) {
+    for g in w.chunks_exact(8) {
+        for (lane, &v) in lanes.iter_mut().zip(g) {
+            *lane += term(v);
+        }
+    }
+    if let Ok(w) = <&[f32; 64]>::try_from(w) {
+        signs.copy_from_slice(&crate::pack::fast_word(w).to_be_bytes());
     }
 }
 
@@ -226,16 +267,33 @@ impl Accumulator {
         true
     }
 
-    /// Whether some fed `|v|` may be ≥ 2¹²⁵ (so `|v|` or the scale may reach the
-    /// 2¹²⁶ overflow guard), judged from the sums with margin: a sum of
-    /// non-negative terms is at least its largest term. `None` for
-    /// [`ScaleKind::Unit`], whose accumulator sees no magnitudes.
-    pub(crate) fn may_be_huge(&self) -> Option<bool> {
+    /// [`Self::fused_words`] reading the buffer from `old` and writing the new
+    /// values to `new`; `Some(false)` when a new value is NaN/±∞ (`new` is then
+    /// garbage), `None` (nothing done) in the cases `fused_words` refuses.
+    #[inline(always)]
+    pub(crate) fn fused_words_into(
+        &mut self,
+        x: &[f32],
+        old: &[f32],
+        new: &mut [f32],
+        alpha: f32,
+        signs: &mut [u8],
+    ) -> Option<bool> {
+        if self.lanes.pos % 8 != 0 || x.len() % 64 != 0 {
+            return None;
+        }
         match self.kind {
-            ScaleKind::Rms => Some(self.lanes.total() >= f64::from_bits((1023 + 250) << 52)),
-            ScaleKind::MeanAbs => Some(self.lanes.total() >= f64::from_bits((1023 + 125) << 52)),
-            ScaleKind::MaxAbs => Some(f64::from(self.max) >= f64::from_bits((1023 + 125) << 52)),
-            ScaleKind::Unit => None,
+            ScaleKind::Rms => Some(
+                self.lanes
+                    .fused_words_into(x, old, new, alpha, signs, |v| f64::from(v) * f64::from(v)),
+            ),
+            ScaleKind::MeanAbs => {
+                Some(
+                    self.lanes
+                        .fused_words_into(x, old, new, alpha, signs, |v| f64::from(v.abs())),
+                )
+            }
+            ScaleKind::MaxAbs | ScaleKind::Unit => None,
         }
     }
 
@@ -266,9 +324,6 @@ impl Accumulator {
 
 /// `|v|` bit pattern of ±∞ (and the smallest NaN pattern).
 const INF_BITS: i32 = 0x7f80_0000;
-/// `|v|` bit pattern of 2¹²⁶: when every `|x|` and `|e|` is below it,
-/// `x + e` (< 2¹²⁷) cannot overflow.
-const HUGE_BITS: i32 = 0x7e80_0000;
 
 /// Whether any `|v|` bit pattern is at least `limit` (branch-free: vectorises).
 #[inline(always)]
@@ -280,9 +335,9 @@ fn any_at_least(x: &[f32], limit: i32) -> bool {
     hits != 0
 }
 
-/// Whether any element is NaN, ±∞ or `|v| ≥ 2¹²⁶` (the overflow guard).
-pub(crate) fn any_huge(x: &[f32]) -> bool {
-    any_at_least(x, HUGE_BITS)
+/// Whether any element is NaN or ±∞ (branch-free).
+pub(crate) fn any_non_finite(x: &[f32]) -> bool {
+    any_at_least(x, INF_BITS)
 }
 
 /// The index of the first NaN/±∞ in `x`, if any.

@@ -3,15 +3,20 @@
 //! ```text
 //! offset  size  field
 //! 0       4     magic b"OBC1"
-//! 4       1     version (1)
+//! 4       1     version (2; 1 is still read)
 //! 5       1     scale kind (0 RMS, 1 mean-abs, 2 max-abs, 3 unit)
 //! 6       2     reserved, zero
 //! 8       8     element count n (u64 LE)
 //! 16      8     chunk size c ≥ 1 (u64 LE)
 //! 24      4·k   scales, k = ceil(n / c), f32 LE, finite, sign bit clear
 //! 24+4k   ⌈n/8⌉ packed signs (numpy.packbits layout), padding bits zero
+//! end−4   4     v2 only: CRC-32C (Castagnoli) of every byte before it, u32 LE
 //! ```
-//! Total: `24 + 4·ceil(n / c) + ceil(n / 8)` bytes, exactly.
+//! Total: `24 + 4·ceil(n / c) + ceil(n / 8)` bytes, plus 4 in version 2.
+//!
+//! Why a checksum: every bit pattern of a sign and almost every one of a
+//! scale is valid, so a flipped bit in version 1 decodes to a wrong tensor
+//! without an error. CRC-32C detects every error burst of up to 32 bits.
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -24,10 +29,23 @@ use crate::{CodecError, ScaleKind};
 
 /// The four magic bytes that open every payload.
 pub const MAGIC: [u8; 4] = *b"OBC1";
-/// The wire format version this build writes and reads.
-pub const VERSION: u8 = 1;
+/// The wire format version this build writes (it reads 1 and 2).
+pub const VERSION: u8 = 2;
+/// The first version, without a checksum; still decoded.
+pub const VERSION_1: u8 = 1;
 /// Bytes of the fixed header (before the scales).
 pub const HEADER_LEN: usize = 24;
+/// Bytes of the version-2 trailer (the CRC-32C).
+pub const CHECKSUM_LEN: usize = 4;
+
+/// CRC-32C (Castagnoli, the iSCSI polynomial) of `bytes`.
+pub fn crc32c(bytes: &[u8]) -> u32 {
+    // Slice-by-16 tables (16 KiB, built at compile time): measured at about
+    // 1.5 % of compress + encode at 64 MiB (docs/WIRE_FORMAT.md).
+    const CRC32C: crc::Crc<u32, crc::Table<16>> =
+        crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISCSI);
+    CRC32C.checksum(bytes)
+}
 
 /// A compressed tensor: `n` signs, one scale per `chunk` elements.
 /// Decodes to `x̂[i] = ±scales[i / chunk]`.
@@ -40,10 +58,15 @@ pub struct Compressed {
     bits: Vec<u8>,
 }
 
-/// Exact encoded size of `n` elements in chunks of `chunk`:
-/// `24 + 4·ceil(n / chunk) + ceil(n / 8)`; `None` when `chunk == 0` or the
-/// size overflows `usize`.
+/// Exact encoded size (current version) of `n` elements in chunks of
+/// `chunk`: `24 + 4·ceil(n / chunk) + ceil(n / 8) + 4`; `None` when
+/// `chunk == 0` or the size overflows `usize`.
 pub fn encoded_len(n: usize, chunk: usize) -> Option<usize> {
+    encoded_len_v1(n, chunk)?.checked_add(CHECKSUM_LEN)
+}
+
+/// The size of a version-1 payload (no checksum).
+fn encoded_len_v1(n: usize, chunk: usize) -> Option<usize> {
     if chunk == 0 {
         return None;
     }
@@ -146,10 +169,10 @@ impl Compressed {
 
     /// Exact size of [`Self::encode`]'s output.
     pub fn encoded_len(&self) -> usize {
-        HEADER_LEN + 4 * self.scales.len() + self.bits.len()
+        HEADER_LEN + 4 * self.scales.len() + self.bits.len() + CHECKSUM_LEN
     }
 
-    /// Serialise to the wire format.
+    /// Serialise to the wire format (version [`VERSION`]).
     pub fn encode(&self) -> Vec<u8> {
         let mut out = vec![0u8; self.encoded_len()];
         self.write(&mut out);
@@ -180,10 +203,13 @@ impl Compressed {
         header[8..16].copy_from_slice(&(self.len as u64).to_le_bytes());
         header[16..24].copy_from_slice(&(self.chunk as u64).to_le_bytes());
         let (scales, bits) = rest.split_at_mut(4 * self.scales.len());
+        // `bits` ends with the checksum's four bytes, written last.
         for (o, s) in scales.chunks_exact_mut(4).zip(&self.scales) {
             o.copy_from_slice(&s.to_le_bytes());
         }
-        bits.copy_from_slice(&self.bits);
+        bits[..self.bits.len()].copy_from_slice(&self.bits);
+        let (body, crc) = out.split_at_mut(out.len() - CHECKSUM_LEN);
+        crc.copy_from_slice(&crc32c(body).to_le_bytes());
     }
 
     /// Decode into `out[i] = ±scales[i / chunk]`.
@@ -240,8 +266,8 @@ impl Compressed {
 /// [`CodecError::TrailingBytes`], [`CodecError::BadMagic`],
 /// [`CodecError::UnsupportedVersion`], [`CodecError::UnknownScaleKind`],
 /// [`CodecError::ReservedNotZero`], [`CodecError::ZeroChunk`],
-/// [`CodecError::TooLarge`], [`CodecError::InvalidScale`],
-/// [`CodecError::NonZeroPadding`].
+/// [`CodecError::TooLarge`], [`CodecError::ChecksumMismatch`] (version 2),
+/// [`CodecError::InvalidScale`], [`CodecError::NonZeroPadding`].
 pub fn decode(bytes: &[u8]) -> Result<Compressed, CodecError> {
     let Some((header, rest)) = bytes.split_first_chunk::<HEADER_LEN>() else {
         return Err(CodecError::Truncated {
@@ -252,8 +278,9 @@ pub fn decode(bytes: &[u8]) -> Result<Compressed, CodecError> {
     if header[..4] != MAGIC {
         return Err(CodecError::BadMagic);
     }
-    if header[4] != VERSION {
-        return Err(CodecError::UnsupportedVersion(header[4]));
+    let version = header[4];
+    if version != VERSION && version != VERSION_1 {
+        return Err(CodecError::UnsupportedVersion(version));
     }
     let kind = ScaleKind::from_byte(header[5]).ok_or(CodecError::UnknownScaleKind(header[5]))?;
     if header[6..8] != [0, 0] {
@@ -269,7 +296,12 @@ pub fn decode(bytes: &[u8]) -> Result<Compressed, CodecError> {
     if chunk == 0 {
         return Err(CodecError::ZeroChunk);
     }
-    let total = encoded_len(len, chunk).ok_or(CodecError::TooLarge)?;
+    let total = if version == VERSION_1 {
+        encoded_len_v1(len, chunk)
+    } else {
+        encoded_len(len, chunk)
+    };
+    let total = total.ok_or(CodecError::TooLarge)?;
     if bytes.len() < total {
         return Err(CodecError::Truncated {
             needed: total,
@@ -282,6 +314,17 @@ pub fn decode(bytes: &[u8]) -> Result<Compressed, CodecError> {
             found: bytes.len(),
         });
     }
+    let rest = if version == VERSION_1 {
+        rest
+    } else {
+        let (body, crc) = bytes.split_at(total - CHECKSUM_LEN);
+        let stored = u32::from_le_bytes([crc[0], crc[1], crc[2], crc[3]]);
+        let computed = crc32c(body);
+        if stored != computed {
+            return Err(CodecError::ChecksumMismatch { stored, computed });
+        }
+        &rest[..rest.len() - CHECKSUM_LEN]
+    };
     let (scale_bytes, bits) = rest.split_at(4 * len.div_ceil(chunk));
     let scales: Vec<f32> = scale_bytes
         .chunks_exact(4)

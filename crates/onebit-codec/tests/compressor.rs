@@ -440,3 +440,69 @@ fn full_step_chunk_matches_the_compressor_chunk_by_chunk() {
     );
     assert!(buf.iter().all(|&v| v == 0.0) && short == [0]);
 }
+
+/// Fault test of the one-pass step: a NaN/±∞ injected anywhere — first element, inside a word, a later block or chunk,
+/// the tail — is reported at its index after the pass has already written
+/// part of the new buffer, and the compressor is left exactly as before:
+/// same error buffer, no output written, and the next clean step gives the
+/// same bits as on a compressor that never saw the bad input. (Overflowing
+/// `x + e` takes the same path: `overflow_after_huge_step_is_caught_for_every_kind`.)
+#[test]
+fn a_fault_anywhere_in_the_one_pass_leaves_the_compressor_as_it_was() {
+    let n = 3 * 8192 + 77;
+    let chunks = [None, Some(4096), Some(1000)];
+    let feedbacks = [ErrorFeedback::Full, ErrorFeedback::Decayed { beta: 0.5 }];
+    for kind in KINDS {
+        for chunk in chunks {
+            for feedback in feedbacks {
+                let cfg = config(feedback, kind, chunk);
+                let mut c = Compressor::with_config(n, cfg).unwrap();
+                let k = c.chunks();
+                let (mut signs, mut scales) = (vec![0u8; packed_len(n)], vec![0.0f32; k]);
+                c.compress_chunks_into(&wave(n, 1), &mut signs, &mut scales)
+                    .unwrap();
+                let mut e_before = vec![0.0; n];
+                c.error_into(&mut e_before).unwrap();
+                for (at, bad) in [
+                    (0, f32::NAN),
+                    (37, f32::INFINITY),
+                    (8192 + 64 * 5 + 3, f32::NEG_INFINITY),
+                    (2 * 8192 + 1, f32::NAN),
+                    (n - 1, f32::NAN),
+                ] {
+                    let mut x = wave(n, 2);
+                    x[at] = bad;
+                    let mut out = vec![0x5Au8; packed_len(n)];
+                    let mut out_scales = vec![-7.0f32; k];
+                    let what = format!("{kind:?} {chunk:?} {feedback:?} at {at}");
+                    assert_eq!(
+                        c.compress_chunks_into(&x, &mut out, &mut out_scales),
+                        Err(CodecError::NonFinite { index: at }),
+                        "{what}"
+                    );
+                    assert!(out.iter().all(|&b| b == 0x5A), "{what}: signs written");
+                    assert!(out_scales.iter().all(|&s| s == -7.0), "{what}: scales");
+                    let mut e_after = vec![0.0; n];
+                    c.error_into(&mut e_after).unwrap();
+                    assert_eq!(bits_of(&e_after), bits_of(&e_before), "{what}");
+                }
+                // The failed steps left no trace: the next step matches a
+                // compressor that only ever saw the clean inputs.
+                let mut fresh = Compressor::with_config(n, cfg).unwrap();
+                fresh
+                    .compress_chunks_into(&wave(n, 1), &mut signs, &mut scales)
+                    .unwrap();
+                let (mut s1, mut a1) = (vec![0u8; packed_len(n)], vec![0.0f32; k]);
+                let (mut s2, mut a2) = (vec![0u8; packed_len(n)], vec![0.0f32; k]);
+                c.compress_chunks_into(&wave(n, 3), &mut s1, &mut a1)
+                    .unwrap();
+                fresh
+                    .compress_chunks_into(&wave(n, 3), &mut s2, &mut a2)
+                    .unwrap();
+                assert_eq!(s1, s2, "{kind:?} {chunk:?} {feedback:?}");
+                assert_eq!(bits_of(&a1), bits_of(&a2));
+                assert_eq!(bits_of(c.error()), bits_of(fresh.error()));
+            }
+        }
+    }
+}

@@ -5,8 +5,8 @@ use core::num::NonZeroUsize;
 
 use onebit_codec::stochastic::SplitMix64;
 use onebit_codec::{
-    CodecError, Compressed, Compressor, CompressorConfig, ErrorFeedback, HEADER_LEN, ScaleKind,
-    decode, encoded_len, fuzzing, stochastic,
+    CHECKSUM_LEN, CodecError, Compressed, Compressor, CompressorConfig, ErrorFeedback, HEADER_LEN,
+    ScaleKind, VERSION, VERSION_1, crc32c, decode, encoded_len, fuzzing, stochastic,
 };
 use proptest::prelude::*;
 
@@ -21,6 +21,22 @@ fn payload(n: usize, kind: ScaleKind, chunk: Option<usize>) -> Compressed {
         .map(|i| ((i * 31 % 17) as f32 - 8.0) * 0.25)
         .collect();
     c.compress(&x).unwrap()
+}
+
+/// The version-1 encoding of `c` (no checksum), as older builds wrote it.
+fn v1(c: &Compressed) -> Vec<u8> {
+    let mut w = c.encode();
+    w.truncate(w.len() - CHECKSUM_LEN);
+    w[4] = VERSION_1;
+    w
+}
+
+/// Recompute the checksum of a version-2 payload after editing it, so the
+/// checks behind the checksum can be reached.
+fn reseal(w: &mut [u8]) {
+    let end = w.len() - CHECKSUM_LEN;
+    let sum = crc32c(&w[..end]);
+    w[end..].copy_from_slice(&sum.to_le_bytes());
 }
 
 #[test]
@@ -38,9 +54,12 @@ fn round_trip_for_every_scale_kind_and_exact_size() {
                 let k = n.div_ceil(chunk.unwrap_or(n.max(1)));
                 assert_eq!(
                     wire.len(),
-                    n.div_ceil(8) + HEADER_LEN + 4 * k,
+                    n.div_ceil(8) + HEADER_LEN + 4 * k + CHECKSUM_LEN,
                     "n {n} chunk {chunk:?}"
                 );
+                assert_eq!(wire[4], VERSION);
+                // Version 1 still decodes, to the same payload.
+                assert_eq!(decode(&v1(&c)).unwrap(), c);
                 assert_eq!(Some(wire.len()), encoded_len(n, c.chunk_len()));
                 let back = decode(&wire).unwrap();
                 assert_eq!(back, c);
@@ -109,10 +128,12 @@ fn truncation_and_extension_give_size_errors() {
     );
 }
 
+/// Version 1 has no checksum: a header bit flip is a typed error or a
+/// payload of a visibly different shape (kind, length, chunk).
 #[test]
 fn every_header_bit_flip_is_caught_or_harmless() {
     let original = payload(100, ScaleKind::Rms, Some(30));
-    let wire = original.encode();
+    let wire = v1(&original);
     for byte in 0..HEADER_LEN {
         for bit in 0..8 {
             let mut w = wire.clone();
@@ -120,6 +141,7 @@ fn every_header_bit_flip_is_caught_or_harmless() {
             let got = decode(&w);
             match byte {
                 0..=3 => assert_eq!(got, Err(CodecError::BadMagic)),
+                // 1 → 3, 5, …; 1 → 0; but never 1 → 2 (bit 1 sets 3).
                 4 => assert_eq!(got, Err(CodecError::UnsupportedVersion(1 ^ (1 << bit)))),
                 5 => match 1u8 << bit {
                     // 0 → 1 (mean-abs) or 2 (max-abs): still a valid payload, other kind.
@@ -170,6 +192,51 @@ fn every_header_bit_flip_is_caught_or_harmless() {
     }
 }
 
+/// Issue 16: in version 1 a flipped sign or scale bit decoded `Ok` to a wrong
+/// tensor (an exponent flip gave a scale of 1.7e-38). In version 2 every
+/// single-bit flip anywhere in the payload — header, scales, signs, the
+/// checksum itself — is an error, and so is every flip of two adjacent bits.
+#[test]
+fn every_bit_flip_of_a_payload_is_an_error() {
+    for (n, kind, chunk) in [
+        (100, ScaleKind::Rms, Some(30)),
+        (1000, ScaleKind::MaxAbs, Some(64)),
+        (13, ScaleKind::Unit, None),
+    ] {
+        let wire = payload(n, kind, chunk).encode();
+        for bit in 0..wire.len() * 8 {
+            for width in [1u16, 3] {
+                let mut w = wire.clone();
+                let pattern = width << (bit % 8);
+                w[bit / 8] ^= pattern as u8;
+                if let Some(next) = w.get_mut(bit / 8 + 1) {
+                    *next ^= (pattern >> 8) as u8;
+                }
+                let got = decode(&w);
+                assert!(
+                    got.is_err(),
+                    "n {n}: flip of {width:b} at bit {bit} decoded: {got:?}"
+                );
+            }
+        }
+        // A flip in the scales or signs is reported as a checksum mismatch
+        // (the scale's exponent bit here) …
+        let mut w = wire.clone();
+        w[HEADER_LEN + 3] ^= 0x20;
+        assert!(matches!(
+            decode(&w),
+            Err(CodecError::ChecksumMismatch { .. })
+        ));
+        // … where version 1 decodes the same flip to another scale.
+        let c = payload(n, kind, chunk);
+        let mut old = v1(&c);
+        old[HEADER_LEN + 3] ^= 0x20;
+        if let Ok(wrong) = decode(&old) {
+            assert_ne!(wrong.scales()[0], c.scales()[0]);
+        }
+    }
+}
+
 #[test]
 fn bad_scales_zero_chunk_and_padding_are_rejected() {
     let c = payload(20, ScaleKind::Rms, Some(8));
@@ -182,6 +249,7 @@ fn bad_scales_zero_chunk_and_padding_are_rejected() {
     ] {
         let mut w = wire.clone();
         w[HEADER_LEN + 4..HEADER_LEN + 8].copy_from_slice(&bad.to_le_bytes());
+        reseal(&mut w);
         assert_eq!(
             decode(&w),
             Err(CodecError::InvalidScale { chunk: 1 }),
@@ -192,11 +260,14 @@ fn bad_scales_zero_chunk_and_padding_are_rejected() {
     w[16..24].copy_from_slice(&0u64.to_le_bytes());
     assert_eq!(decode(&w), Err(CodecError::ZeroChunk));
     let mut w = wire.clone();
-    *w.last_mut().unwrap() |= 1; // 20 elements: 4 padding bits in the last byte
+    let last_sign_byte = w.len() - CHECKSUM_LEN - 1;
+    w[last_sign_byte] |= 1; // 20 elements: 4 padding bits in the last byte
+    reseal(&mut w);
     assert_eq!(decode(&w), Err(CodecError::NonZeroPadding));
     let unit = payload(9, ScaleKind::Unit, None);
     let mut w = unit.encode();
     w[HEADER_LEN..HEADER_LEN + 4].copy_from_slice(&2.0f32.to_le_bytes());
+    reseal(&mut w);
     assert_eq!(decode(&w), Err(CodecError::InvalidScale { chunk: 0 }));
     // A header announcing 2^62 elements in 24 bytes: rejected without allocating.
     let mut w = wire[..HEADER_LEN].to_vec();
@@ -246,6 +317,7 @@ proptest! {
     fn fuzz_entry_points_hold_on_random_bytes(data in prop::collection::vec(any::<u8>(), 0..600)) {
         fuzzing::decode_bytes(&data);
         fuzzing::roundtrip(&data);
+        fuzzing::corrupted_payload(&data);
     }
 
     /// Random valid payloads with a mutated byte: decode returns (Ok or a typed

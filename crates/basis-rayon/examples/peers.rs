@@ -1,0 +1,117 @@
+//! Our side of `cargo xtask bench --peers`: a timing server for the dense
+//! kernels, driven line by line over stdin so the xtask can interleave it
+//! with the PyTorch/numpy peer (`xtask/peers.py`) round by round.
+//!
+//! Protocol: each input line names one kernel; the server runs it once on
+//! its resident 64 Mi-element tensors and answers one line with the
+//! milliseconds it took (`quit` or end of input stops). Kernels:
+//!
+//! - `memcpy`: `copy_from_slice` of 256 MiB (the bandwidth baseline);
+//! - `sum`: read-only sum of 256 MiB (16 `f32` lanes);
+//! - `adam1` / `adam2`: one dense Adam(W) step (`AdamW::step`, bias
+//!   correction on, as `torch.optim.Adam`) on 1 thread / `par_adam_step` on
+//!   a 2-thread pool;
+//! - `onebit_local`: 1-bit Adam's compressed-stage local step as the
+//!   optimizer runs it when every coordinate is live: the momentum into the
+//!   send buffer (`AdamW::momentum_into`), then the worker compressor
+//!   (`Compressor::compress_into`, signs and scale); no communication;
+//! - `compress`: the fused error-feedback compressor alone (Full, RMS);
+//! - `pack`: `pack_signs_into`.
+//!
+//! `N` elements (default 64 Mi) can be set with the `PEERS_N` variable.
+
+use std::io::{BufRead, Write};
+use std::time::Instant;
+
+use basis_rayon::{par_adam_step, thread_pool};
+use onebit_adam::AdamW;
+use onebit_codec::{Compressor, pack_signs_into, packed_len};
+
+fn data(n: usize, seed: u64) -> Vec<f32> {
+    let mut s = seed;
+    (0..n)
+        .map(|_| {
+            // SplitMix64 → uniform in [−0.5, 0.5).
+            s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = s;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            z ^= z >> 31;
+            (z >> 40) as f32 / (1u64 << 24) as f32 - 0.5
+        })
+        .collect()
+}
+
+/// Read-only sum in 16 independent lanes (vectorizes; not latency-bound).
+fn sum(x: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 16];
+    for c in x.chunks_exact(16) {
+        for (l, &v) in lanes.iter_mut().zip(c) {
+            *l += v;
+        }
+    }
+    lanes.iter().sum()
+}
+
+fn main() -> Result<(), Box<dyn core::error::Error>> {
+    let n: usize = std::env::var("PEERS_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64 << 20);
+    let src = data(n, 1);
+    let mut dst = vec![0.0f32; n];
+    let g = data(n, 2);
+    let mut x = data(n, 3);
+    let mut m = vec![0.0f32; n];
+    let mut v = vec![0.0f32; n];
+    let mut send = vec![0.0f32; n];
+    let mut signs = vec![0u8; packed_len(n)];
+    let mut comp = Compressor::new(n);
+    let pool = thread_pool(2)?;
+    let mut t = 0u64;
+    let (b1, b2) = (0.9f64, 0.999f64);
+    let mut sink = 0.0f32;
+    let stdin = std::io::stdin();
+    let mut out = std::io::stdout().lock();
+    for line in stdin.lock().lines() {
+        let line = line?;
+        let kernel = line.trim();
+        if kernel == "quit" {
+            break;
+        }
+        t += 1;
+        // torch.optim.Adam's defaults, bias correction on (its only mode).
+        let ti = i32::try_from(t.min(1000))?;
+        let h = AdamW {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
+            bias: Some(((1.0 - b1.powi(ti)) as f32, (1.0 - b2.powi(ti)) as f32)),
+        };
+        let start = Instant::now();
+        match kernel {
+            "memcpy" => dst.copy_from_slice(&src),
+            "sum" => sink += sum(&src),
+            "adam1" => h.step(&mut x, &mut m, &mut v, &g)?,
+            "adam2" => pool.install(|| par_adam_step(&h, &mut x, &mut m, &mut v, &g, 1.0))?,
+            "onebit_local" => {
+                h.momentum_into(&m, &g, &mut send)?;
+                sink += comp.compress_into(&send, &mut signs)?;
+            }
+            "compress" => sink += comp.compress_into(&src, &mut signs)?,
+            "pack" => pack_signs_into(&src, &mut signs)?,
+            other => return Err(format!("unknown kernel `{other}`").into()),
+        }
+        let ms = start.elapsed().as_secs_f64() * 1e3;
+        writeln!(out, "{ms:.3}")?;
+        out.flush()?;
+    }
+    // Keep the results observable so no kernel is optimized away.
+    eprintln!(
+        "checksum {}",
+        sink + dst[n / 2] + x[n / 3] + f32::from(signs[n / 16])
+    );
+    Ok(())
+}

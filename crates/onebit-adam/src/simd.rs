@@ -1,0 +1,374 @@
+//! x86_64 vector kernels of the dense Adam(W) loops: the crate's only
+//! `unsafe`.
+//!
+//! One generic loop body ([`step_body`], [`update_body`]) over a [`Vector`]
+//! of 4 (SSE2) or 8 (AVX) lanes, inlined into a `#[target_feature]` entry
+//! point per width, so each width compiles to packed `addps`/`mulps`/
+//! `divps`/`sqrtps` (checked in the release build's disassembly). The lane
+//! operations are exactly the scalar reference's, in its order, without FMA,
+//! so the results are bit-identical (tests compare every path). SSE2 is the
+//! x86_64 baseline (`cfg(target_feature = "sse2")`, compile time); AVX is
+//! detected at run time with `cpuid` and `xgetbv` — `no_std` has no
+//! `is_x86_feature_detected!` — because the OS must also save the YMM state.
+#![allow(
+    unsafe_code,
+    reason = "SIMD intrinsics behind #[target_feature] and cpuid; see SAFETY"
+)]
+
+use core::arch::x86_64::{
+    __cpuid, __m128, __m256, _CMP_EQ_OQ, _mm_add_ps, _mm_cmpeq_ps, _mm_div_ps, _mm_loadu_ps,
+    _mm_movemask_ps, _mm_mul_ps, _mm_set1_ps, _mm_setzero_ps, _mm_sqrt_ps, _mm_storeu_ps,
+    _mm_sub_ps, _mm256_add_ps, _mm256_cmp_ps, _mm256_div_ps, _mm256_loadu_ps, _mm256_movemask_ps,
+    _mm256_mul_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_sqrt_ps, _mm256_storeu_ps,
+    _mm256_sub_ps, _xgetbv,
+};
+use core::sync::atomic::{AtomicU8, Ordering};
+
+use crate::dense::{Consts, Flags};
+
+/// Whether the CPU has AVX and the OS saves the YMM registers (cached).
+pub(crate) fn has_avx() -> bool {
+    static CACHE: AtomicU8 = AtomicU8::new(0);
+    match CACHE.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            let yes = probe_avx();
+            CACHE.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
+            yes
+        }
+    }
+}
+
+fn probe_avx() -> bool {
+    // SAFETY: `cpuid` exists on every x86_64 CPU; leaf 1 always exists.
+    // (Safe to call on newer toolchains, `unsafe` on the 1.85 MSRV.)
+    #[allow(unused_unsafe, reason = "__cpuid is an unsafe fn before Rust 1.87")]
+    let leaf1 = unsafe { __cpuid(1) };
+    let osxsave = leaf1.ecx & (1 << 27) != 0;
+    let avx = leaf1.ecx & (1 << 28) != 0;
+    if !(osxsave && avx) {
+        return false;
+    }
+    // SAFETY: OSXSAVE (checked above) means the OS enabled `xgetbv`;
+    // XCR0 (register 0) always exists then.
+    let xcr0 = unsafe { _xgetbv(0) };
+    // Bits 1 and 2: the OS saves SSE and AVX (YMM upper) state.
+    xcr0 & 0b110 == 0b110
+}
+
+/// One vector of `LANES` `f32`s and the operations the Adam loop needs.
+/// Every method is `unsafe`: it needs its width's CPU feature, which the
+/// `#[target_feature]` entry points below guarantee.
+trait Vector: Copy {
+    const LANES: usize;
+    /// Load `LANES` floats from the start of `s` (`s.len() >= LANES`).
+    unsafe fn load(s: &[f32]) -> Self;
+    /// Store to the start of `s` (`s.len() >= LANES`).
+    unsafe fn store(self, s: &mut [f32]);
+    unsafe fn splat(v: f32) -> Self;
+    unsafe fn add(self, o: Self) -> Self;
+    unsafe fn sub(self, o: Self) -> Self;
+    unsafe fn mul(self, o: Self) -> Self;
+    unsafe fn div(self, o: Self) -> Self;
+    unsafe fn sqrt(self) -> Self;
+    /// Bit `j` set iff lane `j` is `== 0.0` (ordered compare: NaN is not).
+    unsafe fn zero_bits(self) -> u32;
+}
+
+#[derive(Clone, Copy)]
+struct Sse2(__m128);
+
+impl Vector for Sse2 {
+    const LANES: usize = 4;
+    #[inline(always)]
+    unsafe fn load(s: &[f32]) -> Self {
+        debug_assert!(s.len() >= 4);
+        // SAFETY: the caller passes at least 4 floats; `loadu` has no
+        // alignment requirement.
+        Self(unsafe { _mm_loadu_ps(s.as_ptr()) })
+    }
+    #[inline(always)]
+    unsafe fn store(self, s: &mut [f32]) {
+        debug_assert!(s.len() >= 4);
+        // SAFETY: at least 4 writable floats (caller); no alignment needed.
+        unsafe { _mm_storeu_ps(s.as_mut_ptr(), self.0) }
+    }
+    #[inline(always)]
+    unsafe fn splat(v: f32) -> Self {
+        // SAFETY: SSE2 is enabled in the caller (module contract).
+        Self(unsafe { _mm_set1_ps(v) })
+    }
+    #[inline(always)]
+    unsafe fn add(self, o: Self) -> Self {
+        // SAFETY: SSE2 is enabled in the caller (module contract).
+        Self(unsafe { _mm_add_ps(self.0, o.0) })
+    }
+    #[inline(always)]
+    unsafe fn sub(self, o: Self) -> Self {
+        // SAFETY: SSE2 is enabled in the caller (module contract).
+        Self(unsafe { _mm_sub_ps(self.0, o.0) })
+    }
+    #[inline(always)]
+    unsafe fn mul(self, o: Self) -> Self {
+        // SAFETY: SSE2 is enabled in the caller (module contract).
+        Self(unsafe { _mm_mul_ps(self.0, o.0) })
+    }
+    #[inline(always)]
+    unsafe fn div(self, o: Self) -> Self {
+        // SAFETY: SSE2 is enabled in the caller (module contract).
+        Self(unsafe { _mm_div_ps(self.0, o.0) })
+    }
+    #[inline(always)]
+    unsafe fn sqrt(self) -> Self {
+        // SAFETY: SSE2 is enabled in the caller (module contract).
+        Self(unsafe { _mm_sqrt_ps(self.0) })
+    }
+    #[inline(always)]
+    unsafe fn zero_bits(self) -> u32 {
+        // SAFETY: SSE2 is enabled in the caller (module contract).
+        let bits = unsafe { _mm_movemask_ps(_mm_cmpeq_ps(self.0, _mm_setzero_ps())) };
+        bits as u32
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Avx(__m256);
+
+impl Vector for Avx {
+    const LANES: usize = 8;
+    #[inline(always)]
+    unsafe fn load(s: &[f32]) -> Self {
+        debug_assert!(s.len() >= 8);
+        // SAFETY: the caller passes at least 8 floats; `loadu` has no
+        // alignment requirement; AVX is enabled in the caller.
+        Self(unsafe { _mm256_loadu_ps(s.as_ptr()) })
+    }
+    #[inline(always)]
+    unsafe fn store(self, s: &mut [f32]) {
+        debug_assert!(s.len() >= 8);
+        // SAFETY: at least 8 writable floats (caller); AVX enabled.
+        unsafe { _mm256_storeu_ps(s.as_mut_ptr(), self.0) }
+    }
+    #[inline(always)]
+    unsafe fn splat(v: f32) -> Self {
+        // SAFETY: AVX is enabled in the caller (module contract).
+        Self(unsafe { _mm256_set1_ps(v) })
+    }
+    #[inline(always)]
+    unsafe fn add(self, o: Self) -> Self {
+        // SAFETY: AVX is enabled in the caller (module contract).
+        Self(unsafe { _mm256_add_ps(self.0, o.0) })
+    }
+    #[inline(always)]
+    unsafe fn sub(self, o: Self) -> Self {
+        // SAFETY: AVX is enabled in the caller (module contract).
+        Self(unsafe { _mm256_sub_ps(self.0, o.0) })
+    }
+    #[inline(always)]
+    unsafe fn mul(self, o: Self) -> Self {
+        // SAFETY: AVX is enabled in the caller (module contract).
+        Self(unsafe { _mm256_mul_ps(self.0, o.0) })
+    }
+    #[inline(always)]
+    unsafe fn div(self, o: Self) -> Self {
+        // SAFETY: AVX is enabled in the caller (module contract).
+        Self(unsafe { _mm256_div_ps(self.0, o.0) })
+    }
+    #[inline(always)]
+    unsafe fn sqrt(self) -> Self {
+        // SAFETY: AVX is enabled in the caller (module contract).
+        Self(unsafe { _mm256_sqrt_ps(self.0) })
+    }
+    #[inline(always)]
+    unsafe fn zero_bits(self) -> u32 {
+        // SAFETY: AVX is enabled in the caller (module contract).
+        let bits =
+            unsafe { _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(self.0, _mm256_setzero_ps())) };
+        bits as u32
+    }
+}
+
+/// The step's constants as vectors.
+#[derive(Clone, Copy)]
+struct Splat<V> {
+    div: V,
+    b1: V,
+    c1: V,
+    b2: V,
+    c2: V,
+    bc1: V,
+    bc2: V,
+    eps: V,
+    wd: V,
+    lr: V,
+}
+
+impl<V: Vector> Splat<V> {
+    #[inline(always)]
+    unsafe fn new(k: &Consts) -> Self {
+        // SAFETY: each splat needs only the width's feature, enabled (caller).
+        unsafe {
+            Self {
+                div: V::splat(k.div),
+                b1: V::splat(k.b1),
+                c1: V::splat(k.c1),
+                b2: V::splat(k.b2),
+                c2: V::splat(k.c2),
+                bc1: V::splat(k.bc1),
+                bc2: V::splat(k.bc2),
+                eps: V::splat(k.eps),
+                wd: V::splat(k.wd),
+                lr: V::splat(k.lr),
+            }
+        }
+    }
+
+    /// `x − lr·(m̂/(√v̂ + ε) + λ·x)`, the scalar `update_elem` lane-wise.
+    #[inline(always)]
+    unsafe fn update(&self, bias: bool, x: V, m: V, v: V) -> V {
+        // SAFETY: the width's feature is enabled (caller); values only.
+        unsafe {
+            let (mh, vh) = if bias {
+                (m.div(self.bc1), v.div(self.bc2))
+            } else {
+                (m, v)
+            };
+            let u = mh.div(vh.sqrt().add(self.eps)).add(self.wd.mul(x));
+            x.sub(self.lr.mul(u))
+        }
+    }
+}
+
+/// Whole vectors of the full step; returns how many elements it did (the
+/// scalar loop does the rest). `zero`, when given, has `x.len()` entries.
+#[inline(always)]
+unsafe fn step_body<V: Vector>(
+    k: &Consts,
+    f: Flags,
+    x: &mut [f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    g: &[f32],
+    mut zero: Option<&mut [bool]>,
+) -> usize {
+    let w = V::LANES;
+    let n = x.len().min(m.len()).min(v.len()).min(g.len());
+    let whole = n / w * w;
+    // SAFETY: the width's feature is enabled (the entry points); every
+    // load/store is at `i..i + w` with `i + w <= whole <= len` of its slice.
+    unsafe {
+        let s = Splat::<V>::new(k);
+        let mut i = 0;
+        while i < whole {
+            let gv = V::load(&g[i..]).div(s.div);
+            if let Some(z) = zero.as_deref_mut() {
+                let zb = gv.zero_bits();
+                for (j, zj) in z[i..i + w].iter_mut().enumerate() {
+                    *zj &= zb >> j & 1 != 0;
+                }
+            }
+            let mv = s.b1.mul(V::load(&m[i..])).add(s.c1.mul(gv));
+            let vv = s.b2.mul(V::load(&v[i..])).add(s.c2.mul(gv).mul(gv));
+            mv.store(&mut m[i..]);
+            vv.store(&mut v[i..]);
+            s.update(f.bias, V::load(&x[i..]), mv, vv)
+                .store(&mut x[i..]);
+            i += w;
+        }
+    }
+    whole
+}
+
+/// Whole vectors of the update alone (`v` frozen); returns elements done.
+#[inline(always)]
+unsafe fn update_body<V: Vector>(
+    k: &Consts,
+    f: Flags,
+    x: &mut [f32],
+    m: &[f32],
+    v: &[f32],
+) -> usize {
+    let w = V::LANES;
+    let n = x.len().min(m.len()).min(v.len());
+    let whole = n / w * w;
+    // SAFETY: as in `step_body`: feature enabled, every access in bounds.
+    unsafe {
+        let s = Splat::<V>::new(k);
+        let mut i = 0;
+        while i < whole {
+            s.update(f.bias, V::load(&x[i..]), V::load(&m[i..]), V::load(&v[i..]))
+                .store(&mut x[i..]);
+            i += w;
+        }
+    }
+    whole
+}
+
+/// SSE2 full step (4 lanes); returns elements done.
+pub(crate) fn step_sse2(
+    k: &Consts,
+    f: Flags,
+    x: &mut [f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    g: &[f32],
+    zero: Option<&mut [bool]>,
+) -> usize {
+    // SAFETY: SSE2 is part of the x86_64 baseline; `lib.rs` compiles this
+    // module only with `target_feature = "sse2"`.
+    unsafe { step_body::<Sse2>(k, f, x, m, v, g, zero) }
+}
+
+/// SSE2 update alone; returns elements done.
+pub(crate) fn update_sse2(k: &Consts, f: Flags, x: &mut [f32], m: &[f32], v: &[f32]) -> usize {
+    // SAFETY: SSE2 is part of the x86_64 baseline (see `step_sse2`).
+    unsafe { update_body::<Sse2>(k, f, x, m, v) }
+}
+
+/// AVX full step (8 lanes); returns elements done. Call only when
+/// [`has_avx`] is true (the dispatcher does).
+pub(crate) fn step_avx(
+    k: &Consts,
+    f: Flags,
+    x: &mut [f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    g: &[f32],
+    zero: Option<&mut [bool]>,
+) -> usize {
+    if !has_avx() {
+        return 0;
+    }
+    // SAFETY: AVX support (CPU and OS) was checked just above.
+    unsafe { step_avx_inner(k, f, x, m, v, g, zero) }
+}
+
+#[target_feature(enable = "avx")]
+unsafe fn step_avx_inner(
+    k: &Consts,
+    f: Flags,
+    x: &mut [f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    g: &[f32],
+    zero: Option<&mut [bool]>,
+) -> usize {
+    // SAFETY: this function runs only with AVX enabled (its attribute).
+    unsafe { step_body::<Avx>(k, f, x, m, v, g, zero) }
+}
+
+/// AVX update alone; returns elements done (0 without AVX).
+pub(crate) fn update_avx(k: &Consts, f: Flags, x: &mut [f32], m: &[f32], v: &[f32]) -> usize {
+    if !has_avx() {
+        return 0;
+    }
+    // SAFETY: AVX support (CPU and OS) was checked just above.
+    unsafe { update_avx_inner(k, f, x, m, v) }
+}
+
+#[target_feature(enable = "avx")]
+unsafe fn update_avx_inner(k: &Consts, f: Flags, x: &mut [f32], m: &[f32], v: &[f32]) -> usize {
+    // SAFETY: this function runs only with AVX enabled (its attribute).
+    unsafe { update_body::<Avx>(k, f, x, m, v) }
+}

@@ -1,0 +1,178 @@
+//! Dense Adam(W): every kernel path against a plain two-pass scalar
+//! reference (the optimizer's arithmetic before it was fused), bit for bit.
+
+use onebit_adam::{AdamW, Kernel, OneBitError};
+use proptest::prelude::*;
+
+/// The reference: the moments pass, then the update pass, one element at a
+/// time, exactly as 1-bit Adam computed them before the dense kernel.
+fn reference(
+    h: &AdamW,
+    x: &mut [f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    g: &[f32],
+    div: f32,
+    zero: &mut [bool],
+) {
+    for (((g, m), v), z) in g.iter().zip(m.iter_mut()).zip(v.iter_mut()).zip(zero) {
+        let g = *g / div;
+        *m = h.beta1 * *m + (1.0 - h.beta1) * g;
+        *v = h.beta2 * *v + (1.0 - h.beta2) * g * g;
+        *z &= g == 0.0;
+    }
+    update_reference(h, x, m, v);
+}
+
+fn update_reference(h: &AdamW, x: &mut [f32], m: &[f32], v: &[f32]) {
+    for ((x, &m), &v) in x.iter_mut().zip(m).zip(v) {
+        let (mh, vh) = match h.bias {
+            Some((a, b)) => (m / a, v / b),
+            None => (m, v),
+        };
+        let u = mh / (vh.sqrt() + h.eps) + h.weight_decay * *x;
+        *x -= h.lr * u;
+    }
+}
+
+/// Values that exercise rounding: ordinary, tiny (subnormal), zero, large.
+fn value() -> impl Strategy<Value = f32> {
+    prop_oneof![
+        6 => -2.0f32..2.0,
+        1 => Just(0.0f32),
+        1 => Just(-0.0f32),
+        1 => -1.0e-38f32..1.0e-38,
+        1 => -1.0e30f32..1.0e30,
+    ]
+}
+
+fn hyper() -> impl Strategy<Value = AdamW> {
+    (
+        1e-5f32..1.0,
+        0.0f32..0.999,
+        0.0f32..0.9999,
+        prop_oneof![Just(1e-8f32), 1e-12f32..1e-2],
+        prop_oneof![Just(0.0f32), 0.0f32..0.1],
+        proptest::option::of((0.01f32..1.0, 0.001f32..1.0)),
+    )
+        .prop_map(|(lr, beta1, beta2, eps, weight_decay, bias)| AdamW {
+            lr,
+            beta1,
+            beta2,
+            eps,
+            weight_decay,
+            bias,
+        })
+}
+
+fn bits(x: &[f32]) -> Vec<u32> {
+    x.iter().map(|v| v.to_bits()).collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Every available kernel (scalar, SSE2, AVX) gives the reference's bits
+    /// for `x`, `m`, `v` and the zero mask, at any length (vector tails).
+    #[test]
+    fn every_kernel_matches_the_reference(
+        h in hyper(),
+        data in proptest::collection::vec((value(), value(), 0.0f32..4.0, value(), any::<bool>()), 0..150),
+        div in prop_oneof![Just(1.0f32), Just(2.0), Just(3.0), 1.0f32..16.0],
+    ) {
+        let x0: Vec<f32> = data.iter().map(|d| d.0).collect();
+        let m0: Vec<f32> = data.iter().map(|d| d.1).collect();
+        let v0: Vec<f32> = data.iter().map(|d| d.2).collect();
+        let g: Vec<f32> = data.iter().map(|d| if d.4 { 0.0 } else { d.3 }).collect();
+        let (mut xr, mut mr, mut vr, mut zr) = (x0.clone(), m0.clone(), v0.clone(), vec![true; g.len()]);
+        reference(&h, &mut xr, &mut mr, &mut vr, &g, div, &mut zr);
+        for k in Kernel::all_available() {
+            let (mut x, mut m, mut v, mut z) = (x0.clone(), m0.clone(), v0.clone(), vec![true; g.len()]);
+            h.step_scaled(k, &mut x, &mut m, &mut v, &g, div, Some(&mut z)).unwrap();
+            prop_assert_eq!(bits(&x), bits(&xr), "x on {:?}", k);
+            prop_assert_eq!(bits(&m), bits(&mr), "m on {:?}", k);
+            prop_assert_eq!(bits(&v), bits(&vr), "v on {:?}", k);
+            prop_assert_eq!(&z, &zr, "zero mask on {:?}", k);
+            // Without the mask: the same numbers.
+            let (mut x2, mut m2, mut v2) = (x0.clone(), m0.clone(), v0.clone());
+            h.step_scaled(k, &mut x2, &mut m2, &mut v2, &g, div, None).unwrap();
+            prop_assert_eq!(bits(&x2), bits(&xr), "x without mask on {:?}", k);
+        }
+    }
+
+    /// The frozen-`v` update alone matches the reference's update pass.
+    #[test]
+    fn update_matches_the_reference(
+        h in hyper(),
+        data in proptest::collection::vec((value(), value(), 0.0f32..4.0), 0..150),
+    ) {
+        let x0: Vec<f32> = data.iter().map(|d| d.0).collect();
+        let m: Vec<f32> = data.iter().map(|d| d.1).collect();
+        let v: Vec<f32> = data.iter().map(|d| d.2).collect();
+        let mut xr = x0.clone();
+        update_reference(&h, &mut xr, &m, &v);
+        for k in Kernel::all_available() {
+            let mut x = x0.clone();
+            h.update(k, &mut x, &m, &v).unwrap();
+            prop_assert_eq!(bits(&x), bits(&xr), "update on {:?}", k);
+        }
+    }
+}
+
+#[test]
+fn detected_kernel_is_available_and_the_vector_paths_exist_on_x86_64() {
+    let k = Kernel::detect();
+    assert!(k.is_available());
+    if cfg!(target_arch = "x86_64") {
+        assert!(Kernel::Sse2.is_available());
+        assert_ne!(k, Kernel::Scalar);
+    }
+}
+
+#[test]
+fn wrong_lengths_are_errors_and_change_nothing() {
+    let h = AdamW::default();
+    let (mut x, mut m, mut v) = (vec![1.0f32; 8], vec![0.5f32; 8], vec![0.25f32; 7]);
+    let g = vec![0.1f32; 8];
+    assert_eq!(
+        h.step(&mut x, &mut m, &mut v, &g),
+        Err(OneBitError::Length {
+            expected: 8,
+            found: 7
+        })
+    );
+    assert_eq!(x, vec![1.0; 8]);
+    assert_eq!(m, vec![0.5; 8]);
+    let mut z = vec![true; 3];
+    let mut v8 = vec![0.25f32; 8];
+    assert!(
+        h.step_scaled(
+            Kernel::detect(),
+            &mut x,
+            &mut m,
+            &mut v8,
+            &g,
+            1.0,
+            Some(&mut z)
+        )
+        .is_err()
+    );
+    assert_eq!(x, vec![1.0; 8]);
+    assert!(h.update(Kernel::detect(), &mut x, &m[..4], &v8).is_err());
+}
+
+/// One step from zero state with `g = 1`, no bias correction: `m = 1 − β₁`,
+/// `v = 1 − β₂` (as rounded in `f32`), `x = 1 − lr·m/(√v + ε)`, on every path.
+#[test]
+fn a_known_step() {
+    let h = AdamW::default();
+    for k in Kernel::all_available() {
+        let (mut x, mut m, mut v) = (vec![1.0f32; 19], vec![0.0f32; 19], vec![0.0f32; 19]);
+        h.step_scaled(k, &mut x, &mut m, &mut v, &[1.0; 19], 1.0, None)
+            .unwrap();
+        let m1 = 1.0f32 - 0.9;
+        let v1 = 1.0f32 - 0.999;
+        let want = 1.0 - 1e-3 * (m1 / (v1.sqrt() + 1e-8));
+        assert!(x.iter().all(|&xi| xi == want), "{k:?}: {x:?} vs {want}");
+    }
+}

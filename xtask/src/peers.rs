@@ -1,0 +1,248 @@
+//! `cargo xtask bench --peers [--rounds R]`: same-run, interleaved
+//! comparisons of our dense kernels with PyTorch and numpy (opt-in only:
+//! it installs torch, ~3 GB, into a venv under `target/peers/venv`; never
+//! part of CI).
+//!
+//! Two resident processes hold their tensors for the whole run: ours
+//! (`basis-rayon`'s `peers` example) and the peer (`xtask/peers.py`). Each
+//! round asks every kernel of both for one timed call, alternating between
+//! the processes and reversing the order every other round, so a burst of
+//! load from elsewhere hits both sides alike. The table gives medians over
+//! the rounds and the median of the per-round ratios; the load average is
+//! printed before and after.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use crate::util::{self, root};
+
+/// One timing server (ours or the peer), one line per request.
+struct Server {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Server {
+    fn spawn(cmd: &mut Command) -> Result<Self, String> {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("spawn {cmd:?}: {e}"))?;
+        let stdin = child.stdin.take().ok_or("no stdin")?;
+        let stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?);
+        Ok(Self {
+            child,
+            stdin,
+            stdout,
+        })
+    }
+
+    fn time(&mut self, kernel: &str) -> Result<f64, String> {
+        writeln!(self.stdin, "{kernel}").map_err(|e| e.to_string())?;
+        self.stdin.flush().map_err(|e| e.to_string())?;
+        let mut line = String::new();
+        self.stdout
+            .read_line(&mut line)
+            .map_err(|e| e.to_string())?;
+        line.trim()
+            .parse()
+            .map_err(|_| format!("`{kernel}`: bad answer {line:?} (did the server die?)"))
+    }
+
+    fn quit(mut self) {
+        let _ = writeln!(self.stdin, "quit");
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Side {
+    Ours,
+    Peer,
+}
+
+/// One kernel on one side.
+type Call = (Side, &'static str);
+
+/// Each round's calls, in order (reversed on odd rounds).
+const CALLS: [Call; 10] = [
+    (Side::Ours, "adam1"),
+    (Side::Peer, "adam1"),
+    (Side::Ours, "onebit_local"),
+    (Side::Ours, "adam2"),
+    (Side::Peer, "adam2"),
+    (Side::Ours, "pack"),
+    (Side::Peer, "packbits"),
+    (Side::Ours, "sum"),
+    (Side::Ours, "compress"),
+    (Side::Ours, "memcpy"),
+];
+
+/// What the table compares: `(label, fast side, baseline side, how to read)`;
+/// the ratio is baseline time ÷ our time (> 1: ours is faster).
+const PAIRS: [(&str, Call, Call, &str); 6] = [
+    (
+        "dense Adam, 1 thread vs torch Adam(fused=True)",
+        (Side::Ours, "adam1"),
+        (Side::Peer, "adam1"),
+        "target >= 1.0x",
+    ),
+    (
+        "dense Adam, 2 threads vs torch fused, 2 threads",
+        (Side::Ours, "adam2"),
+        (Side::Peer, "adam2"),
+        "target >= 1.0x",
+    ),
+    (
+        "1-bit local step (momentum + compression) vs torch fused Adam, 1 thread",
+        (Side::Ours, "onebit_local"),
+        (Side::Peer, "adam1"),
+        "target >= 1.0x",
+    ),
+    (
+        "fused compressor vs memcpy (share of memcpy's speed)",
+        (Side::Ours, "compress"),
+        (Side::Ours, "memcpy"),
+        "target >= 0.60",
+    ),
+    (
+        "pack_signs_into vs numpy.packbits(~(x < 0))",
+        (Side::Ours, "pack"),
+        (Side::Peer, "packbits"),
+        "target >= 1.5x",
+    ),
+    (
+        "pack_signs_into vs read-only sum (share of its speed)",
+        (Side::Ours, "pack"),
+        (Side::Ours, "sum"),
+        "target >= 0.90",
+    ),
+];
+
+pub(crate) fn run(args: &[String]) -> Result<(), String> {
+    let mut rounds = 9usize;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--peers" => {}
+            "--rounds" => {
+                rounds = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|&r| r >= 1)
+                    .ok_or("--rounds needs a positive number")?;
+            }
+            other => {
+                return Err(format!(
+                    "unknown argument `{other}` (bench --peers [--rounds R])"
+                ));
+            }
+        }
+    }
+    let root = root();
+    let python = ensure_venv(&root.join("target/peers/venv"))?;
+    util::run(util::cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "basis-rayon",
+        "--example",
+        "peers",
+    ]))?;
+    println!("load average before: {}", loadavg());
+    let mut ours = Server::spawn(&mut Command::new(
+        root.join("target/release/examples/peers"),
+    ))?;
+    let mut peer = Server::spawn(Command::new(&python).arg(root.join("xtask/peers.py")))?;
+    // Warm-up round (page faults, first-touch, thread start-up): not kept.
+    let mut call = |side: Side, kernel: &str| match side {
+        Side::Ours => ours.time(kernel),
+        Side::Peer => peer.time(kernel),
+    };
+    for &(side, kernel) in &CALLS {
+        call(side, kernel)?;
+    }
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); CALLS.len()];
+    for r in 0..rounds {
+        let order: Vec<usize> = if r % 2 == 0 {
+            (0..CALLS.len()).collect()
+        } else {
+            (0..CALLS.len()).rev().collect()
+        };
+        for i in order {
+            let (side, kernel) = CALLS[i];
+            times[i].push(call(side, kernel)?);
+        }
+    }
+    ours.quit();
+    peer.quit();
+    let load_after = loadavg();
+    let index = |want: (Side, &str)| CALLS.iter().position(|&c| c == want);
+    println!("\n{rounds} interleaved rounds; medians in ms");
+    for (i, &(side, kernel)) in CALLS.iter().enumerate() {
+        let who = if side == Side::Ours { "ours" } else { "peer" };
+        println!(
+            "  {who} {kernel:<13} median {:8.2}  min {:8.2}",
+            median(&times[i]),
+            min(&times[i])
+        );
+    }
+    println!();
+    for (label, fast, base, target) in PAIRS {
+        let (Some(f), Some(b)) = (index(fast), index(base)) else {
+            continue;
+        };
+        let per_round: Vec<f64> = times[b].iter().zip(&times[f]).map(|(b, f)| b / f).collect();
+        println!(
+            "{label}: {:.2} (median of per-round ratios; range {:.2}-{:.2}); ratio of medians {:.2}  [{target}]",
+            median(&per_round),
+            min(&per_round),
+            per_round.iter().copied().fold(f64::MIN, f64::max),
+            median(&times[b]) / median(&times[f]),
+        );
+    }
+    println!("load average after: {load_after}");
+    Ok(())
+}
+
+/// The venv's python, created and provisioned on first use.
+fn ensure_venv(venv: &Path) -> Result<std::path::PathBuf, String> {
+    let python = venv.join("bin/python");
+    if !python.exists() {
+        util::run(Command::new("python3").args(["-m", "venv"]).arg(venv))?;
+    }
+    let ready = Command::new(&python)
+        .args(["-c", "import numpy, torch"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ready {
+        // Plain PyPI: the default torch wheel runs on CPU (~3 GB with its
+        // CUDA libraries, which this benchmark never loads).
+        util::run(Command::new(venv.join("bin/pip")).args(["install", "numpy", "torch"]))?;
+    }
+    Ok(python)
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    match s.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
+    }
+}
+
+fn min(v: &[f64]) -> f64 {
+    v.iter().copied().fold(f64::INFINITY, f64::min)
+}
