@@ -1,5 +1,6 @@
 //! Command-line arguments (clap derive).
 
+use crate::data::criteo_synth::CriteoSynthConfig;
 use crate::data::{Format, LoadOptions, synthetic::SynthConfig};
 use crate::deep::{DenseOpt, ModelKind};
 use crate::spec::OptSpec;
@@ -70,6 +71,9 @@ pub(crate) struct DataArgs {
     /// Synthetic data: Zipf exponent of the ids.
     #[arg(long, default_value_t = SynthConfig::default().zipf)]
     pub(crate) synthetic_zipf: f64,
+    /// `criteo-synth`: total categorical id space (over the 26 fields).
+    #[arg(long, default_value_t = CriteoSynthConfig::default().ids)]
+    pub(crate) synthetic_ids: u64,
 }
 
 impl DataArgs {
@@ -88,6 +92,13 @@ impl DataArgs {
                 noise: self.synthetic_noise,
                 zipf: self.synthetic_zipf,
                 ..SynthConfig::default()
+            },
+            criteo_synth: CriteoSynthConfig {
+                examples: self.synthetic_examples,
+                ids: self.synthetic_ids,
+                zipf: self.synthetic_zipf,
+                noise: self.synthetic_noise,
+                seed: self.synthetic_seed,
             },
             positive: self.positive.clone(),
             body_only: self.body_only,
@@ -126,10 +137,13 @@ pub(crate) struct ModelArgs {
     /// the dense parameters use 1-bit Adam.
     #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = validate::count_usize)]
     pub(crate) workers: usize,
-    /// Model: `fm`, or `deepfm` (FM + an MLP over the per-field embeddings).
+    /// Model: `fm`, `deepfm` (FM + an MLP over the per-field embeddings) or
+    /// `dlrm` (bottom MLP on dense features, pairwise dots, top MLP; needs
+    /// `--format criteo-synth`).
     #[arg(long, value_enum, default_value_t = ModelKind::Fm)]
     pub(crate) model: ModelKind,
-    /// DeepFM tower widths, comma-separated; the last must be 1 (the logit).
+    /// DeepFM tower (DLRM: top tower) widths, comma-separated; the last must
+    /// be 1 (the logit).
     #[arg(
         long,
         value_name = "W,W,...,1",
@@ -137,6 +151,14 @@ pub(crate) struct ModelArgs {
         default_value = "512,256,1"
     )]
     pub(crate) mlp: Vec<usize>,
+    /// DLRM bottom tower hidden widths (its output, `--dim`, is appended).
+    #[arg(
+        long,
+        value_name = "W,W,...",
+        value_delimiter = ',',
+        default_value = "64"
+    )]
+    pub(crate) bottom_mlp: Vec<usize>,
     /// Dense-parameter optimizer of data-parallel runs (`--workers P`).
     #[arg(long, value_enum, default_value_t = DenseOpt::OnebitAdam)]
     pub(crate) dense_opt: DenseOpt,

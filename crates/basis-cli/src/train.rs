@@ -4,6 +4,7 @@
 use crate::checkpoint::{self, Checkpoint};
 use crate::cli::ModelArgs;
 use crate::data::Dataset;
+use crate::deep::{DeepFm, Dlrm, Tower};
 use crate::metrics::{auc, log_loss};
 use crate::model::{DenseAdam, Fm, Grads};
 use crate::optim::{self, Telemetry};
@@ -150,9 +151,17 @@ fn fingerprint(ds: &Dataset, run: &Run<'_>) -> (u64, String) {
     ];
     let mut pairs: Vec<(&str, String)> = pairs.into();
     // FM runs keep their old fingerprint (existing checkpoints stay valid).
-    if m.model != crate::deep::ModelKind::Fm {
-        pairs.push(("--model", format!("{:?}", m.model)));
-        pairs.push(("--mlp", format!("{:?}", m.mlp)));
+    match m.model {
+        crate::deep::ModelKind::Fm => {}
+        crate::deep::ModelKind::Deepfm => {
+            pairs.push(("--model", "Deepfm".into()));
+            pairs.push(("--mlp", format!("{:?}", m.mlp)));
+        }
+        kind => {
+            pairs.push(("--model", format!("{kind:?}")));
+            pairs.push(("--mlp", format!("{:?}", m.mlp)));
+            pairs.push(("--bottom-mlp", format!("{:?}", m.bottom_mlp)));
+        }
     }
     let text: Vec<&str> = pairs.iter().map(|(_, v)| v.as_str()).collect();
     let lines: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
@@ -169,13 +178,18 @@ pub(crate) fn build_model(ds: &Dataset, m: &ModelArgs) -> Result<Fm, String> {
     let fm = Fm::new(ds.rows, m.dim, m.init_std, m.seed)?;
     match m.model {
         crate::deep::ModelKind::Fm => Ok(fm),
-        crate::deep::ModelKind::Deepfm => {
+        kind => {
             let fields = [&ds.train, &ds.valid, &ds.test]
                 .iter()
                 .map(|e| e.field_count())
                 .max()
                 .unwrap_or(1);
-            let tower = crate::deep::DeepFm::new(m.dim, fields, &m.mlp)?;
+            let tower = if kind == crate::deep::ModelKind::Dlrm {
+                let w = ds.train.dense_width;
+                Tower::Dlrm(Dlrm::new(m.dim, fields, w, &m.bottom_mlp, &m.mlp)?)
+            } else {
+                Tower::DeepFm(DeepFm::new(m.dim, fields, &m.mlp)?)
+            };
             fm.with_tower(tower, m.seed)
         }
     }
