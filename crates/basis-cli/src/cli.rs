@@ -123,6 +123,18 @@ pub(crate) struct ModelArgs {
     /// the dense parameters use 1-bit Adam.
     #[arg(long, default_value_t = 1)]
     pub(crate) workers: usize,
+    /// Shard the embedding table by row over the `--workers` ranks (each
+    /// rank holds only its rows and their optimizer state; ids and rows move
+    /// by all-to-all). Without it every rank holds a full replica.
+    #[arg(long, value_enum)]
+    pub(crate) shard: Option<ShardMode>,
+}
+
+/// How the embedding table is laid out over the ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ShardMode {
+    /// Row-sharded: row id → owner rank by a balanced-hash hash.
+    Rows,
 }
 
 /// Outputs.

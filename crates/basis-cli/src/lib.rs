@@ -4,6 +4,8 @@
 #![doc = include_str!("../README.md")]
 #![forbid(unsafe_code)]
 
+extern crate alloc;
+
 mod checkpoint;
 mod cli;
 mod compare;
@@ -17,6 +19,7 @@ mod parallel;
 mod plot;
 mod progress;
 mod rng;
+mod shard;
 mod spec;
 mod train;
 

@@ -85,6 +85,9 @@ pub(crate) struct RunResult {
     pub(crate) comm_bytes: Option<u64>,
     /// CRC-32 of the final model table and dense parameters (equal iff bit-identical).
     pub(crate) model_crc32: u32,
+    /// Per-rank figures of a row-sharded run (`--shard rows`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) sharded: Option<crate::shard::ShardReport>,
 }
 
 /// A run: optimizer, model options, checkpoint file.
@@ -159,6 +162,9 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
     let m = run.model;
     if m.dim == 0 || m.batch == 0 {
         return Err("--dim and --batch must be >= 1".into());
+    }
+    if m.shard.is_some() {
+        return crate::shard::train(ds, run);
     }
     if m.workers > 1 {
         return crate::parallel::train(ds, run);
@@ -309,5 +315,6 @@ pub(crate) fn finish(
         telemetry: opt.telemetry(),
         comm_bytes,
         model_crc32: model_crc(fm),
+        sharded: None,
     }
 }
