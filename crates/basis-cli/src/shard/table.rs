@@ -173,8 +173,8 @@ impl RowAccess for ShardTable {
 mod tests {
     use super::*;
     use crate::spec::OptSpec;
-    use basis_core::RowIndex;
     use alloc::collections::BTreeMap;
+    use basis_core::RowIndex;
 
     /// The obviously correct reference: a `BTreeMap` table by id and the
     /// same optimizer with its own sparse id index, stepped by id.
