@@ -4,6 +4,7 @@
 use crate::checkpoint::{self, Checkpoint};
 use crate::cli::ModelArgs;
 use crate::data::Dataset;
+use crate::deep::{DeepFm, Dlrm, Tower};
 use crate::metrics::{auc, log_loss};
 use crate::model::{DenseAdam, Fm, Grads};
 use crate::optim::{self, Telemetry};
@@ -83,6 +84,12 @@ pub(crate) struct RunResult {
     pub(crate) telemetry: Option<Telemetry>,
     /// Bytes sent per rank by the data-parallel collectives (`--workers`).
     pub(crate) comm_bytes: Option<u64>,
+    /// Of those, the sparse row exchange.
+    pub(crate) comm_sparse_bytes: Option<u64>,
+    /// Of those, the dense optimizer's collectives (`--dense-opt`).
+    pub(crate) comm_dense_bytes: Option<u64>,
+    /// Dense parameters (1 for the FM's bias; with a tower, `1 + MLP`).
+    pub(crate) dense_params: usize,
     /// CRC-32 of the final model table and dense parameters (equal iff bit-identical).
     pub(crate) model_crc32: u32,
     /// Per-rank figures of a row-sharded run (`--shard rows`).
@@ -143,7 +150,47 @@ fn fingerprint(ds: &Dataset, run: &Run<'_>) -> u64 {
         m.dense_lr,
         m.seed
     );
+    // FM runs keep their old fingerprint (existing checkpoints stay valid).
+    let text = match m.model {
+        crate::deep::ModelKind::Fm => text,
+        crate::deep::ModelKind::Deepfm => format!("{text}|Deepfm|{:?}", m.mlp),
+        kind => format!("{text}|{kind:?}|{:?}|{:?}", m.mlp, m.bottom_mlp),
+    };
     balanced_hash::murmur3::x64_128(text.as_bytes(), 0)[0]
+}
+
+/// The model `run` asks for, initialised from its seed.
+///
+/// Fails on a bad `--mlp` or a tower that cannot be allocated.
+pub(crate) fn build_model(ds: &Dataset, m: &ModelArgs) -> Result<Fm, String> {
+    let fm = Fm::new(ds.rows, m.dim, m.init_std, m.seed);
+    match build_tower(ds, m)? {
+        None => Ok(fm),
+        Some(tower) => fm.with_tower(tower, m.seed),
+    }
+}
+
+/// The dense tower `m` asks for (`None` for the plain FM), without a table
+/// (a row-sharded trainer holds only its shard).
+///
+/// Fails on a bad `--mlp`.
+pub(crate) fn build_tower(ds: &Dataset, m: &ModelArgs) -> Result<Option<Tower>, String> {
+    match m.model {
+        crate::deep::ModelKind::Fm => Ok(None),
+        kind => {
+            let fields = [&ds.train, &ds.valid, &ds.test]
+                .iter()
+                .map(|e| e.field_count())
+                .max()
+                .unwrap_or(1);
+            Ok(Some(if kind == crate::deep::ModelKind::Dlrm {
+                let w = ds.train.dense_width;
+                Tower::Dlrm(Dlrm::new(m.dim, fields, w, &m.bottom_mlp, &m.mlp)?)
+            } else {
+                Tower::DeepFm(DeepFm::new(m.dim, fields, &m.mlp)?)
+            }))
+        }
+    }
 }
 
 fn model_crc(fm: &Fm) -> u32 {
@@ -183,7 +230,7 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
         }
     }
     let start = Instant::now();
-    let mut fm = Fm::new(ds.rows, m.dim, m.init_std, m.seed);
+    let mut fm = build_model(ds, m)?;
     let d = fm.dim();
     let mut opt = optim::build(run.spec, ds.rows, d, m.seed)?;
     let mut dense_opt = DenseAdam::new(fm.dense.len(), m.dense_lr);
@@ -225,7 +272,7 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
         rng.shuffle(&mut order);
         let mut loss_sum = 0.0;
         for batch in order.chunks(m.batch) {
-            grads.compute(&fm, &ds.train, batch, m.l2);
+            grads.compute(&fm, &ds.train, batch, m.l2)?;
             loss_sum += grads.loss;
             let rep = opt.step(&grads.ids, &grads.rows, &mut fm.table, d)?;
             nonfinite += rep.rows_skipped_nonfinite as u64;
@@ -270,6 +317,17 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
     ))
 }
 
+/// Bytes one rank sent in a data-parallel run.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct CommBytes {
+    /// Everything (also the loss all-reduce).
+    pub(crate) total: u64,
+    /// The sparse row exchange.
+    pub(crate) sparse: u64,
+    /// The dense optimizer.
+    pub(crate) dense: u64,
+}
+
 /// Assemble the result record.
 #[allow(clippy::too_many_arguments)] // one call site per trainer; a struct would only rename the list
 pub(crate) fn finish(
@@ -281,7 +339,7 @@ pub(crate) fn finish(
     final_metrics: EpochPoint,
     nonfinite: u64,
     start: Instant,
-    comm_bytes: Option<u64>,
+    comm: Option<CommBytes>,
 ) -> RunResult {
     let mem = opt.memory();
     let state = mem.total_bytes - mem.scratch;
@@ -313,7 +371,10 @@ pub(crate) fn finish(
         wall_secs: start.elapsed().as_secs_f64(),
         nonfinite_rows: nonfinite,
         telemetry: opt.telemetry(),
-        comm_bytes,
+        comm_bytes: comm.map(|c| c.total),
+        comm_sparse_bytes: comm.map(|c| c.sparse),
+        comm_dense_bytes: comm.map(|c| c.dense),
+        dense_params: fm.dense.len(),
         model_crc32: model_crc(fm),
         sharded: None,
     }

@@ -1,6 +1,7 @@
 //! The sharded-training determinism check of `cargo xtask mpi`: a
 //! row-sharded `basis train` under `mpirun -np N` must give the bits
-//! (`model_crc32`) of the same run over `LocalComm` threads, for N = 2, 3, 4.
+//! (`model_crc32`) of the same run over `LocalComm` threads, for N = 2, 3, 4,
+//! with the FM and with DeepFM (a tower trained by 1-bit Adam).
 
 use super::{CHECK_RANKS, Transport, mpirun, outer, target_dir};
 use crate::util::{self, cargo};
@@ -11,6 +12,13 @@ use std::time::Instant;
 
 /// Wall-clock limit of one sharded `mpirun` (the run takes a few seconds).
 const LIMIT: Duration = Duration::from_secs(120);
+
+/// The models checked: the FM, and DeepFM with a small tower (1-bit Adam
+/// at a learning rate where it stays finite on this data).
+const MODELS: [&[&str]; 2] = [
+    &["--model", "fm"],
+    &["--model", "deepfm", "--mlp", "32,1", "--dense-lr", "0.001"],
+];
 
 /// A small run: 20 000 synthetic examples, one epoch.
 const ARGS: [&str; 10] = [
@@ -40,20 +48,23 @@ pub(super) fn check() -> Result<(), String> {
     let exe = target_dir().join("debug/basis");
     let dir = std::env::temp_dir().join(format!("basis-shard-check-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let result = CHECK_RANKS
-        .iter()
-        .try_for_each(|&np| compare(&exe, &dir, np));
+    let result = MODELS.iter().try_for_each(|model| {
+        CHECK_RANKS
+            .iter()
+            .try_for_each(|&np| compare(&exe, &dir, np, model))
+    });
     let _ = std::fs::remove_dir_all(&dir);
     result
 }
 
-fn compare(exe: &Path, dir: &Path, np: usize) -> Result<(), String> {
+fn compare(exe: &Path, dir: &Path, np: usize, model: &[&str]) -> Result<(), String> {
     let t = Instant::now();
     let workers = np.to_string();
     let local_json = dir.join(format!("local-{np}.json"));
     let mut local = Command::new(exe);
     local
         .args(ARGS)
+        .args(model)
         .args(["--workers", &workers, "--json"])
         .arg(&local_json);
     if !util::run_with_timeout(&mut local, LIMIT)? {
@@ -63,6 +74,7 @@ fn compare(exe: &Path, dir: &Path, np: usize) -> Result<(), String> {
     let mut cmd = mpirun(np, Transport::ShmPortable, Some(LIMIT));
     cmd.arg(exe)
         .args(ARGS)
+        .args(model)
         .args(["--workers", &workers, "--json"])
         .arg(&mpi_json);
     if !util::run_with_timeout(&mut cmd, outer(LIMIT))? {
@@ -71,11 +83,12 @@ fn compare(exe: &Path, dir: &Path, np: usize) -> Result<(), String> {
     let (a, b) = (crc(&local_json)?, crc(&mpi_json)?);
     if a != b {
         return Err(format!(
-            "sharded run on {np} ranks: mpirun model_crc32 {b}, LocalComm {a}"
+            "sharded run {model:?} on {np} ranks: mpirun model_crc32 {b}, LocalComm {a}"
         ));
     }
     eprintln!(
-        "  sharded train on {np} ranks: mpirun = LocalComm (model crc32 {a}, {:.1}s)",
+        "  sharded train {} on {np} ranks: mpirun = LocalComm (model crc32 {a}, {:.1}s)",
+        model[1],
         t.elapsed().as_secs_f64()
     );
     Ok(())

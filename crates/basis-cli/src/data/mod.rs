@@ -13,13 +13,14 @@
 //! malformed line is an error. See `docs/DATA.md`.
 
 pub(crate) mod criteo;
+pub(crate) mod criteo_synth;
 pub(crate) mod libsvm;
 pub mod lines;
 pub(crate) mod movielens;
 pub(crate) mod synthetic;
 pub(crate) mod text;
 
-use crate::hashing::KeyMap;
+use crate::hashing::{KeyMap, field_of};
 use crate::rng::Rng;
 use core::fmt;
 use serde::Serialize;
@@ -36,6 +37,8 @@ pub(crate) enum Format {
     Movielens,
     /// Criteo TSV: label, 13 integer and 26 categorical columns.
     Criteo,
+    /// Streaming synthetic Criteo-like data: 13 integer + 26 Zipf categorical fields (no file).
+    CriteoSynth,
     /// libsvm / svmlight: `label idx:val idx:val ...`.
     Libsvm,
     /// A directory with one sub-directory per label; each file is one document.
@@ -48,6 +51,7 @@ impl fmt::Display for Format {
             Self::Synthetic => "synthetic",
             Self::Movielens => "movielens",
             Self::Criteo => "criteo",
+            Self::CriteoSynth => "criteo-synth",
             Self::Libsvm => "libsvm",
             Self::Text => "text",
         })
@@ -221,6 +225,10 @@ pub(crate) struct RawData {
     values: Vec<f32>,
     labels: Vec<f32>,
     times: Vec<i64>,
+    /// Dense (continuous) features, `dense_width` per example (DLRM's
+    /// bottom tower); only `criteo-synth` has them, others have width 0.
+    dense: Vec<f32>,
+    dense_width: usize,
     /// Whether `times` are real timestamps (time-ordered split) or line order.
     pub(crate) timed: bool,
 }
@@ -247,20 +255,45 @@ impl RawData {
         self.times.push(time);
     }
 
+    /// Append one example with `dense` continuous features (every example
+    /// of a data set has the same number).
+    pub(crate) fn push_with_dense(
+        &mut self,
+        features: &[(u64, f32)],
+        dense: &[f32],
+        label: f32,
+        time: i64,
+    ) {
+        self.dense_width = dense.len();
+        self.dense.extend_from_slice(dense);
+        self.push(features, label, time);
+    }
+
     /// Number of examples.
     pub(crate) fn len(&self) -> usize {
         self.labels.len()
     }
+
+    /// Dense features of example `i` (empty without them).
+    fn dense_of(&self, i: usize) -> &[f32] {
+        let w = self.dense_width;
+        self.dense.get(i * w..(i + 1) * w).unwrap_or(&[])
+    }
 }
 
 /// Examples mapped to table rows (CSR: example `e` has rows
-/// `rows[offsets[e]..offsets[e+1]]` with values, and a label).
+/// `rows[offsets[e]..offsets[e+1]]` with values and field ids, and a label).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Examples {
     pub(crate) offsets: Vec<usize>,
     pub(crate) rows: Vec<u32>,
     pub(crate) values: Vec<f32>,
+    /// Field of each feature (from its key, [`crate::hashing::field_of`]).
+    pub(crate) fields: Vec<u8>,
     pub(crate) labels: Vec<f32>,
+    /// Dense features, `dense_width` per example (DLRM; often width 0).
+    pub(crate) dense: Vec<f32>,
+    pub(crate) dense_width: usize,
 }
 
 impl Examples {
@@ -280,6 +313,15 @@ impl Examples {
     pub(crate) fn features(&self, e: usize) -> (&[u32], &[f32]) {
         let (a, b) = (self.offsets[e], self.offsets[e + 1]);
         (&self.rows[a..b], &self.values[a..b])
+    }
+
+    /// Number of fields: one more than the largest field id (at least 1).
+    pub(crate) fn field_count(&self) -> usize {
+        self.fields
+            .iter()
+            .copied()
+            .max()
+            .map_or(1, |f| usize::from(f) + 1)
     }
 
     /// Fraction of positive labels.
@@ -330,6 +372,8 @@ pub(crate) struct LoadOptions {
     pub(crate) split_seed: u64,
     /// Synthetic generator parameters.
     pub(crate) synthetic: synthetic::SynthConfig,
+    /// `criteo-synth` generator parameters.
+    pub(crate) criteo_synth: criteo_synth::CriteoSynthConfig,
     /// The label folder that counts as positive in a text corpus.
     pub(crate) positive: Option<String>,
     /// Text corpus: skip each document's header block.
@@ -356,7 +400,7 @@ pub(crate) fn load(opts: &LoadOptions) -> Result<Dataset, DataError> {
             .clone()
             .ok_or_else(|| DataError::Config(format!("format `{}` needs --data PATH", opts.format)))
     };
-    if opts.format == Format::Synthetic && opts.path.is_some() {
+    if matches!(opts.format, Format::Synthetic | Format::CriteoSynth) && opts.path.is_some() {
         return Err(DataError::Config(
             "--data needs --format (movielens, criteo, libsvm or text); synthetic data has no file"
                 .into(),
@@ -367,6 +411,10 @@ pub(crate) fn load(opts: &LoadOptions) -> Result<Dataset, DataError> {
             synthetic::generate(&opts.synthetic)?,
             format!("synthetic ({})", opts.synthetic.describe()),
         ),
+        Format::CriteoSynth => {
+            let (raw, what) = criteo_synth::generate(&opts.criteo_synth)?;
+            (raw, format!("criteo-synth ({what})"))
+        }
         Format::Movielens => {
             let p = path()?;
             (
@@ -430,6 +478,7 @@ fn index(
     let mut vocab: KeyMap<u32> = KeyMap::default();
     let mut row_counts: Vec<u32> = Vec::new();
     let mut train = Examples::new();
+    train.dense_width = raw.dense_width;
     for &i in &order[..n_train] {
         for j in raw.offsets[i]..raw.offsets[i + 1] {
             let next = vocab.len() as u32;
@@ -440,23 +489,28 @@ fn index(
             row_counts[row as usize] += 1;
             train.rows.push(row);
             train.values.push(raw.values[j]);
+            train.fields.push(field_of(raw.keys[j]));
         }
         train.offsets.push(train.rows.len());
         train.labels.push(raw.labels[i]);
+        train.dense.extend_from_slice(raw.dense_of(i));
     }
     let mut map = |idx: &[usize]| {
         let mut ex = Examples::new();
+        ex.dense_width = raw.dense_width;
         for &i in idx {
             for j in raw.offsets[i]..raw.offsets[i + 1] {
                 if let Some(&row) = vocab.get(&raw.keys[j]) {
                     ex.rows.push(row);
                     ex.values.push(raw.values[j]);
+                    ex.fields.push(field_of(raw.keys[j]));
                 } else {
                     report.unseen_features += 1;
                 }
             }
             ex.offsets.push(ex.rows.len());
             ex.labels.push(raw.labels[i]);
+            ex.dense.extend_from_slice(raw.dense_of(i));
         }
         ex
     };

@@ -32,7 +32,6 @@ use basis_core::RowIndex;
 use basis_std::local::LocalComm;
 use comm_traits::Communicator;
 use core::time::Duration;
-use onebit_adam::{Config as OneBitConfig, OneBitAdam};
 use std::time::Instant;
 
 pub(crate) use report::ShardReport;
@@ -105,6 +104,15 @@ fn options(ds: &Dataset, run: &Run<'_>) -> Vec<(&'static str, u64)> {
         ("--l2", u64::from(m.l2.to_bits())),
         ("--dense-lr", u64::from(m.dense_lr.to_bits())),
         ("--seed", m.seed),
+        ("--model", m.model as u64),
+        (
+            "--mlp",
+            balanced_hash::murmur3::x64_128(
+                format!("{:?}|{:?}", m.mlp, m.bottom_mlp).as_bytes(),
+                0,
+            )[0],
+        ),
+        ("--dense-opt", m.dense_opt as u64),
         ("data set", data),
         ("training examples", ds.train.len() as u64),
         ("test examples", ds.test.len() as u64),
@@ -146,8 +154,10 @@ fn share(batch: &[usize], rank: usize, p: usize) -> Vec<usize> {
 struct Rank {
     table: ShardTable,
     opt: Optimizer,
-    dense: Vec<f32>,
-    k: usize,
+    /// The model with `table` = the rows gathered for the current batch
+    /// (positions in its sorted unique ids); `dense` and `tower` are the
+    /// replicated dense part.
+    model: Fm,
     sparse_bytes: u64,
 }
 
@@ -165,22 +175,27 @@ fn remap(ex: &Examples, batch: &[usize], uniq: &[u64]) -> Examples {
             out.rows.push(pos as u32);
         }
         out.values.extend_from_slice(values);
+        let (a, b) = (ex.offsets[e], ex.offsets[e + 1]);
+        out.fields.extend_from_slice(&ex.fields[a..b]);
         out.offsets.push(out.rows.len());
         out.labels.push(ex.labels[e]);
+        let w = ex.dense_width;
+        out.dense.extend_from_slice(&ex.dense[e * w..(e + 1) * w]);
     }
+    out.dense_width = ex.dense_width;
     out
 }
 
 impl Rank {
-    /// Steps 1–2: the unique rows of `batch`, fetched from their owners, as
-    /// a small model over positions in `req.uniq`.
+    /// Steps 1–2: the unique rows of `batch`, fetched from their owners,
+    /// into `self.model.table` (positions in `req.uniq`).
     fn gather(
         &mut self,
         comm: &mut dyn Communicator,
         owner: Owner<'_>,
         ex: &Examples,
         batch: &[usize],
-    ) -> Result<(Request, Vec<u32>, Fm), String> {
+    ) -> Result<(Request, Vec<u32>), String> {
         let before = comm.stats();
         let rank = comm.rank();
         let err = |e: comm_traits::CommError| format!("rank {rank}: {e}");
@@ -190,25 +205,22 @@ impl Rank {
             .collect();
         let req = route::request(comm, owner, wanted).map_err(err)?;
         let slots = self.table.slots_for(&req.received, &mut self.opt)?;
-        let d = self.k + 1;
+        let d = self.model.dim();
         let mut serve = Vec::with_capacity(slots.len() * d);
         for &s in &slots {
             serve.extend_from_slice(self.table.row(s));
         }
         let rows = route::exchange_f32(comm, &serve, &req.per_rank, &req.per_owner, d)
             .map_err(|e| format!("rank {}: {e}", comm.rank()))?;
-        let mut gathered = vec![0.0f32; req.uniq.len() * d];
+        let gathered = &mut self.model.table;
+        gathered.clear();
+        gathered.resize(req.uniq.len() * d, 0.0);
         for (k, &id) in req.sent.iter().enumerate() {
             let pos = req.uniq.binary_search(&id).unwrap_or(0);
             gathered[pos * d..(pos + 1) * d].copy_from_slice(&rows[k * d..(k + 1) * d]);
         }
         self.sparse_bytes += comm.stats().since(&before).bytes_sent;
-        let fm = Fm {
-            k: self.k,
-            table: gathered,
-            dense: self.dense.clone(),
-        };
-        Ok((req, slots, fm))
+        Ok((req, slots))
     }
 
     /// Steps 3–4 for the sparse rows: gradients (by position in `req.uniq`)
@@ -221,7 +233,7 @@ impl Rank {
         grads: &Grads,
     ) -> Result<u64, String> {
         let before = comm.stats();
-        let d = self.k + 1;
+        let d = self.model.dim();
         let mut by_pos = vec![0.0f32; req.uniq.len() * d];
         for (k, &pos) in grads.ids.iter().enumerate() {
             let pos = pos as usize;
@@ -269,8 +281,8 @@ impl Rank {
         let all: Vec<usize> = (0..ex.len()).collect();
         for chunk in all.chunks(EVAL_CHUNK) {
             let mine = share(chunk, rank, p);
-            let (req, _, fm) = self.gather(comm, owner, ex, &mine)?;
-            let z = fm.predict(&remap(ex, &mine, &req.uniq));
+            let (req, _) = self.gather(comm, owner, ex, &mine)?;
+            let z = self.model.predict(&remap(ex, &mine, &req.uniq));
             // Everyone sends its logits to everyone.
             let counts: Vec<usize> = (0..p).map(|r| share(chunk, r, p).len()).collect();
             let send: Vec<f32> = (0..p).flat_map(|_| z.iter().copied()).collect();
@@ -316,25 +328,22 @@ pub(crate) fn rank_main(
         d,
         m.seed,
     )?;
+    // The model without a table: rows live in the shard.
+    let mut model = Fm::new(0, m.dim, m.init_std, m.seed);
+    if let Some(tower) = crate::train::build_tower(ds, m)? {
+        model = model.with_tower(tower, m.seed)?;
+    }
     let mut me = Rank {
         table: ShardTable::new(d, m.init_std, m.seed),
         opt,
-        dense: vec![0.0],
-        k: m.dim,
+        model,
         sparse_bytes: 0,
     };
     let n = ds.train.len();
     let steps_total = (n.div_ceil(m.batch) * m.epochs as usize) as u64;
-    let mut dense_opt = OneBitAdam::new(
-        me.dense.len(),
-        OneBitConfig {
-            lr: m.dense_lr,
-            freeze_step: (steps_total / 5).max(1),
-            bias_correction: true,
-            ..OneBitConfig::default()
-        },
-    )
-    .map_err(|e| e.to_string())?;
+    let mut dense_opt = m
+        .dense_opt
+        .build(me.model.dense.len(), m.dense_lr, steps_total)?;
     let mut dense_bytes = 0u64;
     let mut rng = Rng::derive(m.seed, 0x0DE5);
     let mut order: Vec<usize> = (0..n).collect();
@@ -358,18 +367,18 @@ pub(crate) fn rank_main(
         let mut loss_sum = 0.0f64;
         for batch in order.chunks(m.batch) {
             let mine = share(batch, rank, p);
-            let (req, slots, fm) = me.gather(comm, owner, &ds.train, &mine)?;
+            let (req, slots) = me.gather(comm, owner, &ds.train, &mine)?;
             let local = remap(&ds.train, &mine, &req.uniq);
-            let mut grads = Grads::new(&fm, req.uniq.len());
+            let mut grads = Grads::new(&me.model, req.uniq.len());
             let positions: Vec<usize> = (0..mine.len()).collect();
-            grads.compute_scaled(&fm, &local, &positions, m.l2, batch.len());
+            grads.compute_scaled(&me.model, &local, &positions, m.l2, batch.len())?;
             nonfinite += me.scatter(comm, &req, &slots, &grads)?;
             let before = comm.stats();
             // 1-bit Adam averages over ranks; the shares sum to the batch mean.
             let dense_grad: Vec<f32> = grads.dense.iter().map(|g| g * p as f32).collect();
             dense_opt
-                .step_with_grad(comm, &mut me.dense, &dense_grad)
-                .map_err(|e| format!("rank {rank}: 1-bit Adam: {e}"))?;
+                .step_with_grad(comm, &mut me.model.dense, &dense_grad)
+                .map_err(|e| format!("rank {rank}: {:?}: {e}", m.dense_opt))?;
             dense_bytes += comm.stats().since(&before).bytes_sent;
             let mut loss = [grads.loss as f32];
             comm.all_reduce_sum(&mut loss)
@@ -391,23 +400,23 @@ pub(crate) fn rank_main(
     }
     let sent = comm.stats().since(&stats_before).bytes_sent;
     let shard = report::gather(comm, &me.table, &me.opt, me.sparse_bytes, dense_bytes)?;
-    let crc = report::model_crc(comm, &me.table, &me.dense)?;
+    let crc = report::model_crc(comm, &me.table, &me.model.dense)?;
     let final_metrics = curve.last().cloned().ok_or("no epochs were run")?;
-    let empty = Fm {
-        k: m.dim,
-        table: Vec::new(),
-        dense: me.dense.clone(),
-    };
+    me.model.table = Vec::new();
     let mut out = finish(
         ds,
         run,
-        &empty,
+        &me.model,
         &me.opt,
         curve,
         final_metrics,
         nonfinite,
         start,
-        Some(sent),
+        Some(crate::train::CommBytes {
+            total: sent,
+            sparse: me.sparse_bytes,
+            dense: dense_bytes,
+        }),
     );
     out.model_crc32 = crc;
     out.bytes_per_row = shard.state_bytes_per_row;

@@ -77,6 +77,37 @@ fn sharded_reaches_the_single_process_auc() {
 }
 
 #[test]
+fn sharded_deepfm_reaches_the_single_process_auc() {
+    let deep = [
+        "--model",
+        "deepfm",
+        "--mlp",
+        "64,32,1",
+        "--opt",
+        "adam",
+        "--dense-opt",
+        "adam",
+    ];
+    let big = ["--synthetic-examples", "200000", "--epochs", "2"];
+    let single = args(&[&deep[..], &big[..]].concat());
+    let ds = load(&single);
+    let one = crate::train::train(&ds, &run_of(&single)).unwrap();
+    let a = args(
+        &[
+            &deep[..],
+            &big[..],
+            &["--workers", "2", "--shard", "rows"][..],
+        ]
+        .concat(),
+    );
+    let r = crate::train::train(&ds, &run_of(&a)).unwrap();
+    let (x, y) = (one.final_metrics.test_auc, r.final_metrics.test_auc);
+    assert!((x - y).abs() < 1e-3, "single {x}, sharded {y}");
+    assert_eq!(r.dense_params, one.dense_params);
+    assert!(r.dense_params > 1000, "a real tower: {}", r.dense_params);
+}
+
+#[test]
 fn repeated_runs_are_bit_identical_and_every_rank_agrees() {
     let a = args(&[
         "--workers",
