@@ -162,6 +162,18 @@ pub(crate) struct ModelArgs {
     /// Dense-parameter optimizer of data-parallel runs (`--workers P`).
     #[arg(long, value_enum, default_value_t = DenseOpt::OnebitAdam)]
     pub(crate) dense_opt: DenseOpt,
+    /// Shard the embedding table by row over the `--workers` ranks (each
+    /// rank holds only its rows and their optimizer state; ids and rows move
+    /// by all-to-all). Without it every rank holds a full replica.
+    #[arg(long, value_enum)]
+    pub(crate) shard: Option<ShardMode>,
+}
+
+/// How the embedding table is laid out over the ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ShardMode {
+    /// Row-sharded: row id → owner rank by a balanced-hash hash.
+    Rows,
 }
 
 /// Outputs.

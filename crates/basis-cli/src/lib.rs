@@ -5,6 +5,8 @@
 // `deny`, not `forbid`: `deep::gemm` wraps the one `unsafe` call (sgemm).
 #![deny(unsafe_code)]
 
+extern crate alloc;
+
 mod checkpoint;
 mod cli;
 mod compare;
@@ -19,6 +21,7 @@ mod parallel;
 mod plot;
 mod progress;
 mod rng;
+mod shard;
 mod spec;
 mod train;
 mod validate;

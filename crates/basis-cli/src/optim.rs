@@ -87,6 +87,18 @@ pub(crate) fn build(
     dim: usize,
     seed: u64,
 ) -> Result<Optimizer, String> {
+    build_indexed(spec, rows, RowIndex::Dense { rows: rows as u64 }, dim, seed)
+}
+
+/// [`build`] with an explicit row index (`Dense { rows: 0 }` for a table
+/// that grows, such as a shard store; `rows` then only sizes the buckets).
+pub(crate) fn build_indexed(
+    spec: &OptSpec,
+    rows: usize,
+    row_index: RowIndex,
+    dim: usize,
+    seed: u64,
+) -> Result<Optimizer, String> {
     let err = |e: &dyn core::fmt::Display| format!("{}: {e}", spec.label);
     // State sized by the table: name the option that sized it (`dim` is the
     // row dimension k + 1).
@@ -98,7 +110,6 @@ pub(crate) fn build(
         ),
         other => err(&other),
     };
-    let row_index = RowIndex::Dense { rows: rows as u64 };
     let lr = spec.lr();
     Ok(match spec.kind {
         Kind::Adam => Optimizer::Adam(
@@ -204,6 +215,23 @@ impl Optimizer {
         self.inner()
             .step(ids, grads, &mut t)
             .map_err(|e| e.to_string())
+    }
+
+    /// One step on any [`RowAccess`] table (a shard store's slots).
+    pub(crate) fn step_rows(
+        &mut self,
+        ids: &[u64],
+        grads: &[f32],
+        table: &mut dyn basis_core::RowAccess,
+    ) -> Result<StepReport, String> {
+        self.inner()
+            .step(ids, grads, table)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Grow a dense row range to `rows` (see `SparseOptimizer::grow_rows`).
+    pub(crate) fn grow_rows(&mut self, rows: u64) -> Result<(), String> {
+        self.inner().grow_rows(rows).map_err(|e| e.to_string())
     }
 
     /// Exact bytes of optimizer state.

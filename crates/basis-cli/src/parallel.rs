@@ -241,6 +241,11 @@ pub(crate) mod mpi {
         COMM.with(|c| c.borrow().as_ref().map_or(0, Communicator::rank))
     }
 
+    /// Run `f` on this process's communicator, or `None` without `mpirun`.
+    pub(crate) fn with_comm<T>(f: impl FnOnce(&mut MpiComm) -> T) -> Option<T> {
+        COMM.with(|c| c.borrow_mut().as_mut().map(f))
+    }
+
     /// Train over MPI, or `None` when not launched by `mpirun`.
     pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Option<Result<RunResult, String>> {
         COMM.with(|c| {

@@ -92,6 +92,9 @@ pub(crate) struct RunResult {
     pub(crate) dense_params: usize,
     /// CRC-32 of the final model table and dense parameters (equal iff bit-identical).
     pub(crate) model_crc32: u32,
+    /// Per-rank figures of a row-sharded run (`--shard rows`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) sharded: Option<crate::shard::ShardReport>,
 }
 
 /// A run: optimizer, model options, checkpoint file.
@@ -176,21 +179,31 @@ fn fingerprint(ds: &Dataset, run: &Run<'_>) -> (u64, String) {
 /// Fails on a bad `--mlp` or a tower that cannot be allocated.
 pub(crate) fn build_model(ds: &Dataset, m: &ModelArgs) -> Result<Fm, String> {
     let fm = Fm::new(ds.rows, m.dim, m.init_std, m.seed)?;
+    match build_tower(ds, m)? {
+        None => Ok(fm),
+        Some(tower) => fm.with_tower(tower, m.seed),
+    }
+}
+
+/// The dense tower `m` asks for (`None` for the plain FM), without a table
+/// (a row-sharded trainer holds only its shard).
+///
+/// Fails on a bad `--mlp`.
+pub(crate) fn build_tower(ds: &Dataset, m: &ModelArgs) -> Result<Option<Tower>, String> {
     match m.model {
-        crate::deep::ModelKind::Fm => Ok(fm),
+        crate::deep::ModelKind::Fm => Ok(None),
         kind => {
             let fields = [&ds.train, &ds.valid, &ds.test]
                 .iter()
                 .map(|e| e.field_count())
                 .max()
                 .unwrap_or(1);
-            let tower = if kind == crate::deep::ModelKind::Dlrm {
+            Ok(Some(if kind == crate::deep::ModelKind::Dlrm {
                 let w = ds.train.dense_width;
                 Tower::Dlrm(Dlrm::new(m.dim, fields, w, &m.bottom_mlp, &m.mlp)?)
             } else {
                 Tower::DeepFm(DeepFm::new(m.dim, fields, &m.mlp)?)
-            };
-            fm.with_tower(tower, m.seed)
+            }))
         }
     }
 }
@@ -211,6 +224,9 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
     let m = run.model;
     if m.dim == 0 || m.batch == 0 {
         return Err("--dim and --batch must be >= 1".into());
+    }
+    if m.shard.is_some() {
+        return crate::shard::train(ds, run);
     }
     if m.workers > 1 {
         return crate::parallel::train(ds, run);
@@ -381,5 +397,6 @@ pub(crate) fn finish(
         comm_dense_bytes: comm.map(|c| c.dense),
         dense_params: fm.dense.len(),
         model_crc32: model_crc(fm),
+        sharded: None,
     }
 }

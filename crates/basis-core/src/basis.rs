@@ -11,7 +11,7 @@ use crate::batch::{MergeRules, Merged, apply_row, clip_row, merge_with, resize_f
 use crate::config::{
     Accumulate, BasisConfig, Direction, ScalarLrSchedule, ScalarStorage, TablePrecision,
 };
-use crate::error::{ConfigError, StateError, StateField, StepError};
+use crate::error::{ConfigError, GrowError, StateError, StateField, StepError};
 use crate::exec::{Executor, ROWS_PER_ITEM, Sequential, row_chunks};
 use crate::kernel::{
     BucketGroup, BucketJob, KernelParams, ScalarParams, StepPlan, Tables, update_bucket,
@@ -544,6 +544,17 @@ impl<H: Bucketer> SparseOptimizer for Basis<H> {
             jobs.into_iter().for_each(|j| update_bucket(p, j))
         });
         Ok(self.finish(plan, table))
+    }
+
+    fn grow_rows(&mut self, rows: u64) -> Result<(), GrowError> {
+        if self.scalars.index.is_dense() {
+            return self.scalars.grow_rows(rows);
+        }
+        // Frozen scalars are never stored: a dense range grows for free.
+        match self.config.row_index {
+            crate::config::RowIndex::Dense { .. } => Ok(()),
+            crate::config::RowIndex::Sparse => Err(GrowError::NotDense),
+        }
     }
 
     fn memory(&self) -> MemoryReport {

@@ -298,3 +298,56 @@ impl fmt::Display for StateField {
         })
     }
 }
+
+/// Growing a dense row range ([`SparseOptimizer::grow_rows`](crate::SparseOptimizer::grow_rows)) failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GrowError {
+    /// The optimizer keeps its rows in a sparse index (or cannot grow).
+    NotDense,
+    /// The new row count is below the current one (rows never shrink).
+    Shrink {
+        /// Rows asked for.
+        rows: u64,
+        /// Rows held now.
+        current: u64,
+    },
+    /// The allocation failed (or the size overflows `usize`); nothing changed.
+    OutOfMemory {
+        /// Rows asked for.
+        rows: u64,
+    },
+}
+
+impl fmt::Display for GrowError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotDense => write!(f, "only a dense row index can grow"),
+            Self::Shrink { rows, current } => {
+                write!(
+                    f,
+                    "cannot shrink the row range from {current} to {rows} rows"
+                )
+            }
+            Self::OutOfMemory { rows } => {
+                write!(f, "out of memory growing the state to {rows} rows")
+            }
+        }
+    }
+}
+
+impl core::error::Error for GrowError {}
+
+/// `v.len()` grows to `len` with `fill`, fallibly: nothing changes on error.
+pub(crate) fn try_grow<T: Clone>(
+    v: &mut alloc::vec::Vec<T>,
+    len: usize,
+    fill: T,
+    rows: u64,
+) -> Result<(), GrowError> {
+    let extra = len.saturating_sub(v.len());
+    v.try_reserve_exact(extra)
+        .map_err(|_| GrowError::OutOfMemory { rows })?;
+    v.resize(len, fill);
+    Ok(())
+}

@@ -34,7 +34,7 @@ pub use config::{
     Accumulate, BasisConfig, Direction, NonFinitePolicy, RowIndex, RowScaleConfig,
     ScalarLrSchedule, ScalarRule, ScalarStorage, TablePrecision,
 };
-pub use error::{ConfigError, StateError, StateField, StepError, TableError};
+pub use error::{ConfigError, GrowError, StateError, StateField, StepError, TableError};
 pub use optimizer::SparseOptimizer;
 pub use quant::{LogCode, bf16_stochastic};
 pub use report::{Diagnostics, HISTOGRAM_BINS, MemoryReport, StepReport};

@@ -9,7 +9,7 @@ use half::bf16;
 use hashbrown::HashMap;
 
 use crate::config::{RowIndex, ScalarStorage};
-use crate::error::{ConfigError, StepError};
+use crate::error::{ConfigError, GrowError, StepError, try_grow};
 use crate::quant::{LogCode, bf16_stochastic};
 
 /// A fast, deterministic hasher for u64 ids (SplitMix64 finalizer).
@@ -124,6 +124,27 @@ impl SlotIndex {
         match self {
             Self::Dense { rows } => *rows as usize,
             Self::Sparse { .. } => 0,
+        }
+    }
+
+    /// A dense index grows to `rows` (the caller grows the arrays first).
+    pub(crate) fn check_grow(&self, rows: u64) -> Result<usize, GrowError> {
+        match self {
+            Self::Sparse { .. } => Err(GrowError::NotDense),
+            Self::Dense { rows: current } if rows < *current => Err(GrowError::Shrink {
+                rows,
+                current: *current,
+            }),
+            Self::Dense { .. } => {
+                usize::try_from(rows).map_err(|_| GrowError::OutOfMemory { rows })
+            }
+        }
+    }
+
+    /// Sets a dense index's rows (after [`check_grow`](Self::check_grow)).
+    pub(crate) fn set_dense_rows(&mut self, rows: u64) {
+        if let Self::Dense { rows: r } = self {
+            *r = rows;
         }
     }
 
@@ -245,6 +266,22 @@ impl ScalarStore {
             ),
             None => (self.initial, 0),
         }
+    }
+
+    /// Grows a dense store to `rows` slots of the initial value.
+    pub(crate) fn grow_rows(&mut self, rows: u64) -> Result<(), GrowError> {
+        let n = self.index.check_grow(rows)?;
+        match &mut self.codes {
+            Codes::F32(v) => try_grow(v, n, self.initial, rows)?,
+            Codes::Bf16(v) => try_grow(v, n, bf16::from_f32(self.initial), rows)?,
+            Codes::LogU8(v, _) => try_grow(v, n, 0, rows)?,
+        }
+        if let Some(c) = &mut self.counts {
+            try_grow(c, n, 0, rows)?;
+        }
+        self.index.set_dense_rows(rows);
+        self.len = n;
+        Ok(())
     }
 
     /// Whether [`set`](Self::set) reads its random bits (compact formats round
