@@ -18,7 +18,9 @@ mod plot;
 mod progress;
 mod rng;
 mod spec;
+mod spec_check;
 mod train;
+mod tune;
 
 pub use data::lines;
 

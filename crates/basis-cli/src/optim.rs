@@ -4,8 +4,8 @@ use crate::spec::{Kind, Mode, OptSpec, Storage};
 use balanced_hash::{Bucketer, DChoice, LoadStats, OneChoice};
 use basis_core::{
     Accumulate, AdagradConfig, AdamConfig, Basis, BasisConfig, DenseTable, Diagnostics, Direction,
-    ExactAdam, MemoryReport, RowIndex, RowScaleConfig, RowwiseAdagrad, ScalarRule, ScalarStorage,
-    Sgd, SparseOptimizer, StateError, StepReport,
+    ExactAdam, MemoryReport, Profile, RowIndex, RowScaleConfig, RowwiseAdagrad, ScalarRule,
+    ScalarStorage, Sgd, SparseOptimizer, StateError, StepReport,
 };
 use serde::Serialize;
 
@@ -77,6 +77,15 @@ impl Telemetry {
     }
 }
 
+/// The `RowScaled` profile of `spec` (its keys over the CLI defaults).
+fn profile_of(spec: &OptSpec) -> Profile {
+    Profile {
+        power: spec.profile.unwrap_or(crate::spec::DEFAULT_PROFILE),
+        lead: spec.lead.unwrap_or(crate::spec::DEFAULT_LEAD),
+        eps_inside: spec.eps_inside,
+    }
+}
+
 /// Build the optimizer of `spec` for a table of `rows` rows of `dim` values.
 ///
 /// Fails with a message when the configuration is rejected by `basis-core`
@@ -136,6 +145,7 @@ pub(crate) fn build(
                     accumulate: spec
                         .ema
                         .map_or(Accumulate::Sum, |beta| Accumulate::Ema { beta }),
+                    profile: profile_of(spec),
                     ..defaults.row_scale
                 },
                 row_index,

@@ -85,6 +85,12 @@ pub(crate) struct OptSpec {
     pub(crate) scalar_lr: Option<f32>,
     /// `RowScaled` EMA β (`None` = AdaGrad sums).
     pub(crate) ema: Option<f32>,
+    /// `RowScaled` profile exponent (`None` = the CLI default).
+    pub(crate) profile: Option<f32>,
+    /// `RowScaled` leading profile group (`None` = the CLI default).
+    pub(crate) lead: Option<usize>,
+    /// `RowScaled`: ε inside the square root.
+    pub(crate) eps_inside: bool,
 }
 
 /// A bad specification.
@@ -188,7 +194,11 @@ impl core::str::FromStr for OptSpec {
             choices: 1,
             scalar_lr: None,
             ema: None,
+            profile: None,
+            lead: None,
+            eps_inside: false,
         };
+        let mut keys: Vec<&str> = Vec::new();
         let bucketed = matches!(kind, Kind::Basis | Kind::Countsketch);
         for kv in rest.split(',').filter(|s| !s.is_empty()) {
             let (k, v) = kv
@@ -197,6 +207,7 @@ impl core::str::FromStr for OptSpec {
             if k != "lr" && !bucketed {
                 return Err(SpecError(format!("`{name}` takes only `lr`, not `{k}`")));
             }
+            keys.push(k);
             match k {
                 "lr" => {
                     let lr: f32 = num(k, v)?;
@@ -277,19 +288,40 @@ impl core::str::FromStr for OptSpec {
                     }
                     spec.ema = Some(b);
                 }
+                "profile" => {
+                    let x: f32 = num(k, v)?;
+                    if !(0.0..=1.0).contains(&x) {
+                        return Err(SpecError("profile (exponent) must be in [0, 1]".into()));
+                    }
+                    spec.profile = Some(x);
+                }
+                "lead" => spec.lead = Some(num(k, v)?),
+                "eps" => {
+                    spec.eps_inside = match v {
+                        "inside" => true,
+                        "outside" => false,
+                        _ => return Err(SpecError(format!("eps `{v}` (inside, outside)"))),
+                    }
+                }
                 _ => {
                     return Err(SpecError(format!(
-                        "unknown key `{k}` for `{name}` (lr, mode, buckets, ratio, rule, storage, choices, scalar-lr, accumulate, beta)"
+                        "unknown key `{k}` for `{name}` (lr, mode, buckets, ratio, rule, storage, choices, scalar-lr, accumulate, beta, profile, lead, eps)"
                     )));
                 }
             }
         }
+        crate::spec_check::inert_keys(&spec, &keys)?;
         if spec.buckets.is_some() && spec.ratio.is_some() {
             return Err(SpecError("give `buckets` or `ratio`, not both".into()));
         }
         Ok(spec)
     }
 }
+
+/// `rowscaled`'s profile exponent when `profile` is not given.
+pub(crate) const DEFAULT_PROFILE: f32 = 1.0;
+/// `rowscaled`'s leading profile group when `lead` is not given.
+pub(crate) const DEFAULT_LEAD: usize = 0;
 
 /// The optimizers `basis compare` runs when none is named.
 pub(crate) const DEFAULT_COMPARE: &[&str] = &[
