@@ -1,6 +1,8 @@
 //! Command-line arguments (clap derive).
 
+use crate::data::criteo_synth::CriteoSynthConfig;
 use crate::data::{Format, LoadOptions, synthetic::SynthConfig};
+use crate::deep::{DenseOpt, ModelKind};
 use crate::spec::OptSpec;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -68,6 +70,9 @@ pub(crate) struct DataArgs {
     /// Synthetic data: Zipf exponent of the ids.
     #[arg(long, default_value_t = SynthConfig::default().zipf)]
     pub(crate) synthetic_zipf: f64,
+    /// `criteo-synth`: total categorical id space (over the 26 fields).
+    #[arg(long, default_value_t = CriteoSynthConfig::default().ids)]
+    pub(crate) synthetic_ids: u64,
 }
 
 impl DataArgs {
@@ -86,6 +91,13 @@ impl DataArgs {
                 noise: self.synthetic_noise,
                 zipf: self.synthetic_zipf,
                 ..SynthConfig::default()
+            },
+            criteo_synth: CriteoSynthConfig {
+                examples: self.synthetic_examples,
+                ids: self.synthetic_ids,
+                zipf: self.synthetic_zipf,
+                noise: self.synthetic_noise,
+                seed: self.synthetic_seed,
             },
             positive: self.positive.clone(),
             body_only: self.body_only,
@@ -112,7 +124,8 @@ pub(crate) struct ModelArgs {
     /// L2 penalty on the rows a batch touches (added to their gradient).
     #[arg(long, default_value_t = 0.0)]
     pub(crate) l2: f32,
-    /// Adam learning rate of the dense parameters (the global bias).
+    /// Adam learning rate of the dense parameters (the global bias; with
+    /// DeepFM also the tower).
     #[arg(long, default_value_t = 0.01)]
     pub(crate) dense_lr: f32,
     /// Seed of initialisation, data order and optimizer randomness.
@@ -123,6 +136,20 @@ pub(crate) struct ModelArgs {
     /// the dense parameters use 1-bit Adam.
     #[arg(long, default_value_t = 1)]
     pub(crate) workers: usize,
+    /// Model: `fm`, or `deepfm` (FM + an MLP over the per-field embeddings).
+    #[arg(long, value_enum, default_value_t = ModelKind::Fm)]
+    pub(crate) model: ModelKind,
+    /// DeepFM tower widths, comma-separated; the last must be 1 (the logit).
+    #[arg(
+        long,
+        value_name = "W,W,...,1",
+        value_delimiter = ',',
+        default_value = "512,256,1"
+    )]
+    pub(crate) mlp: Vec<usize>,
+    /// Dense-parameter optimizer of data-parallel runs (`--workers P`).
+    #[arg(long, value_enum, default_value_t = DenseOpt::OnebitAdam)]
+    pub(crate) dense_opt: DenseOpt,
 }
 
 /// Outputs.

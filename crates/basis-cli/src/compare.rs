@@ -162,11 +162,11 @@ pub(crate) fn table(entries: &[Entry], seeds: usize) -> String {
         "| optimizer | lr | test AUC | test log-loss | state bytes | fixed | per-row B/row | bytes/row | vs Adam | wall s |"
     );
     if comm {
-        s.push_str(" bytes sent/rank |");
+        s.push_str(" bytes sent/rank | of which dense |");
     }
     s.push_str("\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     if comm {
-        s.push_str("---:|");
+        s.push_str("---:|---:|");
     }
     s.push('\n');
     for e in entries {
@@ -192,7 +192,13 @@ pub(crate) fn table(entries: &[Entry], seeds: usize) -> String {
         );
         if comm {
             let c = e.runs.first().and_then(|r| r.comm_bytes).unwrap_or(0);
-            let _ = write!(s, " {} |", human_bytes(c as usize));
+            let dense = e.runs.first().and_then(|r| r.comm_dense_bytes).unwrap_or(0);
+            let _ = write!(
+                s,
+                " {} | {} |",
+                human_bytes(c as usize),
+                human_bytes(dense as usize)
+            );
         }
         s.push('\n');
     }

@@ -5,6 +5,11 @@
 //! keys are portable across machines and runs. With 64-bit keys collisions are
 //! negligible below billions of features; the table row of a key is assigned
 //! later from the training vocabulary (see `data::load`).
+//!
+//! The top 8 bits of a key hold its field index (saturated at 255), so the
+//! field of every feature can be recovered from its key alone: DeepFM pools
+//! a field's features into one embedding ([`field_of`]). 56 hash bits keep
+//! collisions negligible below ~10^8 features per field.
 
 use core::hash::{BuildHasher, Hasher};
 
@@ -13,7 +18,17 @@ const FEATURE_SEED: u32 = 0x4241_5349; // "BASI"
 
 /// The feature key of `token` in field `field`.
 pub(crate) fn feature_key(field: u32, token: &[u8]) -> u64 {
-    balanced_hash::murmur3::x64_128(token, FEATURE_SEED ^ field.wrapping_mul(0x9E37_79B9))[0]
+    let h =
+        balanced_hash::murmur3::x64_128(token, FEATURE_SEED ^ field.wrapping_mul(0x9E37_79B9))[0];
+    (h & FIELD_MASK) | (u64::from(field.min(255)) << 56)
+}
+
+/// The hash bits of a key (everything below the field byte).
+const FIELD_MASK: u64 = u64::MAX >> 8;
+
+/// The field index stored in a feature key (255 for fields >= 255).
+pub(crate) fn field_of(key: u64) -> u8 {
+    (key >> 56) as u8
 }
 
 /// The feature key of an integer token (synthetic ids, libsvm indices).
@@ -63,5 +78,7 @@ mod tests {
         assert_ne!(feature_key(0, b"a"), feature_key(1, b"a"));
         assert_eq!(feature_key(3, b"abc"), feature_key(3, b"abc"));
         assert_ne!(feature_key(3, b"abc"), feature_key(3, b"abd"));
+        assert_eq!(field_of(feature_key(7, b"abc")), 7);
+        assert_eq!(field_of(feature_key(300, b"abc")), 255);
     }
 }

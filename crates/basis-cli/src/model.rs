@@ -13,8 +13,14 @@
 //! Gradients of the mean log-loss over a batch: with `δ = σ(logit) − y`
 //! divided by the batch size, `∂/∂w_i = δ x_i`, `∂/∂v_if = δ x_i (S_f − v_if x_i)`
 //! where `S_f = Σ_j v_jf x_j`; `∂/∂b = δ`.
+//!
+//! With a tower (`--model deepfm`, [`Fm::with_tower`]) the same table and
+//! bias feed DeepFM ([`crate::deep`]); prediction and gradients then go
+//! through its gathered-rows interface, and the dense parameters are
+//! `[b, MLP…]`.
 
 use crate::data::Examples;
+use crate::deep::{DeepFm, DeepGrads, LocalBatch, Workspace, gather_rows};
 use crate::rng::Rng;
 
 /// The FM parameters.
@@ -24,8 +30,10 @@ pub(crate) struct Fm {
     pub(crate) k: usize,
     /// `rows × (k+1)` row-major table.
     pub(crate) table: Vec<f32>,
-    /// Dense parameters: `[b]`.
+    /// Dense parameters: `[b]` (with a tower, `[b, MLP…]`).
     pub(crate) dense: Vec<f32>,
+    /// The DeepFM tower, if any.
+    pub(crate) tower: Option<DeepFm>,
 }
 
 impl Fm {
@@ -43,7 +51,18 @@ impl Fm {
             k,
             table,
             dense: vec![0.0],
+            tower: None,
         }
+    }
+
+    /// This FM as the FM part of DeepFM with `tower` (dense parameters
+    /// initialised from `seed`).
+    ///
+    /// Fails when the tower's parameters cannot be allocated.
+    pub(crate) fn with_tower(mut self, tower: DeepFm, seed: u64) -> Result<Self, String> {
+        self.dense = tower.init_dense(seed)?;
+        self.tower = Some(tower);
+        Ok(self)
     }
 
     /// Row dimension `k + 1`.
@@ -72,6 +91,9 @@ impl Fm {
 
     /// Logits of every example.
     pub(crate) fn predict(&self, ex: &Examples) -> Vec<f32> {
+        if let Some(tower) = &self.tower {
+            return self.predict_deep(tower, ex);
+        }
         let mut s = vec![0.0f32; self.k];
         (0..ex.len())
             .map(|e| {
@@ -80,6 +102,38 @@ impl Fm {
             })
             .collect()
     }
+}
+
+impl Fm {
+    /// DeepFM logits, in chunks through the gathered-rows interface.
+    fn predict_deep(&self, tower: &DeepFm, ex: &Examples) -> Vec<f32> {
+        const CHUNK: usize = 512;
+        let mut out = Vec::with_capacity(ex.len());
+        let mut ws = Workspace::default();
+        let (mut batch, mut rows) = (LocalBatch::default(), Vec::new());
+        let mut slot = vec![u32::MAX; self.table.len() / self.dim()];
+        let all: Vec<usize> = (0..ex.len()).collect();
+        for chunk in all.chunks(CHUNK) {
+            batch.fill_from(ex, chunk, &mut slot);
+            gather_rows(&self.table, self.dim(), &batch.ids, &mut rows);
+            match tower.forward(&self.dense, &rows, &batch, &mut ws) {
+                Ok(z) => out.extend_from_slice(z),
+                // Unreachable for a data set's own examples (fields and rows
+                // come from it); NaN logits make the metrics show it.
+                Err(_) => out.extend(core::iter::repeat_n(f32::NAN, chunk.len())),
+            }
+        }
+        out
+    }
+}
+
+/// DeepFM buffers of a [`Grads`].
+#[derive(Debug, Default)]
+struct DeepBuffers {
+    batch: LocalBatch,
+    rows: Vec<f32>,
+    ws: Workspace,
+    out: DeepGrads,
 }
 
 /// Per-batch gradient buffer: distinct rows in first-seen order, their
@@ -96,6 +150,7 @@ pub(crate) struct Grads {
     pub(crate) loss: f64,
     slot: Vec<u32>,
     s: Vec<f32>,
+    deep: DeepBuffers,
 }
 
 impl Grads {
@@ -108,18 +163,29 @@ impl Grads {
             loss: 0.0,
             slot: vec![u32::MAX; rows],
             s: vec![0.0; fm.k],
+            deep: DeepBuffers::default(),
         }
     }
 
     /// Compute the gradients of the mean log-loss over `batch` (example indices),
     /// plus `l2·θ` for every row touched.
-    pub(crate) fn compute(&mut self, fm: &Fm, ex: &Examples, batch: &[usize], l2: f32) {
-        self.compute_scaled(fm, ex, batch, l2, batch.len());
+    ///
+    /// Fails only with a tower whose buffers cannot be allocated.
+    pub(crate) fn compute(
+        &mut self,
+        fm: &Fm,
+        ex: &Examples,
+        batch: &[usize],
+        l2: f32,
+    ) -> Result<(), String> {
+        self.compute_scaled(fm, ex, batch, l2, batch.len())
     }
 
     /// Like [`Grads::compute`] for a share of a larger batch of `batch_len`
     /// examples: the gradient of this share's part of the batch-mean loss
     /// (shares then sum to the batch gradient).
+    ///
+    /// Fails only with a tower whose buffers cannot be allocated.
     pub(crate) fn compute_scaled(
         &mut self,
         fm: &Fm,
@@ -127,7 +193,12 @@ impl Grads {
         batch: &[usize],
         l2: f32,
         batch_len: usize,
-    ) {
+    ) -> Result<(), String> {
+        if let Some(tower) = &fm.tower {
+            self.compute_deep(fm, tower, ex, batch, batch_len)?;
+            self.add_l2(fm, l2);
+            return Ok(());
+        }
         for &id in &self.ids {
             self.slot[id as usize] = u32::MAX;
         }
@@ -163,6 +234,36 @@ impl Grads {
                 }
             }
         }
+        self.add_l2(fm, l2);
+        Ok(())
+    }
+
+    /// DeepFM gradients through the gathered-rows interface.
+    fn compute_deep(
+        &mut self,
+        fm: &Fm,
+        tower: &DeepFm,
+        ex: &Examples,
+        batch: &[usize],
+        batch_len: usize,
+    ) -> Result<(), String> {
+        let b = &mut self.deep;
+        b.batch.fill_from(ex, batch, &mut self.slot);
+        gather_rows(&fm.table, fm.dim(), &b.batch.ids, &mut b.rows);
+        let scale = 1.0 / batch_len.max(1) as f32;
+        tower.forward_backward(&fm.dense, &b.rows, &b.batch, scale, &mut b.ws, &mut b.out)?;
+        // `fill_from` left `slot` all unset; the FM path's reset over
+        // `ids` is then a no-op.
+        self.ids.clone_from(&b.batch.ids);
+        core::mem::swap(&mut self.rows, &mut b.out.rows);
+        core::mem::swap(&mut self.dense, &mut b.out.dense);
+        self.loss = b.out.loss;
+        Ok(())
+    }
+
+    /// `+ l2·θ` on every row of the batch.
+    fn add_l2(&mut self, fm: &Fm, l2: f32) {
+        let d = fm.dim();
         if l2 > 0.0 {
             for (slot, &id) in self.ids.iter().enumerate() {
                 let theta = &fm.table[id as usize * d..(id as usize + 1) * d];
@@ -218,6 +319,7 @@ mod tests {
             offsets: vec![0, 3, 5],
             rows: vec![0, 1, 2, 1, 3],
             values: vec![1.0, 0.5, 2.0, 1.0, 1.0],
+            fields: vec![0, 1, 2, 1, 2],
             labels: vec![1.0, 0.0],
         }
     }
@@ -260,7 +362,7 @@ mod tests {
         let fm = Fm::new(4, 3, 0.5, 2);
         let ex = examples();
         let mut g = Grads::new(&fm, 4);
-        g.compute(&fm, &ex, &[0, 1], 0.0);
+        g.compute(&fm, &ex, &[0, 1], 0.0).unwrap();
         let d = fm.dim();
         for (slot, &id) in g.ids.iter().enumerate() {
             for j in 0..d {

@@ -10,24 +10,26 @@
 //!   (exact f32, padded to the longest list), and every rank applies the same
 //!   sparse-optimizer step to the concatenation (duplicate ids are summed by
 //!   the optimizer), so the replicas stay bit-identical;
-//! - **dense parameters** (the global bias): 1-bit Adam (`onebit-adam`) —
+//! - **dense parameters** (the global bias; with DeepFM also the tower):
+//!   `--dense-opt onebit-adam` (default) is 1-bit Adam (`onebit-adam`) —
 //!   full-precision warm-up for the first 20 % of the steps, then compressed
-//!   momentum all-reduce with error feedback.
+//!   momentum all-reduce with error feedback; `--dense-opt adam` is f32 Adam
+//!   on the all-reduced gradient at every step (the baseline).
 //!
 //! The bytes each rank sends (logical collective bytes, `CommStats`) are
-//! reported. Rank 0 evaluates. Checkpoints are not supported with `P > 1`.
+//! reported, in total and split into the sparse exchange and the dense
+//! optimizer. Rank 0 evaluates. Checkpoints are not supported with `P > 1`.
 //! With the `mpi` feature under `mpirun`, the ranks are MPI processes
 //! (the `mpi` module) running the same [`rank_main`].
 
 use crate::data::Dataset;
-use crate::model::{Fm, Grads};
+use crate::model::Grads;
 use crate::optim;
 use crate::rng::Rng;
-use crate::train::{EpochPoint, Run, RunResult, evaluate, finish};
+use crate::train::{CommBytes, EpochPoint, Run, RunResult, evaluate, finish};
 use basis_std::local::LocalComm;
 use comm_traits::Communicator;
 use core::time::Duration;
-use onebit_adam::{Config as OneBitConfig, OneBitAdam};
 use std::time::Instant;
 
 /// Train with `run.model.workers` ranks.
@@ -82,21 +84,13 @@ pub(crate) fn rank_main(
     let m = run.model;
     let (rank, p) = (comm.rank(), comm.size());
     let start = Instant::now();
-    let mut fm = Fm::new(ds.rows, m.dim, m.init_std, m.seed);
+    let mut fm = crate::train::build_model(ds, m)?;
     let d = fm.dim();
     let mut opt = optim::build(run.spec, ds.rows, d, m.seed)?;
     let n = ds.train.len();
     let steps_total = (n.div_ceil(m.batch) * m.epochs as usize) as u64;
-    let mut dense_opt = OneBitAdam::new(
-        fm.dense.len(),
-        OneBitConfig {
-            lr: m.dense_lr,
-            freeze_step: (steps_total / 5).max(1),
-            bias_correction: true,
-            ..OneBitConfig::default()
-        },
-    )
-    .map_err(|e| e.to_string())?;
+    let mut dense_opt = m.dense_opt.build(fm.dense.len(), m.dense_lr, steps_total)?;
+    let mut bytes = CommBytes::default();
     let mut rng = Rng::derive(m.seed, 0x0DE5);
     let mut grads = Grads::new(&fm, ds.rows);
     let mut order: Vec<usize> = (0..n).collect();
@@ -118,8 +112,9 @@ pub(crate) fn rank_main(
         let mut loss_sum = 0.0f64;
         for batch in order.chunks(m.batch) {
             let mine = share(batch, rank, p);
-            grads.compute_scaled(&fm, &ds.train, &mine, m.l2, batch.len());
+            grads.compute_scaled(&fm, &ds.train, &mine, m.l2, batch.len())?;
             // Sparse: all-gather counts, then the padded (id, gradient) lists.
+            let before_sparse = comm.stats().bytes_sent;
             let mut count = [0u8; 8];
             count.copy_from_slice(&(grads.ids.len() as u64).to_le_bytes());
             let mut counts = vec![0u8; 8 * p];
@@ -153,13 +148,15 @@ pub(crate) fn rank_main(
                     );
                 }
             }
+            bytes.sparse += comm.stats().bytes_sent - before_sparse;
             let rep = opt.step(&ids, &rows, &mut fm.table, d)?;
             nonfinite += rep.rows_skipped_nonfinite as u64;
             // Dense: 1-bit Adam averages over ranks; our shares sum to the batch mean.
             let dense_grad: Vec<f32> = grads.dense.iter().map(|g| g * p as f32).collect();
-            dense_opt
+            let rep = dense_opt
                 .step_with_grad(comm, &mut fm.dense, &dense_grad)
-                .map_err(|e| format!("rank {rank}: 1-bit Adam: {e}"))?;
+                .map_err(|e| format!("rank {rank}: {:?}: {e}", m.dense_opt))?;
+            bytes.dense += rep.bytes.bytes_sent;
             let mut loss = [grads.loss as f32];
             comm.all_reduce_sum(&mut loss).map_err(comm_err)?;
             loss_sum += f64::from(loss[0]);
@@ -177,7 +174,7 @@ pub(crate) fn rank_main(
         .last()
         .cloned()
         .unwrap_or_else(|| evaluate(&fm, ds, 0, f64::NAN));
-    let sent = comm.stats().since(&stats_before).bytes_sent;
+    bytes.total = comm.stats().since(&stats_before).bytes_sent;
     Ok(Some(finish(
         ds,
         run,
@@ -187,7 +184,7 @@ pub(crate) fn rank_main(
         final_metrics,
         nonfinite,
         start,
-        Some(sent),
+        Some(bytes),
     )))
 }
 

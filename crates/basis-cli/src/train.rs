@@ -88,6 +88,12 @@ pub(crate) struct RunResult {
     pub(crate) telemetry: Option<Telemetry>,
     /// Bytes sent per rank by the data-parallel collectives (`--workers`).
     pub(crate) comm_bytes: Option<u64>,
+    /// Of those, the sparse row exchange.
+    pub(crate) comm_sparse_bytes: Option<u64>,
+    /// Of those, the dense optimizer's collectives (`--dense-opt`).
+    pub(crate) comm_dense_bytes: Option<u64>,
+    /// Dense parameters (1 for the FM's bias; with a tower, `1 + MLP`).
+    pub(crate) dense_params: usize,
     /// CRC-32 of the final model table and dense parameters (equal iff bit-identical).
     pub(crate) model_crc32: u32,
 }
@@ -145,7 +151,31 @@ fn fingerprint(ds: &Dataset, run: &Run<'_>) -> u64 {
         m.dense_lr,
         m.seed
     );
+    // FM runs keep their old fingerprint (existing checkpoints stay valid).
+    let text = match m.model {
+        crate::deep::ModelKind::Fm => text,
+        kind => format!("{text}|{kind:?}|{:?}", m.mlp),
+    };
     balanced_hash::murmur3::x64_128(text.as_bytes(), 0)[0]
+}
+
+/// The model `run` asks for, initialised from its seed.
+///
+/// Fails on a bad `--mlp` or a tower that cannot be allocated.
+pub(crate) fn build_model(ds: &Dataset, m: &ModelArgs) -> Result<Fm, String> {
+    let fm = Fm::new(ds.rows, m.dim, m.init_std, m.seed);
+    match m.model {
+        crate::deep::ModelKind::Fm => Ok(fm),
+        crate::deep::ModelKind::Deepfm => {
+            let fields = [&ds.train, &ds.valid, &ds.test]
+                .iter()
+                .map(|e| e.field_count())
+                .max()
+                .unwrap_or(1);
+            let tower = crate::deep::DeepFm::new(m.dim, fields, &m.mlp)?;
+            fm.with_tower(tower, m.seed)
+        }
+    }
 }
 
 fn model_crc(fm: &Fm) -> u32 {
@@ -182,7 +212,7 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
         }
     }
     let start = Instant::now();
-    let mut fm = Fm::new(ds.rows, m.dim, m.init_std, m.seed);
+    let mut fm = build_model(ds, m)?;
     let d = fm.dim();
     let mut opt = optim::build(run.spec, ds.rows, d, m.seed)?;
     let mut dense_opt = DenseAdam::new(fm.dense.len(), m.dense_lr);
@@ -224,7 +254,7 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
         rng.shuffle(&mut order);
         let mut loss_sum = 0.0;
         for batch in order.chunks(m.batch) {
-            grads.compute(&fm, &ds.train, batch, m.l2);
+            grads.compute(&fm, &ds.train, batch, m.l2)?;
             loss_sum += grads.loss;
             let rep = opt.step(&grads.ids, &grads.rows, &mut fm.table, d)?;
             nonfinite += rep.rows_skipped_nonfinite as u64;
@@ -269,6 +299,17 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
     ))
 }
 
+/// Bytes one rank sent in a data-parallel run.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct CommBytes {
+    /// Everything (also the loss all-reduce).
+    pub(crate) total: u64,
+    /// The sparse row exchange.
+    pub(crate) sparse: u64,
+    /// The dense optimizer.
+    pub(crate) dense: u64,
+}
+
 /// Assemble the result record.
 #[allow(clippy::too_many_arguments)] // one call site per trainer; a struct would only rename the list
 pub(crate) fn finish(
@@ -280,7 +321,7 @@ pub(crate) fn finish(
     final_metrics: EpochPoint,
     nonfinite: u64,
     start: Instant,
-    comm_bytes: Option<u64>,
+    comm: Option<CommBytes>,
 ) -> RunResult {
     let mem = opt.memory();
     let state = mem.total_bytes - mem.scratch;
@@ -314,7 +355,10 @@ pub(crate) fn finish(
         wall_secs: start.elapsed().as_secs_f64(),
         nonfinite_rows: nonfinite,
         telemetry: opt.telemetry(),
-        comm_bytes,
+        comm_bytes: comm.map(|c| c.total),
+        comm_sparse_bytes: comm.map(|c| c.sparse),
+        comm_dense_bytes: comm.map(|c| c.dense),
+        dense_params: fm.dense.len(),
         model_crc32: model_crc(fm),
     }
 }

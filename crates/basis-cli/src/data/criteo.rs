@@ -20,7 +20,7 @@ const INTS: usize = 13;
 const CATS: usize = 26;
 
 /// The log-bin of an integer feature.
-fn int_bin(v: i64) -> i64 {
+pub(super) fn int_bin(v: i64) -> i64 {
     if v <= 2 {
         v
     } else {

@@ -13,13 +13,14 @@
 //! malformed line is an error. See `docs/DATA.md`.
 
 pub(crate) mod criteo;
+pub(crate) mod criteo_synth;
 pub(crate) mod libsvm;
 pub mod lines;
 pub(crate) mod movielens;
 pub(crate) mod synthetic;
 pub(crate) mod text;
 
-use crate::hashing::KeyMap;
+use crate::hashing::{KeyMap, field_of};
 use crate::rng::Rng;
 use core::fmt;
 use serde::Serialize;
@@ -36,6 +37,8 @@ pub(crate) enum Format {
     Movielens,
     /// Criteo TSV: label, 13 integer and 26 categorical columns.
     Criteo,
+    /// Streaming synthetic Criteo-like data: 13 integer + 26 Zipf categorical fields (no file).
+    CriteoSynth,
     /// libsvm / svmlight: `label idx:val idx:val ...`.
     Libsvm,
     /// A directory with one sub-directory per label; each file is one document.
@@ -48,6 +51,7 @@ impl fmt::Display for Format {
             Self::Synthetic => "synthetic",
             Self::Movielens => "movielens",
             Self::Criteo => "criteo",
+            Self::CriteoSynth => "criteo-synth",
             Self::Libsvm => "libsvm",
             Self::Text => "text",
         })
@@ -254,12 +258,14 @@ impl RawData {
 }
 
 /// Examples mapped to table rows (CSR: example `e` has rows
-/// `rows[offsets[e]..offsets[e+1]]` with values, and a label).
+/// `rows[offsets[e]..offsets[e+1]]` with values and field ids, and a label).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Examples {
     pub(crate) offsets: Vec<usize>,
     pub(crate) rows: Vec<u32>,
     pub(crate) values: Vec<f32>,
+    /// Field of each feature (from its key, [`crate::hashing::field_of`]).
+    pub(crate) fields: Vec<u8>,
     pub(crate) labels: Vec<f32>,
 }
 
@@ -280,6 +286,15 @@ impl Examples {
     pub(crate) fn features(&self, e: usize) -> (&[u32], &[f32]) {
         let (a, b) = (self.offsets[e], self.offsets[e + 1]);
         (&self.rows[a..b], &self.values[a..b])
+    }
+
+    /// Number of fields: one more than the largest field id (at least 1).
+    pub(crate) fn field_count(&self) -> usize {
+        self.fields
+            .iter()
+            .copied()
+            .max()
+            .map_or(1, |f| usize::from(f) + 1)
     }
 
     /// Fraction of positive labels.
@@ -330,6 +345,8 @@ pub(crate) struct LoadOptions {
     pub(crate) split_seed: u64,
     /// Synthetic generator parameters.
     pub(crate) synthetic: synthetic::SynthConfig,
+    /// `criteo-synth` generator parameters.
+    pub(crate) criteo_synth: criteo_synth::CriteoSynthConfig,
     /// The label folder that counts as positive in a text corpus.
     pub(crate) positive: Option<String>,
     /// Text corpus: skip each document's header block.
@@ -356,7 +373,7 @@ pub(crate) fn load(opts: &LoadOptions) -> Result<Dataset, DataError> {
             .clone()
             .ok_or_else(|| DataError::Config(format!("format `{}` needs --data PATH", opts.format)))
     };
-    if opts.format == Format::Synthetic && opts.path.is_some() {
+    if matches!(opts.format, Format::Synthetic | Format::CriteoSynth) && opts.path.is_some() {
         return Err(DataError::Config(
             "--data needs --format (movielens, criteo, libsvm or text); synthetic data has no file"
                 .into(),
@@ -367,6 +384,10 @@ pub(crate) fn load(opts: &LoadOptions) -> Result<Dataset, DataError> {
             synthetic::generate(&opts.synthetic)?,
             format!("synthetic ({})", opts.synthetic.describe()),
         ),
+        Format::CriteoSynth => {
+            let (raw, what) = criteo_synth::generate(&opts.criteo_synth)?;
+            (raw, format!("criteo-synth ({what})"))
+        }
         Format::Movielens => {
             let p = path()?;
             (
@@ -440,6 +461,7 @@ fn index(
             row_counts[row as usize] += 1;
             train.rows.push(row);
             train.values.push(raw.values[j]);
+            train.fields.push(field_of(raw.keys[j]));
         }
         train.offsets.push(train.rows.len());
         train.labels.push(raw.labels[i]);
@@ -451,6 +473,7 @@ fn index(
                 if let Some(&row) = vocab.get(&raw.keys[j]) {
                     ex.rows.push(row);
                     ex.values.push(raw.values[j]);
+                    ex.fields.push(field_of(raw.keys[j]));
                 } else {
                     report.unseen_features += 1;
                 }

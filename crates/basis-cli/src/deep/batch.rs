@@ -1,0 +1,89 @@
+//! A batch in local form (see the [module interface](super)): unique row
+//! ids, and examples that refer to rows by their local index.
+
+use crate::data::Examples;
+
+/// A batch whose examples refer to rows by local index (`ids[local]` is the
+/// global row id).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LocalBatch {
+    /// Unique global row ids, in first-seen order.
+    pub(crate) ids: Vec<u64>,
+    /// Example `e` has features `offsets[e]..offsets[e+1]`.
+    pub(crate) offsets: Vec<usize>,
+    /// Local row index of each feature.
+    pub(crate) local: Vec<u32>,
+    /// Value of each feature.
+    pub(crate) values: Vec<f32>,
+    /// Field of each feature.
+    pub(crate) fields: Vec<u8>,
+    /// Label of each example (0 or 1).
+    pub(crate) labels: Vec<f32>,
+}
+
+impl LocalBatch {
+    /// Empty the batch (keeps the allocations).
+    pub(crate) fn clear(&mut self) {
+        self.ids.clear();
+        self.offsets.clear();
+        self.offsets.push(0);
+        self.local.clear();
+        self.values.clear();
+        self.fields.clear();
+        self.labels.clear();
+    }
+
+    /// Number of examples.
+    pub(crate) fn len(&self) -> usize {
+        self.labels.len()
+    }
+
+    /// Register a new unique row; returns its local index.
+    pub(crate) fn push_row(&mut self, id: u64) -> u32 {
+        self.ids.push(id);
+        (self.ids.len() - 1) as u32
+    }
+
+    /// Add a feature to the example being built.
+    pub(crate) fn push_feature(&mut self, local: u32, value: f32, field: u8) {
+        self.local.push(local);
+        self.values.push(value);
+        self.fields.push(field);
+    }
+
+    /// Close the example being built.
+    pub(crate) fn end_example(&mut self, label: f32) {
+        self.offsets.push(self.local.len());
+        self.labels.push(label);
+    }
+
+    /// The examples `batch` of `ex`, with rows of a table held in this
+    /// process. `slot` maps a row to its local index (`u32::MAX` = none);
+    /// it must be all `u32::MAX` with one entry per table row, and is left so.
+    pub(crate) fn fill_from(&mut self, ex: &Examples, batch: &[usize], slot: &mut [u32]) {
+        self.clear();
+        for &e in batch {
+            let (a, b) = (ex.offsets[e], ex.offsets[e + 1]);
+            for j in a..b {
+                let r = ex.rows[j] as usize;
+                if slot[r] == u32::MAX {
+                    slot[r] = self.push_row(u64::from(ex.rows[j]));
+                }
+                self.push_feature(slot[r], ex.values[j], ex.fields[j]);
+            }
+            self.end_example(ex.labels[e]);
+        }
+        for &id in &self.ids {
+            slot[id as usize] = u32::MAX;
+        }
+    }
+}
+
+/// Copy the table rows of `ids` (row dim `d`) into `out`, back to back.
+pub(crate) fn gather_rows(table: &[f32], d: usize, ids: &[u64], out: &mut Vec<f32>) {
+    out.clear();
+    for &id in ids {
+        let at = id as usize * d;
+        out.extend_from_slice(&table[at..at + d]);
+    }
+}

@@ -1,0 +1,248 @@
+//! A ReLU multi-layer perceptron over a flat parameter slice, forward and
+//! backward over a whole batch (row-major `batch × width` activations).
+//!
+//! Layer `l` maps `widths[l]` to `widths[l+1]`: `h_{l+1} = relu(h_l W_l + b_l)`,
+//! no ReLU after the last layer (its single output is a logit). Parameters
+//! lie back to back as `W_0 (in × out, row-major), b_0, W_1, b_1, …`, so one
+//! dense optimizer (Adam, 1-bit Adam) owns the whole tower as one vector.
+//!
+//! Backward, with `g = ∂L/∂z_l` (`batch × out`): `∂W_l = h_lᵀ g`,
+//! `∂b_l = Σ_rows g`, `∂h_l = g W_lᵀ`, and `∂z_{l−1} = ∂h_l ⊙ [h_l > 0]`.
+//! Every product goes through [`super::gemm::matmul`]; the bias sums run in
+//! row order, so the result is deterministic.
+
+use super::gemm::{Mat, matmul};
+use crate::rng::Rng;
+
+/// Largest tower this CLI builds (4 GiB of f32 parameters): beyond it an
+/// `--mlp` is a typo, not a model, and is refused before any allocation.
+const MAX_PARAMS: usize = 1 << 30;
+
+/// The shape of a tower: `widths[0]` inputs, then each layer's outputs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Mlp {
+    widths: Vec<usize>,
+}
+
+/// Where layer `l`'s parameters are in the flat slice.
+#[derive(Debug, Clone, Copy)]
+struct Layer {
+    w: usize,
+    b: usize,
+    inp: usize,
+    out: usize,
+}
+
+impl Mlp {
+    /// A tower from `input` features through `layers` widths (the last must
+    /// be 1, the logit).
+    ///
+    /// Fails with a message naming `--mlp` on an empty list, a zero width, a
+    /// last width other than 1, or more than [`MAX_PARAMS`] parameters.
+    pub(crate) fn new(input: usize, layers: &[usize]) -> Result<Self, String> {
+        if layers.is_empty() || layers.contains(&0) {
+            return Err("--mlp: widths must be a non-empty list of positive integers".into());
+        }
+        if layers.last() != Some(&1) {
+            return Err(format!(
+                "--mlp: the last width must be 1 (the logit), got {:?}",
+                layers
+            ));
+        }
+        let mut widths = vec![input];
+        widths.extend_from_slice(layers);
+        let mut total = 0usize;
+        for w in widths.windows(2) {
+            total = w[0]
+                .checked_mul(w[1])
+                .and_then(|x| x.checked_add(w[1]))
+                .and_then(|x| x.checked_add(total))
+                .filter(|&t| t <= MAX_PARAMS)
+                .ok_or_else(|| {
+                    format!(
+                        "--mlp {layers:?}: over {MAX_PARAMS} dense parameters with {input} inputs"
+                    )
+                })?;
+        }
+        Ok(Self { widths })
+    }
+
+    /// Inputs, then every layer's width.
+    #[cfg(test)]
+    pub(crate) fn widths(&self) -> &[usize] {
+        &self.widths
+    }
+
+    /// Number of parameters.
+    pub(crate) fn params(&self) -> usize {
+        self.layers().last().map_or(0, |l| l.b + l.out)
+    }
+
+    /// Widest layer (activation buffers are `batch × widest`).
+    fn widest(&self) -> usize {
+        self.widths.iter().copied().max().unwrap_or(0)
+    }
+
+    fn layers(&self) -> Vec<Layer> {
+        let mut at = 0;
+        self.widths
+            .windows(2)
+            .map(|w| {
+                let l = Layer {
+                    w: at,
+                    b: at + w[0] * w[1],
+                    inp: w[0],
+                    out: w[1],
+                };
+                at = l.b + l.out;
+                l
+            })
+            .collect()
+    }
+
+    /// He initialisation (`W ~ N(0, 2/fan_in)`, the last layer `N(0, 1/fan_in)`),
+    /// biases 0; deterministic in `rng`.
+    pub(crate) fn init(&self, params: &mut [f32], rng: &mut Rng) {
+        let layers = self.layers();
+        for (i, l) in layers.iter().enumerate() {
+            let gain = if i + 1 == layers.len() { 1.0 } else { 2.0 };
+            let std = (gain / l.inp as f64).sqrt();
+            for w in &mut params[l.w..l.b] {
+                *w = (std * rng.normal()) as f32;
+            }
+            params[l.b..l.b + l.out].fill(0.0);
+        }
+    }
+
+    /// Forward pass over `batch` rows; the input must already be in
+    /// `acts.input_mut(batch)`. Returns the `batch` outputs.
+    pub(crate) fn forward<'a>(
+        &self,
+        params: &[f32],
+        batch: usize,
+        acts: &'a mut Activations,
+    ) -> &'a [f32] {
+        let layers = self.layers();
+        for (i, l) in layers.iter().enumerate() {
+            let (inp, rest) = acts.h.split_at_mut(i + 1);
+            let x = &inp[i][..batch * l.inp];
+            let z = &mut rest[0][..batch * l.out];
+            for row in z.chunks_exact_mut(l.out) {
+                row.copy_from_slice(&params[l.b..l.b + l.out]);
+            }
+            let w = Mat::new(&params[l.w..l.b], l.inp, l.out);
+            matmul(Mat::new(x, batch, l.inp), w, z, true);
+            if i + 1 < layers.len() {
+                for v in z.iter_mut() {
+                    *v = v.max(0.0);
+                }
+            }
+        }
+        &acts.h[layers.len()][..batch]
+    }
+
+    /// Backward pass after [`Mlp::forward`] on the same `acts`: from
+    /// `d_out` (`batch` values, `∂L/∂output`) accumulate the parameter
+    /// gradient into `grad` (same layout as the parameters) and write
+    /// `∂L/∂input` (`batch × widths[0]`) into `acts.d_input(batch)`.
+    pub(crate) fn backward(
+        &self,
+        params: &[f32],
+        batch: usize,
+        d_out: &[f32],
+        grad: &mut [f32],
+        acts: &mut Activations,
+    ) {
+        let layers = self.layers();
+        acts.g[..batch].copy_from_slice(&d_out[..batch]);
+        for (i, l) in layers.iter().enumerate().rev() {
+            let g = &acts.g[..batch * l.out];
+            let x = &acts.h[i][..batch * l.inp];
+            let (gw, gb) = grad[l.w..l.b + l.out].split_at_mut(l.inp * l.out);
+            matmul(
+                Mat::new(x, batch, l.inp).t(),
+                Mat::new(g, batch, l.out),
+                gw,
+                true,
+            );
+            for row in g.chunks_exact(l.out) {
+                for (b, &v) in gb.iter_mut().zip(row) {
+                    *b += v;
+                }
+            }
+            let dx = &mut acts.dh[..batch * l.inp];
+            let w = Mat::new(&params[l.w..l.b], l.inp, l.out);
+            matmul(Mat::new(g, batch, l.out), w.t(), dx, false);
+            if i > 0 {
+                // ReLU: h_i = relu(z), so ∂z = ∂h where h_i > 0.
+                for (d, &h) in dx.iter_mut().zip(x) {
+                    if h <= 0.0 {
+                        *d = 0.0;
+                    }
+                }
+            }
+            core::mem::swap(&mut acts.g, &mut acts.dh);
+        }
+    }
+}
+
+/// Activation and gradient buffers of a tower for batches up to `capacity`.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Activations {
+    /// `h[0]` = input, `h[l+1]` = output of layer `l`.
+    h: Vec<Vec<f32>>,
+    /// Gradient of the current layer's output, and of its input.
+    g: Vec<f32>,
+    dh: Vec<f32>,
+}
+
+impl Activations {
+    /// Buffers for `mlp` and batches of up to `capacity` rows.
+    ///
+    /// Fails with a message naming `--mlp` when they cannot be allocated.
+    pub(crate) fn new(mlp: &Mlp, capacity: usize) -> Result<Self, String> {
+        let alloc = |n: usize| crate::deep::zeros(n, "--mlp activations");
+        let h = mlp
+            .widths
+            .iter()
+            .map(|&w| alloc(capacity.saturating_mul(w)))
+            .collect::<Result<_, _>>()?;
+        let wide = capacity.saturating_mul(mlp.widest());
+        Ok(Self {
+            h,
+            g: alloc(wide)?,
+            dh: alloc(wide)?,
+        })
+    }
+
+    /// The input rows (`batch × widths[0]`) to fill before [`Mlp::forward`].
+    pub(crate) fn input_mut(&mut self, batch: usize, width: usize) -> &mut [f32] {
+        &mut self.h[0][..batch * width]
+    }
+
+    /// `∂L/∂input` after [`Mlp::backward`] (`batch × widths[0]`).
+    pub(crate) fn d_input(&self, batch: usize, width: usize) -> &[f32] {
+        // `backward` swaps after each layer, so the last ∂h is in `g`.
+        &self.g[..batch * width]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shapes_and_bad_widths() {
+        let m = Mlp::new(10, &[4, 3, 1]).unwrap();
+        assert_eq!(m.params(), 10 * 4 + 4 + 4 * 3 + 3 + 3 + 1);
+        assert!(Mlp::new(10, &[]).unwrap_err().contains("--mlp"));
+        assert!(Mlp::new(10, &[4, 0, 1]).unwrap_err().contains("--mlp"));
+        assert!(Mlp::new(10, &[4, 2]).unwrap_err().contains("last width"));
+        let huge = Mlp::new(416, &[usize::MAX / 2, 1]).unwrap_err();
+        assert!(
+            huge.contains("--mlp") && huge.contains("dense parameters"),
+            "{huge}"
+        );
+        assert!(Mlp::new(1 << 20, &[1 << 12, 1]).is_err());
+    }
+}

@@ -1,0 +1,174 @@
+//! Integration tests of `--model deepfm`: determinism, learning against the
+//! FM, data-parallel dense optimizers, checkpoints, bad `--mlp`.
+#![allow(clippy::unwrap_used)] // tests
+
+use serde_json::Value;
+use std::process::{Command, Output};
+
+fn basis(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_basis"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn json(args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["--json", "-"]);
+    let out = basis(&all);
+    assert!(
+        out.status.success(),
+        "basis {all:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// The run record of a `compare --json` with one optimizer and one seed.
+fn run(args: &[&str]) -> Value {
+    json(args)["results"][0]["runs"][0].clone()
+}
+
+fn auc(r: &Value) -> f64 {
+    r["final_metrics"]["test_auc"].as_f64().unwrap()
+}
+
+const SMALL: [&str; 12] = [
+    "compare",
+    "-q",
+    "--synthetic-examples",
+    "8000",
+    "--epochs",
+    "2",
+    "--dim",
+    "4",
+    "--opt",
+    "adam",
+    "--dense-lr",
+    "0.001",
+];
+
+fn deep<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut v: Vec<&str> = SMALL.to_vec();
+    v.extend(["--model", "deepfm", "--mlp", "32,16,1"]);
+    v.extend(extra);
+    v
+}
+
+#[test]
+fn deepfm_is_deterministic_and_learns_like_the_fm() {
+    let a = run(&deep(&[]));
+    let b = run(&deep(&[]));
+    assert_eq!(a["model_crc32"], b["model_crc32"]);
+    assert_eq!(
+        a["dense_params"],
+        1 + 8 * 4 * 32 + 32 + 32 * 16 + 16 + 16 + 1
+    );
+    let other_seed = run(&deep(&["--seed", "2"]));
+    assert_ne!(a["model_crc32"], other_seed["model_crc32"]);
+    let fm = run(&SMALL);
+    // The synthetic labels come from a planted FM: DeepFM must learn them
+    // (well above chance) and come close to the FM itself.
+    assert!(auc(&a) > 0.6, "deepfm {}", auc(&a));
+    assert!(
+        auc(&a) > auc(&fm) - 0.03,
+        "deepfm {} fm {}",
+        auc(&a),
+        auc(&fm)
+    );
+}
+
+#[test]
+fn deepfm_beats_the_fm_on_criteo_synth() {
+    // The hidden model has a ReLU teacher over 8 fields: beyond an FM.
+    let args = |model| {
+        vec![
+            "compare",
+            "-q",
+            "--format",
+            "criteo-synth",
+            "--synthetic-examples",
+            "100000",
+            "--synthetic-ids",
+            "1000000",
+            "--epochs",
+            "2",
+            "--dim",
+            "4",
+            "--opt",
+            "adam",
+            "--dense-lr",
+            "0.002",
+            "--mlp",
+            "64,32,1",
+            "--model",
+            model,
+        ]
+    };
+    let fm = run(&args("fm"));
+    let deepfm = run(&args("deepfm"));
+    assert!(auc(&fm) > 0.7, "fm {}", auc(&fm));
+    assert!(
+        auc(&deepfm) > auc(&fm) + 0.01,
+        "deepfm {} fm {}",
+        auc(&deepfm),
+        auc(&fm)
+    );
+}
+
+#[test]
+fn workers_train_the_tower_with_adam_or_one_bit_adam() {
+    let adam = run(&deep(&["--workers", "2", "--dense-opt", "adam"]));
+    let onebit = run(&deep(&["--workers", "2", "--dense-opt", "onebit-adam"]));
+    let one = run(&deep(&[]));
+    for r in [&adam, &onebit] {
+        let (t, s, d) = (
+            r["comm_bytes"].as_u64().unwrap(),
+            r["comm_sparse_bytes"].as_u64().unwrap(),
+            r["comm_dense_bytes"].as_u64().unwrap(),
+        );
+        assert!(s > 0 && d > 0 && s + d <= t, "{t} {s} {d}");
+        assert!(
+            (auc(r) - auc(&one)).abs() < 0.02,
+            "{} vs {}",
+            auc(r),
+            auc(&one)
+        );
+    }
+    // 1-bit after a 20 % warm-up: well under half of the f32 all-reduce bytes.
+    let (da, d1) = (
+        adam["comm_dense_bytes"].as_u64().unwrap(),
+        onebit["comm_dense_bytes"].as_u64().unwrap(),
+    );
+    assert!(2 * d1 < da, "1-bit {d1} vs f32 {da}");
+    assert_eq!(adam["comm_sparse_bytes"], onebit["comm_sparse_bytes"]);
+}
+
+#[test]
+fn deepfm_resume_equals_an_uninterrupted_run() {
+    let dir = std::env::temp_dir().join(format!("basis-deep-ckpt-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.display().to_string();
+    let full = run(&deep(&[]));
+    let mut first = deep(&["--checkpoint", &d]);
+    first[5] = "1"; // --epochs 1
+    run(&first);
+    let resumed = run(&deep(&["--checkpoint", &d, "--resume"]));
+    assert_eq!(full["model_crc32"], resumed["model_crc32"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_mlp_widths_are_errors_naming_the_option() {
+    for mlp in ["32,2", "0,1", "100000000000,1"] {
+        let out = basis(
+            &deep(&[])
+                .into_iter()
+                .map(|a| if a == "32,16,1" { mlp } else { a })
+                .collect::<Vec<_>>(),
+        );
+        let e = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "--mlp {mlp}: {e}");
+        assert!(e.contains("--mlp"), "--mlp {mlp}: {e}");
+    }
+}
