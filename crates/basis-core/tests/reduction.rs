@@ -109,30 +109,22 @@ fn shared_signed_own_gradient_reduce_to_adam_over_many_steps() {
 
 #[test]
 fn row_scaled_with_one_dimension_is_rowwise_adagrad() {
-    let (n, dim) = (32, 1);
-    let config = BasisConfig {
-        lr: 0.05,
-        ..basis_config(dim, n, Direction::RowScaled, 0.0)
-    };
-    let mut basis = Basis::new(config, Identity(n as u32)).unwrap();
-    let mut adagrad = RowwiseAdagrad::new(AdagradConfig {
-        dim,
-        lr: 0.05,
-        row_index: RowIndex::Dense { rows: n as u64 },
-        ..AdagradConfig::default()
-    })
-    .unwrap();
-    let a = run(&mut basis, n, dim, 300, 11, 1.0);
-    let b = run(&mut adagrad, n, dim, 300, 11, 1.0);
+    let (a, b) = row_scaled_vs_adagrad(1, Identity(32), Profile::default(), 300, 11);
     let diff = max_rel_diff(&a, &b);
     println!("RowScaled(d=1) vs row-wise AdaGrad: {diff:e}");
     assert!(diff <= 1e-5, "{diff}");
 }
 
-/// `RowScaled` with `profile` over 8 dimensions against row-wise AdaGrad
-/// (same gradients: they do not depend on θ here), 4 rows per bucket.
-fn profiled_vs_adagrad(profile: Profile) -> (Vec<f32>, Vec<f32>) {
-    let (n, dim) = (32, 8);
+/// `RowScaled` (bucketed by `h`, with `profile`) and row-wise AdaGrad on
+/// the same gradients (they do not depend on θ here), 32 rows of `dim`.
+fn row_scaled_vs_adagrad<H: balanced_hash::Bucketer>(
+    dim: usize,
+    h: H,
+    profile: Profile,
+    steps: usize,
+    seed: u64,
+) -> (Vec<f32>, Vec<f32>) {
+    let n = 32;
     let config = BasisConfig {
         lr: 0.05,
         row_scale: RowScaleConfig {
@@ -141,8 +133,7 @@ fn profiled_vs_adagrad(profile: Profile) -> (Vec<f32>, Vec<f32>) {
         },
         ..basis_config(dim, n, Direction::RowScaled, 0.0)
     };
-    let buckets = balanced_hash::OneChoice::new(8, 3).unwrap();
-    let mut basis = Basis::new(config, buckets).unwrap();
+    let mut basis = Basis::new(config, h).unwrap();
     let mut adagrad = RowwiseAdagrad::new(AdagradConfig {
         dim,
         lr: 0.05,
@@ -150,9 +141,15 @@ fn profiled_vs_adagrad(profile: Profile) -> (Vec<f32>, Vec<f32>) {
         ..AdagradConfig::default()
     })
     .unwrap();
-    let a = run(&mut basis, n, dim, 200, 12, 1.0);
-    let b = run(&mut adagrad, n, dim, 200, 12, 1.0);
+    let a = run(&mut basis, n, dim, steps, seed, 1.0);
+    let b = run(&mut adagrad, n, dim, steps, seed, 1.0);
     (a, b)
+}
+
+/// Over 8 dimensions, 4 rows per bucket.
+fn profiled_vs_adagrad(profile: Profile) -> (Vec<f32>, Vec<f32>) {
+    let buckets = balanced_hash::OneChoice::new(8, 3).unwrap();
+    row_scaled_vs_adagrad(8, buckets, profile, 200, 12)
 }
 
 #[test]
