@@ -223,10 +223,12 @@ pub(crate) struct CompareArgs {
     /// Seeds per optimizer (seed, seed+1, ...): the table shows mean ± std.
     #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = validate::count_u32)]
     pub(crate) seeds: u32,
-    /// Learning rates to try per optimizer (comma-separated); the one with the
-    /// best validation AUC is kept and only its test metrics are reported.
-    #[arg(long, value_name = "LR,LR,...", value_delimiter = ',', allow_negative_numbers = true, value_parser = validate::learning_rate)]
-    pub(crate) tune_lr: Vec<f32>,
+    /// Learning rates to try per optimizer: `auto` (a grid per optimizer
+    /// around its default rate, extended while the best is at an end) or a
+    /// comma-separated list. The rate with the best validation AUC (first
+    /// seed) is kept and only its test metrics are reported.
+    #[arg(long, value_name = "auto|LR,LR,...")]
+    pub(crate) tune_lr: Option<crate::tune::TuneLr>,
     /// Save/resume one checkpoint per optimizer, learning rate and seed under DIR.
     #[arg(long, value_name = "DIR")]
     pub(crate) checkpoint: Option<PathBuf>,

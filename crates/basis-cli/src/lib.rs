@@ -23,7 +23,9 @@ mod progress;
 mod rng;
 mod shard;
 mod spec;
+mod spec_check;
 mod train;
+mod tune;
 mod validate;
 
 pub use data::lines;

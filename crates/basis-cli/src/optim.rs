@@ -3,9 +3,9 @@
 use crate::spec::{Kind, Mode, OptSpec, Storage};
 use balanced_hash::{Bucketer, DChoice, LoadStats, OneChoice};
 use basis_core::{
-    Accumulate, AdagradConfig, AdamConfig, Basis, BasisConfig, ConfigError, DenseTable,
-    Diagnostics, Direction, ExactAdam, MemoryReport, RowIndex, RowScaleConfig, RowwiseAdagrad,
-    ScalarRule, ScalarStorage, Sgd, SparseOptimizer, StateError, StepReport,
+    Accumulate, AdagradConfig, AdamConfig, Basis, BasisConfig, ConfigError, DenseTable, Diagnostics, Direction,
+    ExactAdam, MemoryReport, Profile, RowIndex, RowScaleConfig, RowwiseAdagrad, ScalarRule,
+    ScalarStorage, Sgd, SparseOptimizer, StateError, StepReport,
 };
 use serde::Serialize;
 
@@ -74,6 +74,15 @@ impl Telemetry {
             empty_buckets: stats.as_ref().map_or(0, |s| s.empty_buckets),
             nonfinite_rows: d.nonfinite_rows,
         }
+    }
+}
+
+/// The `RowScaled` profile of `spec` (its keys over the CLI defaults).
+fn profile_of(spec: &OptSpec) -> Profile {
+    Profile {
+        power: spec.profile.unwrap_or(crate::spec::DEFAULT_PROFILE),
+        lead: spec.lead.unwrap_or(crate::spec::DEFAULT_LEAD),
+        eps_inside: spec.eps_inside,
     }
 }
 
@@ -157,6 +166,7 @@ pub(crate) fn build_indexed(
                     accumulate: spec
                         .ema
                         .map_or(Accumulate::Sum, |beta| Accumulate::Ema { beta }),
+                    profile: profile_of(spec),
                     ..defaults.row_scale
                 },
                 row_index,

@@ -36,6 +36,11 @@ pub(crate) struct EpochPoint {
 pub(crate) struct Memory {
     /// Total optimizer state (everything `memory()` reports but the scratch buffers).
     pub(crate) total: usize,
+    /// The part that does not grow with the rows (`MemoryReport::fixed_bytes`:
+    /// shared tables, step counts, owned code tables).
+    pub(crate) fixed: usize,
+    /// The part that grows with the rows (`MemoryReport::per_row_bytes`).
+    pub(crate) growing: usize,
     /// Shared bucket tables.
     pub(crate) shared_tables: usize,
     /// Per-bucket step counts.
@@ -375,6 +380,8 @@ pub(crate) fn finish(
         curve,
         memory: Memory {
             total: state,
+            fixed: mem.fixed_bytes(),
+            growing: mem.per_row_bytes(),
             shared_tables: mem.shared_tables,
             step_counts: mem.step_counts,
             per_row: mem.scalars,

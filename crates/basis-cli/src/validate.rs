@@ -65,11 +65,6 @@ pub(crate) fn count_usize(text: &str) -> Result<usize, String> {
     checked(text, |x: usize| x >= 1, "at least 1")
 }
 
-/// One learning rate of `--tune-lr` (the list is split by clap first).
-pub(crate) fn learning_rate(text: &str) -> Result<f32, String> {
-    positive_f32(text)
-}
-
 /// Fails unless a file can be created (or replaced) at `path`, without
 /// leaving anything behind: `option` names the flag in the message. Run for
 /// every output before training, so a run never trains for an hour and then

@@ -190,6 +190,7 @@ impl<H: Bucketer> Basis<H> {
                 schedule: c.scalar_lr_schedule,
             }),
             accumulate: c.row_scale.accumulate,
+            profile: c.row_scale.profile,
             seed: c.seed,
             step: plan.step,
         }
@@ -388,6 +389,7 @@ impl<H: Bucketer> Basis<H> {
             total_bytes: 0,
             shared_tables,
             step_counts: self.bucket_steps.capacity() * size_of::<u32>(),
+            code_tables: self.scalars.code_bytes(),
             scalars: self.scalars.value_bytes(),
             row_counters: self.scalars.count_bytes(),
             row_index: self.scalars.index.bytes(),

@@ -26,6 +26,8 @@ pub enum ConfigError {
     FrequencyPower,
     /// The row-scale log₂ range is not finite with `min < max`.
     RowScaleRange,
+    /// The row-scale profile power is outside `[0, 1]` or its `lead` exceeds `dim`.
+    Profile,
     /// The bucketer has zero buckets.
     NoBuckets,
     /// The state this configuration needs up front (dense per-row state,
@@ -54,6 +56,7 @@ impl fmt::Display for ConfigError {
             Self::GradClip => "gradient clip norm must be finite and > 0",
             Self::FrequencyPower => "frequency exponent must be finite and >= 0",
             Self::RowScaleRange => "row-scale log2 range must be finite with min < max",
+            Self::Profile => "row-scale profile power must be in [0, 1] and lead <= dim",
             Self::NoBuckets => "the bucketer must have at least one bucket",
         };
         f.write_str(msg)

@@ -31,7 +31,7 @@ pub use adam::{AdamConfig, ExactAdam};
 pub use basis::{Basis, BucketView, sign_of};
 pub use batch::MAX_GRAD_ABS;
 pub use config::{
-    Accumulate, BasisConfig, Direction, NonFinitePolicy, RowIndex, RowScaleConfig,
+    Accumulate, BasisConfig, Direction, NonFinitePolicy, Profile, RowIndex, RowScaleConfig,
     ScalarLrSchedule, ScalarRule, ScalarStorage, TablePrecision,
 };
 pub use error::{ConfigError, GrowError, StateError, StateField, StepError, TableError};

@@ -192,7 +192,7 @@ impl SlotIndex {
 pub(crate) enum Codes {
     F32(Vec<f32>),
     Bf16(Vec<bf16>),
-    LogU8(Vec<u8>, alloc::boxed::Box<LogCode>),
+    LogU8(Vec<u8>, LogCode),
 }
 
 /// The per-row scalar store (BASIS `s_i` or `G_i`, AdaGrad `G_i`), with an
@@ -224,7 +224,7 @@ impl ScalarStore {
             ScalarStorage::F32 => Codes::F32(try_filled(rows, 1, initial)?),
             ScalarStorage::Bf16 => Codes::Bf16(try_filled(rows, 1, bf16::from_f32(initial))?),
             ScalarStorage::LogU8 => {
-                Codes::LogU8(try_filled(rows, 1, 0u8)?, alloc::boxed::Box::new(code))
+                Codes::LogU8(try_filled(rows, 1, 0u8)?, code)
             }
         };
         let counts = if with_counts {
@@ -314,12 +314,21 @@ impl ScalarStore {
         }
     }
 
-    /// Bytes of the stored values (capacity), including a 1-byte code's table.
+    /// Bytes of the stored values (capacity): per-row state.
     pub(crate) fn value_bytes(&self) -> usize {
         match &self.codes {
             Codes::F32(v) => v.capacity() * size_of::<f32>(),
             Codes::Bf16(v) => v.capacity() * size_of::<bf16>(),
-            Codes::LogU8(v, _) => v.capacity() + size_of::<LogCode>(),
+            Codes::LogU8(v, _) => v.capacity(),
+        }
+    }
+
+    /// Heap bytes of a 1-byte code's own decode table (0 with the shared
+    /// `static` tables): fixed, not per row.
+    pub(crate) fn code_bytes(&self) -> usize {
+        match &self.codes {
+            Codes::LogU8(_, code) => code.owned_bytes(),
+            _ => 0,
         }
     }
 
