@@ -3,9 +3,9 @@
 use crate::spec::{Kind, Mode, OptSpec, Storage};
 use balanced_hash::{Bucketer, DChoice, LoadStats, OneChoice};
 use basis_core::{
-    Accumulate, AdagradConfig, AdamConfig, Basis, BasisConfig, ConfigError, DenseTable, Diagnostics, Direction,
-    ExactAdam, MemoryReport, Profile, RowIndex, RowScaleConfig, RowwiseAdagrad, ScalarRule,
-    ScalarStorage, Sgd, SparseOptimizer, StateError, StepReport,
+    Accumulate, AdagradConfig, AdamConfig, Basis, BasisConfig, ConfigError, DenseTable,
+    Diagnostics, Direction, ExactAdam, MemoryReport, Profile, RowIndex, RowScaleConfig,
+    RowwiseAdagrad, ScalarRule, ScalarStorage, Sgd, SparseOptimizer, StateError, StepReport,
 };
 use serde::Serialize;
 

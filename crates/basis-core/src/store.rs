@@ -223,9 +223,7 @@ impl ScalarStore {
         let codes = match storage {
             ScalarStorage::F32 => Codes::F32(try_filled(rows, 1, initial)?),
             ScalarStorage::Bf16 => Codes::Bf16(try_filled(rows, 1, bf16::from_f32(initial))?),
-            ScalarStorage::LogU8 => {
-                Codes::LogU8(try_filled(rows, 1, 0u8)?, code)
-            }
+            ScalarStorage::LogU8 => Codes::LogU8(try_filled(rows, 1, 0u8)?, code),
         };
         let counts = if with_counts {
             Some(try_filled(rows, 1, 0u16)?)
