@@ -113,7 +113,7 @@ fn a_blob_of_another_optimizer_or_config_is_rejected_and_changes_nothing() {
     assert_eq!(
         mismatched.import_state(&blob),
         Err(StateError::ConfigMismatch {
-            field: basis::core::StateField::Dim
+            field: basis::core::StateField::Direction
         })
     );
     assert_eq!(mismatched.export_state(), before);

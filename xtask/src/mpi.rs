@@ -6,12 +6,16 @@
 //!   with `mpirun --oversubscribe -np N` for N = 2, 3, 4 (every rank checks
 //!   its MPI results against `LocalComm` bit for bit), then runs its
 //!   `mismatch` mode and asserts that every rank reported the error and the
-//!   job exited non-zero before the timeout.
+//!   job exited non-zero before the timeout; then a row-sharded
+//!   `basis train` under `mpirun -np N` must equal the `LocalComm` run bit
+//!   for bit (`mpi/shard.rs`).
 //! - `cargo xtask mpi --bench [--net RATE] [--iters K]` builds `mpi_bench` in
 //!   release mode and runs it on 2 and 4 ranks; with `--net` inside a network
 //!   namespace whose loopback is shaped by `tc tbf` to RATE (or not shaped:
 //!   `--net unlimited`), MPI forced onto TCP over that loopback. The
 //!   namespace is removed even on failure.
+
+mod shard;
 
 use crate::util::{self, cargo, have, is_root, root};
 use core::time::Duration;
@@ -92,7 +96,8 @@ fn check() -> Result<(), String> {
             t.elapsed().as_secs_f64()
         );
     }
-    mismatch(&exe, 3)
+    mismatch(&exe, 3)?;
+    shard::check()
 }
 
 /// Run the `mismatch` mode on `np` ranks: the job must exit non-zero before

@@ -30,7 +30,11 @@ proptest! {
             prop_assert!(s == 1.0 || s == -1.0);
             prop_assert_eq!(s == -1.0, sigma.is_negative(start.wrapping_add(i)));
             sequential += f64::from(s);
-            scattered += f64::from(sigma.sign(start.wrapping_mul(i | 1).rotate_left(17)));
+            // N distinct scattered keys: xor and an odd multiplier are both
+            // bijections (`start * (i | 1)` repeated each key twice, doubling
+            // the variance, so the 5σ bound failed about one run in ten).
+            let key = (start ^ i).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17);
+            scattered += f64::from(sigma.sign(key));
         }
         prop_assert!(sequential.abs() <= five_sigma(), "sum {}", sequential);
         prop_assert!(scattered.abs() <= five_sigma(), "sum {}", scattered);

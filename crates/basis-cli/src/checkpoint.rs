@@ -10,8 +10,10 @@
 //!
 //! Each field of [`Checkpoint`] is one named section of the container (see
 //! `basis_std::checkpoint` for the file layout), in the order of the struct;
-//! numbers and `f32` vectors are little-endian. The metric history is the
-//! last section, so everything before it is the run's state.
+//! numbers and `f32` vectors are little-endian. After the run's state come
+//! the metric history and the run's options as `option=value` lines (so a
+//! refused resume names the option that differs; files without that last
+//! section still load).
 
 use basis_std::checkpoint as file;
 use core::fmt;
@@ -42,6 +44,10 @@ pub(crate) struct Checkpoint {
     pub(crate) optimizer: Vec<u8>,
     /// Metric history so far (JSON).
     pub(crate) history: String,
+    /// The options the fingerprint was made of, one `option=value` per line
+    /// (empty in files written before this section existed), so a refused
+    /// resume can name the option that differs.
+    pub(crate) options: String,
 }
 
 /// Why a checkpoint could not be written or read.
@@ -59,7 +65,13 @@ pub(crate) enum CheckpointError {
         name: &'static str,
     },
     /// A checkpoint of a different run configuration.
-    Mismatch(PathBuf),
+    Mismatch {
+        /// The file.
+        path: PathBuf,
+        /// The first option that differs: `(option, in the file, in this
+        /// run)`, when the file records its options.
+        differs: Option<(String, String, String)>,
+    },
 }
 
 impl fmt::Display for CheckpointError {
@@ -78,10 +90,21 @@ impl fmt::Display for CheckpointError {
                 "checkpoint {} is corrupted: section `{name}` is missing or malformed",
                 path.display()
             ),
-            Self::Mismatch(p) => write!(
+            Self::Mismatch {
+                path,
+                differs: Some((option, theirs, ours)),
+            } => write!(
+                f,
+                "checkpoint {} belongs to a run with other data or options: it has {option} {theirs}, this run {option} {ours} (resume with the same options, or use another --checkpoint DIR)",
+                path.display()
+            ),
+            Self::Mismatch {
+                path,
+                differs: None,
+            } => write!(
                 f,
                 "checkpoint {} belongs to a run with other data or options",
-                p.display()
+                path.display()
             ),
         }
     }
@@ -110,6 +133,8 @@ const DENSE_M: &str = "dense_m";
 const DENSE_V: &str = "dense_v";
 const OPTIMIZER: &str = "optimizer";
 const HISTORY: &str = "history";
+/// Written after the history; optional when reading (older files lack it).
+const OPTIONS: &str = "options";
 
 /// Size of the `run` section: fingerprint, epoch, RNG state, non-finite
 /// count, dense step count.
@@ -139,7 +164,7 @@ fn to_file(c: &Checkpoint) -> file::Checkpoint {
     run.extend_from_slice(&c.nonfinite.to_le_bytes());
     run.extend_from_slice(&c.dense_t.to_le_bytes());
     let mut out = file::Checkpoint::new();
-    let sections: [(&str, Vec<u8>); 7] = [
+    let sections: [(&str, Vec<u8>); 8] = [
         (RUN, run),
         (TABLE, f32s_to_bytes(&c.table)),
         (DENSE, f32s_to_bytes(&c.dense)),
@@ -147,6 +172,7 @@ fn to_file(c: &Checkpoint) -> file::Checkpoint {
         (DENSE_V, f32s_to_bytes(&c.dense_v)),
         (OPTIMIZER, c.optimizer.clone()),
         (HISTORY, c.history.clone().into_bytes()),
+        (OPTIONS, c.options.clone().into_bytes()),
     ];
     for (name, data) in sections {
         // Names are short constants: `insert` only fails on names over 64 KiB.
@@ -198,6 +224,10 @@ fn from_file(f: &file::Checkpoint, path: &Path) -> Result<Checkpoint, Checkpoint
         dense_t: u32_of(dense_t)?,
         optimizer: section(OPTIMIZER)?.to_vec(),
         history: String::from_utf8(section(HISTORY)?.to_vec()).map_err(|_| malformed(HISTORY))?,
+        options: match f.get(OPTIONS) {
+            Some(b) => String::from_utf8(b.to_vec()).map_err(|_| malformed(OPTIONS))?,
+            None => String::new(),
+        },
     })
 }
 
@@ -234,13 +264,38 @@ pub(crate) fn save(path: &Path, c: &Checkpoint) -> Result<(), CheckpointError> {
     Ok(file::save(path, &to_file(c))?)
 }
 
-/// Read the checkpoint at `path`, checking it belongs to `fingerprint`.
-pub(crate) fn load(path: &Path, fingerprint: u64) -> Result<Checkpoint, CheckpointError> {
+/// Read the checkpoint at `path`, checking it belongs to `fingerprint`;
+/// `options` (`option=value` lines, what the fingerprint hashes) names the
+/// first option that differs in the error.
+pub(crate) fn load(
+    path: &Path,
+    fingerprint: u64,
+    options: &str,
+) -> Result<Checkpoint, CheckpointError> {
     let c = from_file(&file::load(path)?, path)?;
     if c.fingerprint != fingerprint {
-        return Err(CheckpointError::Mismatch(path.to_path_buf()));
+        return Err(CheckpointError::Mismatch {
+            path: path.to_path_buf(),
+            differs: first_difference(&c.options, options),
+        });
     }
     Ok(c)
+}
+
+/// The first `option=value` line of `ours` whose value differs in `theirs`
+/// (`None` when `theirs` has no such list, or no line differs).
+fn first_difference(theirs: &str, ours: &str) -> Option<(String, String, String)> {
+    let pairs = |text: &str| -> Vec<(String, String)> {
+        text.lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let theirs = pairs(theirs);
+    pairs(ours).into_iter().find_map(|(k, v)| {
+        let t = theirs.iter().find(|(tk, _)| *tk == k)?;
+        (t.1 != v).then(|| (k, t.1.clone(), v))
+    })
 }
 
 /// Delete the temp files an interrupted save (e.g. a SIGKILLed run) left in
@@ -279,6 +334,7 @@ mod tests {
             dense_t: 9,
             optimizer: vec![1, 2, 3],
             history: "[]".into(),
+            options: "--batch=8\n--dim=4".into(),
         }
     }
 
@@ -306,19 +362,24 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("basis-ckpt-test-{}", std::process::id()));
         let path = dir.join("run.ckpt");
         save(&path, &sample()).unwrap();
-        assert_eq!(load(&path, 42).unwrap(), sample());
-        assert!(matches!(load(&path, 43), Err(CheckpointError::Mismatch(_))));
+        assert_eq!(load(&path, 42, "").unwrap(), sample());
+        let e = load(&path, 43, "--batch=8\n--dim=5").unwrap_err();
+        assert!(
+            matches!(&e, CheckpointError::Mismatch { differs: Some((o, t, u)), .. }
+                if o == "--dim" && t == "4" && u == "5"),
+            "{e}"
+        );
         // A truncated file is refused with an error naming it.
         let bytes = std::fs::read(&path).unwrap();
         std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
-        let e = load(&path, 42).unwrap_err();
+        let e = load(&path, 42, "").unwrap_err();
         assert!(matches!(e, CheckpointError::File(_)));
         let msg = e.to_string();
         assert!(msg.contains(&path.display().to_string()), "{msg}");
         assert!(msg.contains("truncated or corrupted"), "{msg}");
         // A valid container without the run's sections is refused too.
         file::save(&path, &file::Checkpoint::new()).unwrap();
-        let e = load(&path, 42).unwrap_err();
+        let e = load(&path, 42, "").unwrap_err();
         assert!(
             matches!(e, CheckpointError::Section { name: RUN, .. }),
             "{e}"

@@ -1,8 +1,10 @@
 //! Command-line arguments (clap derive).
 
+use crate::data::criteo_synth::CriteoSynthConfig;
 use crate::data::{Format, LoadOptions, synthetic::SynthConfig};
 use crate::deep::{DenseOpt, ModelKind};
 use crate::spec::OptSpec;
+use crate::validate;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
@@ -43,10 +45,10 @@ pub(crate) struct DataArgs {
     #[arg(long)]
     pub(crate) strict: bool,
     /// Fraction of examples held out for validation (learning-rate tuning).
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = 0.1, allow_negative_numbers = true, value_parser = validate::fraction)]
     pub(crate) valid_frac: f64,
     /// Fraction of examples held out for the test metrics.
-    #[arg(long, default_value_t = 0.1)]
+    #[arg(long, default_value_t = 0.1, allow_negative_numbers = true, value_parser = validate::fraction)]
     pub(crate) test_frac: f64,
     /// Seed of the shuffle that splits formats without timestamps.
     #[arg(long, default_value_t = 0)]
@@ -69,6 +71,9 @@ pub(crate) struct DataArgs {
     /// Synthetic data: Zipf exponent of the ids.
     #[arg(long, default_value_t = SynthConfig::default().zipf)]
     pub(crate) synthetic_zipf: f64,
+    /// `criteo-synth`: total categorical id space (over the 26 fields).
+    #[arg(long, default_value_t = CriteoSynthConfig::default().ids)]
+    pub(crate) synthetic_ids: u64,
 }
 
 impl DataArgs {
@@ -88,6 +93,13 @@ impl DataArgs {
                 zipf: self.synthetic_zipf,
                 ..SynthConfig::default()
             },
+            criteo_synth: CriteoSynthConfig {
+                examples: self.synthetic_examples,
+                ids: self.synthetic_ids,
+                zipf: self.synthetic_zipf,
+                noise: self.synthetic_noise,
+                seed: self.synthetic_seed,
+            },
             positive: self.positive.clone(),
             body_only: self.body_only,
             progress,
@@ -99,23 +111,23 @@ impl DataArgs {
 #[derive(Debug, Clone, Args)]
 pub(crate) struct ModelArgs {
     /// Passes over the training split.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true, value_parser = validate::count_u32)]
     pub(crate) epochs: u32,
     /// Examples per mini-batch.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = 256, allow_negative_numbers = true, value_parser = validate::count_usize)]
     pub(crate) batch: usize,
     /// Embedding size k (table rows hold k + 1 values: linear weight + embedding).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = 16, allow_negative_numbers = true, value_parser = validate::count_usize)]
     pub(crate) dim: usize,
-    /// Standard deviation of the initial embeddings.
-    #[arg(long, default_value_t = 0.01)]
+    /// Standard deviation of the initial embeddings (0 to 1).
+    #[arg(long, default_value_t = 0.01, allow_negative_numbers = true, value_parser = validate::init_std)]
     pub(crate) init_std: f32,
     /// L2 penalty on the rows a batch touches (added to their gradient).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true, value_parser = validate::non_negative_f32)]
     pub(crate) l2: f32,
     /// Adam learning rate of the dense parameters (the global bias; with
     /// DeepFM also the tower).
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = 0.01, allow_negative_numbers = true, value_parser = validate::positive_f32)]
     pub(crate) dense_lr: f32,
     /// Seed of initialisation, data order and optimizer randomness.
     #[arg(long, default_value_t = 1)]
@@ -123,12 +135,15 @@ pub(crate) struct ModelArgs {
     /// Data-parallel ranks (threads over LocalComm, or MPI processes under
     /// mpirun with the `mpi` feature): sparse row gradients are all-gathered,
     /// the dense parameters use 1-bit Adam.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = validate::count_usize)]
     pub(crate) workers: usize,
-    /// Model: `fm`, or `deepfm` (FM + an MLP over the per-field embeddings).
+    /// Model: `fm`, `deepfm` (FM + an MLP over the per-field embeddings) or
+    /// `dlrm` (bottom MLP on dense features, pairwise dots, top MLP; needs
+    /// `--format criteo-synth`).
     #[arg(long, value_enum, default_value_t = ModelKind::Fm)]
     pub(crate) model: ModelKind,
-    /// DeepFM tower widths, comma-separated; the last must be 1 (the logit).
+    /// DeepFM tower (DLRM: top tower) widths, comma-separated; the last must
+    /// be 1 (the logit).
     #[arg(
         long,
         value_name = "W,W,...,1",
@@ -136,9 +151,29 @@ pub(crate) struct ModelArgs {
         default_value = "512,256,1"
     )]
     pub(crate) mlp: Vec<usize>,
+    /// DLRM bottom tower hidden widths (its output, `--dim`, is appended).
+    #[arg(
+        long,
+        value_name = "W,W,...",
+        value_delimiter = ',',
+        default_value = "64"
+    )]
+    pub(crate) bottom_mlp: Vec<usize>,
     /// Dense-parameter optimizer of data-parallel runs (`--workers P`).
     #[arg(long, value_enum, default_value_t = DenseOpt::OnebitAdam)]
     pub(crate) dense_opt: DenseOpt,
+    /// Shard the embedding table by row over the `--workers` ranks (each
+    /// rank holds only its rows and their optimizer state; ids and rows move
+    /// by all-to-all). Without it every rank holds a full replica.
+    #[arg(long, value_enum)]
+    pub(crate) shard: Option<ShardMode>,
+}
+
+/// How the embedding table is laid out over the ranks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ShardMode {
+    /// Row-sharded: row id → owner rank by a balanced-hash hash.
+    Rows,
 }
 
 /// Outputs.
@@ -186,12 +221,14 @@ pub(crate) struct CompareArgs {
     #[arg(long = "opt", value_name = "SPEC")]
     pub(crate) opts: Vec<OptSpec>,
     /// Seeds per optimizer (seed, seed+1, ...): the table shows mean ± std.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = validate::count_u32)]
     pub(crate) seeds: u32,
-    /// Learning rates to try per optimizer (comma-separated); the one with the
-    /// best validation AUC is kept and only its test metrics are reported.
-    #[arg(long, value_name = "LR,LR,...", value_delimiter = ',')]
-    pub(crate) tune_lr: Vec<f32>,
+    /// Learning rates to try per optimizer: `auto` (a grid per optimizer
+    /// around its default rate, extended while the best is at an end) or a
+    /// comma-separated list. The rate with the best validation AUC (first
+    /// seed) is kept and only its test metrics are reported.
+    #[arg(long, value_name = "auto|LR,LR,...")]
+    pub(crate) tune_lr: Option<crate::tune::TuneLr>,
     /// Save/resume one checkpoint per optimizer, learning rate and seed under DIR.
     #[arg(long, value_name = "DIR")]
     pub(crate) checkpoint: Option<PathBuf>,

@@ -4,6 +4,7 @@ use crate::cli::{CompareArgs, ModelArgs, OutputArgs, TrainArgs};
 use crate::data::{Dataset, LoadReport};
 use crate::spec::{DEFAULT_COMPARE, OptSpec};
 use crate::train::{Run, RunResult, train};
+use crate::tune::{Progress, Search, TuneLr};
 use core::fmt::Write as _;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -68,11 +69,16 @@ pub(crate) struct Entry {
     pub(crate) lr: f32,
     /// `(lr, validation AUC)` of each tried learning rate (empty without `--tune-lr`).
     pub(crate) lr_search: Vec<(f32, f64)>,
+    /// The chosen rate is the smallest or largest tried.
+    pub(crate) lr_at_edge: bool,
     test_auc: Stat,
     test_logloss: Stat,
     valid_auc: Stat,
     wall_secs: Stat,
     state_bytes: usize,
+    fixed_bytes: usize,
+    /// Bytes that grow with the rows, per row (`bytes_per_row` minus the fixed part).
+    growing_per_row: f64,
     bytes_per_row: f64,
     compression_vs_adam: f64,
     /// One record per seed.
@@ -97,11 +103,14 @@ fn entry(spec: &OptSpec, lr_search: Vec<(f32, f64)>, runs: Vec<RunResult>) -> En
         optimizer: spec.label.clone(),
         lr: spec.lr(),
         lr_search,
+        lr_at_edge: false,
         test_auc: Stat::of(runs.iter().map(|r| r.final_metrics.test_auc)),
         test_logloss: Stat::of(runs.iter().map(|r| r.final_metrics.test_loss)),
         valid_auc: Stat::of(runs.iter().map(|r| r.final_metrics.valid_auc)),
         wall_secs: Stat::of(runs.iter().map(|r| r.wall_secs)),
         state_bytes: first.memory.total,
+        fixed_bytes: first.memory.fixed,
+        growing_per_row: first.memory.growing as f64 / first.rows.max(1) as f64,
         bytes_per_row: first.bytes_per_row,
         compression_vs_adam: first.compression_vs_adam,
         runs,
@@ -150,12 +159,12 @@ pub(crate) fn table(entries: &[Entry], seeds: usize) -> String {
     let mut s = String::new();
     let _ = write!(
         s,
-        "| optimizer | lr | test AUC | test log-loss | state bytes | bytes/row | vs Adam | wall s |"
+        "| optimizer | lr | test AUC | test log-loss | state bytes | fixed | per-row B/row | bytes/row | vs Adam | wall s |"
     );
     if comm {
         s.push_str(" bytes sent/rank | of which dense |");
     }
-    s.push_str("\n|---|---:|---:|---:|---:|---:|---:|---:|");
+    s.push_str("\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     if comm {
         s.push_str("---:|---:|");
     }
@@ -168,12 +177,15 @@ pub(crate) fn table(entries: &[Entry], seeds: usize) -> String {
         };
         let _ = write!(
             s,
-            "| {} | {} | {} | {} | {} | {:.2} | {} | {:.1} |",
+            "| {} | {}{} | {} | {} | {} | {} | {:.2} | {:.2} | {} | {:.1} |",
             e.optimizer,
             e.lr,
+            if e.lr_at_edge { " (edge)" } else { "" },
             pm(e.test_auc, 4, seeds),
             pm(e.test_logloss, 4, seeds),
             human_bytes(e.state_bytes),
+            human_bytes(e.fixed_bytes),
+            e.growing_per_row,
             e.bytes_per_row,
             vs,
             e.wall_secs.mean
@@ -272,54 +284,89 @@ fn checkpoint_path(dir: &Option<PathBuf>, label: &str, lr: f32, seed: u64) -> Op
 }
 
 /// Run the comparison.
+///
+/// With tuning, each optimizer's [`Search`] picks its rate on the first
+/// seed's validation AUC; that run *is* the first seed's run, so it is kept
+/// rather than repeated (unless checkpoints are written: tuning runs write
+/// none, so the seed runs then start afresh).
 #[allow(clippy::too_many_arguments)] // the two commands share this one driver
 fn run_all(
     ds: &Dataset,
     specs: &[OptSpec],
     model: &ModelArgs,
     seeds: u32,
-    tune: &[f32],
+    tune: Option<&TuneLr>,
     ckpt: &Option<PathBuf>,
     resume: bool,
     progress: bool,
 ) -> Result<Vec<Entry>, String> {
+    let seeds = seeds.max(1) as usize;
+    let reuse = usize::from(tune.is_some() && ckpt.is_none());
+    let mut searches: Vec<Option<Search>> = specs
+        .iter()
+        .map(|s| tune.map(|t| Search::new(t, s)))
+        .collect();
+    // Runs known per optimizer: its grid, then the seeds not covered by reuse.
+    let known = |q: &Option<Search>| q.as_ref().map_or(0, Search::pending) + seeds - reuse;
+    let mut later: usize = searches.iter().map(known).sum();
+    let mut bar = Progress::new(progress);
     let mut entries = Vec::new();
-    for spec in specs {
-        let mut search = Vec::new();
-        let spec = if tune.is_empty() {
-            spec.clone()
-        } else {
-            let mut best: Option<(f64, f32)> = None;
-            for &lr in tune {
-                let s = spec.with_lr(lr);
-                let r = train(
-                    ds,
-                    &Run {
-                        spec: &s,
-                        model,
-                        checkpoint: None,
-                        resume: false,
-                        progress,
-                    },
-                )?;
-                let v = r.final_metrics.valid_auc;
-                search.push((lr, v));
-                if best.is_none_or(|(b, _)| v > b) {
-                    best = Some((v, lr));
+    for (spec, search) in specs.iter().zip(searches.iter_mut()) {
+        later -= known(search);
+        let mut first_run = None;
+        let spec = match search {
+            None => spec.clone(),
+            Some(q) => {
+                while let Some(lr) = q.next() {
+                    let s = spec.with_lr(lr);
+                    let total = bar.done() + 1 + q.pending() + seeds - reuse + later;
+                    bar.begin(total, &spec.label, lr, model.seed, "tuning");
+                    let r = train(
+                        ds,
+                        &Run {
+                            spec: &s,
+                            model,
+                            checkpoint: None,
+                            resume: false,
+                            progress,
+                        },
+                    )?;
+                    bar.end();
+                    q.record(lr, r.final_metrics.valid_auc);
+                    if q.best().is_some_and(|(b, _)| b == lr) {
+                        first_run = Some(r);
+                    }
+                }
+                let lr = q.best().map_or(spec.lr(), |(lr, _)| lr);
+                if q.at_edge() {
+                    eprintln!(
+                        "warning: {}: the chosen lr {lr} is at the edge of the rates tried ({}); its optimum may lie outside",
+                        spec.label,
+                        rates(&q.tried)
+                    );
+                }
+                OptSpec {
+                    label: spec.label.clone(),
+                    ..spec.with_lr(lr)
                 }
             }
-            let lr = best.map_or(spec.lr(), |(_, lr)| lr);
-            OptSpec {
-                label: spec.label.clone(),
-                ..spec.with_lr(lr)
-            }
         };
-        let mut runs = Vec::new();
-        for k in 0..seeds.max(1) {
+        let mut runs: Vec<RunResult> = Vec::new();
+        if reuse == 1 {
+            runs.extend(first_run);
+        }
+        for k in runs.len()..seeds {
             let m = ModelArgs {
-                seed: model.seed + u64::from(k),
+                seed: model.seed + k as u64,
                 ..model.clone()
             };
+            bar.begin(
+                bar.done() + seeds - k + later,
+                &spec.label,
+                spec.lr(),
+                m.seed,
+                "seed",
+            );
             runs.push(train(
                 ds,
                 &Run {
@@ -330,29 +377,70 @@ fn run_all(
                     progress,
                 },
             )?);
+            bar.end();
         }
-        entries.push(entry(&spec, search, runs));
+        let edge = search.as_ref().is_some_and(Search::at_edge);
+        let tried = search.as_ref().map_or_else(Vec::new, |q| q.tried.clone());
+        entries.push(Entry {
+            lr_at_edge: edge,
+            ..entry(&spec, tried, runs)
+        });
     }
     Ok(entries)
 }
 
-/// Write the plot and JSON; returns whether the table must not be printed
-/// (JSON went to stdout, or this is an MPI rank other than 0).
+/// `lr: AUC, …` of a search.
+fn rates(tried: &[(f32, f64)]) -> String {
+    tried
+        .iter()
+        .map(|(lr, v)| format!("{lr}: {v:.4}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Whether the table is not printed: JSON goes to stdout, or this is an MPI
+/// rank other than 0.
+fn table_suppressed(out: &OutputArgs) -> bool {
+    !crate::parallel::is_output_rank() || out.json.as_deref() == Some(Path::new("-"))
+}
+
+/// Fail before any work when an output could not be written: the JSON file,
+/// the plot, the checkpoint directory. (Checked again when written: this
+/// only moves the typical failure — a typo, a missing or read-only
+/// directory — before the training instead of after it.)
+fn check_outputs(out: &OutputArgs, checkpoint: Option<&Path>) -> Result<(), String> {
+    if !crate::parallel::is_output_rank() {
+        return Ok(());
+    }
+    if let Some(path) = out.json.as_deref().filter(|p| *p != Path::new("-")) {
+        crate::validate::writable_file("--json", path)?;
+    }
+    if let Some(path) = &out.plot {
+        crate::validate::writable_file("--plot", path)?;
+    }
+    if let Some(dir) = checkpoint {
+        crate::validate::writable_dir("--checkpoint", dir)?;
+    }
+    Ok(())
+}
+
+/// Write the plot and JSON (after the table was printed, so a failure here
+/// loses no result).
 fn write_outputs(
     command: &str,
     ds: &Dataset,
     model: &ModelArgs,
     out: &OutputArgs,
     entries: &[Entry],
-) -> Result<bool, String> {
+) -> Result<(), String> {
     if !crate::parallel::is_output_rank() {
-        return Ok(true);
+        return Ok(());
     }
     if let Some(path) = &out.plot {
         crate::plot::draw(path, entries).map_err(|e| format!("--plot {}: {e}", path.display()))?;
     }
     let Some(path) = &out.json else {
-        return Ok(false);
+        return Ok(());
     };
     let doc = Output {
         command,
@@ -364,8 +452,7 @@ fn write_outputs(
         results: entries,
     };
     let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
-    write_text(path, &text)?;
-    Ok(path == Path::new("-"))
+    write_text(path, &text).map_err(|e| format!("--json: {e}"))
 }
 
 /// Write `text` to `path` (`-` = stdout).
@@ -380,6 +467,7 @@ pub(crate) fn write_text(path: &Path, text: &str) -> Result<(), String> {
 
 /// `basis compare`.
 pub(crate) fn compare(args: &CompareArgs, progress: bool) -> Result<(), String> {
+    check_outputs(&args.out, args.checkpoint.as_deref())?;
     let ds = crate::data::load(&args.data.options(progress)).map_err(|e| e.to_string())?;
     let specs: Vec<OptSpec> = if args.opts.is_empty() {
         DEFAULT_COMPARE
@@ -389,21 +477,17 @@ pub(crate) fn compare(args: &CompareArgs, progress: bool) -> Result<(), String> 
     } else {
         args.opts.clone()
     };
-    if args.tune_lr.iter().any(|&lr| !(lr.is_finite() && lr > 0.0)) {
-        return Err("--tune-lr: learning rates must be > 0".into());
-    }
     let entries = run_all(
         &ds,
         &specs,
         &args.model,
         args.seeds,
-        &args.tune_lr,
+        args.tune_lr.as_ref(),
         &args.checkpoint,
         args.resume,
         progress,
     )?;
-    let json_to_stdout = write_outputs("compare", &ds, &args.model, &args.out, &entries)?;
-    if !json_to_stdout {
+    if !table_suppressed(&args.out) {
         print!("{}", describe(&ds));
         println!(
             "model: FM, k = {} (row dim {}), {} epochs, batch {}, {} seed(s){}\n",
@@ -412,19 +496,23 @@ pub(crate) fn compare(args: &CompareArgs, progress: bool) -> Result<(), String> 
             args.model.epochs,
             args.model.batch,
             args.seeds.max(1),
-            if args.tune_lr.is_empty() {
-                String::new()
-            } else {
-                format!(", lr tuned on validation AUC over {:?}", args.tune_lr)
+            match &args.tune_lr {
+                None => String::new(),
+                Some(TuneLr::Auto) =>
+                    ", lr tuned on validation AUC (first seed) over per-optimizer grids (auto)"
+                        .into(),
+                Some(TuneLr::List(l)) =>
+                    format!(", lr tuned on validation AUC (first seed) over {l:?}"),
             }
         );
         print!("{}", table(&entries, args.seeds.max(1) as usize));
     }
-    Ok(())
+    write_outputs("compare", &ds, &args.model, &args.out, &entries)
 }
 
 /// `basis train`.
 pub(crate) fn train_one(args: &TrainArgs, progress: bool) -> Result<(), String> {
+    check_outputs(&args.out, args.checkpoint.as_deref())?;
     let ds = crate::data::load(&args.data.options(progress)).map_err(|e| e.to_string())?;
     let ckpt = args.checkpoint.as_ref().map(|d| d.join("run.ckpt"));
     let r = train(
@@ -438,8 +526,7 @@ pub(crate) fn train_one(args: &TrainArgs, progress: bool) -> Result<(), String> 
         },
     )?;
     let entries = [entry(&args.opt, Vec::new(), vec![r])];
-    let json_to_stdout = write_outputs("train", &ds, &args.model, &args.out, &entries)?;
-    if !json_to_stdout {
+    if !table_suppressed(&args.out) {
         print!("{}", describe(&ds));
         println!("| epoch | train loss | valid AUC | valid loss | test AUC | test loss |");
         println!("|---:|---:|---:|---:|---:|---:|");
@@ -453,5 +540,5 @@ pub(crate) fn train_one(args: &TrainArgs, progress: bool) -> Result<(), String> 
         print!("{}", table(&entries, 1));
         println!("model crc32: {:08x}", entries[0].runs[0].model_crc32);
     }
-    Ok(())
+    write_outputs("train", &ds, &args.model, &args.out, &entries)
 }

@@ -5,6 +5,8 @@
 // `deny`, not `forbid`: `deep::gemm` wraps the one `unsafe` call (sgemm).
 #![deny(unsafe_code)]
 
+extern crate alloc;
+
 mod checkpoint;
 mod cli;
 mod compare;
@@ -19,8 +21,12 @@ mod parallel;
 mod plot;
 mod progress;
 mod rng;
+mod shard;
 mod spec;
+mod spec_check;
 mod train;
+mod tune;
+mod validate;
 
 pub use data::lines;
 

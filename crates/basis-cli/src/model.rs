@@ -14,13 +14,13 @@
 //! divided by the batch size, `∂/∂w_i = δ x_i`, `∂/∂v_if = δ x_i (S_f − v_if x_i)`
 //! where `S_f = Σ_j v_jf x_j`; `∂/∂b = δ`.
 //!
-//! With a tower (`--model deepfm`, [`Fm::with_tower`]) the same table and
-//! bias feed DeepFM ([`crate::deep`]); prediction and gradients then go
-//! through its gathered-rows interface, and the dense parameters are
-//! `[b, MLP…]`.
+//! With a tower (`--model deepfm|dlrm`, [`Fm::with_tower`]) the same table
+//! feeds DeepFM or DLRM ([`crate::deep`]); prediction and gradients then go
+//! through its gathered-rows interface, and the dense parameters are the
+//! tower's.
 
 use crate::data::Examples;
-use crate::deep::{DeepFm, DeepGrads, LocalBatch, Workspace, gather_rows};
+use crate::deep::{DeepGrads, LocalBatch, Tower, Workspace, gather_rows};
 use crate::rng::Rng;
 
 /// The FM parameters.
@@ -32,34 +32,38 @@ pub(crate) struct Fm {
     pub(crate) table: Vec<f32>,
     /// Dense parameters: `[b]` (with a tower, `[b, MLP…]`).
     pub(crate) dense: Vec<f32>,
-    /// The DeepFM tower, if any.
-    pub(crate) tower: Option<DeepFm>,
+    /// The dense tower (DeepFM or DLRM), if any.
+    pub(crate) tower: Option<Tower>,
 }
 
 impl Fm {
     /// A model of `rows` rows with `w = 0`, `v ~ N(0, init_std²)` (deterministic in `seed`).
-    pub(crate) fn new(rows: usize, k: usize, init_std: f32, seed: u64) -> Self {
-        let d = k + 1;
-        let mut table = vec![0.0f32; rows * d];
+    ///
+    /// Fails with a one-line message naming `--dim` and the bytes needed when
+    /// the table does not fit (it is `rows × (k + 1)` floats, sized by the
+    /// user's `--dim`: an allocator abort is not an answer).
+    pub(crate) fn new(rows: usize, k: usize, init_std: f32, seed: u64) -> Result<Self, String> {
+        let d = k.saturating_add(1);
+        let mut table = crate::validate::try_zeroed("--dim", k, "the model table", rows, d)?;
         let mut rng = Rng::derive(seed, 0x1417);
         for row in table.chunks_exact_mut(d) {
             for v in &mut row[1..] {
                 *v = init_std * rng.normal() as f32;
             }
         }
-        Self {
+        Ok(Self {
             k,
             table,
             dense: vec![0.0],
             tower: None,
-        }
+        })
     }
 
     /// This FM as the FM part of DeepFM with `tower` (dense parameters
     /// initialised from `seed`).
     ///
     /// Fails when the tower's parameters cannot be allocated.
-    pub(crate) fn with_tower(mut self, tower: DeepFm, seed: u64) -> Result<Self, String> {
+    pub(crate) fn with_tower(mut self, tower: Tower, seed: u64) -> Result<Self, String> {
         self.dense = tower.init_dense(seed)?;
         self.tower = Some(tower);
         Ok(self)
@@ -105,8 +109,8 @@ impl Fm {
 }
 
 impl Fm {
-    /// DeepFM logits, in chunks through the gathered-rows interface.
-    fn predict_deep(&self, tower: &DeepFm, ex: &Examples) -> Vec<f32> {
+    /// Tower logits, in chunks through the gathered-rows interface.
+    fn predict_deep(&self, tower: &Tower, ex: &Examples) -> Vec<f32> {
         const CHUNK: usize = 512;
         let mut out = Vec::with_capacity(ex.len());
         let mut ws = Workspace::default();
@@ -127,7 +131,7 @@ impl Fm {
     }
 }
 
-/// DeepFM buffers of a [`Grads`].
+/// Tower buffers of a [`Grads`].
 #[derive(Debug, Default)]
 struct DeepBuffers {
     batch: LocalBatch,
@@ -238,11 +242,11 @@ impl Grads {
         Ok(())
     }
 
-    /// DeepFM gradients through the gathered-rows interface.
+    /// Tower gradients through the gathered-rows interface.
     fn compute_deep(
         &mut self,
         fm: &Fm,
-        tower: &DeepFm,
+        tower: &Tower,
         ex: &Examples,
         batch: &[usize],
         batch_len: usize,
@@ -321,6 +325,8 @@ mod tests {
             values: vec![1.0, 0.5, 2.0, 1.0, 1.0],
             fields: vec![0, 1, 2, 1, 2],
             labels: vec![1.0, 0.0],
+            dense: vec![],
+            dense_width: 0,
         }
     }
 
@@ -346,7 +352,7 @@ mod tests {
 
     #[test]
     fn forward_matches_pairwise_definition() {
-        let mut fm = Fm::new(4, 3, 0.5, 1);
+        let mut fm = Fm::new(4, 3, 0.5, 1).unwrap();
         fm.table[0] = 0.3;
         fm.dense[0] = -0.2;
         let ex = examples();
@@ -359,7 +365,7 @@ mod tests {
 
     #[test]
     fn gradients_match_finite_differences() {
-        let fm = Fm::new(4, 3, 0.5, 2);
+        let fm = Fm::new(4, 3, 0.5, 2).unwrap();
         let ex = examples();
         let mut g = Grads::new(&fm, 4);
         g.compute(&fm, &ex, &[0, 1], 0.0).unwrap();

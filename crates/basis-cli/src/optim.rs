@@ -3,9 +3,9 @@
 use crate::spec::{Kind, Mode, OptSpec, Storage};
 use balanced_hash::{Bucketer, DChoice, LoadStats, OneChoice};
 use basis_core::{
-    Accumulate, AdagradConfig, AdamConfig, Basis, BasisConfig, DenseTable, Diagnostics, Direction,
-    ExactAdam, MemoryReport, RowIndex, RowScaleConfig, RowwiseAdagrad, ScalarRule, ScalarStorage,
-    Sgd, SparseOptimizer, StateError, StepReport,
+    Accumulate, AdagradConfig, AdamConfig, Basis, BasisConfig, ConfigError, DenseTable,
+    Diagnostics, Direction, ExactAdam, MemoryReport, Profile, RowIndex, RowScaleConfig,
+    RowwiseAdagrad, ScalarRule, ScalarStorage, Sgd, SparseOptimizer, StateError, StepReport,
 };
 use serde::Serialize;
 
@@ -77,6 +77,15 @@ impl Telemetry {
     }
 }
 
+/// The `RowScaled` profile of `spec` (its keys over the CLI defaults).
+fn profile_of(spec: &OptSpec) -> Profile {
+    Profile {
+        power: spec.profile.unwrap_or(crate::spec::DEFAULT_PROFILE),
+        lead: spec.lead.unwrap_or(crate::spec::DEFAULT_LEAD),
+        eps_inside: spec.eps_inside,
+    }
+}
+
 /// Build the optimizer of `spec` for a table of `rows` rows of `dim` values.
 ///
 /// Fails with a message when the configuration is rejected by `basis-core`
@@ -87,8 +96,29 @@ pub(crate) fn build(
     dim: usize,
     seed: u64,
 ) -> Result<Optimizer, String> {
+    build_indexed(spec, rows, RowIndex::Dense { rows: rows as u64 }, dim, seed)
+}
+
+/// [`build`] with an explicit row index (`Dense { rows: 0 }` for a table
+/// that grows, such as a shard store; `rows` then only sizes the buckets).
+pub(crate) fn build_indexed(
+    spec: &OptSpec,
+    rows: usize,
+    row_index: RowIndex,
+    dim: usize,
+    seed: u64,
+) -> Result<Optimizer, String> {
     let err = |e: &dyn core::fmt::Display| format!("{}: {e}", spec.label);
-    let row_index = RowIndex::Dense { rows: rows as u64 };
+    // State sized by the table: name the option that sized it (`dim` is the
+    // row dimension k + 1).
+    let config_err = |e: ConfigError| match e {
+        ConfigError::AllocationFailed { bytes } => format!(
+            "--dim {}: optimizer `{}` needs {bytes} bytes of state for {rows} rows, more than can be allocated",
+            dim.saturating_sub(1),
+            spec.label
+        ),
+        other => err(&other),
+    };
     let lr = spec.lr();
     Ok(match spec.kind {
         Kind::Adam => Optimizer::Adam(
@@ -98,7 +128,7 @@ pub(crate) fn build(
                 row_index,
                 ..AdamConfig::default()
             })
-            .map_err(|e| err(&e))?,
+            .map_err(config_err)?,
         ),
         Kind::RowwiseAdagrad => Optimizer::Adagrad(
             RowwiseAdagrad::new(AdagradConfig {
@@ -107,9 +137,9 @@ pub(crate) fn build(
                 row_index,
                 ..AdagradConfig::default()
             })
-            .map_err(|e| err(&e))?,
+            .map_err(config_err)?,
         ),
-        Kind::Sgd => Optimizer::Sgd(Sgd::new(dim, lr).map_err(|e| err(&e))?),
+        Kind::Sgd => Optimizer::Sgd(Sgd::new(dim, lr).map_err(config_err)?),
         Kind::Basis | Kind::Countsketch => {
             let defaults = BasisConfig::default();
             let config = BasisConfig {
@@ -136,6 +166,7 @@ pub(crate) fn build(
                     accumulate: spec
                         .ema
                         .map_or(Accumulate::Sum, |beta| Accumulate::Ema { beta }),
+                    profile: profile_of(spec),
                     ..defaults.row_scale
                 },
                 row_index,
@@ -146,12 +177,12 @@ pub(crate) fn build(
             let hash_seed = 0xB0C4_E75E ^ seed;
             if spec.choices <= 1 {
                 let h = OneChoice::new(b, hash_seed).map_err(|e| err(&e))?;
-                Optimizer::Basis1(Box::new(Basis::new(config, h).map_err(|e| err(&e))?))
+                Optimizer::Basis1(Box::new(Basis::new(config, h).map_err(config_err)?))
             } else {
                 let h =
                     DChoice::dense(rows as u64, b, spec.choices, hash_seed).map_err(|e| err(&e))?;
                 Optimizer::BasisD {
-                    opt: Box::new(Basis::new(config, h).map_err(|e| err(&e))?),
+                    opt: Box::new(Basis::new(config, h).map_err(config_err)?),
                     rows: rows as u64,
                     d: spec.choices,
                     seed: hash_seed,
@@ -194,6 +225,23 @@ impl Optimizer {
         self.inner()
             .step(ids, grads, &mut t)
             .map_err(|e| e.to_string())
+    }
+
+    /// One step on any [`RowAccess`] table (a shard store's slots).
+    pub(crate) fn step_rows(
+        &mut self,
+        ids: &[u64],
+        grads: &[f32],
+        table: &mut dyn basis_core::RowAccess,
+    ) -> Result<StepReport, String> {
+        self.inner()
+            .step(ids, grads, table)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Grow a dense row range to `rows` (see `SparseOptimizer::grow_rows`).
+    pub(crate) fn grow_rows(&mut self, rows: u64) -> Result<(), String> {
+        self.inner().grow_rows(rows).map_err(|e| e.to_string())
     }
 
     /// Exact bytes of optimizer state.

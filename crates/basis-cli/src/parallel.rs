@@ -110,7 +110,7 @@ pub(crate) fn rank_main(
         }
         rng.shuffle(&mut order);
         let mut loss_sum = 0.0f64;
-        for batch in order.chunks(m.batch) {
+        for (step, batch) in order.chunks(m.batch).enumerate() {
             let mine = share(batch, rank, p);
             grads.compute_scaled(&fm, &ds.train, &mine, m.l2, batch.len())?;
             // Sparse: all-gather counts, then the padded (id, gradient) lists.
@@ -160,6 +160,8 @@ pub(crate) fn rank_main(
             let mut loss = [grads.loss as f32];
             comm.all_reduce_sum(&mut loss).map_err(comm_err)?;
             loss_sum += f64::from(loss[0]);
+            // The summed loss is the same on every rank: all stop together.
+            crate::validate::finite_loss(f64::from(loss[0]), epoch + 1, step + 1, &run.spec.label)?;
             bar.inc(1);
         }
         bar.finish_and_clear();
@@ -237,6 +239,11 @@ pub(crate) mod mpi {
     /// This process's rank (0 without MPI).
     pub(crate) fn rank() -> usize {
         COMM.with(|c| c.borrow().as_ref().map_or(0, Communicator::rank))
+    }
+
+    /// Run `f` on this process's communicator, or `None` without `mpirun`.
+    pub(crate) fn with_comm<T>(f: impl FnOnce(&mut MpiComm) -> T) -> Option<T> {
+        COMM.with(|c| c.borrow_mut().as_mut().map(f))
     }
 
     /// Train over MPI, or `None` when not launched by `mpirun`.

@@ -35,6 +35,15 @@ impl Rng {
         mix64(self.state)
     }
 
+    /// Skip `n` draws of [`next_u64`](Self::next_u64) in O(1) (the state is
+    /// a counter), so a row's initial values can be read without drawing
+    /// every row before it.
+    pub(crate) fn skip(&mut self, n: u64) {
+        self.state = self
+            .state
+            .wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    }
+
     /// Uniform in `[0, 1)` with 53 random bits.
     pub(crate) fn uniform(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
@@ -71,6 +80,17 @@ pub(crate) fn mix64(mut z: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn skip_equals_drawing() {
+        let mut a = Rng::derive(3, 9);
+        let mut b = a.clone();
+        for _ in 0..1000 {
+            a.next_u64();
+        }
+        b.skip(1000);
+        assert_eq!(a.next_u64(), b.next_u64());
+    }
 
     #[test]
     fn splitmix_reference_values() {

@@ -5,7 +5,7 @@
 //! | `adam` | `lr` |
 //! | `rowwise-adagrad` | `lr` |
 //! | `sgd` | `lr` |
-//! | `basis` | `lr`, `mode`, `buckets` or `ratio`, `rule`, `storage`, `choices`, `scalar-lr`, `accumulate`, `beta` |
+//! | `basis` | `lr`, `mode`, `buckets` or `ratio`, `rule`, `storage`, `choices`, `scalar-lr`, `accumulate`, `beta`, `profile`, `lead`, `eps` |
 //! | `countsketch` | as `basis`, with `mode=signed` fixed |
 //!
 //! `mode` is `rowscaled` (default), `shared`, `signed` or `own`; `ratio` is
@@ -13,7 +13,11 @@
 //! `rule` is `normalized` (default) or `hypergradient`; `storage` is `f32`,
 //! `bf16` or `u8` (default `u8` for `rowscaled`, `f32` otherwise); `choices`
 //! is 1 (default) to 4 hash choices; `accumulate` is `sum` (default) or `ema`
-//! (with `beta`, default 0.99) for `rowscaled`.
+//! (with `beta`, default 0.99) for `rowscaled`; `profile` (exponent in
+//! `[0, 1]`, default 1), `lead` (leading profile group, default 1: the FM's
+//! linear weight) and `eps` (`outside`, default, or `inside`) shape the
+//! `rowscaled` profile. A key the chosen mode never reads is an error
+//! (`spec_check`).
 
 use core::fmt;
 use serde::Serialize;
@@ -85,6 +89,12 @@ pub(crate) struct OptSpec {
     pub(crate) scalar_lr: Option<f32>,
     /// `RowScaled` EMA β (`None` = AdaGrad sums).
     pub(crate) ema: Option<f32>,
+    /// `RowScaled` profile exponent (`None` = the CLI default).
+    pub(crate) profile: Option<f32>,
+    /// `RowScaled` leading profile group (`None` = the CLI default).
+    pub(crate) lead: Option<usize>,
+    /// `RowScaled`: ε inside the square root.
+    pub(crate) eps_inside: bool,
 }
 
 /// A bad specification.
@@ -108,7 +118,9 @@ impl OptSpec {
             Kind::RowwiseAdagrad => 0.03,
             Kind::Sgd => 3.0,
             Kind::Basis | Kind::Countsketch => match self.mode {
-                Mode::RowScaled => 0.01,
+                // One profile over all dimensions steps larger on `v`.
+                Mode::RowScaled if self.lead == Some(0) => 0.01,
+                Mode::RowScaled => 0.03,
                 Mode::Shared | Mode::Signed | Mode::Own => 0.003,
             },
         }
@@ -188,15 +200,26 @@ impl core::str::FromStr for OptSpec {
             choices: 1,
             scalar_lr: None,
             ema: None,
+            profile: None,
+            lead: None,
+            eps_inside: false,
         };
+        let mut keys: Vec<&str> = Vec::new();
         let bucketed = matches!(kind, Kind::Basis | Kind::Countsketch);
+        let mut seen: Vec<&str> = Vec::new();
         for kv in rest.split(',').filter(|s| !s.is_empty()) {
             let (k, v) = kv
                 .split_once('=')
                 .ok_or_else(|| SpecError(format!("`{kv}` is not key=value")))?;
+            // The last value silently winning hides a typo (`lr=0.1,lr=0.2`).
+            if seen.contains(&k) {
+                return Err(SpecError(format!("`{k}` is given twice")));
+            }
+            seen.push(k);
             if k != "lr" && !bucketed {
                 return Err(SpecError(format!("`{name}` takes only `lr`, not `{k}`")));
             }
+            keys.push(k);
             match k {
                 "lr" => {
                     let lr: f32 = num(k, v)?;
@@ -277,19 +300,44 @@ impl core::str::FromStr for OptSpec {
                     }
                     spec.ema = Some(b);
                 }
+                "profile" => {
+                    let x: f32 = num(k, v)?;
+                    if !(0.0..=1.0).contains(&x) {
+                        return Err(SpecError("profile (exponent) must be in [0, 1]".into()));
+                    }
+                    spec.profile = Some(x);
+                }
+                "lead" => spec.lead = Some(num(k, v)?),
+                "eps" => {
+                    spec.eps_inside = match v {
+                        "inside" => true,
+                        "outside" => false,
+                        _ => return Err(SpecError(format!("eps `{v}` (inside, outside)"))),
+                    }
+                }
                 _ => {
                     return Err(SpecError(format!(
-                        "unknown key `{k}` for `{name}` (lr, mode, buckets, ratio, rule, storage, choices, scalar-lr, accumulate, beta)"
+                        "unknown key `{k}` for `{name}` (lr, mode, buckets, ratio, rule, storage, choices, scalar-lr, accumulate, beta, profile, lead, eps)"
                     )));
                 }
             }
         }
+        crate::spec_check::inert_keys(&spec, &keys)?;
         if spec.buckets.is_some() && spec.ratio.is_some() {
             return Err(SpecError("give `buckets` or `ratio`, not both".into()));
         }
         Ok(spec)
     }
 }
+
+/// `rowscaled`'s profile exponent when `profile` is not given.
+pub(crate) const DEFAULT_PROFILE: f32 = 1.0;
+/// `rowscaled`'s leading profile group when `lead` is not given: the FM's
+/// linear weight `w` of each row `[w, v_1..v_k]` is its own group, because
+/// one profile over `w` and `v` gives the (much smaller) embedding gradients
+/// a much larger step than row-wise AdaGrad does, and that cost 0.007 test
+/// AUC on the synthetic data (docs/BASIS.md, ablation).
+pub(crate) const DEFAULT_LEAD: usize = 1;
 
 /// The optimizers `basis compare` runs when none is named.
 pub(crate) const DEFAULT_COMPARE: &[&str] = &[
@@ -320,6 +368,11 @@ mod tests {
             (Mode::Shared, Some(50.0), Storage::Bf16, 2, Some(0.1))
         );
         assert_eq!(s.buckets_for(1000), 20);
+        // The default `basis` keeps the FM's linear weight apart, at its own rate.
+        let b: OptSpec = "basis".parse().unwrap();
+        assert_eq!((b.lead.unwrap_or(DEFAULT_LEAD), b.lr()), (1, 0.03));
+        let one: OptSpec = "basis:lead=0".parse().unwrap();
+        assert_eq!(one.lr(), 0.01);
         for bad in [
             "nope",
             "adam:mode=shared",

@@ -4,6 +4,7 @@
 use crate::checkpoint::{self, Checkpoint};
 use crate::cli::ModelArgs;
 use crate::data::Dataset;
+use crate::deep::{DeepFm, Dlrm, Tower};
 use crate::metrics::{auc, log_loss};
 use crate::model::{DenseAdam, Fm, Grads};
 use crate::optim::{self, Telemetry};
@@ -35,6 +36,11 @@ pub(crate) struct EpochPoint {
 pub(crate) struct Memory {
     /// Total optimizer state (everything `memory()` reports but the scratch buffers).
     pub(crate) total: usize,
+    /// The part that does not grow with the rows (`MemoryReport::fixed_bytes`:
+    /// shared tables, step counts, owned code tables).
+    pub(crate) fixed: usize,
+    /// The part that grows with the rows (`MemoryReport::per_row_bytes`).
+    pub(crate) growing: usize,
     /// Shared bucket tables.
     pub(crate) shared_tables: usize,
     /// Per-bucket step counts.
@@ -91,6 +97,9 @@ pub(crate) struct RunResult {
     pub(crate) dense_params: usize,
     /// CRC-32 of the final model table and dense parameters (equal iff bit-identical).
     pub(crate) model_crc32: u32,
+    /// Per-rank figures of a row-sharded run (`--shard rows`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) sharded: Option<crate::shard::ShardReport>,
 }
 
 /// A run: optimizer, model options, checkpoint file.
@@ -129,46 +138,77 @@ pub(crate) fn evaluate(fm: &Fm, ds: &Dataset, epoch: u32, train_loss: f64) -> Ep
     }
 }
 
-/// A fingerprint of everything that determines a run except the epoch count.
-fn fingerprint(ds: &Dataset, run: &Run<'_>) -> u64 {
+/// Everything that determines a run except the epoch count, as
+/// `option=value` lines (what a refused `--resume` names), and its
+/// fingerprint. The fingerprint hashes the values joined by `|` in this
+/// order, as before the lines were stored, so older checkpoints still match.
+fn fingerprint(ds: &Dataset, run: &Run<'_>) -> (u64, String) {
     let m = run.model;
-    let text = format!(
-        "{}|{}|{}|{}|{}|{}|{}|{}|{}|{}|{}",
-        ds.name,
-        ds.rows,
-        ds.train.len(),
-        run.spec.label,
-        run.spec.lr(),
-        m.batch,
-        m.dim,
-        m.init_std,
-        m.l2,
-        m.dense_lr,
-        m.seed
-    );
+    let pairs: [(&str, String); 11] = [
+        ("data", ds.name.clone()),
+        ("table rows", ds.rows.to_string()),
+        ("training examples", ds.train.len().to_string()),
+        ("--opt", run.spec.label.clone()),
+        ("learning rate", run.spec.lr().to_string()),
+        ("--batch", m.batch.to_string()),
+        ("--dim", m.dim.to_string()),
+        ("--init-std", m.init_std.to_string()),
+        ("--l2", m.l2.to_string()),
+        ("--dense-lr", m.dense_lr.to_string()),
+        ("--seed", m.seed.to_string()),
+    ];
+    let mut pairs: Vec<(&str, String)> = pairs.into();
     // FM runs keep their old fingerprint (existing checkpoints stay valid).
-    let text = match m.model {
-        crate::deep::ModelKind::Fm => text,
-        kind => format!("{text}|{kind:?}|{:?}", m.mlp),
-    };
-    balanced_hash::murmur3::x64_128(text.as_bytes(), 0)[0]
+    match m.model {
+        crate::deep::ModelKind::Fm => {}
+        crate::deep::ModelKind::Deepfm => {
+            pairs.push(("--model", "Deepfm".into()));
+            pairs.push(("--mlp", format!("{:?}", m.mlp)));
+        }
+        kind => {
+            pairs.push(("--model", format!("{kind:?}")));
+            pairs.push(("--mlp", format!("{:?}", m.mlp)));
+            pairs.push(("--bottom-mlp", format!("{:?}", m.bottom_mlp)));
+        }
+    }
+    let text: Vec<&str> = pairs.iter().map(|(_, v)| v.as_str()).collect();
+    let lines: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    (
+        balanced_hash::murmur3::x64_128(text.join("|").as_bytes(), 0)[0],
+        lines.join("\n"),
+    )
 }
 
 /// The model `run` asks for, initialised from its seed.
 ///
 /// Fails on a bad `--mlp` or a tower that cannot be allocated.
 pub(crate) fn build_model(ds: &Dataset, m: &ModelArgs) -> Result<Fm, String> {
-    let fm = Fm::new(ds.rows, m.dim, m.init_std, m.seed);
+    let fm = Fm::new(ds.rows, m.dim, m.init_std, m.seed)?;
+    match build_tower(ds, m)? {
+        None => Ok(fm),
+        Some(tower) => fm.with_tower(tower, m.seed),
+    }
+}
+
+/// The dense tower `m` asks for (`None` for the plain FM), without a table
+/// (a row-sharded trainer holds only its shard).
+///
+/// Fails on a bad `--mlp`.
+pub(crate) fn build_tower(ds: &Dataset, m: &ModelArgs) -> Result<Option<Tower>, String> {
     match m.model {
-        crate::deep::ModelKind::Fm => Ok(fm),
-        crate::deep::ModelKind::Deepfm => {
+        crate::deep::ModelKind::Fm => Ok(None),
+        kind => {
             let fields = [&ds.train, &ds.valid, &ds.test]
                 .iter()
                 .map(|e| e.field_count())
                 .max()
                 .unwrap_or(1);
-            let tower = crate::deep::DeepFm::new(m.dim, fields, &m.mlp)?;
-            fm.with_tower(tower, m.seed)
+            Ok(Some(if kind == crate::deep::ModelKind::Dlrm {
+                let w = ds.train.dense_width;
+                Tower::Dlrm(Dlrm::new(m.dim, fields, w, &m.bottom_mlp, &m.mlp)?)
+            } else {
+                Tower::DeepFm(DeepFm::new(m.dim, fields, &m.mlp)?)
+            }))
         }
     }
 }
@@ -189,6 +229,9 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
     let m = run.model;
     if m.dim == 0 || m.batch == 0 {
         return Err("--dim and --batch must be >= 1".into());
+    }
+    if m.shard.is_some() {
+        return crate::shard::train(ds, run);
     }
     if m.workers > 1 {
         return crate::parallel::train(ds, run);
@@ -215,11 +258,15 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
     let mut curve: Vec<EpochPoint> = Vec::new();
     let mut nonfinite = 0u64;
     let mut epoch0 = 0;
-    let fp = fingerprint(ds, run);
+    let (fp, options) = fingerprint(ds, run);
     if let (true, Some(path)) = (run.resume, &run.checkpoint) {
-        let c = checkpoint::load(path, fp).map_err(|e| e.to_string())?;
+        let c = checkpoint::load(path, fp, &options).map_err(|e| e.to_string())?;
         if c.table.len() != fm.table.len() || c.dense.len() != fm.dense.len() {
-            return Err(checkpoint::CheckpointError::Mismatch(path.clone()).to_string());
+            let e = checkpoint::CheckpointError::Mismatch {
+                path: path.clone(),
+                differs: None,
+            };
+            return Err(e.to_string());
         }
         fm.table = c.table;
         fm.dense = c.dense;
@@ -248,9 +295,10 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
         }
         rng.shuffle(&mut order);
         let mut loss_sum = 0.0;
-        for batch in order.chunks(m.batch) {
+        for (step, batch) in order.chunks(m.batch).enumerate() {
             grads.compute(&fm, &ds.train, batch, m.l2)?;
             loss_sum += grads.loss;
+            crate::validate::finite_loss(grads.loss, epoch + 1, step + 1, &run.spec.label)?;
             let rep = opt.step(&grads.ids, &grads.rows, &mut fm.table, d)?;
             nonfinite += rep.rows_skipped_nonfinite as u64;
             if grads.dense.iter().all(|g| g.is_finite()) {
@@ -273,6 +321,7 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
                 dense_t: dense_opt.t,
                 optimizer: opt.export_state(),
                 history: serde_json::to_string(&curve).map_err(|e| e.to_string())?,
+                options: options.clone(),
             };
             checkpoint::save(path, &c).map_err(|e| e.to_string())?;
         }
@@ -331,6 +380,8 @@ pub(crate) fn finish(
         curve,
         memory: Memory {
             total: state,
+            fixed: mem.fixed_bytes(),
+            growing: mem.per_row_bytes(),
             shared_tables: mem.shared_tables,
             step_counts: mem.step_counts,
             per_row: mem.scalars,
@@ -353,5 +404,6 @@ pub(crate) fn finish(
         comm_dense_bytes: comm.map(|c| c.dense),
         dense_params: fm.dense.len(),
         model_crc32: model_crc(fm),
+        sharded: None,
     }
 }

@@ -1,7 +1,9 @@
 //! Integration tests: drive the built `basis` binary on small committed samples.
 #![allow(clippy::unwrap_used)] // tests
 
-use core::sync::atomic::{AtomicUsize, Ordering};
+mod common;
+
+use common::Scratch;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -48,28 +50,6 @@ fn tmp(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// A fresh directory under the system temp dir, unique to this process and
-/// call, removed when dropped (also when the test fails).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let dir =
-            std::env::temp_dir().join(format!("basis-cli-test-{}-{n}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// Rows of the generated RecBole `.inter` sample.

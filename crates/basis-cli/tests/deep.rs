@@ -79,6 +79,44 @@ fn deepfm_is_deterministic_and_learns_like_the_fm() {
 }
 
 #[test]
+fn deepfm_beats_the_fm_on_criteo_synth() {
+    // The hidden model has a ReLU teacher over 8 fields: beyond an FM.
+    let args = |model| {
+        vec![
+            "compare",
+            "-q",
+            "--format",
+            "criteo-synth",
+            "--synthetic-examples",
+            "100000",
+            "--synthetic-ids",
+            "1000000",
+            "--epochs",
+            "2",
+            "--dim",
+            "4",
+            "--opt",
+            "adam",
+            "--dense-lr",
+            "0.002",
+            "--mlp",
+            "64,32,1",
+            "--model",
+            model,
+        ]
+    };
+    let fm = run(&args("fm"));
+    let deepfm = run(&args("deepfm"));
+    assert!(auc(&fm) > 0.7, "fm {}", auc(&fm));
+    assert!(
+        auc(&deepfm) > auc(&fm) + 0.01,
+        "deepfm {} fm {}",
+        auc(&deepfm),
+        auc(&fm)
+    );
+}
+
+#[test]
 fn workers_train_the_tower_with_adam_or_one_bit_adam() {
     let adam = run(&deep(&["--workers", "2", "--dense-opt", "adam"]));
     let onebit = run(&deep(&["--workers", "2", "--dense-opt", "onebit-adam"]));
@@ -133,4 +171,15 @@ fn bad_mlp_widths_are_errors_naming_the_option() {
         assert_eq!(out.status.code(), Some(1), "--mlp {mlp}: {e}");
         assert!(e.contains("--mlp"), "--mlp {mlp}: {e}");
     }
+    let out = basis(&[
+        "train",
+        "-q",
+        "--format",
+        "criteo-synth",
+        "--synthetic-ids",
+        "5",
+    ]);
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{e}");
+    assert!(e.contains("--synthetic-ids 5"), "{e}");
 }

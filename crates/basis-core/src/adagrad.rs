@@ -6,7 +6,7 @@ use num_traits::Float;
 
 use crate::batch::{Merged, apply_row, merge};
 use crate::config::{NonFinitePolicy, RowIndex, ScalarStorage};
-use crate::error::{ConfigError, StateError, StateField, StepError};
+use crate::error::{ConfigError, GrowError, StateError, StateField, StepError};
 use crate::optimizer::SparseOptimizer;
 use crate::quant::LogCode;
 use crate::report::{MemoryReport, StepReport};
@@ -183,6 +183,10 @@ impl SparseOptimizer for RowwiseAdagrad {
         };
         self.scratch = merged;
         Ok(report)
+    }
+
+    fn grow_rows(&mut self, rows: u64) -> Result<(), GrowError> {
+        self.sums.grow_rows(rows)
     }
 
     fn memory(&self) -> MemoryReport {

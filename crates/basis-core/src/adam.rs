@@ -7,7 +7,7 @@ use num_traits::Float;
 
 use crate::batch::{Merged, apply_row, merge};
 use crate::config::{NonFinitePolicy, RowIndex};
-use crate::error::{ConfigError, StateError, StateField, StepError};
+use crate::error::{ConfigError, GrowError, StateError, StateField, StepError};
 use crate::kernel::bias_corrections;
 use crate::optimizer::SparseOptimizer;
 use crate::report::{MemoryReport, StepReport};
@@ -207,6 +207,24 @@ impl SparseOptimizer for ExactAdam {
         };
         self.scratch = merged;
         Ok(report)
+    }
+
+    fn grow_rows(&mut self, rows: u64) -> Result<(), GrowError> {
+        let n = self.index.check_grow(rows)?;
+        let len = n
+            .checked_mul(self.config.dim)
+            .ok_or(GrowError::OutOfMemory { rows })?;
+        // Reserve both before touching either, so a failure changes nothing.
+        let extra = len.saturating_sub(self.m.len());
+        self.m
+            .try_reserve_exact(extra)
+            .and_then(|()| self.v.try_reserve_exact(extra))
+            .map_err(|_| GrowError::OutOfMemory { rows })?;
+        self.m.resize(len, 0.0);
+        self.v.resize(len, 0.0);
+        self.index.set_dense_rows(rows);
+        self.slots = n;
+        Ok(())
     }
 
     fn memory(&self) -> MemoryReport {

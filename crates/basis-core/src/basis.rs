@@ -9,9 +9,9 @@ use num_traits::Float;
 
 use crate::batch::{MergeRules, Merged, apply_row, clip_row, merge_with, resize_for_overwrite};
 use crate::config::{
-    Accumulate, BasisConfig, Direction, ScalarLrSchedule, ScalarRule, ScalarStorage, TablePrecision,
+    Accumulate, BasisConfig, Direction, ScalarLrSchedule, ScalarStorage, TablePrecision,
 };
-use crate::error::{ConfigError, StateError, StateField, StepError};
+use crate::error::{ConfigError, GrowError, StateError, StateField, StepError};
 use crate::exec::{Executor, ROWS_PER_ITEM, Sequential, row_chunks};
 use crate::kernel::{
     BucketGroup, BucketJob, KernelParams, ScalarParams, StepPlan, Tables, update_bucket,
@@ -202,6 +202,7 @@ impl<H: Bucketer> Basis<H> {
                 schedule: c.scalar_lr_schedule,
             }),
             accumulate: c.row_scale.accumulate,
+            profile: c.row_scale.profile,
             seed: c.seed,
             step: plan.step,
         }
@@ -400,6 +401,7 @@ impl<H: Bucketer> Basis<H> {
             total_bytes: 0,
             shared_tables,
             step_counts: self.bucket_steps.capacity() * size_of::<u32>(),
+            code_tables: self.scalars.code_bytes(),
             scalars: self.scalars.value_bytes(),
             row_counters: self.scalars.count_bytes(),
             row_index: self.scalars.index.bytes(),
@@ -475,7 +477,10 @@ impl<H: Bucketer> Basis<H> {
     /// the state wrongly: the bucket of every row hangs on the bucketer's
     /// kind, choices and seed; signs and rounding on `seed`; the moments on
     /// β1/β2 and the accumulation rule; 1-byte codes on the clip or log₂
-    /// range; learned scalars on the learning rates they were trained with.
+    /// range; what the row scalars are on whether they learn. Plain
+    /// hyper-parameters (η, η_s, the scalar rule, ε, weight decay, clipping)
+    /// are left out on purpose: the state means the same under new ones, and
+    /// a learning-rate schedule across a restart must keep working.
     fn fingerprint(&self) -> [(StateField, u64); FINGERPRINT_FIELDS] {
         let c = &self.config;
         let pair = |a: f32, b: f32| (u64::from(a.to_bits()) << 32) | u64::from(b.to_bits());
@@ -484,20 +489,6 @@ impl<H: Bucketer> Basis<H> {
             self.scalars.index.dense_rows() as u64
         } else {
             u64::MAX
-        };
-        let schedule = match c.scalar_lr_schedule {
-            ScalarLrSchedule::Constant => 0,
-            ScalarLrSchedule::InverseFrequency { power } => (1 << 32) | u64::from(power.to_bits()),
-        };
-        let rule = match c.scalar_rule {
-            ScalarRule::Hypergradient => 0,
-            ScalarRule::Normalized => 1,
-        };
-        let (scalar_lr, scalar_rule) = if c.scalar_learns() {
-            (u64::from(c.scalar_lr.to_bits()), (rule << 40) | schedule)
-        } else {
-            // Frozen scalars hold no state, so how they would learn is moot.
-            (0, 0)
         };
         [
             (StateField::Dim, c.dim as u64),
@@ -520,14 +511,12 @@ impl<H: Bucketer> Basis<H> {
             ),
             (StateField::Rows, rows),
             (StateField::Seed, c.seed),
-            (StateField::LearningRate, u64::from(c.lr.to_bits())),
             (StateField::Betas, pair(c.beta1, c.beta2)),
             (
                 StateField::ScalarClip,
                 pair(c.scalar_clip.0, c.scalar_clip.1),
             ),
-            (StateField::ScalarRule, scalar_rule),
-            (StateField::ScalarLearningRate, scalar_lr),
+            (StateField::LearnedScalars, u64::from(c.scalar_learns())),
             (
                 StateField::Accumulate,
                 match c.row_scale.accumulate {
@@ -551,7 +540,7 @@ impl<H: Bucketer> Basis<H> {
 const BASIS_MIN_VERSION: u16 = 2;
 
 /// Settings in a BASIS state fingerprint.
-const FINGERPRINT_FIELDS: usize = 19;
+const FINGERPRINT_FIELDS: usize = 17;
 
 impl<H: Bucketer> SparseOptimizer for Basis<H> {
     fn dim(&self) -> usize {
@@ -569,6 +558,17 @@ impl<H: Bucketer> SparseOptimizer for Basis<H> {
             jobs.into_iter().for_each(|j| update_bucket(p, j))
         });
         Ok(self.finish(plan, table))
+    }
+
+    fn grow_rows(&mut self, rows: u64) -> Result<(), GrowError> {
+        if self.scalars.index.is_dense() {
+            return self.scalars.grow_rows(rows);
+        }
+        // Frozen scalars are never stored: a dense range grows for free.
+        match self.config.row_index {
+            crate::config::RowIndex::Dense { .. } => Ok(()),
+            crate::config::RowIndex::Sparse => Err(GrowError::NotDense),
+        }
     }
 
     fn memory(&self) -> MemoryReport {

@@ -154,6 +154,8 @@ pub struct RowScaleConfig {
     /// (values below the smallest round stochastically to 0 or it; above the
     /// largest saturate).
     pub log2_range: (f32, f32),
+    /// How the bucket profile shapes a row's step across its dimensions.
+    pub profile: Profile,
 }
 
 impl Default for RowScaleConfig {
@@ -161,6 +163,39 @@ impl Default for RowScaleConfig {
         Self {
             accumulate: Accumulate::Sum,
             log2_range: (-48.0, 24.0),
+            profile: Profile::default(),
+        }
+    }
+}
+
+/// How `RowScaled` spreads a row's magnitude `G_i` over its dimensions:
+/// `V̂_ij = G_i·f_bj` with `f_bj = (C_bj / mean_{j'∈grp(j)} C_bj')^power`.
+///
+/// Row-wise AdaGrad is `power = 0` (every dimension steps alike). The
+/// dimensions of one row can be of different kinds whose gradients differ by
+/// orders of magnitude (a factorization machine's row is `[w, v_1..v_k]`);
+/// one profile over all of them then gives the small-gradient kind a much
+/// larger step than AdaGrad would. `lead` splits off the first dimensions as
+/// their own group, so each group keeps AdaGrad's overall step and the
+/// profile only shapes dimensions within a group.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Profile {
+    /// Exponent of the normalised profile: 1 = the full profile, 0 = none
+    /// (row-wise AdaGrad with the row's `G_i`), between = shrunk toward 1.
+    pub power: f32,
+    /// The first `lead` dimensions form their own profile group (0 = one
+    /// group; 1 = a factorization machine's linear weight apart).
+    pub lead: usize,
+    /// `√(V̂+ε²)` instead of `√V̂+ε` (ε inside the root).
+    pub eps_inside: bool,
+}
+
+impl Default for Profile {
+    fn default() -> Self {
+        Self {
+            power: 1.0,
+            lead: 0,
+            eps_inside: false,
         }
     }
 }
@@ -292,6 +327,10 @@ impl BasisConfig {
             if !beta_ok(beta) {
                 return Err(ConfigError::Beta);
             }
+        }
+        let pr = self.row_scale.profile;
+        if !(pr.power.is_finite() && (0.0..=1.0).contains(&pr.power)) || pr.lead > self.dim {
+            return Err(ConfigError::Profile);
         }
         let (a, b) = self.row_scale.log2_range;
         if !(a.is_finite() && b.is_finite() && a < b && a > -126.0 && b < 127.0) {

@@ -26,6 +26,8 @@ pub enum ConfigError {
     FrequencyPower,
     /// The row-scale log₂ range is not finite with `min < max`.
     RowScaleRange,
+    /// The row-scale profile power is outside `[0, 1]` or its `lead` exceeds `dim`.
+    Profile,
     /// The bucketer has zero buckets.
     NoBuckets,
     /// The state this configuration needs up front (dense per-row state,
@@ -54,6 +56,7 @@ impl fmt::Display for ConfigError {
             Self::GradClip => "gradient clip norm must be finite and > 0",
             Self::FrequencyPower => "frequency exponent must be finite and >= 0",
             Self::RowScaleRange => "row-scale log2 range must be finite with min < max",
+            Self::Profile => "row-scale profile power must be in [0, 1] and lead <= dim",
             Self::NoBuckets => "the bucketer must have at least one bucket",
         };
         f.write_str(msg)
@@ -256,16 +259,13 @@ pub enum StateField {
     RowCounters,
     /// The sign-hash / stochastic-rounding seed.
     Seed,
-    /// The learning rate.
-    LearningRate,
     /// β1 or β2 (what the moments average over).
     Betas,
     /// The scalar clip range (the 1-byte code of learned scalars spans it).
     ScalarClip,
-    /// The scalar update rule or its frequency schedule.
-    ScalarRule,
-    /// The scalar learning rate η_s.
-    ScalarLearningRate,
+    /// Whether the row scalars learn (`scalar_lr > 0` outside `RowScaled`):
+    /// it decides whether they are state at all.
+    LearnedScalars,
     /// `RowScaled` accumulation (sum or EMA, and its β).
     Accumulate,
     /// The `RowScaled` log₂ range (the 1-byte code of `G_i` spans it).
@@ -290,11 +290,9 @@ impl fmt::Display for StateField {
             Self::FirstMoment => "first-moment table",
             Self::RowCounters => "row update counters",
             Self::Seed => "seed",
-            Self::LearningRate => "learning rate",
             Self::Betas => "beta1/beta2",
             Self::ScalarClip => "scalar clip range",
-            Self::ScalarRule => "scalar rule or schedule",
-            Self::ScalarLearningRate => "scalar learning rate",
+            Self::LearnedScalars => "setting of learned row scalars (scalar lr 0 or not)",
             Self::Accumulate => "row-scale accumulation",
             Self::RowScaleRange => "row-scale log2 range",
             Self::BucketerKind => "bucketer kind",
@@ -302,4 +300,57 @@ impl fmt::Display for StateField {
             Self::BucketerSeed => "bucketer seed",
         })
     }
+}
+
+/// Growing a dense row range ([`SparseOptimizer::grow_rows`](crate::SparseOptimizer::grow_rows)) failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GrowError {
+    /// The optimizer keeps its rows in a sparse index (or cannot grow).
+    NotDense,
+    /// The new row count is below the current one (rows never shrink).
+    Shrink {
+        /// Rows asked for.
+        rows: u64,
+        /// Rows held now.
+        current: u64,
+    },
+    /// The allocation failed (or the size overflows `usize`); nothing changed.
+    OutOfMemory {
+        /// Rows asked for.
+        rows: u64,
+    },
+}
+
+impl fmt::Display for GrowError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotDense => write!(f, "only a dense row index can grow"),
+            Self::Shrink { rows, current } => {
+                write!(
+                    f,
+                    "cannot shrink the row range from {current} to {rows} rows"
+                )
+            }
+            Self::OutOfMemory { rows } => {
+                write!(f, "out of memory growing the state to {rows} rows")
+            }
+        }
+    }
+}
+
+impl core::error::Error for GrowError {}
+
+/// `v.len()` grows to `len` with `fill`, fallibly: nothing changes on error.
+pub(crate) fn try_grow<T: Clone>(
+    v: &mut alloc::vec::Vec<T>,
+    len: usize,
+    fill: T,
+    rows: u64,
+) -> Result<(), GrowError> {
+    let extra = len.saturating_sub(v.len());
+    v.try_reserve_exact(extra)
+        .map_err(|_| GrowError::OutOfMemory { rows })?;
+    v.resize(len, fill);
+    Ok(())
 }

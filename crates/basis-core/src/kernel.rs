@@ -32,7 +32,7 @@ use half::bf16;
 use num_traits::Float;
 
 pub use crate::batch::apply_row;
-use crate::config::{Accumulate, Direction, ScalarLrSchedule, ScalarRule};
+use crate::config::{Accumulate, Direction, Profile, ScalarLrSchedule, ScalarRule};
 use crate::quant::{bf16_stochastic, random_bits};
 
 /// Everything the per-bucket kernel needs besides the job itself.
@@ -56,6 +56,8 @@ pub struct KernelParams {
     pub scalar: Option<ScalarParams>,
     /// `RowScaled` accumulation.
     pub accumulate: Accumulate,
+    /// `RowScaled` profile shape.
+    pub profile: Profile,
     /// Seed of stochastic rounding.
     pub seed: u64,
     /// Index of this step (0-based), part of every random draw.
@@ -653,36 +655,79 @@ fn row_scaled(p: &KernelParams, c: &mut [f32], t: &mut u32, rows: &mut Rows<'_, 
         };
     }
     *t = t.saturating_add(1);
-    let mut c_sum = 0.0f32;
-    for &x in c.iter() {
-        c_sum += x;
-    }
-    let c_mean = c_sum * inv_d;
-    for (k, (upd, g)) in rows
-        .updates
+    // The profile factors f_j go into the first row's update slot; rows
+    // 1.. read them there, then row 0 overwrites them in place.
+    let (first, rest) = rows.updates.split_at_mut(d);
+    profile_factors(first, c, &p.profile);
+    let f: &[f32] = first;
+    for (k, (upd, g)) in rest
         .chunks_exact_mut(d)
-        .zip(rows.grads.chunks_exact(d))
+        .zip(rows.grads[d..].chunks_exact(d))
         .enumerate()
     {
-        let big_g = rows.scalars[k];
+        let big_g = rows.scalars[k + 1];
+        for (o, &fj) in upd.iter_mut().zip(f) {
+            *o = big_g * fj;
+        }
+        row_step(upd, g, p);
+    }
+    let big_g = rows.scalars[0];
+    for o in first.iter_mut() {
+        *o *= big_g;
+    }
+    row_step(first, &rows.grads[..d], p);
+}
+
+/// `f_j = (C_j / mean_{grp(j)} C)^power` per profile group (1 where a
+/// group's profile is still 0). Power 1 computes `C_j·(1/mean)` exactly as
+/// the one-profile kernel always has (same bits).
+fn profile_factors(f: &mut [f32], c: &[f32], pr: &Profile) {
+    if pr.power == 0.0 {
+        f.fill(1.0);
+        return;
+    }
+    let lead = pr.lead.min(c.len());
+    let (f_lead, f_rest) = f.split_at_mut(lead);
+    let (c_lead, c_rest) = c.split_at(lead);
+    for (fg, cg) in [(f_lead, c_lead), (f_rest, c_rest)] {
+        if cg.is_empty() {
+            continue;
+        }
+        let mut c_sum = 0.0f32;
+        for &x in cg {
+            c_sum += x;
+        }
+        let c_mean = c_sum * (1.0 / cg.len() as f32);
         if c_mean > 0.0 {
             let inv_mean = 1.0 / c_mean;
-            // Three passes (same bits per element) so the multiplies and
-            // divisions vectorize around the scalar square roots.
-            for (o, &cj) in upd.iter_mut().zip(c.iter()) {
-                *o = big_g * (cj * inv_mean);
+            for (o, &cj) in fg.iter_mut().zip(cg) {
+                *o = cj * inv_mean;
             }
-            for o in upd.iter_mut() {
-                *o = Float::sqrt(*o) + p.eps;
-            }
-            for (o, &x) in upd.iter_mut().zip(g) {
-                *o = p.lr * (x / *o);
+            if pr.power != 1.0 {
+                for o in fg.iter_mut() {
+                    *o = Float::powf(*o, pr.power);
+                }
             }
         } else {
-            let denom = Float::sqrt(big_g) + p.eps;
-            for (o, &x) in upd.iter_mut().zip(g) {
-                *o = p.lr * (x / denom);
-            }
+            fg.fill(1.0);
         }
+    }
+}
+
+/// `o_j ← η·g_j/(√o_j + ε)` (or `/√(o_j + ε²)`), `o` holding `V̂_ij`. Two
+/// passes so the divisions vectorize around the scalar square roots.
+fn row_step(o: &mut [f32], g: &[f32], p: &KernelParams) {
+    if p.profile.eps_inside {
+        let eps2 = p.eps * p.eps;
+        for x in o.iter_mut() {
+            *x = Float::sqrt(*x + eps2);
+        }
+    } else {
+        for x in o.iter_mut() {
+            *x = Float::sqrt(*x) + p.eps;
+        }
+    }
+    for (x, &gj) in o.iter_mut().zip(g) {
+        *x = p.lr * (gj / *x);
     }
 }

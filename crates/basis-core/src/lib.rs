@@ -43,10 +43,10 @@ pub use basis::{Basis, BucketView, sign_of};
 pub use batch::MAX_GRAD_ABS;
 pub use builder::{LearnedScalarBuilder, RowScaledBuilder};
 pub use config::{
-    Accumulate, BasisConfig, Direction, NonFinitePolicy, RowIndex, RowScaleConfig,
+    Accumulate, BasisConfig, Direction, NonFinitePolicy, Profile, RowIndex, RowScaleConfig,
     ScalarLrSchedule, ScalarRule, ScalarStorage, TablePrecision,
 };
-pub use error::{ConfigError, StateError, StateField, StepError, TableError};
+pub use error::{ConfigError, GrowError, StateError, StateField, StepError, TableError};
 pub use optimizer::SparseOptimizer;
 pub use quant::{LogCode, bf16_stochastic};
 pub use report::{Diagnostics, HISTOGRAM_BINS, MemoryReport, StepReport};

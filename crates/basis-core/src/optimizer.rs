@@ -2,7 +2,7 @@
 
 use alloc::vec::Vec;
 
-use crate::error::{StateError, StepError};
+use crate::error::{GrowError, StateError, StepError};
 use crate::report::{MemoryReport, StepReport};
 use crate::table::RowAccess;
 
@@ -27,6 +27,21 @@ pub trait SparseOptimizer {
         grads: &[f32],
         table: &mut dyn RowAccess,
     ) -> Result<StepReport, StepError>;
+
+    /// Grows a dense row range (`RowIndex::Dense`) to `rows` ids; the new
+    /// rows start as never-updated rows. This is how a table that owns the
+    /// id → slot map (a shard store) keeps every optimizer's state a dense
+    /// array parallel to its slots, with no id map of the optimizer's own.
+    /// Allocation is fallible (`try_reserve`): on error nothing changed.
+    ///
+    /// # Errors
+    /// [`GrowError::NotDense`] for a sparse index (the default for
+    /// optimizers that do not support growing), [`GrowError::Shrink`] below
+    /// the current rows, [`GrowError::OutOfMemory`].
+    fn grow_rows(&mut self, rows: u64) -> Result<(), GrowError> {
+        let _ = rows;
+        Err(GrowError::NotDense)
+    }
 
     /// Exact bytes of state held.
     fn memory(&self) -> MemoryReport;

@@ -45,24 +45,114 @@ pub fn bf16_stochastic(x: f32, bits: u64) -> bf16 {
 
 /// A 1-byte logarithmic code: code 0 is a fixed `zero_value` (the store's
 /// initial value), codes `1..=255` are `2^(lo + (c−1)·(hi−lo)/254)`.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// The 256-entry decode table (1 KiB) is a constant of the code, not of the
+/// optimizer: the codes of the default configurations (BASIS's `RowScaled`
+/// range and its scalar clip range) point at `static` tables built at compile
+/// time, so an instance costs a few bytes; only a non-default range owns a
+/// table ([`owned_bytes`](Self::owned_bytes)).
+#[derive(Debug, Clone)]
 pub struct LogCode {
-    table: [f32; 256],
+    table: Table,
     lo: f32,
     hi: f32,
 }
 
+/// A decode table: shared (`static`) or owned by one code.
+#[derive(Debug, Clone)]
+enum Table {
+    Static(&'static [f32; 256]),
+    Owned(alloc::boxed::Box<[f32; 256]>),
+}
+
+impl PartialEq for LogCode {
+    fn eq(&self, other: &Self) -> bool {
+        self.table() == other.table() && self.lo == other.lo && self.hi == other.hi
+    }
+}
+
+/// `2^e` for `e` in the normal f64 range, in `const` context (libm's `exp2`
+/// is not `const`): `2^⌊e⌋` from the exponent bits times a Taylor series of
+/// `exp(f·ln 2)`, `f ∈ [0, 1)`, good to a few f64 ulps — far below the f32
+/// rounding the tables apply (a test checks the tables bit for bit against
+/// libm's).
+const fn const_exp2(e: f64) -> f64 {
+    let mut n = e as i64;
+    if (n as f64) > e {
+        n -= 1;
+    }
+    let x = (e - n as f64) * core::f64::consts::LN_2;
+    let (mut term, mut sum, mut k) = (1.0f64, 1.0f64, 1.0f64);
+    while k < 30.0 {
+        term = term * x / k;
+        sum += term;
+        k += 1.0;
+    }
+    sum * f64::from_bits(((n + 1023) as u64) << 52)
+}
+
+/// The table of [`LogCode::new`]`(lo, hi, zero)` with `lo`/`hi` as the f64
+/// the runtime path computes; `ends` replaces codes 1 and 255 (`with_bounds`).
+const fn const_table(lo: f64, hi: f64, zero: f32, ends: Option<(f32, f32)>) -> [f32; 256] {
+    let mut t = [0.0f32; 256];
+    t[0] = zero;
+    let step = (hi - lo) / 254.0;
+    let mut c = 1;
+    while c < 256 {
+        t[c] = const_exp2(lo + (c - 1) as f64 * step) as f32;
+        c += 1;
+    }
+    if let Some((min, max)) = ends {
+        t[1] = min;
+        t[255] = max;
+    }
+    t
+}
+
+/// `RowScaleConfig::default().log2_range` with code 0 = 0 (`G_i` starts at 0).
+const ROW_SCALE_RANGE: (f32, f32, f32) = (-48.0, 24.0, 0.0);
+static ROW_SCALE_TABLE: [f32; 256] = const_table(-48.0, 24.0, 0.0, None);
+/// `BasisConfig::default().scalar_clip` with code 0 = 1 (`s_i` starts at 1).
+const SCALAR_CLIP_RANGE: (f32, f32, f32) = (0.1, 10.0, 1.0);
+/// `log2(f64::from(0.1f32))`, `log2(10.0)`: the f64s `with_bounds` computes.
+const SCALAR_CLIP_LOG2: (f64, f64) = (-3.321_928_073_389_531, core::f64::consts::LOG2_10);
+static SCALAR_CLIP_TABLE: [f32; 256] = const_table(
+    SCALAR_CLIP_LOG2.0,
+    SCALAR_CLIP_LOG2.1,
+    1.0,
+    Some((0.1, 10.0)),
+);
+
 impl LogCode {
     /// Codes spanning `2^lo ..= 2^hi`, with code 0 decoding to `zero_value`.
     pub fn new(lo: f32, hi: f32, zero_value: f32) -> Self {
+        if (lo, hi, zero_value) == ROW_SCALE_RANGE {
+            return Self {
+                table: Table::Static(&ROW_SCALE_TABLE),
+                lo,
+                hi,
+            };
+        }
+        Self {
+            table: Table::Owned(alloc::boxed::Box::new(Self::computed(
+                f64::from(lo),
+                f64::from(hi),
+                zero_value,
+            ))),
+            lo,
+            hi,
+        }
+    }
+
+    /// The table computed at run time (libm's `exp2`).
+    fn computed(lo: f64, hi: f64, zero_value: f32) -> [f32; 256] {
         let mut table = [0.0f32; 256];
         table[0] = zero_value;
-        let step = (f64::from(hi) - f64::from(lo)) / 254.0;
+        let step = (hi - lo) / 254.0;
         for (c, slot) in table.iter_mut().enumerate().skip(1) {
-            let e = f64::from(lo) + (c - 1) as f64 * step;
-            *slot = Float::exp2(e) as f32;
+            *slot = Float::exp2(lo + (c - 1) as f64 * step) as f32;
         }
-        Self { table, lo, hi }
+        table
     }
 
     /// Codes spanning exactly `min ..= max` (`0 < min < max`): the end codes
@@ -71,14 +161,37 @@ impl LogCode {
     pub fn with_bounds(min: f32, max: f32, zero_value: f32) -> Self {
         let lo = Float::log2(f64::from(min));
         let hi = Float::log2(f64::from(max));
-        let mut code = Self::new(lo as f32, hi as f32, zero_value);
-        let step = (hi - lo) / 254.0;
-        for c in 1..256usize {
-            code.table[c] = Float::exp2(lo + (c - 1) as f64 * step) as f32;
+        if (min, max, zero_value) == SCALAR_CLIP_RANGE {
+            return Self {
+                table: Table::Static(&SCALAR_CLIP_TABLE),
+                lo: lo as f32,
+                hi: hi as f32,
+            };
         }
-        code.table[1] = min;
-        code.table[255] = max;
-        code
+        let mut table = Self::computed(lo, hi, zero_value);
+        table[1] = min;
+        table[255] = max;
+        Self {
+            table: Table::Owned(alloc::boxed::Box::new(table)),
+            lo: lo as f32,
+            hi: hi as f32,
+        }
+    }
+
+    fn table(&self) -> &[f32; 256] {
+        match &self.table {
+            Table::Static(t) => t,
+            Table::Owned(t) => t,
+        }
+    }
+
+    /// Heap bytes this code owns: 0 when its table is a shared `static`,
+    /// the table's 1 KiB otherwise.
+    pub fn owned_bytes(&self) -> usize {
+        match self.table {
+            Table::Static(_) => 0,
+            Table::Owned(_) => size_of::<[f32; 256]>(),
+        }
     }
 
     /// The log₂ range `(lo, hi)`.
@@ -88,12 +201,12 @@ impl LogCode {
 
     /// The value of `code`.
     pub fn decode(&self, code: u8) -> f32 {
-        self.table[usize::from(code)]
+        self.table()[usize::from(code)]
     }
 
     /// The smallest and largest non-zero values.
     pub fn bounds(&self) -> (f32, f32) {
-        (self.table[1], self.table[255])
+        (self.table()[1], self.table()[255])
     }
 
     /// Encodes `x ≥ 0` with stochastic rounding between the two neighbouring
@@ -101,27 +214,28 @@ impl LogCode {
     /// smallest code it rounds between 0 and the smallest (when code 0 decodes
     /// to 0; otherwise to the smallest), above the largest it saturates.
     pub fn encode(&self, x: f32, bits: u64) -> u8 {
+        let table = self.table();
         let (min, max) = self.bounds();
         if x.is_nan() || x <= 0.0 {
-            return if self.table[0] == 0.0 { 0 } else { 1 };
+            return if table[0] == 0.0 { 0 } else { 1 };
         }
         if x >= max {
             return 255;
         }
-        if self.table[0] == x {
+        if table[0] == x {
             return 0;
         }
         let u = unit_f32(bits);
         if x < min {
-            if self.table[0] == 0.0 {
+            if table[0] == 0.0 {
                 return if u < x / min { 1 } else { 0 };
             }
             return 1;
         }
         // Largest code c in 1..=254 with table[c] <= x.
-        let c = self.table[1..256].partition_point(|&v| v <= x); // in 1..=254
-        let lo_v = self.table[c];
-        let hi_v = self.table[c + 1];
+        let c = table[1..256].partition_point(|&v| v <= x); // in 1..=254
+        let lo_v = table[c];
+        let hi_v = table[c + 1];
         let p = (x - lo_v) / (hi_v - lo_v);
         if u < p { (c + 1) as u8 } else { c as u8 }
     }
@@ -130,6 +244,26 @@ impl LogCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn static_tables_equal_the_libm_tables_bit_for_bit() {
+        let lo = Float::log2(f64::from(0.1f32));
+        let hi = Float::log2(10.0f64);
+        assert_eq!((lo, hi), SCALAR_CLIP_LOG2);
+        let mut clip = LogCode::computed(lo, hi, 1.0);
+        (clip[1], clip[255]) = (0.1, 10.0);
+        let row = LogCode::computed(-48.0, 24.0, 0.0);
+        for (stat, libm) in [(&SCALAR_CLIP_TABLE, &clip), (&ROW_SCALE_TABLE, &row)] {
+            let bits = |t: &[f32; 256]| t.map(f32::to_bits);
+            assert_eq!(bits(stat), bits(libm));
+        }
+        // The default codes share the statics; another range owns its table.
+        assert_eq!(LogCode::new(-48.0, 24.0, 0.0).owned_bytes(), 0);
+        assert_eq!(LogCode::with_bounds(0.1, 10.0, 1.0).owned_bytes(), 0);
+        let other = LogCode::new(-40.0, 24.0, 0.0);
+        assert_eq!(other.owned_bytes(), 1024);
+        assert_eq!(other.table(), &LogCode::computed(-40.0, 24.0, 0.0));
+    }
 
     #[test]
     fn bf16_stochastic_rounds_to_a_neighbour_and_is_unbiased() {

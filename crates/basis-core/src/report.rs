@@ -29,6 +29,9 @@ pub struct MemoryReport {
     pub shared_tables: usize,
     /// Per-bucket step counts `t_b`.
     pub step_counts: usize,
+    /// Decode tables a 1-byte code owns (0 with the default ranges, whose
+    /// tables are shared `static`s; 1 KiB per non-default code). Fixed.
+    pub code_tables: usize,
     /// Per-row state values: BASIS scalars or `G_i`, Adam's `m`/`v`, AdaGrad's `G`.
     pub scalars: usize,
     /// Per-row update counters (frequency-aware scalar learning rate only).
@@ -49,12 +52,27 @@ impl MemoryReport {
     pub(crate) fn finish(mut self) -> Self {
         self.total_bytes = self.shared_tables
             + self.step_counts
+            + self.code_tables
             + self.scalars
             + self.row_counters
             + self.row_index
             + self.bucket_map
             + self.scratch;
         self
+    }
+
+    /// State whose size does not grow with the rows: shared tables, step
+    /// counts and owned code tables (they grow with the buckets `B`).
+    /// Report it apart from [`per_row_bytes`](Self::per_row_bytes), or a
+    /// small table's bytes/row mostly measure this.
+    pub fn fixed_bytes(&self) -> usize {
+        self.shared_tables + self.step_counts + self.code_tables
+    }
+
+    /// State that grows with the rows: values, counters, the sparse index
+    /// and the bucketer's remembered choices.
+    pub fn per_row_bytes(&self) -> usize {
+        self.scalars + self.row_counters + self.row_index + self.bucket_map
     }
 
     /// `total_bytes / rows` (as f64; `rows == 0` gives infinity).

@@ -4,7 +4,7 @@ use alloc::vec::Vec;
 
 use crate::batch::{Merged, apply_row, merge};
 use crate::config::NonFinitePolicy;
-use crate::error::{ConfigError, StateError, StateField, StepError};
+use crate::error::{ConfigError, GrowError, StateError, StateField, StepError};
 use crate::optimizer::SparseOptimizer;
 use crate::report::{MemoryReport, StepReport};
 use crate::state::{Reader, Writer, kind};
@@ -91,6 +91,11 @@ impl SparseOptimizer for Sgd {
             rows_skipped_nonfinite: merged.skipped,
             buckets_touched: 0,
         })
+    }
+
+    /// SGD keeps no per-row state: any row range is fine.
+    fn grow_rows(&mut self, _rows: u64) -> Result<(), GrowError> {
+        Ok(())
     }
 
     fn memory(&self) -> MemoryReport {

@@ -9,7 +9,7 @@ use half::bf16;
 use hashbrown::HashMap;
 
 use crate::config::{RowIndex, ScalarStorage};
-use crate::error::{ConfigError, StepError};
+use crate::error::{ConfigError, GrowError, StepError, try_grow};
 use crate::quant::{LogCode, bf16_stochastic};
 
 /// A fast, deterministic hasher for u64 ids (SplitMix64 finalizer).
@@ -127,6 +127,27 @@ impl SlotIndex {
         }
     }
 
+    /// A dense index grows to `rows` (the caller grows the arrays first).
+    pub(crate) fn check_grow(&self, rows: u64) -> Result<usize, GrowError> {
+        match self {
+            Self::Sparse { .. } => Err(GrowError::NotDense),
+            Self::Dense { rows: current } if rows < *current => Err(GrowError::Shrink {
+                rows,
+                current: *current,
+            }),
+            Self::Dense { .. } => {
+                usize::try_from(rows).map_err(|_| GrowError::OutOfMemory { rows })
+            }
+        }
+    }
+
+    /// Sets a dense index's rows (after [`check_grow`](Self::check_grow)).
+    pub(crate) fn set_dense_rows(&mut self, rows: u64) {
+        if let Self::Dense { rows: r } = self {
+            *r = rows;
+        }
+    }
+
     pub(crate) fn is_dense(&self) -> bool {
         matches!(self, Self::Dense { .. })
     }
@@ -171,7 +192,7 @@ impl SlotIndex {
 pub(crate) enum Codes {
     F32(Vec<f32>),
     Bf16(Vec<bf16>),
-    LogU8(Vec<u8>, alloc::boxed::Box<LogCode>),
+    LogU8(Vec<u8>, LogCode),
 }
 
 /// The per-row scalar store (BASIS `s_i` or `G_i`, AdaGrad `G_i`), with an
@@ -202,9 +223,7 @@ impl ScalarStore {
         let codes = match storage {
             ScalarStorage::F32 => Codes::F32(try_filled(rows, 1, initial)?),
             ScalarStorage::Bf16 => Codes::Bf16(try_filled(rows, 1, bf16::from_f32(initial))?),
-            ScalarStorage::LogU8 => {
-                Codes::LogU8(try_filled(rows, 1, 0u8)?, alloc::boxed::Box::new(code))
-            }
+            ScalarStorage::LogU8 => Codes::LogU8(try_filled(rows, 1, 0u8)?, code),
         };
         let counts = if with_counts {
             Some(try_filled(rows, 1, 0u16)?)
@@ -247,6 +266,22 @@ impl ScalarStore {
         }
     }
 
+    /// Grows a dense store to `rows` slots of the initial value.
+    pub(crate) fn grow_rows(&mut self, rows: u64) -> Result<(), GrowError> {
+        let n = self.index.check_grow(rows)?;
+        match &mut self.codes {
+            Codes::F32(v) => try_grow(v, n, self.initial, rows)?,
+            Codes::Bf16(v) => try_grow(v, n, bf16::from_f32(self.initial), rows)?,
+            Codes::LogU8(v, _) => try_grow(v, n, 0, rows)?,
+        }
+        if let Some(c) = &mut self.counts {
+            try_grow(c, n, 0, rows)?;
+        }
+        self.index.set_dense_rows(rows);
+        self.len = n;
+        Ok(())
+    }
+
     /// Whether [`set`](Self::set) reads its random bits (compact formats round
     /// stochastically; f32 stores exactly).
     pub(crate) fn rounds(&self) -> bool {
@@ -277,12 +312,21 @@ impl ScalarStore {
         }
     }
 
-    /// Bytes of the stored values (capacity), including a 1-byte code's table.
+    /// Bytes of the stored values (capacity): per-row state.
     pub(crate) fn value_bytes(&self) -> usize {
         match &self.codes {
             Codes::F32(v) => v.capacity() * size_of::<f32>(),
             Codes::Bf16(v) => v.capacity() * size_of::<bf16>(),
-            Codes::LogU8(v, _) => v.capacity() + size_of::<LogCode>(),
+            Codes::LogU8(v, _) => v.capacity(),
+        }
+    }
+
+    /// Heap bytes of a 1-byte code's own decode table (0 with the shared
+    /// `static` tables): fixed, not per row.
+    pub(crate) fn code_bytes(&self) -> usize {
+        match &self.codes {
+            Codes::LogU8(_, code) => code.owned_bytes(),
+            _ => 0,
         }
     }
 

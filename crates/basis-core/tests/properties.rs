@@ -427,15 +427,29 @@ fn memory_report_matches_closed_form() {
         let m = opt.memory();
         assert_eq!(m.shared_tables, b as usize * dim * table_bytes_per_value);
         assert_eq!(m.step_counts, b as usize * 4);
-        let code_table = if storage == ScalarStorage::LogU8 {
-            size_of::<basis_core::LogCode>()
-        } else {
-            0
-        };
-        assert_eq!(m.scalars, rows as usize * scalar_bytes + code_table);
+        // The default ranges' decode tables are shared statics: nothing per instance.
+        assert_eq!(m.code_tables, 0);
+        assert_eq!(m.scalars, rows as usize * scalar_bytes);
         assert_eq!(m.row_index, 0);
         assert_eq!(m.total_bytes, m.shared_tables + m.step_counts + m.scalars);
+        assert_eq!(m.fixed_bytes(), m.shared_tables + m.step_counts);
+        assert_eq!(m.per_row_bytes(), m.scalars);
+        assert_eq!(
+            m.fixed_bytes() + m.per_row_bytes() + m.scratch,
+            m.total_bytes
+        );
     }
+    // A non-default code range owns its 1 KiB table, reported as fixed.
+    let c = BasisConfig {
+        scalar_storage: ScalarStorage::LogU8,
+        scalar_clip: (0.5, 2.0),
+        ..config(dim, rows, Direction::Shared)
+    };
+    let m = Basis::new(c, OneChoice::new(b, 1).unwrap())
+        .unwrap()
+        .memory();
+    assert_eq!((m.code_tables, m.scalars), (1024, rows as usize));
+    assert_eq!(m.fixed_bytes(), m.shared_tables + m.step_counts + 1024);
     // Sparse state grows with rows seen.
     let c = BasisConfig {
         row_index: RowIndex::Sparse,

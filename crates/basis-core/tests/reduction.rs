@@ -2,7 +2,9 @@
 //! (B ≥ N), scalar learning rate 0 and every row in every batch, BASIS is
 //! Adam. `Shared` and `Signed` must equal [`ExactAdam`]; `OwnGradient` must
 //! equal `ExactAdam` with β1 = 0. `RowScaled` with `d = 1` (a flat profile) is
-//! row-wise AdaGrad.
+//! row-wise AdaGrad, and so is `RowScaled` at any `d` with the profile off
+//! (`power = 0`); with the first dimension in its own profile group
+//! (`lead = 1`) that dimension steps exactly as row-wise AdaGrad's.
 //!
 //! Tolerance: the kernels evaluate the same f32 expressions in the same order,
 //! so we expect bit equality; the assertion allows `4e-6 · max(1, |θ|)` per
@@ -14,8 +16,8 @@
 mod common;
 
 use basis_core::{
-    AdagradConfig, AdamConfig, Basis, BasisConfig, DenseTable, Direction, ExactAdam, RowIndex,
-    RowwiseAdagrad, SparseOptimizer,
+    AdagradConfig, AdamConfig, Basis, BasisConfig, DenseTable, Direction, ExactAdam, Profile,
+    RowIndex, RowScaleConfig, RowwiseAdagrad, SparseOptimizer,
 };
 use common::{Identity, Rng, grads};
 use proptest::prelude::*;
@@ -107,12 +109,31 @@ fn shared_signed_own_gradient_reduce_to_adam_over_many_steps() {
 
 #[test]
 fn row_scaled_with_one_dimension_is_rowwise_adagrad() {
-    let (n, dim) = (32, 1);
+    let (a, b) = row_scaled_vs_adagrad(1, Identity(32), Profile::default(), 300, 11);
+    let diff = max_rel_diff(&a, &b);
+    println!("RowScaled(d=1) vs row-wise AdaGrad: {diff:e}");
+    assert!(diff <= 1e-5, "{diff}");
+}
+
+/// `RowScaled` (bucketed by `h`, with `profile`) and row-wise AdaGrad on
+/// the same gradients (they do not depend on θ here), 32 rows of `dim`.
+fn row_scaled_vs_adagrad<H: balanced_hash::Bucketer>(
+    dim: usize,
+    h: H,
+    profile: Profile,
+    steps: usize,
+    seed: u64,
+) -> (Vec<f32>, Vec<f32>) {
+    let n = 32;
     let config = BasisConfig {
         lr: 0.05,
+        row_scale: RowScaleConfig {
+            profile,
+            ..RowScaleConfig::default()
+        },
         ..basis_config(dim, n, Direction::RowScaled, 0.0)
     };
-    let mut basis = Basis::new(config, Identity(n as u32)).unwrap();
+    let mut basis = Basis::new(config, h).unwrap();
     let mut adagrad = RowwiseAdagrad::new(AdagradConfig {
         dim,
         lr: 0.05,
@@ -120,11 +141,40 @@ fn row_scaled_with_one_dimension_is_rowwise_adagrad() {
         ..AdagradConfig::default()
     })
     .unwrap();
-    let a = run(&mut basis, n, dim, 300, 11, 1.0);
-    let b = run(&mut adagrad, n, dim, 300, 11, 1.0);
+    let a = run(&mut basis, n, dim, steps, seed, 1.0);
+    let b = run(&mut adagrad, n, dim, steps, seed, 1.0);
+    (a, b)
+}
+
+/// Over 8 dimensions, 4 rows per bucket.
+fn profiled_vs_adagrad(profile: Profile) -> (Vec<f32>, Vec<f32>) {
+    let buckets = balanced_hash::OneChoice::new(8, 3).unwrap();
+    row_scaled_vs_adagrad(8, buckets, profile, 200, 12)
+}
+
+#[test]
+fn row_scaled_without_profile_is_rowwise_adagrad() {
+    let (a, b) = profiled_vs_adagrad(Profile {
+        power: 0.0,
+        ..Profile::default()
+    });
     let diff = max_rel_diff(&a, &b);
-    println!("RowScaled(d=1) vs row-wise AdaGrad: {diff:e}");
+    println!("RowScaled(power 0, d=8) vs row-wise AdaGrad: {diff:e}");
     assert!(diff <= 1e-5, "{diff}");
+}
+
+#[test]
+fn lead_group_steps_like_rowwise_adagrad_and_the_rest_is_shaped() {
+    let (a, b) = profiled_vs_adagrad(Profile {
+        lead: 1,
+        ..Profile::default()
+    });
+    let first = |t: &[f32]| t.iter().step_by(8).copied().collect::<Vec<f32>>();
+    let diff = max_rel_diff(&first(&a), &first(&b));
+    println!("RowScaled(lead 1) dimension 0 vs row-wise AdaGrad: {diff:e}");
+    assert!(diff <= 1e-5, "{diff}");
+    // The other dimensions follow the bucket profile, so they differ.
+    assert!(max_rel_diff(&a, &b) > 1e-4);
 }
 
 proptest! {

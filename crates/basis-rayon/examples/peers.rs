@@ -10,11 +10,13 @@
 //! - `sum`: read-only sum of 256 MiB (16 `f32` lanes);
 //! - `adam1` / `adam2`: one dense Adam(W) step (`AdamW::step`, bias
 //!   correction on, as `torch.optim.Adam`) on 1 thread / `par_adam_step` on
-//!   a 2-thread pool;
+//!   a 2-thread pool; `adam1_ds`: 1 thread without bias correction (1-bit
+//!   Adam's default, as DeepSpeed);
 //! - `onebit_local`: 1-bit Adam's compressed-stage local step as the
-//!   optimizer runs it when every coordinate is live: the momentum into the
-//!   send buffer (`AdamW::momentum_into`), then the worker compressor
-//!   (`Compressor::compress_into`, signs and scale); no communication;
+//!   optimizer runs it when every coordinate is live: the momentum
+//!   `β₁·m + (1−β₁)·g` formed inside the worker compressor's pass
+//!   (`Compressor::compress_blend_into`: signs and scale into the send
+//!   buffer); no communication;
 //! - `compress`: the fused error-feedback compressor alone (Full, RMS);
 //! - `pack`: `pack_signs_into`.
 //!
@@ -64,7 +66,6 @@ fn main() -> Result<(), Box<dyn core::error::Error>> {
     let mut x = data(n, 3);
     let mut m = vec![0.0f32; n];
     let mut v = vec![0.0f32; n];
-    let mut send = vec![0.0f32; n];
     let mut signs = vec![0u8; packed_len(n)];
     let mut comp = Compressor::new(n);
     let pool = thread_pool(2)?;
@@ -95,10 +96,11 @@ fn main() -> Result<(), Box<dyn core::error::Error>> {
             "memcpy" => dst.copy_from_slice(&src),
             "sum" => sink += sum(&src),
             "adam1" => h.step(&mut x, &mut m, &mut v, &g)?,
+            // 1-bit Adam's default (DeepSpeed): no bias correction.
+            "adam1_ds" => AdamW { bias: None, ..h }.step(&mut x, &mut m, &mut v, &g)?,
             "adam2" => pool.install(|| par_adam_step(&h, &mut x, &mut m, &mut v, &g, 1.0))?,
             "onebit_local" => {
-                h.momentum_into(&m, &g, &mut send)?;
-                sink += comp.compress_into(&send, &mut signs)?;
+                sink += comp.compress_blend_into(h.beta1, &m, 1.0 - h.beta1, &g, &mut signs)?;
             }
             "compress" => sink += comp.compress_into(&src, &mut signs)?,
             "pack" => pack_signs_into(&src, &mut signs)?,

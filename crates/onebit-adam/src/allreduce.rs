@@ -283,7 +283,7 @@ pub fn compressed_allreduce(
         bytes: CommStats::default(),
     };
     if n > 0 {
-        let (alpha, beta) = reduce_bound(comm, buf, state)?;
+        let (alpha, beta) = reduce_bound(comm, buf, None, state)?;
         report.worker_scale = alpha;
         report.server_scale = beta;
     }
@@ -293,10 +293,14 @@ pub fn compressed_allreduce(
 }
 
 /// Steps 1–4 on a state already bound to this buffer (the header has been
-/// agreed by the caller); returns `(α_r, β_r)`.
+/// agreed by the caller); returns `(α_r, β_r)`. With `momentum = Some((β₁,
+/// g))` the reduced input is `β₁·buf + (1−β₁)·g` (1-bit Adam's local
+/// momentum), formed inside the worker compressor's one pass; `buf` gets the
+/// result either way, and only once everything has succeeded.
 pub(crate) fn reduce_bound(
     comm: &mut dyn Communicator,
     buf: &mut [f32],
+    momentum: Option<(f32, &[f32])>,
     state: &mut AllReduceState,
 ) -> Result<(f32, f32), OneBitError> {
     let p = comm.size();
@@ -319,13 +323,22 @@ pub(crate) fn reduce_bound(
     s.signs.resize(big_n / 8, 0);
     // A failure here (x + e overflowing) is still sent, as a NaN scale, so the
     // other ranks finish the exchange and fail too instead of hanging.
-    let worker_result = if n == big_n {
-        worker.compress_into(buf, &mut s.signs)
-    } else {
-        s.padded.clear();
-        s.padded.extend_from_slice(buf);
-        s.padded.resize(big_n, 0.0);
-        worker.compress_into(&s.padded, &mut s.signs)
+    let worker_result = match momentum {
+        Some((b1, g)) if n == big_n => {
+            worker.compress_blend_into(b1, buf, 1.0 - b1, g, &mut s.signs)
+        }
+        None if n == big_n => worker.compress_into(buf, &mut s.signs),
+        _ => {
+            s.padded.clear();
+            match momentum {
+                Some((b1, g)) => s
+                    .padded
+                    .extend(buf.iter().zip(g).map(|(&m, &g)| b1 * m + (1.0 - b1) * g)),
+                None => s.padded.extend_from_slice(buf),
+            }
+            s.padded.resize(big_n, 0.0);
+            worker.compress_into(&s.padded, &mut s.signs)
+        }
     };
     let alpha = *worker_result.as_ref().unwrap_or(&f32::NAN);
 

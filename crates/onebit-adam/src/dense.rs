@@ -18,7 +18,7 @@
 //! the same order on 4 or 8 lanes, so **every path gives the same bits** as
 //! the scalar reference ([`Kernel::Scalar`]); tests compare them on random
 //! inputs including subnormals, zeros and large values. `no_std`: detection
-//! reads `cpuid`/`xgetbv` directly (`core::arch`), once, cached in an atomic.
+//! reads `cpuid`/`xgetbv` directly (`onebit_codec::cpu`), once, cached.
 
 use core::sync::atomic::{AtomicU8, Ordering};
 
@@ -161,6 +161,9 @@ impl Consts {
 pub(crate) struct Flags {
     /// Divide `m`, `v` by `bc1`, `bc2` (bias correction).
     pub(crate) bias: bool,
+    /// Divide `g` by `div` (skipped for `div == 1`: `g/1 = g` exactly, and a
+    /// division is the loop's most expensive operation).
+    pub(crate) scale: bool,
 }
 
 impl AdamW {
@@ -212,6 +215,7 @@ impl AdamW {
         let k = Consts::new(self, div);
         let flags = Flags {
             bias: self.bias.is_some(),
+            scale: div != 1.0,
         };
         run(kernel, &k, flags, x, m, v, g, zero);
         Ok(())
@@ -235,26 +239,9 @@ impl AdamW {
         let k = Consts::new(self, 1.0);
         let flags = Flags {
             bias: self.bias.is_some(),
+            scale: false,
         };
         run_update(kernel, &k, flags, x, m, v);
-        Ok(())
-    }
-}
-
-impl AdamW {
-    /// The 1-bit stage's local momentum, `out ← β₁·m + (1−β₁)·g` (the
-    /// compressed all-reduce's input; `m` itself is replaced by the reduced
-    /// result afterwards). Plain element-wise code: it vectorizes as is.
-    ///
-    /// # Errors
-    /// [`OneBitError::Length`] when `g` or `out` differ in length from `m`.
-    pub fn momentum_into(&self, m: &[f32], g: &[f32], out: &mut [f32]) -> Result<(), OneBitError> {
-        check_len(m.len(), g.len())?;
-        check_len(m.len(), out.len())?;
-        let (b1, c1) = (self.beta1, 1.0 - self.beta1);
-        for ((o, &m), &g) in out.iter_mut().zip(m).zip(g) {
-            *o = b1 * m + c1 * g;
-        }
         Ok(())
     }
 }
@@ -379,7 +366,7 @@ fn scalar_step(
     match zero {
         Some(z) => {
             for ((((x, m), v), &g), z) in x.iter_mut().zip(m).zip(v).zip(g).zip(z) {
-                let g = g / k.div;
+                let g = if f.scale { g / k.div } else { g };
                 *z &= g == 0.0;
                 moments_elem(k, m, v, g);
                 update_elem(k, f.bias, x, *m, *v);
@@ -387,7 +374,7 @@ fn scalar_step(
         }
         None => {
             for (((x, m), v), &g) in x.iter_mut().zip(m).zip(v).zip(g) {
-                let g = g / k.div;
+                let g = if f.scale { g / k.div } else { g };
                 moments_elem(k, m, v, g);
                 update_elem(k, f.bias, x, *m, *v);
             }

@@ -630,34 +630,36 @@ impl OneBitAdam {
         );
         let mut packed = core::mem::take(&mut self.scratch_packed);
         packed.clear();
-        let dense = self.hyper(gi, 0);
         let m = &mut self.m[range];
         let result = match self.config.variant {
-            Variant::Momentum => {
-                if live.len() == m.len() {
-                    // Every coordinate live (the usual dense case): one
-                    // contiguous pass instead of a gather through `live`.
-                    packed.resize(m.len(), 0.0);
-                    // Equal lengths by construction: cannot fail.
-                    let _ = dense.momentum_into(m, g, &mut packed);
+            Variant::Momentum if live.len() == m.len() => {
+                // Every coordinate live (the usual dense case): the momentum
+                // `β₁m + (1−β₁)g` is formed inside the worker compressor's one
+                // pass and the reduced result lands in `m` directly (the
+                // same bits as the gather path below).
+                let state = &mut self.groups[gi].allreduce;
+                state.bind(m.len(), p, rank)?;
+                let r = if m.is_empty() {
+                    Ok((0.0, 0.0))
                 } else {
-                    packed.extend(live.iter().map(|&i| b1 * m[i] + (1.0 - b1) * g[i]));
-                }
+                    allreduce::reduce_bound(comm, m, Some((b1, g)), state)
+                };
+                state.calls += 1;
+                r.map(|_| ())
+            }
+            Variant::Momentum => {
+                packed.extend(live.iter().map(|&i| b1 * m[i] + (1.0 - b1) * g[i]));
                 let state = &mut self.groups[gi].allreduce;
                 state.bind(packed.len(), p, rank)?;
                 let r = if packed.is_empty() {
                     Ok((0.0, 0.0))
                 } else {
-                    allreduce::reduce_bound(comm, &mut packed, state)
+                    allreduce::reduce_bound(comm, &mut packed, None, state)
                 };
                 state.calls += 1;
                 r.map(|_| {
-                    if live.len() == m.len() {
-                        m.copy_from_slice(&packed);
-                    } else {
-                        for (&i, &v) in live.iter().zip(&packed) {
-                            m[i] = v;
-                        }
+                    for (&i, &v) in live.iter().zip(&packed) {
+                        m[i] = v;
                     }
                 })
             }

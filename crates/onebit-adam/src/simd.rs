@@ -8,53 +8,28 @@
 //! operations are exactly the scalar reference's, in its order, without FMA,
 //! so the results are bit-identical (tests compare every path). SSE2 is the
 //! x86_64 baseline (`cfg(target_feature = "sse2")`, compile time); AVX is
-//! detected at run time with `cpuid` and `xgetbv` — `no_std` has no
-//! `is_x86_feature_detected!` — because the OS must also save the YMM state.
+//! detected at run time (`onebit_codec::cpu`: `cpuid` and `xgetbv`, since
+//! `no_std` has no `is_x86_feature_detected!` and the OS must also save the
+//! YMM state).
 #![allow(
     unsafe_code,
-    reason = "SIMD intrinsics behind #[target_feature] and cpuid; see SAFETY"
+    reason = "SIMD intrinsics behind #[target_feature]; see SAFETY"
 )]
 
 use core::arch::x86_64::{
-    __cpuid, __m128, __m256, _CMP_EQ_OQ, _mm_add_ps, _mm_cmpeq_ps, _mm_div_ps, _mm_loadu_ps,
+    __m128, __m256, _CMP_EQ_OQ, _mm_add_ps, _mm_cmpeq_ps, _mm_div_ps, _mm_loadu_ps,
     _mm_movemask_ps, _mm_mul_ps, _mm_set1_ps, _mm_setzero_ps, _mm_sqrt_ps, _mm_storeu_ps,
     _mm_sub_ps, _mm256_add_ps, _mm256_cmp_ps, _mm256_div_ps, _mm256_loadu_ps, _mm256_movemask_ps,
     _mm256_mul_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_sqrt_ps, _mm256_storeu_ps,
-    _mm256_sub_ps, _xgetbv,
+    _mm256_sub_ps,
 };
-use core::sync::atomic::{AtomicU8, Ordering};
 
 use crate::dense::{Consts, Flags};
 
-/// Whether the CPU has AVX and the OS saves the YMM registers (cached).
+/// Whether the CPU has AVX and the OS saves the YMM registers (cached; the
+/// codec's `no_std` detection).
 pub(crate) fn has_avx() -> bool {
-    static CACHE: AtomicU8 = AtomicU8::new(0);
-    match CACHE.load(Ordering::Relaxed) {
-        1 => false,
-        2 => true,
-        _ => {
-            let yes = probe_avx();
-            CACHE.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
-            yes
-        }
-    }
-}
-
-fn probe_avx() -> bool {
-    // SAFETY: `cpuid` exists on every x86_64 CPU; leaf 1 always exists.
-    // (Safe to call on newer toolchains, `unsafe` on the 1.85 MSRV.)
-    #[allow(unused_unsafe, reason = "__cpuid is an unsafe fn before Rust 1.87")]
-    let leaf1 = unsafe { __cpuid(1) };
-    let osxsave = leaf1.ecx & (1 << 27) != 0;
-    let avx = leaf1.ecx & (1 << 28) != 0;
-    if !(osxsave && avx) {
-        return false;
-    }
-    // SAFETY: OSXSAVE (checked above) means the OS enabled `xgetbv`;
-    // XCR0 (register 0) always exists then.
-    let xcr0 = unsafe { _xgetbv(0) };
-    // Bits 1 and 2: the OS saves SSE and AVX (YMM upper) state.
-    xcr0 & 0b110 == 0b110
+    onebit_codec::cpu::has_avx()
 }
 
 /// One vector of `LANES` `f32`s and the operations the Adam loop needs.
@@ -261,7 +236,8 @@ unsafe fn step_body<V: Vector>(
         let s = Splat::<V>::new(k);
         let mut i = 0;
         while i < whole {
-            let gv = V::load(&g[i..]).div(s.div);
+            let gv = V::load(&g[i..]);
+            let gv = if f.scale { gv.div(s.div) } else { gv };
             if let Some(z) = zero.as_deref_mut() {
                 let zb = gv.zero_bits();
                 for (j, zj) in z[i..i + w].iter_mut().enumerate() {

@@ -481,3 +481,78 @@ fn config_is_validated() {
     assert!(bad(Config::default()).is_none());
     let _ = Communicator::size(&SingleRank::default());
 }
+
+/// With every coordinate live (no exact-zero gradients) the 1-bit stage takes
+/// the fused path — the momentum formed inside the worker compressor, the
+/// result written straight into `m` — and must give the bits of the plain
+/// recipe built from the public pieces: warm-up `AdamW::step_scaled` on the
+/// all-reduced gradient, then per 1-bit step `m ← β₁m + (1−β₁)g` formed
+/// first, `compressed_allreduce(m)`, `AdamW::update`. Lengths with and
+/// without padding (`n % 8P`).
+#[test]
+fn all_live_fused_path_matches_the_plain_recipe() {
+    use onebit_adam::{AdamW, AllReduceState, Kernel, compressed_allreduce};
+    let (ranks, steps, freeze) = (2usize, 12u64, 4u64);
+    for n in [64usize, 1000, 4099] {
+        let grad = |rank: usize, t: u64| -> Vec<f32> {
+            (0..n)
+                .map(|i| ((i * 31 + rank * 7 + t as usize * 13) % 97) as f32 / 48.0 - 1.0 + 1e-3)
+                .collect()
+        };
+        let cfg = Config {
+            lr: 0.01,
+            freeze_step: freeze,
+            weight_decay: 0.01,
+            ..Config::default()
+        };
+        let out = LocalComm::run(ranks, |mut c| {
+            let rank = c.rank();
+            let mut opt = OneBitAdam::new(n, cfg).unwrap();
+            let mut x = vec![0.5f32; n];
+            let (mut xr, mut m, mut v) = (vec![0.5f32; n], vec![0.0f32; n], vec![0.0f32; n]);
+            let mut state = AllReduceState::new();
+            let h = AdamW {
+                lr: cfg.lr,
+                beta1: cfg.beta1,
+                beta2: cfg.beta2,
+                eps: cfg.eps,
+                weight_decay: cfg.weight_decay,
+                bias: None,
+            };
+            for t in 1..=steps {
+                let g = grad(rank, t);
+                opt.step_with_grad(&mut c, &mut x, &g).unwrap();
+                if t <= freeze {
+                    let mut sum = g.clone();
+                    c.all_reduce_sum(&mut sum).unwrap();
+                    h.step_scaled(
+                        Kernel::detect(),
+                        &mut xr,
+                        &mut m,
+                        &mut v,
+                        &sum,
+                        ranks as f32,
+                        None,
+                    )
+                    .unwrap();
+                } else {
+                    let mut local: Vec<f32> = m
+                        .iter()
+                        .zip(&g)
+                        .map(|(&m, &g)| cfg.beta1 * m + (1.0 - cfg.beta1) * g)
+                        .collect();
+                    compressed_allreduce(&mut c, &mut local, &mut state).unwrap();
+                    m = local;
+                    h.update(Kernel::detect(), &mut xr, &m, &v).unwrap();
+                }
+            }
+            assert_eq!(opt.zero_coordinates(), 0);
+            (bits(&x), bits(&xr), bits(opt.momentum()), bits(&m))
+        });
+        for r in out {
+            let (x, xr, m, mr) = r.unwrap();
+            assert_eq!(x, xr, "params, n = {n}");
+            assert_eq!(m, mr, "momentum, n = {n}");
+        }
+    }
+}

@@ -27,8 +27,30 @@ use core::fmt;
 use core::num::NonZeroUsize;
 
 use crate::pack::{pack_words, packed_len};
-use crate::scale::{Accumulator, ScaleKind, any_non_finite, first_non_finite};
+use crate::scale::{Accumulator, ScaleKind, Words, any_non_finite, first_non_finite};
 use crate::{CodecError, Compressed};
+
+/// The fused word loop, on AVX2 when the CPU has it (same bits).
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+use crate::simd::fused_words_into;
+
+/// After a step that may have used non-temporal stores.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+fn fence(stream: bool) {
+    if stream {
+        crate::simd::store_fence();
+    }
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+fn fence(_stream: bool) {}
+
+/// The fused word loop (portable build).
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+#[inline(always)]
+fn fused_words_into(acc: &mut Accumulator, w: Words<'_>, _stream: bool) -> Option<bool> {
+    acc.fused_words_into(w, |d: &mut [f32], w: &[f32; 64]| d.copy_from_slice(w))
+}
 
 /// How the quantisation error is carried to the next step.
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
@@ -63,6 +85,53 @@ pub struct CompressorConfig {
 /// Elements per cache block of the fused pass (multiple of 64: whole sign
 /// words). 32 KiB of buffer: measured best of 1K..32K on the bench machine.
 const BLOCK: usize = 8192;
+/// Elements per block of the word path (a multiple of 64). 4 KiB: a blend's
+/// staging buffer then takes one way of each L1 set, next to its four
+/// streams, whose large allocations share their offsets within a page.
+const STAGE: usize = 1024;
+
+/// From this many elements (16 MiB per buffer; the input and both buffers
+/// are then well beyond a 32 MiB L3) the word path writes the new buffer
+/// with non-temporal stores; below, the buffers may stay cached between
+/// steps and ordinary stores are better.
+const STREAM_MIN: usize = 1 << 22;
+
+/// What a step compresses: `x` itself, or `wa·a + wb·b` formed on the fly.
+#[derive(Clone, Copy)]
+enum Input<'a> {
+    Plain(&'a [f32]),
+    Blend(f32, &'a [f32], f32, &'a [f32]),
+}
+
+impl<'a> Input<'a> {
+    /// Elements `start..end` of the input: borrowed, or formed in `stage`
+    /// (`end − start ≤ stage.len()`).
+    #[inline(always)]
+    fn block<'s>(&self, start: usize, end: usize, stage: &'s mut [f32]) -> &'s [f32]
+    where
+        'a: 's,
+    {
+        match *self {
+            Input::Plain(x) => &x[start..end],
+            Input::Blend(wa, a, wb, b) => {
+                let st = &mut stage[..end - start];
+                for ((o, &a), &b) in st.iter_mut().zip(&a[start..end]).zip(&b[start..end]) {
+                    *o = wa * a + wb * b;
+                }
+                st
+            }
+        }
+    }
+
+    /// The whole input as a vector (slow paths).
+    fn to_vec(self) -> Vec<f32> {
+        match self {
+            Input::Plain(x) => x.to_vec(),
+            Input::Blend(wa, a, wb, b) => a.iter().zip(b).map(|(&a, &b)| wa * a + wb * b).collect(),
+        }
+    }
+}
+
 /// Elements of the on-stack scratch used by the `Decayed` step and
 /// `error_norm` (4 KiB: small enough for any stack).
 const SCRATCH: usize = 1024;
@@ -203,17 +272,71 @@ impl Compressor {
         scales_out: &mut [f32],
     ) -> Result<(), CodecError> {
         CodecError::check_len(self.n, x.len())?;
+        self.compress_input(Input::Plain(x), signs_out, scales_out)
+    }
+
+    /// One single-scale step on `x = wa·a + wb·b` (element-wise, in `f32`,
+    /// the same bits as forming `x` first and calling [`Self::compress_into`]),
+    /// without materialising `x`: 1-bit Adam's local momentum
+    /// `β₁·m + (1−β₁)·g` goes straight into the compressor, so the step reads
+    /// `a`, `b` and the error buffer once and writes the new buffer once.
+    ///
+    /// # Errors
+    /// As [`Self::compress_into`], for `a` and `b` in place of `x`.
+    ///
+    /// On error nothing changes (error buffer, outputs).
+    pub fn compress_blend_into(
+        &mut self,
+        wa: f32,
+        a: &[f32],
+        wb: f32,
+        b: &[f32],
+        signs_out: &mut [u8],
+    ) -> Result<f32, CodecError> {
+        let k = self.chunks();
+        if k > 1 {
+            return Err(CodecError::LengthMismatch {
+                expected: k,
+                found: 1,
+            });
+        }
+        CodecError::check_len(self.n, a.len())?;
+        CodecError::check_len(self.n, b.len())?;
+        let mut scale = [Accumulator::new(self.config.scale).finish()];
+        self.compress_input(Input::Blend(wa, a, wb, b), signs_out, &mut scale[..k])?;
+        Ok(scale[0])
+    }
+
+    /// The step on an input of length `n` (checked by the caller).
+    fn compress_input(
+        &mut self,
+        x: Input<'_>,
+        signs_out: &mut [u8],
+        scales_out: &mut [f32],
+    ) -> Result<(), CodecError> {
         CodecError::check_packed(self.n, signs_out.len())?;
         CodecError::check_len(self.chunks(), scales_out.len())?;
+        if let Input::Blend(..) = x {
+            if !self.words_path() {
+                // Only the word path stages a blend block by block; the
+                // others take it materialised (same bits, one more pass).
+                let plain = x.to_vec();
+                return self.compress_input(Input::Plain(&plain), signs_out, scales_out);
+            }
+        }
         let (mut signs, mut scales) = (
             core::mem::take(&mut self.spare_signs),
             core::mem::take(&mut self.spare_scales),
         );
         signs.resize(signs_out.len(), 0);
         scales.resize(scales_out.len(), 0.0);
-        let clean = match self.config.feedback {
-            ErrorFeedback::Full => self.step_full(x, &mut signs, &mut scales),
-            ErrorFeedback::Decayed { beta } => self.step_decayed(beta, x, &mut signs, &mut scales),
+        let clean = match (self.config.feedback, x) {
+            (ErrorFeedback::Full, x) => self.step_full(x, &mut signs, &mut scales),
+            (ErrorFeedback::Decayed { beta }, Input::Plain(x)) => {
+                self.step_decayed(beta, x, &mut signs, &mut scales)
+            }
+            // Excluded above: a blend always takes the word path, which is `Full`.
+            (ErrorFeedback::Decayed { .. }, Input::Blend(..)) => false,
         };
         if clean {
             signs_out.copy_from_slice(&signs);
@@ -223,10 +346,21 @@ impl Compressor {
         if clean {
             Ok(())
         } else {
-            Err(CodecError::NonFinite {
-                index: self.first_bad(x),
-            })
+            let index = match x {
+                Input::Plain(x) => self.first_bad(x),
+                Input::Blend(..) => self.first_bad(&x.to_vec()),
+            };
+            Err(CodecError::NonFinite { index })
         }
+    }
+
+    /// Whether a `Full` step takes the word-at-a-time path (RMS or mean-abs
+    /// scales on chunks that start on 64-element words).
+    fn words_path(&self) -> bool {
+        let word_aligned = self.chunks() <= 1 || self.chunk % 64 == 0;
+        self.config.feedback == ErrorFeedback::Full
+            && word_aligned
+            && matches!(self.config.scale, ScaleKind::Rms | ScaleKind::MeanAbs)
     }
 
     /// One compression step returning an owned [`Compressed`] payload.
@@ -350,16 +484,15 @@ impl Compressor {
     /// Fused `Full` step (lengths checked): one pass over `x` and the buffer
     /// into `spare`; swaps them and returns `true` unless a new value is
     /// NaN/±∞ (then nothing has changed).
-    fn step_full(&mut self, x: &[f32], signs_out: &mut [u8], scales_out: &mut [f32]) -> bool {
+    fn step_full(&mut self, x: Input<'_>, signs_out: &mut [u8], scales_out: &mut [f32]) -> bool {
         let mut spare = core::mem::take(&mut self.spare);
         // Every element is written before it is read: no need to zero it.
         spare.resize(self.n, 0.0);
-        let kind = self.config.scale;
-        let word_aligned = self.chunks() <= 1 || self.chunk % 64 == 0;
-        let clean = if word_aligned && matches!(kind, ScaleKind::Rms | ScaleKind::MeanAbs) {
-            self.step_full_words(x, &mut spare, signs_out, scales_out)
-        } else {
-            self.step_full_blocks(x, &mut spare, signs_out, scales_out)
+        let clean = match x {
+            _ if self.words_path() => self.step_full_words(x, &mut spare, signs_out, scales_out),
+            Input::Plain(x) => self.step_full_blocks(x, &mut spare, signs_out, scales_out),
+            // `compress_input` materialises a blend off the word path.
+            Input::Blend(..) => false,
         };
         if clean {
             core::mem::swap(&mut self.buf, &mut spare);
@@ -401,46 +534,64 @@ impl Compressor {
     }
 
     /// `Full` step when every chunk starts on a 64-element word (one chunk, or
-    /// `chunk % 64 == 0`) and the scale is a sum: word at a time into `new`.
+    /// `chunk % 64 == 0`) and the scale is a sum: word at a time into `new`
+    /// (a blend input is formed in blocks of [`STAGE`] in an L1 staging
+    /// buffer; a plain one is read in place, a chunk per call).
     fn step_full_words(
         &self,
-        x: &[f32],
+        x: Input<'_>,
         new: &mut [f32],
         signs_out: &mut [u8],
         scales_out: &mut [f32],
     ) -> bool {
         let kind = self.config.scale;
+        let stream = self.n >= STREAM_MIN;
+        let mut stage = [0.0f32; STAGE];
         for (c, scale) in scales_out.iter_mut().enumerate() {
-            let start = c * self.chunk;
-            let end = (start + self.chunk).min(self.n);
-            let (xc, old, nc) = (&x[start..end], &self.buf[start..end], &mut new[start..end]);
-            let signs = &mut signs_out[start / 8..packed_len(end)];
-            let whole = xc.len() / 64 * 64;
+            let chunk_start = c * self.chunk;
+            let chunk_end = (chunk_start + self.chunk).min(self.n);
+            let alpha = self.alphas[c];
             let mut acc = Accumulator::new(kind);
-            let words = acc.fused_words_into(
-                &xc[..whole],
-                &old[..whole],
-                &mut nc[..whole],
-                self.alphas[c],
-                &mut signs[..whole / 8],
-            );
-            // Always `Some` here (a sum kind, lanes at 0, whole words).
-            if words != Some(true) {
-                return false;
+            // A plain input goes through in one call per chunk (per-block
+            // calls measured slower); a blend is staged block by block.
+            let block = match x {
+                Input::Plain(_) => self.chunk,
+                Input::Blend(..) => STAGE,
+            };
+            for start in (chunk_start..chunk_end).step_by(block) {
+                let end = (start + block).min(chunk_end);
+                let xs = x.block(start, end, &mut stage);
+                let (old, nb) = (&self.buf[start..end], &mut new[start..end]);
+                let signs = &mut signs_out[start / 8..packed_len(end)];
+                // Only a chunk's last block has a partial word.
+                let whole = xs.len() / 64 * 64;
+                let words = fused_words_into(
+                    &mut acc,
+                    Words {
+                        x: &xs[..whole],
+                        old: &old[..whole],
+                        new: &mut nb[..whole],
+                        alpha,
+                        signs: &mut signs[..whole / 8],
+                    },
+                    stream,
+                );
+                // Always `Some` here (a sum kind, lanes at a word, whole words).
+                if words != Some(true) {
+                    fence(stream);
+                    return false;
+                }
+                update_full_into(&xs[whole..], &old[whole..], &mut nb[whole..], alpha);
+                if any_non_finite(&nb[whole..]) {
+                    fence(stream);
+                    return false;
+                }
+                acc.feed(&nb[whole..]);
+                pack_words(&nb[whole..], &mut signs[whole / 8..]);
             }
-            update_full_into(
-                &xc[whole..],
-                &old[whole..],
-                &mut nc[whole..],
-                self.alphas[c],
-            );
-            if any_non_finite(&nc[whole..]) {
-                return false;
-            }
-            acc.feed(&nc[whole..]);
-            pack_words(&nc[whole..], &mut signs[whole / 8..]);
             *scale = acc.finish();
         }
+        fence(stream);
         true
     }
 

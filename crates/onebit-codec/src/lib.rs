@@ -23,6 +23,13 @@ pub mod scale;
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 mod simd;
 pub mod stochastic;
+
+/// x86_64 run-time CPU feature detection that works without `std`
+/// (`cpuid` + `xgetbv`, cached); shared with `onebit-adam`'s kernels.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+pub mod cpu {
+    pub use crate::simd::{has_avx, has_avx2};
+}
 pub mod wire;
 
 pub use compressor::{Compressor, CompressorConfig, ErrorFeedback, full_step_chunk};

@@ -153,17 +153,23 @@ impl Lanes {
 
     /// [`Self::fused_words`] from `old` into `new` (the double-buffered
     /// compressor), also checking every new value: returns `false` if one is
-    /// NaN/±∞ (then `new` holds garbage and the caller discards it).
+    /// NaN/±∞ (then `new` holds garbage and the caller discards it). Each
+    /// word is formed in registers and handed to `store` (a plain copy, or
+    /// non-temporal stores for buffers far larger than the cache).
     #[inline(always)]
     fn fused_words_into(
         &mut self,
-        x: &[f32],
-        old: &[f32],
-        new: &mut [f32],
-        alpha: f32,
-        signs: &mut [u8],
+        w: Words<'_>,
         term: impl Fn(f32) -> f64,
+        store: impl Fn(&mut [f32], &[f32; 64]),
     ) -> bool {
+        let Words {
+            x,
+            old,
+            new,
+            alpha,
+            signs,
+        } = w;
         let mut lanes = self.lanes;
         // Branch-free: OR of "exponent all ones" over the word (vectorises).
         let mut bad = 0u32;
@@ -173,12 +179,14 @@ impl Lanes {
             .zip(new.chunks_exact_mut(64))
             .zip(signs.chunks_exact_mut(8))
         {
-            for ((q, &o), &xi) in nw.iter_mut().zip(ow).zip(xw) {
+            let mut w = [0.0f32; 64];
+            for ((q, &o), &xi) in w.iter_mut().zip(ow).zip(xw) {
                 let p = xi + (o - crate::compressor::sign_scale(o, alpha));
                 bad |= u32::from((p.to_bits() & 0x7fff_ffff) as i32 >= INF_BITS);
                 *q = p;
             }
-            feed_word(&mut lanes, nw, sw, &term);
+            feed_word(&mut lanes, &w, sw, &term);
+            store(nw, &w);
         }
         self.lanes = lanes;
         self.pos += x.len();
@@ -204,6 +212,18 @@ fn feed_word(lanes: &mut [f64; 8], w: &[f32], signs: &mut [u8], term: &impl Fn(f
     if let Ok(w) = <&[f32; 64]>::try_from(w) {
         signs.copy_from_slice(&crate::pack::fast_word(w).to_be_bytes());
     }
+}
+
+/// The streams of one double-buffered fused pass over whole words: input
+/// `x`, the buffer before (`old`) and after (`new`) the step, the pending
+/// scale `alpha` of `old`, and the sign bytes (8 per word).
+#[derive(Debug)]
+pub(crate) struct Words<'a> {
+    pub(crate) x: &'a [f32],
+    pub(crate) old: &'a [f32],
+    pub(crate) new: &'a mut [f32],
+    pub(crate) alpha: f32,
+    pub(crate) signs: &'a mut [u8],
 }
 
 /// Running scale of one chunk fed in pieces (the fused compressor's blocks).
@@ -274,25 +294,20 @@ impl Accumulator {
     #[inline(always)]
     pub(crate) fn fused_words_into(
         &mut self,
-        x: &[f32],
-        old: &[f32],
-        new: &mut [f32],
-        alpha: f32,
-        signs: &mut [u8],
+        w: Words<'_>,
+        store: impl Fn(&mut [f32], &[f32; 64]),
     ) -> Option<bool> {
-        if self.lanes.pos % 8 != 0 || x.len() % 64 != 0 {
+        if self.lanes.pos % 8 != 0 || w.x.len() % 64 != 0 {
             return None;
         }
         match self.kind {
-            ScaleKind::Rms => Some(
-                self.lanes
-                    .fused_words_into(x, old, new, alpha, signs, |v| f64::from(v) * f64::from(v)),
-            ),
+            ScaleKind::Rms => {
+                let sq = |v: f32| f64::from(v) * f64::from(v);
+                Some(self.lanes.fused_words_into(w, sq, store))
+            }
             ScaleKind::MeanAbs => {
-                Some(
-                    self.lanes
-                        .fused_words_into(x, old, new, alpha, signs, |v| f64::from(v.abs())),
-                )
+                let abs = |v: f32| f64::from(v.abs());
+                Some(self.lanes.fused_words_into(w, abs, store))
             }
             ScaleKind::MaxAbs | ScaleKind::Unit => None,
         }

@@ -512,3 +512,97 @@ fn a_fault_anywhere_in_the_one_pass_leaves_the_compressor_as_it_was() {
         }
     }
 }
+
+/// `compress_blend_into(wa, a, wb, b)` is `compress_into(wa·a + wb·b)` bit for
+/// bit (signs, scale, error buffer over several steps), for every scale kind
+/// and feedback, at lengths around the word path's 4096-element blocks; a
+/// NaN in either input is reported at its index and changes nothing.
+#[test]
+fn blend_input_matches_forming_x_first() {
+    let feedbacks = [ErrorFeedback::Full, ErrorFeedback::Decayed { beta: 0.25 }];
+    for n in [0, 1, 63, 64, 4095, 4096, 4097, 3 * 4096 + 130] {
+        for kind in KINDS {
+            for feedback in feedbacks {
+                let cfg = config(feedback, kind, None);
+                let (mut c1, mut c2) = (
+                    Compressor::with_config(n, cfg).unwrap(),
+                    Compressor::with_config(n, cfg).unwrap(),
+                );
+                let (wa, wb) = (0.9f32, 1.0f32 - 0.9);
+                let mut s1 = vec![0u8; packed_len(n)];
+                let mut s2 = vec![0u8; packed_len(n)];
+                for t in 0..3 {
+                    let (a, b) = (wave(n, t), wave(n, t + 7));
+                    let x: Vec<f32> = a.iter().zip(&b).map(|(&a, &b)| wa * a + wb * b).collect();
+                    let r1 = c1.compress_into(&x, &mut s1).unwrap();
+                    let r2 = c2.compress_blend_into(wa, &a, wb, &b, &mut s2).unwrap();
+                    let what = format!("n {n} {kind:?} {feedback:?} step {t}");
+                    assert_eq!(r1.to_bits(), r2.to_bits(), "{what}");
+                    assert_eq!(s1, s2, "{what}");
+                    assert_eq!(
+                        bits_of(c1.materialize_error()),
+                        bits_of(c2.materialize_error()),
+                        "{what}"
+                    );
+                }
+                if n > 100 {
+                    let (a, mut b) = (wave(n, 1), wave(n, 2));
+                    b[n - 5] = f32::NAN;
+                    let before = c2.materialize_error().to_vec();
+                    let mut out = vec![0x33u8; packed_len(n)];
+                    assert_eq!(
+                        c2.compress_blend_into(wa, &a, wb, &b, &mut out),
+                        Err(CodecError::NonFinite { index: n - 5 })
+                    );
+                    assert!(out.iter().all(|&v| v == 0x33));
+                    assert_eq!(bits_of(c2.materialize_error()), bits_of(&before));
+                }
+            }
+        }
+    }
+}
+
+/// Above 4 Mi elements the word path writes the new buffer with
+/// non-temporal stores (x86_64): same bits as the two-pass reference over
+/// three steps, plain and blend input, one scale and 64 K chunks.
+#[test]
+fn large_tensors_on_the_streaming_path_match_the_reference() {
+    let n = (1 << 22) + 77;
+    for chunk in [None, Some(1 << 16)] {
+        let cfg = config(ErrorFeedback::Full, ScaleKind::Rms, chunk);
+        let mut c = Compressor::with_config(n, cfg).unwrap();
+        let k = c.chunks();
+        let mut e = vec![0.0f32; n];
+        let (mut s1, mut a1) = (vec![0u8; packed_len(n)], vec![0.0f32; k]);
+        let (mut s2, mut a2) = (vec![0u8; packed_len(n)], vec![0.0f32; k]);
+        for t in 0..3 {
+            let x = wave(n, t);
+            c.compress_chunks_into(&x, &mut s1, &mut a1).unwrap();
+            onebit_codec::reference::compress_step(
+                &x,
+                &mut e,
+                ErrorFeedback::Full,
+                ScaleKind::Rms,
+                chunk,
+                &mut s2,
+                &mut a2,
+            )
+            .unwrap();
+            assert_eq!(s1, s2, "{chunk:?} step {t}");
+            assert_eq!(bits_of(&a1), bits_of(&a2), "{chunk:?} step {t}");
+        }
+        assert_eq!(bits_of(c.materialize_error()), bits_of(&e), "{chunk:?}");
+    }
+    // The blend input on the same path.
+    let (mut c1, mut c2) = (Compressor::new(n), Compressor::new(n));
+    let (a, b) = (wave(n, 4), wave(n, 5));
+    let x: Vec<f32> = a.iter().zip(&b).map(|(&a, &b)| 0.9 * a + 0.1 * b).collect();
+    let (mut s1, mut s2) = (vec![0u8; packed_len(n)], vec![0u8; packed_len(n)]);
+    let r1 = c1.compress_into(&x, &mut s1).unwrap();
+    let r2 = c2.compress_blend_into(0.9, &a, 0.1, &b, &mut s2).unwrap();
+    assert_eq!((r1.to_bits(), &s1), (r2.to_bits(), &s2));
+    assert_eq!(
+        bits_of(c1.materialize_error()),
+        bits_of(c2.materialize_error())
+    );
+}

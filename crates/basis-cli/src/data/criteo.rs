@@ -20,7 +20,7 @@ const INTS: usize = 13;
 const CATS: usize = 26;
 
 /// The log-bin of an integer feature.
-fn int_bin(v: i64) -> i64 {
+pub(super) fn int_bin(v: i64) -> i64 {
     if v <= 2 {
         v
     } else {
@@ -65,10 +65,7 @@ pub(super) fn parse(line: &[u8], feats: &mut Vec<(u64, f32)>) -> Result<f32, Str
         b"0" => 0.0,
         b"1" => 1.0,
         other => {
-            return Err(format!(
-                "label `{}` is not 0 or 1",
-                String::from_utf8_lossy(other)
-            ));
+            return Err(format!("label `{}` is not 0 or 1", super::escaped(other)));
         }
     };
     for (i, c) in cols[1..=INTS].iter().enumerate() {
@@ -78,13 +75,7 @@ pub(super) fn parse(line: &[u8], feats: &mut Vec<(u64, f32)>) -> Result<f32, Str
         let v: i64 = core::str::from_utf8(c)
             .ok()
             .and_then(|s| s.parse().ok())
-            .ok_or_else(|| {
-                format!(
-                    "I{} `{}` is not an integer",
-                    i + 1,
-                    String::from_utf8_lossy(c)
-                )
-            })?;
+            .ok_or_else(|| format!("I{} `{}` is not an integer", i + 1, super::escaped(c)))?;
         feats.push((feature_key_u64(i as u32, int_bin(v) as u64), 1.0));
     }
     for (j, c) in cols[1 + INTS..].iter().enumerate() {

@@ -13,6 +13,7 @@
 //! malformed line is an error. See `docs/DATA.md`.
 
 pub(crate) mod criteo;
+pub(crate) mod criteo_synth;
 pub(crate) mod libsvm;
 pub mod lines;
 pub(crate) mod movielens;
@@ -36,6 +37,8 @@ pub(crate) enum Format {
     Movielens,
     /// Criteo TSV: label, 13 integer and 26 categorical columns.
     Criteo,
+    /// Streaming synthetic Criteo-like data: 13 integer + 26 Zipf categorical fields (no file).
+    CriteoSynth,
     /// libsvm / svmlight: `label idx:val idx:val ...`.
     Libsvm,
     /// A directory with one sub-directory per label; each file is one document.
@@ -48,6 +51,7 @@ impl fmt::Display for Format {
             Self::Synthetic => "synthetic",
             Self::Movielens => "movielens",
             Self::Criteo => "criteo",
+            Self::CriteoSynth => "criteo-synth",
             Self::Libsvm => "libsvm",
             Self::Text => "text",
         })
@@ -221,6 +225,10 @@ pub(crate) struct RawData {
     values: Vec<f32>,
     labels: Vec<f32>,
     times: Vec<i64>,
+    /// Dense (continuous) features, `dense_width` per example (DLRM's
+    /// bottom tower); only `criteo-synth` has them, others have width 0.
+    dense: Vec<f32>,
+    dense_width: usize,
     /// Whether `times` are real timestamps (time-ordered split) or line order.
     pub(crate) timed: bool,
 }
@@ -247,9 +255,29 @@ impl RawData {
         self.times.push(time);
     }
 
+    /// Append one example with `dense` continuous features (every example
+    /// of a data set has the same number).
+    pub(crate) fn push_with_dense(
+        &mut self,
+        features: &[(u64, f32)],
+        dense: &[f32],
+        label: f32,
+        time: i64,
+    ) {
+        self.dense_width = dense.len();
+        self.dense.extend_from_slice(dense);
+        self.push(features, label, time);
+    }
+
     /// Number of examples.
     pub(crate) fn len(&self) -> usize {
         self.labels.len()
+    }
+
+    /// Dense features of example `i` (empty without them).
+    fn dense_of(&self, i: usize) -> &[f32] {
+        let w = self.dense_width;
+        self.dense.get(i * w..(i + 1) * w).unwrap_or(&[])
     }
 }
 
@@ -263,6 +291,9 @@ pub(crate) struct Examples {
     /// Field of each feature (from its key, [`crate::hashing::field_of`]).
     pub(crate) fields: Vec<u8>,
     pub(crate) labels: Vec<f32>,
+    /// Dense features, `dense_width` per example (DLRM; often width 0).
+    pub(crate) dense: Vec<f32>,
+    pub(crate) dense_width: usize,
 }
 
 impl Examples {
@@ -341,6 +372,8 @@ pub(crate) struct LoadOptions {
     pub(crate) split_seed: u64,
     /// Synthetic generator parameters.
     pub(crate) synthetic: synthetic::SynthConfig,
+    /// `criteo-synth` generator parameters.
+    pub(crate) criteo_synth: criteo_synth::CriteoSynthConfig,
     /// The label folder that counts as positive in a text corpus.
     pub(crate) positive: Option<String>,
     /// Text corpus: skip each document's header block.
@@ -367,7 +400,7 @@ pub(crate) fn load(opts: &LoadOptions) -> Result<Dataset, DataError> {
             .clone()
             .ok_or_else(|| DataError::Config(format!("format `{}` needs --data PATH", opts.format)))
     };
-    if opts.format == Format::Synthetic && opts.path.is_some() {
+    if matches!(opts.format, Format::Synthetic | Format::CriteoSynth) && opts.path.is_some() {
         return Err(DataError::Config(
             "--data needs --format (movielens, criteo, libsvm or text); synthetic data has no file"
                 .into(),
@@ -378,6 +411,10 @@ pub(crate) fn load(opts: &LoadOptions) -> Result<Dataset, DataError> {
             synthetic::generate(&opts.synthetic)?,
             format!("synthetic ({})", opts.synthetic.describe()),
         ),
+        Format::CriteoSynth => {
+            let (raw, what) = criteo_synth::generate(&opts.criteo_synth)?;
+            (raw, format!("criteo-synth ({what})"))
+        }
         Format::Movielens => {
             let p = path()?;
             (
@@ -401,9 +438,10 @@ pub(crate) fn load(opts: &LoadOptions) -> Result<Dataset, DataError> {
         }
         Format::Text => {
             let p = path()?;
+            let (raw, positive) = text::load(&p, opts, &mut report)?;
             (
-                text::load(&p, opts, &mut report)?,
-                format!("text {}", p.display()),
+                raw,
+                format!("text {} (positive label folder `{positive}`)", p.display()),
             )
         }
     };
@@ -441,6 +479,7 @@ fn index(
     let mut vocab: KeyMap<u32> = KeyMap::default();
     let mut row_counts: Vec<u32> = Vec::new();
     let mut train = Examples::new();
+    train.dense_width = raw.dense_width;
     for &i in &order[..n_train] {
         for j in raw.offsets[i]..raw.offsets[i + 1] {
             let next = vocab.len() as u32;
@@ -455,9 +494,11 @@ fn index(
         }
         train.offsets.push(train.rows.len());
         train.labels.push(raw.labels[i]);
+        train.dense.extend_from_slice(raw.dense_of(i));
     }
     let mut map = |idx: &[usize]| {
         let mut ex = Examples::new();
+        ex.dense_width = raw.dense_width;
         for &i in idx {
             for j in raw.offsets[i]..raw.offsets[i + 1] {
                 if let Some(&row) = vocab.get(&raw.keys[j]) {
@@ -470,6 +511,7 @@ fn index(
             }
             ex.offsets.push(ex.rows.len());
             ex.labels.push(raw.labels[i]);
+            ex.dense.extend_from_slice(raw.dense_of(i));
         }
         ex
     };
@@ -601,12 +643,34 @@ pub(crate) fn is_blank(line: &[u8]) -> bool {
     line.iter().all(u8::is_ascii_whitespace)
 }
 
-/// A short printable excerpt of a line for error messages.
+/// A short printable excerpt of a line for error messages: at most 40
+/// bytes, [`escaped`].
 pub(crate) fn excerpt(bytes: &[u8]) -> String {
-    let s = String::from_utf8_lossy(&bytes[..bytes.len().min(40)]).into_owned();
+    let s = escaped(&bytes[..bytes.len().min(40)]);
     if bytes.len() > 40 {
         format!("{s}...")
     } else {
         s
     }
+}
+
+/// `bytes` as text safe to print on a terminal: control characters (ESC,
+/// BEL, NUL, C1 …) as `\u{1b}`-style escapes and bytes that are not UTF-8
+/// as `\xff`. Echoed raw, binary garbage given as data could recolour or
+/// retitle the user's terminal, or hide the rest of the message.
+pub(crate) fn escaped(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c.is_control() {
+                out.extend(c.escape_default());
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
 }

@@ -1,8 +1,11 @@
 //! A folder-per-label text corpus: `ROOT/<label>/<file>`, one document per file.
 //!
-//! The positive label is the folder named by `--positive` (default `spam`;
-//! when no folder has that name and there are exactly two folders, the second
-//! in sorted order). Other folders are negative. A document's features are
+//! The positive label is the folder named by `--positive`; without it, the
+//! folder `spam`; without that, of exactly two folders the one named like a
+//! positive label (`1`, `pos`, `positive`, `true`, `yes`). Anything else is
+//! an error naming the folders (see [`positive_folder`]); the chosen folder
+//! is part of the data set's name, so every run says it. Other folders are
+//! negative. A document's features are
 //! its distinct lower-cased tokens (runs of ASCII letters and digits, 2 to 30
 //! bytes long; the first [`MAX_TOKENS`] tokens only) and the bigrams of
 //! consecutive tokens, each hashed in its own field; each feature has value
@@ -95,12 +98,50 @@ pub(super) fn document_features(
     Ok(())
 }
 
-/// Load the corpus under `root`.
+/// Folder names that mean "positive" when `--positive` is not given and
+/// there is no `spam` folder (lower-case; compared case-insensitively).
+const POSITIVE_NAMES: &[&str] = &["spam", "1", "pos", "positive", "true", "yes"];
+
+/// The index of the positive label folder among `names` (sorted): the one
+/// named `wanted`; without it, `spam`; without that, with two folders, the
+/// one of [`POSITIVE_NAMES`] when exactly one is. Anything else cannot be
+/// decided, and guessing would silently invert the labels.
+pub(crate) fn positive_folder(names: &[String], wanted: Option<&str>) -> Result<usize, String> {
+    let list = || {
+        names
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if let Some(w) = wanted {
+        return names
+            .iter()
+            .position(|n| n == w)
+            .ok_or_else(|| format!("no label folder named `{w}` (folders: {})", list()));
+    }
+    if let Some(i) = names.iter().position(|n| n == "spam") {
+        return Ok(i);
+    }
+    let known: Vec<usize> = (0..names.len())
+        .filter(|&i| POSITIVE_NAMES.contains(&names[i].to_ascii_lowercase().as_str()))
+        .collect();
+    match known[..] {
+        [i] if names.len() == 2 => Ok(i),
+        _ => Err(format!(
+            "cannot tell which label folder is positive among {}: name it with --positive NAME",
+            list()
+        )),
+    }
+}
+
+/// Load the corpus under `root`; also returns the name of the positive
+/// label folder.
 pub(crate) fn load(
     root: &Path,
     opts: &LoadOptions,
     report: &mut LoadReport,
-) -> Result<RawData, DataError> {
+) -> Result<(RawData, String), DataError> {
     if !root.is_dir() {
         return Err(not_format(root, "not a directory of label folders"));
     }
@@ -119,17 +160,9 @@ pub(crate) fn load(
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default()
     };
-    let wanted = opts.positive.clone().unwrap_or_else(|| "spam".into());
-    let positive = match labels.iter().position(|p| name(p) == wanted) {
-        Some(i) => i,
-        None if opts.positive.is_none() && labels.len() == 2 => 1,
-        None => {
-            return Err(not_format(
-                root,
-                format!("no label folder named `{wanted}` (use --positive NAME)"),
-            ));
-        }
-    };
+    let names: Vec<String> = labels.iter().map(name).collect();
+    let positive =
+        positive_folder(&names, opts.positive.as_deref()).map_err(|why| not_format(root, why))?;
     let mut files = Vec::new();
     for (i, dir) in labels.iter().enumerate() {
         for f in sorted_entries(dir)? {
@@ -160,7 +193,7 @@ pub(crate) fn load(
     if parsed == 0 {
         return Err(not_format(root, "no document with tokens"));
     }
-    Ok(raw)
+    Ok((raw, names[positive].clone()))
 }
 
 #[cfg(test)]
@@ -175,6 +208,18 @@ mod tests {
         );
         assert_eq!(body(b"A: b\r\n\r\nx"), b"x");
         assert_eq!(body(b"no blank line"), b"no blank line");
+    }
+
+    #[test]
+    fn the_positive_folder_is_named_or_decided_or_an_error() {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(positive_folder(&names(&["0", "1"]), None), Ok(1));
+        assert_eq!(positive_folder(&names(&["ham", "spam"]), None), Ok(1));
+        assert_eq!(positive_folder(&names(&["neg", "pos"]), None), Ok(1));
+        assert_eq!(positive_folder(&names(&["0", "1"]), Some("0")), Ok(0));
+        assert!(positive_folder(&names(&["a", "b"]), None).is_err());
+        assert!(positive_folder(&names(&["0", "1", "2"]), None).is_err());
+        assert!(positive_folder(&names(&["a", "b"]), Some("c")).is_err());
     }
 
     #[test]

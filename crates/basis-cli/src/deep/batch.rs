@@ -19,6 +19,9 @@ pub(crate) struct LocalBatch {
     pub(crate) fields: Vec<u8>,
     /// Label of each example (0 or 1).
     pub(crate) labels: Vec<f32>,
+    /// Dense features, `dense_width` per example (DLRM's bottom tower).
+    pub(crate) dense: Vec<f32>,
+    pub(crate) dense_width: usize,
 }
 
 impl LocalBatch {
@@ -31,6 +34,7 @@ impl LocalBatch {
         self.values.clear();
         self.fields.clear();
         self.labels.clear();
+        self.dense.clear();
     }
 
     /// Number of examples.
@@ -51,6 +55,13 @@ impl LocalBatch {
         self.fields.push(field);
     }
 
+    /// Close the example being built, with its dense features (as many as
+    /// `dense_width`; none for models without a bottom tower).
+    pub(crate) fn end_example_with_dense(&mut self, label: f32, dense: &[f32]) {
+        self.dense.extend_from_slice(dense);
+        self.end_example(label);
+    }
+
     /// Close the example being built.
     pub(crate) fn end_example(&mut self, label: f32) {
         self.offsets.push(self.local.len());
@@ -62,6 +73,7 @@ impl LocalBatch {
     /// it must be all `u32::MAX` with one entry per table row, and is left so.
     pub(crate) fn fill_from(&mut self, ex: &Examples, batch: &[usize], slot: &mut [u32]) {
         self.clear();
+        self.dense_width = ex.dense_width;
         for &e in batch {
             let (a, b) = (ex.offsets[e], ex.offsets[e + 1]);
             for j in a..b {
@@ -71,7 +83,8 @@ impl LocalBatch {
                 }
                 self.push_feature(slot[r], ex.values[j], ex.fields[j]);
             }
-            self.end_example(ex.labels[e]);
+            let w = ex.dense_width;
+            self.end_example_with_dense(ex.labels[e], &ex.dense[e * w..(e + 1) * w]);
         }
         for &id in &self.ids {
             slot[id as usize] = u32::MAX;

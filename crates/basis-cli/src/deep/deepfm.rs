@@ -63,10 +63,15 @@ impl DeepFm {
         let input = fields
             .checked_mul(k)
             .ok_or_else(|| format!("--dim {k}: tower input overflows"))?;
+        if layers.last() != Some(&1) {
+            return Err(format!(
+                "--mlp: the last width must be 1 (the logit), got {layers:?}"
+            ));
+        }
         Ok(Self {
             k,
             fields,
-            mlp: Mlp::new(input, layers)?,
+            mlp: Mlp::new(input, layers, "--mlp")?,
         })
     }
 
@@ -102,31 +107,10 @@ impl DeepFm {
         })
     }
 
-    /// Check that `batch` and `rows` fit this model: every local index has a
-    /// row, every field is `< F`, the workspace is large enough.
+    /// Check that `batch` and `rows` fit this model and the workspace is
+    /// large enough.
     fn check(&self, rows: &[f32], batch: &LocalBatch, ws: &mut Workspace) -> Result<(), String> {
-        let d = self.k + 1;
-        if rows.len() != batch.ids.len() * d {
-            return Err(format!(
-                "DeepFM: {} gathered floats for {} rows of {d}",
-                rows.len(),
-                batch.ids.len()
-            ));
-        }
-        let n_rows = batch.ids.len();
-        if let Some(&l) = batch.local.iter().find(|&&l| l as usize >= n_rows) {
-            return Err(format!("DeepFM: local row {l} of {n_rows}"));
-        }
-        if let Some(&f) = batch
-            .fields
-            .iter()
-            .find(|&&f| usize::from(f) >= self.fields)
-        {
-            return Err(format!(
-                "DeepFM: field {f} but the model has {}",
-                self.fields
-            ));
-        }
+        check_batch(self.k, self.fields, rows, batch)?;
         if batch.len() > ws.capacity {
             *ws = self.workspace(batch.len())?;
         }
@@ -196,15 +180,8 @@ impl DeepFm {
         out.rows.resize(rows.len(), 0.0);
         out.dense.clear();
         out.dense.resize(dense.len(), 0.0);
-        out.loss = 0.0;
-        for e in 0..n {
-            let (z, y) = (ws.logits[e], batch.labels[e]);
-            let zf = f64::from(z);
-            out.loss += zf.max(0.0) + (-zf.abs()).exp().ln_1p() - f64::from(y) * zf;
-            let p = 1.0 / (1.0 + (-z).exp());
-            ws.delta[e] = (p - y) * scale;
-            out.dense[0] += ws.delta[e];
-        }
+        out.loss = log_loss_and_deltas(&ws.logits[..n], &batch.labels, scale, &mut ws.delta);
+        out.dense[0] = ws.delta[..n].iter().sum();
         self.mlp.backward(
             &dense[1..],
             n,
@@ -231,6 +208,49 @@ impl DeepFm {
         }
         Ok(())
     }
+}
+
+/// Check that `batch` and `rows` fit a model of embedding size `k` over
+/// `fields` fields: `k + 1` floats per gathered row, every local index has
+/// a row, every field is `< fields`.
+pub(super) fn check_batch(
+    k: usize,
+    fields: usize,
+    rows: &[f32],
+    batch: &LocalBatch,
+) -> Result<(), String> {
+    let d = k + 1;
+    let n_rows = batch.ids.len();
+    if rows.len() != n_rows * d {
+        return Err(format!(
+            "{} gathered floats for {n_rows} rows of {d}",
+            rows.len()
+        ));
+    }
+    if let Some(&l) = batch.local.iter().find(|&&l| l as usize >= n_rows) {
+        return Err(format!("local row {l} of {n_rows}"));
+    }
+    if let Some(&f) = batch.fields.iter().find(|&&f| usize::from(f) >= fields) {
+        return Err(format!("field {f} but the model has {fields}"));
+    }
+    Ok(())
+}
+
+/// The summed log-loss of `logits` against `labels`; `delta[e] = scale ·
+/// (σ(z_e) − y_e)`, the gradient of the scaled loss at each logit.
+pub(super) fn log_loss_and_deltas(
+    logits: &[f32],
+    labels: &[f32],
+    scale: f32,
+    delta: &mut [f32],
+) -> f64 {
+    let mut loss = 0.0;
+    for ((&z, &y), d) in logits.iter().zip(labels).zip(delta.iter_mut()) {
+        let zf = f64::from(z);
+        loss += zf.max(0.0) + (-zf.abs()).exp().ln_1p() - f64::from(y) * zf;
+        *d = (1.0 / (1.0 + (-z).exp()) - y) * scale;
+    }
+    loss
 }
 
 #[cfg(test)]
@@ -343,40 +363,13 @@ mod tests {
         let mut g = DeepGrads::default();
         m.forward_backward(&dense, &rows, &b, scale, &mut ws, &mut g)
             .unwrap();
-        let (d64, r64) = (
-            dense.iter().map(|&x| f64::from(x)).collect::<Vec<_>>(),
-            rows.iter().map(|&x| f64::from(x)).collect::<Vec<_>>(),
+        crate::deep::assert_matches_finite_differences(
+            |d, r, s| reference_loss(&m, d, r, &b, s),
+            &dense,
+            &rows,
+            scale,
+            &g,
         );
-        let h = 1e-6;
-        let fd =
-            |dense: &[f64], rows: &[f64]| reference_loss(&m, dense, rows, &b, f64::from(scale));
-        let close = |num: f64, ana: f32, what: &str| {
-            let ana = f64::from(ana);
-            assert!(
-                (num - ana).abs() < 2e-4 * (1.0 + num.abs()),
-                "{what}: numeric {num} vs analytic {ana}"
-            );
-        };
-        for i in 0..r64.len() {
-            let (mut p, mut q) = (r64.clone(), r64.clone());
-            p[i] += h;
-            q[i] -= h;
-            close(
-                (fd(&d64, &p) - fd(&d64, &q)) / (2.0 * h),
-                g.rows[i],
-                &format!("row float {i}"),
-            );
-        }
-        for i in 0..d64.len() {
-            let (mut p, mut q) = (d64.clone(), d64.clone());
-            p[i] += h;
-            q[i] -= h;
-            close(
-                (fd(&p, &r64) - fd(&q, &r64)) / (2.0 * h),
-                g.dense[i],
-                &format!("dense {i}"),
-            );
-        }
         // The check can fail: a tower gradient of zero would not match.
         assert!(g.dense[1..].iter().any(|&x| x.abs() > 1e-3));
     }

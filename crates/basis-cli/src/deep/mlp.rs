@@ -2,7 +2,7 @@
 //! backward over a whole batch (row-major `batch × width` activations).
 //!
 //! Layer `l` maps `widths[l]` to `widths[l+1]`: `h_{l+1} = relu(h_l W_l + b_l)`,
-//! no ReLU after the last layer (its single output is a logit). Parameters
+//! no ReLU after the last layer (a logit, or DLRM's bottom-tower vector). Parameters
 //! lie back to back as `W_0 (in × out, row-major), b_0, W_1, b_1, …`, so one
 //! dense optimizer (Adam, 1-bit Adam) owns the whole tower as one vector.
 //!
@@ -14,9 +14,10 @@
 use super::gemm::{Mat, matmul};
 use crate::rng::Rng;
 
-/// Largest tower this CLI builds (4 GiB of f32 parameters): beyond it an
-/// `--mlp` is a typo, not a model, and is refused before any allocation.
-const MAX_PARAMS: usize = 1 << 30;
+/// Largest tower this CLI builds: 2^28 parameters, 1 GiB of f32 (about 4 GiB
+/// with Adam's two moments and the gradient). Beyond it an `--mlp` is a
+/// typo, not a model, and is refused before any allocation.
+const MAX_PARAMS: usize = 1 << 28;
 
 /// The shape of a tower: `widths[0]` inputs, then each layer's outputs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,19 +35,15 @@ struct Layer {
 }
 
 impl Mlp {
-    /// A tower from `input` features through `layers` widths (the last must
-    /// be 1, the logit).
+    /// A tower from `input` features through `layers` widths; `option`
+    /// names the flag the widths came from, for errors.
     ///
-    /// Fails with a message naming `--mlp` on an empty list, a zero width, a
-    /// last width other than 1, or more than [`MAX_PARAMS`] parameters.
-    pub(crate) fn new(input: usize, layers: &[usize]) -> Result<Self, String> {
+    /// Fails with a message naming `option` on an empty list, a zero width,
+    /// or more than [`MAX_PARAMS`] parameters.
+    pub(crate) fn new(input: usize, layers: &[usize], option: &str) -> Result<Self, String> {
         if layers.is_empty() || layers.contains(&0) {
-            return Err("--mlp: widths must be a non-empty list of positive integers".into());
-        }
-        if layers.last() != Some(&1) {
             return Err(format!(
-                "--mlp: the last width must be 1 (the logit), got {:?}",
-                layers
+                "{option}: widths must be a non-empty list of positive integers"
             ));
         }
         let mut widths = vec![input];
@@ -60,7 +57,7 @@ impl Mlp {
                 .filter(|&t| t <= MAX_PARAMS)
                 .ok_or_else(|| {
                     format!(
-                        "--mlp {layers:?}: over {MAX_PARAMS} dense parameters with {input} inputs"
+                        "{option} {layers:?}: over {MAX_PARAMS} dense parameters with {input} inputs"
                     )
                 })?;
         }
@@ -76,6 +73,11 @@ impl Mlp {
     /// Number of parameters.
     pub(crate) fn params(&self) -> usize {
         self.layers().last().map_or(0, |l| l.b + l.out)
+    }
+
+    /// Outputs per row.
+    pub(crate) fn outputs(&self) -> usize {
+        self.widths.last().copied().unwrap_or(0)
     }
 
     /// Widest layer (activation buffers are `batch × widest`).
@@ -115,7 +117,7 @@ impl Mlp {
     }
 
     /// Forward pass over `batch` rows; the input must already be in
-    /// `acts.input_mut(batch)`. Returns the `batch` outputs.
+    /// `acts.input_mut(batch)`. Returns the `batch × outputs` outputs.
     pub(crate) fn forward<'a>(
         &self,
         params: &[f32],
@@ -138,11 +140,11 @@ impl Mlp {
                 }
             }
         }
-        &acts.h[layers.len()][..batch]
+        &acts.h[layers.len()][..batch * self.outputs()]
     }
 
     /// Backward pass after [`Mlp::forward`] on the same `acts`: from
-    /// `d_out` (`batch` values, `∂L/∂output`) accumulate the parameter
+    /// `d_out` (`batch × outputs` values, `∂L/∂output`) accumulate the parameter
     /// gradient into `grad` (same layout as the parameters) and write
     /// `∂L/∂input` (`batch × widths[0]`) into `acts.d_input(batch)`.
     pub(crate) fn backward(
@@ -154,7 +156,8 @@ impl Mlp {
         acts: &mut Activations,
     ) {
         let layers = self.layers();
-        acts.g[..batch].copy_from_slice(&d_out[..batch]);
+        let n_out = batch * self.outputs();
+        acts.g[..n_out].copy_from_slice(&d_out[..n_out]);
         for (i, l) in layers.iter().enumerate().rev() {
             let g = &acts.g[..batch * l.out];
             let x = &acts.h[i][..batch * l.inp];
@@ -201,7 +204,7 @@ impl Activations {
     ///
     /// Fails with a message naming `--mlp` when they cannot be allocated.
     pub(crate) fn new(mlp: &Mlp, capacity: usize) -> Result<Self, String> {
-        let alloc = |n: usize| crate::deep::zeros(n, "--mlp activations");
+        let alloc = |n: usize| crate::deep::zeros(n, "tower activations");
         let h = mlp
             .widths
             .iter()
@@ -233,16 +236,18 @@ mod tests {
 
     #[test]
     fn shapes_and_bad_widths() {
-        let m = Mlp::new(10, &[4, 3, 1]).unwrap();
+        let m = Mlp::new(10, &[4, 3, 1], "--mlp").unwrap();
         assert_eq!(m.params(), 10 * 4 + 4 + 4 * 3 + 3 + 3 + 1);
-        assert!(Mlp::new(10, &[]).unwrap_err().contains("--mlp"));
-        assert!(Mlp::new(10, &[4, 0, 1]).unwrap_err().contains("--mlp"));
-        assert!(Mlp::new(10, &[4, 2]).unwrap_err().contains("last width"));
-        let huge = Mlp::new(416, &[usize::MAX / 2, 1]).unwrap_err();
+        assert_eq!(m.outputs(), 1);
+        assert!(Mlp::new(10, &[], "--mlp").unwrap_err().contains("--mlp"));
+        assert!(Mlp::new(10, &[4, 0, 1], "--x").unwrap_err().contains("--x"));
+        let huge = Mlp::new(416, &[usize::MAX / 2, 1], "--mlp").unwrap_err();
         assert!(
             huge.contains("--mlp") && huge.contains("dense parameters"),
             "{huge}"
         );
-        assert!(Mlp::new(1 << 20, &[1 << 12, 1]).is_err());
+        assert!(Mlp::new(1 << 20, &[1 << 12, 1], "--mlp").is_err());
+        assert!(Mlp::new(1 << 10, &[1 << 17, 1], "--mlp").is_ok());
+        assert!(Mlp::new(1 << 10, &[1 << 18, 1], "--mlp").is_err());
     }
 }

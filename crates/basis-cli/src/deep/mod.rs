@@ -1,5 +1,7 @@
 //! Models with a dense tower: DeepFM (`--model deepfm`), the FM plus a ReLU
-//! MLP over the concatenated per-field embeddings.
+//! MLP over the concatenated per-field embeddings, and DLRM (`--model
+//! dlrm`), a bottom MLP on the dense features, pairwise dot interactions
+//! and a top MLP.
 //!
 //! # The interface a trainer uses (single process, replicated or sharded)
 //!
@@ -14,30 +16,36 @@
 //! 2. gathers those rows into one contiguous buffer, `ids.len() × (k + 1)`
 //!    floats, row `i` = the table row of `ids[i]` ([`gather_rows`] locally; a
 //!    sharded trainer fills it with rows fetched from their owner ranks);
-//! 3. calls [`DeepFm::forward_backward`] with the dense parameters, the
+//! 3. calls [`Tower::forward_backward`] (or [`DeepFm::forward_backward`]) with the dense parameters, the
 //!    gathered rows and the batch. It returns ([`DeepGrads`]) the gradient
 //!    of `scale · Σ_examples log-loss` for every **gathered row** (same
 //!    layout and order as the buffer, so row `i` goes back to the owner of
 //!    `ids[i]`), the gradient of the dense parameters, and the batch loss.
 //!
-//! [`DeepFm::forward`] is the same without the backward pass (evaluation).
+//! DLRM also reads each example's dense features from the batch
+//! ([`LocalBatch::end_example_with_dense`]).
+//!
+//! [`Tower::forward`] is the same without the backward pass (evaluation).
 //! Nothing in the model depends on which rank a row came from, so a
 //! sharded run computes exactly what a single process computes on the same
 //! rows.
 //!
 //! Layout: a table row is `[w, v_1..v_k]` (shared with the FM part, as in
-//! DeepFM); the dense parameters are `[b, MLP…]` (the FM's global bias, then
-//! the tower, [`mlp`]).
+//! DeepFM; DLRM leaves `w` unused); the dense parameters are `[b, MLP…]`
+//! for DeepFM (the FM's global bias, then the tower, [`mlp`]) and
+//! `[Bottom…, Top…]` for DLRM.
 
 pub(crate) mod batch;
 pub(crate) mod deepfm;
+pub(crate) mod dlrm;
 pub(crate) mod gemm;
 pub(crate) mod mlp;
 
 use onebit_adam::{Config, GroupSpec, OneBitAdam};
 
 pub(crate) use batch::{LocalBatch, gather_rows};
-pub(crate) use deepfm::{DeepFm, DeepGrads, Workspace};
+pub(crate) use deepfm::{DeepFm, DeepGrads};
+pub(crate) use dlrm::Dlrm;
 
 /// `--model`: which model to train.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -46,6 +54,71 @@ pub(crate) enum ModelKind {
     Fm,
     /// DeepFM: the FM plus an MLP over the concatenated field embeddings.
     Deepfm,
+    /// DLRM: bottom MLP on dense features, pairwise dots, top MLP.
+    Dlrm,
+}
+
+/// A model with a dense tower.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Tower {
+    /// DeepFM.
+    DeepFm(DeepFm),
+    /// DLRM.
+    Dlrm(Dlrm),
+}
+
+/// Buffers of either tower, reused across batches.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Workspace {
+    deepfm: deepfm::Workspace,
+    dlrm: dlrm::Workspace,
+}
+
+impl Tower {
+    /// Fresh dense parameters, deterministic in `seed`.
+    ///
+    /// Fails when they cannot be allocated.
+    pub(crate) fn init_dense(&self, seed: u64) -> Result<Vec<f32>, String> {
+        match self {
+            Self::DeepFm(m) => m.init_dense(seed),
+            Self::Dlrm(m) => m.init_dense(seed),
+        }
+    }
+
+    /// Logits of `batch` (see the module interface).
+    ///
+    /// Fails when `rows` or `batch` do not fit the model.
+    pub(crate) fn forward<'w>(
+        &self,
+        dense: &[f32],
+        rows: &[f32],
+        batch: &LocalBatch,
+        ws: &'w mut Workspace,
+    ) -> Result<&'w [f32], String> {
+        match self {
+            Self::DeepFm(m) => m.forward(dense, rows, batch, &mut ws.deepfm),
+            Self::Dlrm(m) => m.forward(dense, rows, batch, &mut ws.dlrm),
+        }
+    }
+
+    /// Gradients of `scale · Σ log-loss` for the gathered rows and the dense
+    /// parameters (see the module interface).
+    ///
+    /// Fails when `rows` or `batch` do not fit the model.
+    pub(crate) fn forward_backward(
+        &self,
+        dense: &[f32],
+        rows: &[f32],
+        batch: &LocalBatch,
+        scale: f32,
+        ws: &mut Workspace,
+        out: &mut DeepGrads,
+    ) -> Result<(), String> {
+        match self {
+            Self::DeepFm(m) => m.forward_backward(dense, rows, batch, scale, &mut ws.deepfm, out),
+            Self::Dlrm(m) => m.forward_backward(dense, rows, batch, scale, &mut ws.dlrm, out),
+        }
+    }
 }
 
 /// `--dense-opt`: how data-parallel ranks train the dense parameters.
@@ -77,6 +150,52 @@ impl DenseOpt {
             Self::OnebitAdam => GroupSpec::one_bit(len),
         };
         OneBitAdam::with_groups(&[group], config).map_err(|e| format!("--dense-opt: {e}"))
+    }
+}
+
+/// Test helper: `g` (from a forward/backward at `scale`) against the slow
+/// f64 reference `loss(dense, rows, scale)` = `scale · Σ log-loss`: the
+/// summed loss equals `loss(…, 1)`, and the gradient of every row float
+/// and dense parameter equals a central finite difference (`h = 1e-6`).
+#[cfg(test)]
+pub(crate) fn assert_matches_finite_differences(
+    loss: impl Fn(&[f64], &[f64], f64) -> f64,
+    dense: &[f32],
+    rows: &[f32],
+    scale: f32,
+    g: &DeepGrads,
+) {
+    let to64 = |v: &[f32]| v.iter().map(|&x| f64::from(x)).collect::<Vec<_>>();
+    let (d64, r64) = (to64(dense), to64(rows));
+    let r = loss(&d64, &r64, 1.0);
+    assert!(
+        (g.loss - r).abs() < 1e-4 * r.abs().max(1.0),
+        "loss {} vs {r}",
+        g.loss
+    );
+    let h = 1e-6;
+    let s = f64::from(scale);
+    let close = |num: f64, ana: f32, what: &str| {
+        let ana = f64::from(ana);
+        assert!(
+            (num - ana).abs() < 2e-4 * (1.0 + num.abs()),
+            "{what}: numeric {num} vs analytic {ana}"
+        );
+    };
+    let bump = |v: &[f64], i: usize, by: f64| {
+        let mut v = v.to_vec();
+        v[i] += by;
+        v
+    };
+    for i in 0..r64.len() {
+        let num =
+            (loss(&d64, &bump(&r64, i, h), s) - loss(&d64, &bump(&r64, i, -h), s)) / (2.0 * h);
+        close(num, g.rows[i], &format!("row float {i}"));
+    }
+    for i in 0..d64.len() {
+        let num =
+            (loss(&bump(&d64, i, h), &r64, s) - loss(&bump(&d64, i, -h), &r64, s)) / (2.0 * h);
+        close(num, g.dense[i], &format!("dense {i}"));
     }
 }
 

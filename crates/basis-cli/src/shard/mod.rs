@@ -1,0 +1,428 @@
+//! Row-sharded training (`--shard rows --workers P`): each rank owns the
+//! rows whose id hashes to it (`route::hashed_owner`) and only their
+//! optimizer state, in a [`table::ShardTable`]; the dense parameters are
+//! data-parallel with 1-bit Adam. One step, on every rank:
+//!
+//! 1. take this rank's share of the batch (positions `r, r+P, …`), collect
+//!    its unique ids and send them to their owners (`all_to_all_counts`,
+//!    then `all_to_all_v`);
+//! 2. owners look the ids up (creating new rows from `(seed, id)`), and
+//!    return the rows (`all_to_all_v`);
+//! 3. forward/backward of the model on the gathered rows only; the row
+//!    gradients go back to the owners (`all_to_all_v`);
+//! 4. owners sum the gradients of an id in rank order and run the sparse
+//!    optimizer over their slots; 1-bit Adam steps the dense parameters
+//!    (its all-reduces sum in rank order), and the loss is all-reduced.
+//!
+//! Every reduction has a fixed order and no step depends on thread timing,
+//! so a run over `LocalComm` threads and one over `mpirun` processes with the
+//! same `P` give the same bits (`model_crc32`). See docs/DISTRIBUTED.md.
+
+mod report;
+mod route;
+mod table;
+
+use crate::data::{Dataset, Examples};
+use crate::metrics::{auc, log_loss};
+use crate::model::{Fm, Grads};
+use crate::optim::{self, Optimizer};
+use crate::rng::Rng;
+use crate::train::{EpochPoint, Run, RunResult, finish};
+use basis_core::RowIndex;
+use basis_std::local::LocalComm;
+use comm_traits::Communicator;
+use core::time::Duration;
+use std::time::Instant;
+
+pub(crate) use report::ShardReport;
+use route::{Owner, Request};
+use table::ShardTable;
+
+/// Examples per evaluation round (each rank scores its share of them).
+const EVAL_CHUNK: usize = 4096;
+
+/// Train row-sharded on `run.model.workers` ranks: MPI processes under
+/// `mpirun` (`mpi` feature), threads over `LocalComm` otherwise.
+pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
+    let p = run.model.workers.max(1);
+    if run.checkpoint.is_some() {
+        return Err("--checkpoint is not supported with --shard rows yet".into());
+    }
+    let owner = route::hashed_owner(p, run.model.seed)?;
+    #[cfg(feature = "mpi")]
+    if let Some(r) = crate::parallel::mpi::with_comm(|comm| {
+        if comm.size() != p {
+            return Err(format!(
+                "--workers {p} but mpirun started {} processes",
+                comm.size()
+            ));
+        }
+        rank_main(ds, run, comm, &owner)
+    }) {
+        return r;
+    }
+    train_local(ds, run, p, &owner)
+}
+
+/// The `LocalComm` run: one thread per rank; rank 0's result.
+pub(crate) fn train_local(
+    ds: &Dataset,
+    run: &Run<'_>,
+    p: usize,
+    owner: Owner<'_>,
+) -> Result<RunResult, String> {
+    let comms = LocalComm::group_with_timeout(p, Duration::from_secs(300));
+    let results: Vec<Result<RunResult, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .map(|mut comm| s.spawn(move || rank_main(ds, run, &mut comm, owner)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a rank panicked".into())))
+            .collect()
+    });
+    // Every rank fails together; report the first rank's error (rank 0's).
+    results
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| Err("no ranks".into()))
+}
+
+/// The options every rank must share, by name, as `u64`.
+fn options(ds: &Dataset, run: &Run<'_>) -> Vec<(&'static str, u64)> {
+    let m = run.model;
+    let label = balanced_hash::murmur3::x64_128(run.spec.label.as_bytes(), 0)[0];
+    let data = balanced_hash::murmur3::x64_128(ds.name.as_bytes(), 0)[0];
+    vec![
+        ("--opt", label),
+        ("learning rate", u64::from(run.spec.lr().to_bits())),
+        ("--epochs", u64::from(m.epochs)),
+        ("--batch", m.batch as u64),
+        ("--dim", m.dim as u64),
+        ("--init-std", u64::from(m.init_std.to_bits())),
+        ("--l2", u64::from(m.l2.to_bits())),
+        ("--dense-lr", u64::from(m.dense_lr.to_bits())),
+        ("--seed", m.seed),
+        ("--model", m.model as u64),
+        (
+            "--mlp",
+            balanced_hash::murmur3::x64_128(
+                format!("{:?}|{:?}", m.mlp, m.bottom_mlp).as_bytes(),
+                0,
+            )[0],
+        ),
+        ("--dense-opt", m.dense_opt as u64),
+        ("data set", data),
+        ("training examples", ds.train.len() as u64),
+        ("test examples", ds.test.len() as u64),
+    ]
+}
+
+/// All-gather every option and fail on every rank, naming the first option
+/// some rank disagrees on (the same verdict everywhere: all ranks see the
+/// same table).
+fn agree(comm: &mut dyn Communicator, opts: &[(&'static str, u64)]) -> Result<(), String> {
+    let p = comm.size();
+    let mine: Vec<u8> = opts.iter().flat_map(|o| o.1.to_le_bytes()).collect();
+    let mut all = vec![0u8; mine.len() * p];
+    comm.all_gather(&mine, &mut all)
+        .map_err(|e| format!("rank {}: agreeing on options: {e}", comm.rank()))?;
+    for (k, (name, _)) in opts.iter().enumerate() {
+        let at = |r: usize| {
+            let s = (r * opts.len() + k) * 8;
+            u64::from_le_bytes(all[s..s + 8].try_into().unwrap_or([0; 8]))
+        };
+        if let Some(r) = (1..p).find(|&r| at(r) != at(0)) {
+            return Err(format!(
+                "ranks disagree on {name}: rank 0 has {}, rank {r} has {}",
+                at(0),
+                at(r)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Shares of a batch: rank `r` takes positions `r, r+P, …`.
+fn share(batch: &[usize], rank: usize, p: usize) -> Vec<usize> {
+    batch.iter().skip(rank).step_by(p).copied().collect()
+}
+
+/// One rank's state: its shard, the optimizer over its slots, the dense
+/// parameters (replicated) and the byte counters.
+struct Rank {
+    table: ShardTable,
+    opt: Optimizer,
+    /// The model with `table` = the rows gathered for the current batch
+    /// (positions in its sorted unique ids); `dense` and `tower` are the
+    /// replicated dense part.
+    model: Fm,
+    sparse_bytes: u64,
+}
+
+/// The examples `batch` of `ex` with rows renumbered to positions in the
+/// sorted `uniq` (which holds every row they use).
+fn remap(ex: &Examples, batch: &[usize], uniq: &[u64]) -> Examples {
+    let mut out = Examples {
+        offsets: vec![0],
+        ..Examples::default()
+    };
+    for &e in batch {
+        let (rows, values) = ex.features(e);
+        for &r in rows {
+            let pos = uniq.binary_search(&u64::from(r)).unwrap_or(0);
+            out.rows.push(pos as u32);
+        }
+        out.values.extend_from_slice(values);
+        let (a, b) = (ex.offsets[e], ex.offsets[e + 1]);
+        out.fields.extend_from_slice(&ex.fields[a..b]);
+        out.offsets.push(out.rows.len());
+        out.labels.push(ex.labels[e]);
+        let w = ex.dense_width;
+        out.dense.extend_from_slice(&ex.dense[e * w..(e + 1) * w]);
+    }
+    out.dense_width = ex.dense_width;
+    out
+}
+
+impl Rank {
+    /// Steps 1–2: the unique rows of `batch`, fetched from their owners,
+    /// into `self.model.table` (positions in `req.uniq`).
+    fn gather(
+        &mut self,
+        comm: &mut dyn Communicator,
+        owner: Owner<'_>,
+        ex: &Examples,
+        batch: &[usize],
+    ) -> Result<(Request, Vec<u32>), String> {
+        let before = comm.stats();
+        let rank = comm.rank();
+        let err = |e: comm_traits::CommError| format!("rank {rank}: {e}");
+        let wanted: Vec<u64> = batch
+            .iter()
+            .flat_map(|&e| ex.features(e).0.iter().map(|&r| u64::from(r)))
+            .collect();
+        let req = route::request(comm, owner, wanted).map_err(err)?;
+        let slots = self.table.slots_for(&req.received, &mut self.opt)?;
+        let d = self.model.dim();
+        let mut serve = Vec::with_capacity(slots.len() * d);
+        for &s in &slots {
+            serve.extend_from_slice(self.table.row(s));
+        }
+        let rows = route::exchange_f32(comm, &serve, &req.per_rank, &req.per_owner, d)
+            .map_err(|e| format!("rank {}: {e}", comm.rank()))?;
+        let gathered = &mut self.model.table;
+        gathered.clear();
+        gathered.resize(req.uniq.len() * d, 0.0);
+        for (k, &id) in req.sent.iter().enumerate() {
+            let pos = req.uniq.binary_search(&id).unwrap_or(0);
+            gathered[pos * d..(pos + 1) * d].copy_from_slice(&rows[k * d..(k + 1) * d]);
+        }
+        self.sparse_bytes += comm.stats().since(&before).bytes_sent;
+        Ok((req, slots))
+    }
+
+    /// Steps 3–4 for the sparse rows: gradients (by position in `req.uniq`)
+    /// to the owners, summed per id in rank order, one optimizer step.
+    fn scatter(
+        &mut self,
+        comm: &mut dyn Communicator,
+        req: &Request,
+        slots: &[u32],
+        grads: &Grads,
+    ) -> Result<u64, String> {
+        let before = comm.stats();
+        let d = self.model.dim();
+        let mut by_pos = vec![0.0f32; req.uniq.len() * d];
+        for (k, &pos) in grads.ids.iter().enumerate() {
+            let pos = pos as usize;
+            by_pos[pos * d..(pos + 1) * d].copy_from_slice(&grads.rows[k * d..(k + 1) * d]);
+        }
+        let mut send = Vec::with_capacity(req.sent.len() * d);
+        for id in &req.sent {
+            let pos = req.uniq.binary_search(id).unwrap_or(0);
+            send.extend_from_slice(&by_pos[pos * d..(pos + 1) * d]);
+        }
+        let got = route::exchange_f32(comm, &send, &req.per_owner, &req.per_rank, d)
+            .map_err(|e| format!("rank {}: {e}", comm.rank()))?;
+        self.sparse_bytes += comm.stats().since(&before).bytes_sent;
+        // Sum duplicates (one id sent by several ranks) in rank order: a
+        // stable sort by slot keeps the rank order within a slot.
+        let mut order: Vec<usize> = (0..slots.len()).collect();
+        order.sort_by_key(|&k| slots[k]);
+        let (mut ids, mut rows): (Vec<u64>, Vec<f32>) = (Vec::new(), Vec::new());
+        for &k in &order {
+            let g = &got[k * d..(k + 1) * d];
+            if ids.last() == Some(&u64::from(slots[k])) {
+                let at = rows.len() - d;
+                for (a, b) in rows[at..].iter_mut().zip(g) {
+                    *a += *b;
+                }
+            } else {
+                ids.push(u64::from(slots[k]));
+                rows.extend_from_slice(g);
+            }
+        }
+        let rep = self.opt.step_rows(&ids, &rows, &mut self.table)?;
+        Ok(rep.rows_skipped_nonfinite as u64)
+    }
+
+    /// Metrics on `ex`: every rank scores its share of each chunk with rows
+    /// from the owners, then every rank gets all logits (in example order).
+    fn evaluate(
+        &mut self,
+        comm: &mut dyn Communicator,
+        owner: Owner<'_>,
+        ex: &Examples,
+    ) -> Result<(f64, f64), String> {
+        let (rank, p) = (comm.rank(), comm.size());
+        let mut logits = vec![0.0f32; ex.len()];
+        let all: Vec<usize> = (0..ex.len()).collect();
+        for chunk in all.chunks(EVAL_CHUNK) {
+            let mine = share(chunk, rank, p);
+            let (req, _) = self.gather(comm, owner, ex, &mine)?;
+            let z = self.model.predict(&remap(ex, &mine, &req.uniq));
+            // Everyone sends its logits to everyone.
+            let counts: Vec<usize> = (0..p).map(|r| share(chunk, r, p).len()).collect();
+            let send: Vec<f32> = (0..p).flat_map(|_| z.iter().copied()).collect();
+            let zs = route::exchange_f32(comm, &send, &vec![z.len(); p], &counts, 1)
+                .map_err(|e| format!("rank {rank}: {e}"))?;
+            let mut at = 0;
+            for r in 0..p {
+                for &e in &share(chunk, r, p) {
+                    logits[e] = zs[at];
+                    at += 1;
+                }
+            }
+        }
+        if ex.len() == 0 {
+            return Ok((0.5, 0.0));
+        }
+        Ok((
+            auc(&logits, &ex.labels).unwrap_or(0.5),
+            log_loss(&logits, &ex.labels),
+        ))
+    }
+}
+
+/// One rank's whole run over any [`Communicator`]; every rank returns the
+/// same global figures (rank 0's memory in `memory`, all ranks in `sharded`).
+pub(crate) fn rank_main(
+    ds: &Dataset,
+    run: &Run<'_>,
+    comm: &mut dyn Communicator,
+    owner: Owner<'_>,
+) -> Result<RunResult, String> {
+    let start = Instant::now();
+    let stats_before = comm.stats();
+    agree(comm, &options(ds, run))?;
+    let m = run.model;
+    let (rank, p) = (comm.rank(), comm.size());
+    let d = m.dim + 1;
+    // Buckets are sized for this rank's expected share of the rows.
+    let opt = optim::build_indexed(
+        run.spec,
+        ds.rows.div_ceil(p),
+        RowIndex::Dense { rows: 0 },
+        d,
+        m.seed,
+    )?;
+    // The model without a table: rows live in the shard.
+    let mut model = Fm::new(0, m.dim, m.init_std, m.seed)?;
+    if let Some(tower) = crate::train::build_tower(ds, m)? {
+        model = model.with_tower(tower, m.seed)?;
+    }
+    let mut me = Rank {
+        table: ShardTable::new(d, m.init_std, m.seed),
+        opt,
+        model,
+        sparse_bytes: 0,
+    };
+    let n = ds.train.len();
+    let steps_total = (n.div_ceil(m.batch) * m.epochs as usize) as u64;
+    let mut dense_opt = m
+        .dense_opt
+        .build(me.model.dense.len(), m.dense_lr, steps_total)?;
+    let mut dense_bytes = 0u64;
+    let mut rng = Rng::derive(m.seed, 0x0DE5);
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut curve: Vec<EpochPoint> = Vec::new();
+    let mut nonfinite = 0u64;
+    for epoch in 0..m.epochs {
+        let bar = crate::progress::count(
+            n.div_ceil(m.batch) as u64,
+            &format!(
+                "{} sharded ×{p} epoch {}/{}",
+                run.spec.label,
+                epoch + 1,
+                m.epochs
+            ),
+            run.progress && rank == 0,
+        );
+        for (i, o) in order.iter_mut().enumerate() {
+            *o = i;
+        }
+        rng.shuffle(&mut order);
+        let mut loss_sum = 0.0f64;
+        for batch in order.chunks(m.batch) {
+            let mine = share(batch, rank, p);
+            let (req, slots) = me.gather(comm, owner, &ds.train, &mine)?;
+            let local = remap(&ds.train, &mine, &req.uniq);
+            let mut grads = Grads::new(&me.model, req.uniq.len());
+            let positions: Vec<usize> = (0..mine.len()).collect();
+            grads.compute_scaled(&me.model, &local, &positions, m.l2, batch.len())?;
+            nonfinite += me.scatter(comm, &req, &slots, &grads)?;
+            let before = comm.stats();
+            // 1-bit Adam averages over ranks; the shares sum to the batch mean.
+            let dense_grad: Vec<f32> = grads.dense.iter().map(|g| g * p as f32).collect();
+            dense_opt
+                .step_with_grad(comm, &mut me.model.dense, &dense_grad)
+                .map_err(|e| format!("rank {rank}: {:?}: {e}", m.dense_opt))?;
+            dense_bytes += comm.stats().since(&before).bytes_sent;
+            let mut loss = [grads.loss as f32];
+            comm.all_reduce_sum(&mut loss)
+                .map_err(|e| format!("rank {rank}: {e}"))?;
+            loss_sum += f64::from(loss[0]);
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        let (valid_auc, valid_loss) = me.evaluate(comm, owner, &ds.valid)?;
+        let (test_auc, test_loss) = me.evaluate(comm, owner, &ds.test)?;
+        curve.push(EpochPoint {
+            epoch: epoch + 1,
+            train_loss: loss_sum / n.max(1) as f64,
+            valid_auc,
+            valid_loss,
+            test_auc,
+            test_loss,
+        });
+    }
+    let sent = comm.stats().since(&stats_before).bytes_sent;
+    let shard = report::gather(comm, &me.table, &me.opt, me.sparse_bytes, dense_bytes)?;
+    let crc = report::model_crc(comm, &me.table, &me.model.dense)?;
+    let final_metrics = curve.last().cloned().ok_or("no epochs were run")?;
+    me.model.table = Vec::new();
+    let mut out = finish(
+        ds,
+        run,
+        &me.model,
+        &me.opt,
+        curve,
+        final_metrics,
+        nonfinite,
+        start,
+        Some(crate::train::CommBytes {
+            total: sent,
+            sparse: me.sparse_bytes,
+            dense: dense_bytes,
+        }),
+    );
+    out.model_crc32 = crc;
+    out.bytes_per_row = shard.state_bytes_per_row;
+    out.sharded = Some(shard);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

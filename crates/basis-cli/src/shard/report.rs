@@ -1,0 +1,122 @@
+//! What a sharded run reports per rank (rows, bytes sent split sparse and
+//! dense, resident memory, state and index bytes per row), gathered to every
+//! rank, and the model checksum over all shards.
+
+use super::table::ShardTable;
+use crate::optim::Optimizer;
+use comm_traits::Communicator;
+use serde::Serialize;
+
+/// One rank's figures.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub(crate) struct RankReport {
+    /// The rank.
+    pub(crate) rank: usize,
+    /// Rows this rank owns.
+    pub(crate) rows: u64,
+    /// Bytes sent by the sparse exchanges (ids, rows, gradients, evaluation).
+    pub(crate) bytes_sent_sparse: u64,
+    /// Bytes sent by the dense 1-bit Adam all-reduces.
+    pub(crate) bytes_sent_dense: u64,
+    /// Resident set size of the process at the end (`VmRSS`; under
+    /// `LocalComm` all ranks share one process, so they report the same).
+    pub(crate) rss_bytes: u64,
+    /// Optimizer state bytes (without scratch buffers).
+    pub(crate) state_bytes: u64,
+    /// Bytes of the shard's id index (map + slot → id).
+    pub(crate) index_bytes: u64,
+}
+
+/// The sharded run's per-rank figures and their summary.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub(crate) struct ShardReport {
+    /// Rank by rank.
+    pub(crate) ranks: Vec<RankReport>,
+    /// Most rows on one rank over the mean (1 = perfectly even; `P` = all
+    /// rows on one rank).
+    pub(crate) row_skew: f64,
+    /// All optimizer state over all rows.
+    pub(crate) state_bytes_per_row: f64,
+    /// All index bytes over all rows.
+    pub(crate) index_bytes_per_row: f64,
+}
+
+/// `VmRSS` of this process in bytes (0 where `/proc` is missing).
+pub(crate) fn rss_bytes() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb * 1024)
+}
+
+const FIELDS: usize = 6;
+
+/// All-gather every rank's figures.
+pub(crate) fn gather(
+    comm: &mut dyn Communicator,
+    table: &ShardTable,
+    opt: &Optimizer,
+    sparse: u64,
+    dense: u64,
+) -> Result<ShardReport, String> {
+    let mem = opt.memory();
+    let mine: [u64; FIELDS] = [
+        table.len() as u64,
+        sparse,
+        dense,
+        rss_bytes(),
+        (mem.total_bytes - mem.scratch) as u64,
+        table.index_bytes() as u64,
+    ];
+    let bytes: Vec<u8> = mine.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let mut all = vec![0u8; bytes.len() * comm.size()];
+    comm.all_gather(&bytes, &mut all)
+        .map_err(|e| format!("rank {}: gathering the report: {e}", comm.rank()))?;
+    let ranks: Vec<RankReport> = all
+        .chunks_exact(8 * FIELDS)
+        .enumerate()
+        .map(|(rank, c)| {
+            let f = |k: usize| u64::from_le_bytes(c[8 * k..8 * k + 8].try_into().unwrap_or([0; 8]));
+            RankReport {
+                rank,
+                rows: f(0),
+                bytes_sent_sparse: f(1),
+                bytes_sent_dense: f(2),
+                rss_bytes: f(3),
+                state_bytes: f(4),
+                index_bytes: f(5),
+            }
+        })
+        .collect();
+    let rows: u64 = ranks.iter().map(|r| r.rows).sum();
+    let per_row = |x: u64| x as f64 / rows.max(1) as f64;
+    let max = ranks.iter().map(|r| r.rows).max().unwrap_or(0);
+    Ok(ShardReport {
+        row_skew: max as f64 * ranks.len() as f64 / rows.max(1) as f64,
+        state_bytes_per_row: per_row(ranks.iter().map(|r| r.state_bytes).sum()),
+        index_bytes_per_row: per_row(ranks.iter().map(|r| r.index_bytes).sum()),
+        ranks,
+    })
+}
+
+/// CRC-32 over every rank's shard CRC (in rank order) and the dense
+/// parameters: equal iff the runs are bit-identical (same `P`).
+pub(crate) fn model_crc(
+    comm: &mut dyn Communicator,
+    table: &ShardTable,
+    dense: &[f32],
+) -> Result<u32, String> {
+    let mut all = vec![0u8; 4 * comm.size()];
+    comm.all_gather(&table.crc().to_le_bytes(), &mut all)
+        .map_err(|e| format!("rank {}: {e}", comm.rank()))?;
+    let mut h = crc32fast::Hasher::new();
+    h.update(&all);
+    for x in dense {
+        h.update(&x.to_le_bytes());
+    }
+    Ok(h.finalize())
+}

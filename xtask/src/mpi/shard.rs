@@ -1,0 +1,112 @@
+//! The sharded-training determinism check of `cargo xtask mpi`: a
+//! row-sharded `basis train` under `mpirun -np N` must give the bits
+//! (`model_crc32`) of the same run over `LocalComm` threads, for N = 2, 3, 4,
+//! with the FM and with DeepFM (a tower trained by 1-bit Adam).
+
+use super::{CHECK_RANKS, Transport, mpirun, outer, target_dir};
+use crate::util::{self, cargo};
+use core::time::Duration;
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+/// Wall-clock limit of one sharded `mpirun` (the run takes a few seconds).
+const LIMIT: Duration = Duration::from_secs(120);
+
+/// The models checked: the FM, and DeepFM with a small tower (1-bit Adam
+/// at a learning rate where it stays finite on this data).
+const MODELS: [&[&str]; 2] = [
+    &["--model", "fm"],
+    &["--model", "deepfm", "--mlp", "32,1", "--dense-lr", "0.001"],
+];
+
+/// A small run: 20 000 synthetic examples, one epoch.
+const ARGS: [&str; 10] = [
+    "-q",
+    "train",
+    "--shard",
+    "rows",
+    "--synthetic-examples",
+    "20000",
+    "--epochs",
+    "1",
+    "--opt",
+    "basis",
+];
+
+/// Build `basis` with the `mpi` feature and compare MPI with `LocalComm`.
+pub(super) fn check() -> Result<(), String> {
+    util::run(cargo().args([
+        "build",
+        "-p",
+        "basisopt-cli",
+        "--features",
+        "mpi",
+        "--profile",
+        "test",
+    ]))?;
+    let exe = target_dir().join("debug/basis");
+    let dir = std::env::temp_dir().join(format!("basis-shard-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let result = MODELS.iter().try_for_each(|model| {
+        CHECK_RANKS
+            .iter()
+            .try_for_each(|&np| compare(&exe, &dir, np, model))
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn compare(exe: &Path, dir: &Path, np: usize, model: &[&str]) -> Result<(), String> {
+    let t = Instant::now();
+    let workers = np.to_string();
+    let local_json = dir.join(format!("local-{np}.json"));
+    let mut local = Command::new(exe);
+    local
+        .args(ARGS)
+        .args(model)
+        .args(["--workers", &workers, "--json"])
+        .arg(&local_json);
+    if !util::run_with_timeout(&mut local, LIMIT)? {
+        return Err(format!("sharded LocalComm run on {np} ranks failed"));
+    }
+    let mpi_json = dir.join(format!("mpi-{np}.json"));
+    let mut cmd = mpirun(np, Transport::ShmPortable, Some(LIMIT));
+    cmd.arg(exe)
+        .args(ARGS)
+        .args(model)
+        .args(["--workers", &workers, "--json"])
+        .arg(&mpi_json);
+    if !util::run_with_timeout(&mut cmd, outer(LIMIT))? {
+        return Err(format!("sharded mpirun on {np} ranks failed or timed out"));
+    }
+    let (a, b) = (crc(&local_json)?, crc(&mpi_json)?);
+    if a != b {
+        return Err(format!(
+            "sharded run {model:?} on {np} ranks: mpirun model_crc32 {b}, LocalComm {a}"
+        ));
+    }
+    eprintln!(
+        "  sharded train {} on {np} ranks: mpirun = LocalComm (model crc32 {a}, {:.1}s)",
+        model[1],
+        t.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The `model_crc32` of the first run in a `--json` file.
+fn crc(path: &Path) -> Result<u64, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let key = "\"model_crc32\":";
+    let at = text
+        .find(key)
+        .ok_or_else(|| format!("{}: no model_crc32", path.display()))?;
+    let digits: String = text[at + key.len()..]
+        .trim_start()
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits
+        .parse()
+        .map_err(|_| format!("{}: bad model_crc32", path.display()))
+}
