@@ -28,6 +28,26 @@ impl Rng {
     pub fn unit(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
+
+    /// Standard normal (Box–Muller).
+    pub fn normal(&mut self) -> f64 {
+        let u = self.unit().max(1e-300);
+        let v = self.unit();
+        Float::sqrt(-2.0 * Float::ln(u)) * Float::cos(2.0 * core::f64::consts::PI * v)
+    }
+
+    /// Uniform in `0..n` (Lemire's multiply-shift).
+    pub fn below(&mut self, n: u64) -> u64 {
+        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
+    }
+
+    /// Fisher–Yates shuffle of `v`.
+    pub fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            let j = self.below(i as u64 + 1) as usize;
+            v.swap(i, j);
+        }
+    }
 }
 
 /// Zipf(s) over `0..n` by inverting the continuous power-law CDF.
