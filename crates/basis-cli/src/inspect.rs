@@ -66,6 +66,13 @@ fn loads<B: Bucketer>(b: &mut B, counts: &[u32]) -> (Vec<u64>, Vec<u64>) {
 
 /// `basis inspect`.
 pub(crate) fn run(args: &InspectArgs, progress: bool) -> Result<(), String> {
+    if let Some(path) = args
+        .json
+        .as_deref()
+        .filter(|p| *p != std::path::Path::new("-"))
+    {
+        crate::validate::writable_file("--json", path)?;
+    }
     let ds = crate::data::load(&args.data.options(progress)).map_err(|e| e.to_string())?;
     if !(args.ratio.is_finite() && args.ratio >= 1.0) {
         return Err("--ratio must be >= 1".into());

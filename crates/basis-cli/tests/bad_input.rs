@@ -173,6 +173,19 @@ fn unwritable_outputs_fail_before_training_and_the_table_comes_first() {
             "{table}"
         );
     }
+    // `inspect --json` too.
+    let e = fails(
+        &[
+            "inspect",
+            "-q",
+            "--synthetic-examples",
+            "2000",
+            "--json",
+            &bad,
+        ],
+        1,
+    );
+    assert!(e.contains("--json") && e.contains(&bad), "{e}");
     // A JSON path that is a directory: refused before training too.
     let e = fails(
         &refs(&small("train", &["--json", &dir.0.display().to_string()])),

@@ -47,13 +47,15 @@ pub struct AdamW {
 }
 
 impl Default for AdamW {
+    /// The reference values, taken from the optimizer's [`crate::Config`].
     fn default() -> Self {
+        let c = crate::Config::default();
         Self {
-            lr: 1e-3,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: 0.0,
+            lr: c.lr,
+            beta1: c.beta1,
+            beta2: c.beta2,
+            eps: c.eps,
+            weight_decay: c.weight_decay,
             bias: None,
         }
     }

@@ -51,118 +51,100 @@ trait Vector: Copy {
     unsafe fn zero_bits(self) -> u32;
 }
 
-#[derive(Clone, Copy)]
-struct Sse2(__m128);
+/// A [`Vector`] over one register type: the same methods for every width,
+/// only the intrinsics' names differ.
+macro_rules! vector {
+    ($name:ident, $reg:ty, $lanes:expr, $load:ident, $store:ident, $set1:ident, $add:ident,
+     $sub:ident, $mul:ident, $div:ident, $sqrt:ident, |$v:ident| $zero_mask:expr) => {
+        #[derive(Clone, Copy)]
+        struct $name($reg);
 
-impl Vector for Sse2 {
-    const LANES: usize = 4;
-    #[inline(always)]
-    unsafe fn load(s: &[f32]) -> Self {
-        debug_assert!(s.len() >= 4);
-        // SAFETY: the caller passes at least 4 floats; `loadu` has no
-        // alignment requirement.
-        Self(unsafe { _mm_loadu_ps(s.as_ptr()) })
-    }
-    #[inline(always)]
-    unsafe fn store(self, s: &mut [f32]) {
-        debug_assert!(s.len() >= 4);
-        // SAFETY: at least 4 writable floats (caller); no alignment needed.
-        unsafe { _mm_storeu_ps(s.as_mut_ptr(), self.0) }
-    }
-    #[inline(always)]
-    unsafe fn splat(v: f32) -> Self {
-        // SAFETY: SSE2 is enabled in the caller (module contract).
-        Self(unsafe { _mm_set1_ps(v) })
-    }
-    #[inline(always)]
-    unsafe fn add(self, o: Self) -> Self {
-        // SAFETY: SSE2 is enabled in the caller (module contract).
-        Self(unsafe { _mm_add_ps(self.0, o.0) })
-    }
-    #[inline(always)]
-    unsafe fn sub(self, o: Self) -> Self {
-        // SAFETY: SSE2 is enabled in the caller (module contract).
-        Self(unsafe { _mm_sub_ps(self.0, o.0) })
-    }
-    #[inline(always)]
-    unsafe fn mul(self, o: Self) -> Self {
-        // SAFETY: SSE2 is enabled in the caller (module contract).
-        Self(unsafe { _mm_mul_ps(self.0, o.0) })
-    }
-    #[inline(always)]
-    unsafe fn div(self, o: Self) -> Self {
-        // SAFETY: SSE2 is enabled in the caller (module contract).
-        Self(unsafe { _mm_div_ps(self.0, o.0) })
-    }
-    #[inline(always)]
-    unsafe fn sqrt(self) -> Self {
-        // SAFETY: SSE2 is enabled in the caller (module contract).
-        Self(unsafe { _mm_sqrt_ps(self.0) })
-    }
-    #[inline(always)]
-    unsafe fn zero_bits(self) -> u32 {
-        // SAFETY: SSE2 is enabled in the caller (module contract).
-        let bits = unsafe { _mm_movemask_ps(_mm_cmpeq_ps(self.0, _mm_setzero_ps())) };
-        bits as u32
-    }
+        impl Vector for $name {
+            const LANES: usize = $lanes;
+            #[inline(always)]
+            unsafe fn load(s: &[f32]) -> Self {
+                debug_assert!(s.len() >= $lanes);
+                // SAFETY: the caller passes at least LANES floats; `loadu` has
+                // no alignment requirement; the width's feature is enabled.
+                Self(unsafe { $load(s.as_ptr()) })
+            }
+            #[inline(always)]
+            unsafe fn store(self, s: &mut [f32]) {
+                debug_assert!(s.len() >= $lanes);
+                // SAFETY: at least LANES writable floats (caller); no
+                // alignment needed; the width's feature is enabled.
+                unsafe { $store(s.as_mut_ptr(), self.0) }
+            }
+            #[inline(always)]
+            unsafe fn splat(v: f32) -> Self {
+                // SAFETY: the width's feature is enabled (module contract).
+                Self(unsafe { $set1(v) })
+            }
+            #[inline(always)]
+            unsafe fn add(self, o: Self) -> Self {
+                // SAFETY: the width's feature is enabled (module contract).
+                Self(unsafe { $add(self.0, o.0) })
+            }
+            #[inline(always)]
+            unsafe fn sub(self, o: Self) -> Self {
+                // SAFETY: the width's feature is enabled (module contract).
+                Self(unsafe { $sub(self.0, o.0) })
+            }
+            #[inline(always)]
+            unsafe fn mul(self, o: Self) -> Self {
+                // SAFETY: the width's feature is enabled (module contract).
+                Self(unsafe { $mul(self.0, o.0) })
+            }
+            #[inline(always)]
+            unsafe fn div(self, o: Self) -> Self {
+                // SAFETY: the width's feature is enabled (module contract).
+                Self(unsafe { $div(self.0, o.0) })
+            }
+            #[inline(always)]
+            unsafe fn sqrt(self) -> Self {
+                // SAFETY: the width's feature is enabled (module contract).
+                Self(unsafe { $sqrt(self.0) })
+            }
+            #[inline(always)]
+            unsafe fn zero_bits(self) -> u32 {
+                let $v = self.0;
+                // SAFETY: the width's feature is enabled (module contract).
+                let bits: i32 = unsafe { $zero_mask };
+                bits as u32
+            }
+        }
+    };
 }
 
-#[derive(Clone, Copy)]
-struct Avx(__m256);
+vector!(
+    Sse2,
+    __m128,
+    4,
+    _mm_loadu_ps,
+    _mm_storeu_ps,
+    _mm_set1_ps,
+    _mm_add_ps,
+    _mm_sub_ps,
+    _mm_mul_ps,
+    _mm_div_ps,
+    _mm_sqrt_ps,
+    |v| _mm_movemask_ps(_mm_cmpeq_ps(v, _mm_setzero_ps()))
+);
 
-impl Vector for Avx {
-    const LANES: usize = 8;
-    #[inline(always)]
-    unsafe fn load(s: &[f32]) -> Self {
-        debug_assert!(s.len() >= 8);
-        // SAFETY: the caller passes at least 8 floats; `loadu` has no
-        // alignment requirement; AVX is enabled in the caller.
-        Self(unsafe { _mm256_loadu_ps(s.as_ptr()) })
-    }
-    #[inline(always)]
-    unsafe fn store(self, s: &mut [f32]) {
-        debug_assert!(s.len() >= 8);
-        // SAFETY: at least 8 writable floats (caller); AVX enabled.
-        unsafe { _mm256_storeu_ps(s.as_mut_ptr(), self.0) }
-    }
-    #[inline(always)]
-    unsafe fn splat(v: f32) -> Self {
-        // SAFETY: AVX is enabled in the caller (module contract).
-        Self(unsafe { _mm256_set1_ps(v) })
-    }
-    #[inline(always)]
-    unsafe fn add(self, o: Self) -> Self {
-        // SAFETY: AVX is enabled in the caller (module contract).
-        Self(unsafe { _mm256_add_ps(self.0, o.0) })
-    }
-    #[inline(always)]
-    unsafe fn sub(self, o: Self) -> Self {
-        // SAFETY: AVX is enabled in the caller (module contract).
-        Self(unsafe { _mm256_sub_ps(self.0, o.0) })
-    }
-    #[inline(always)]
-    unsafe fn mul(self, o: Self) -> Self {
-        // SAFETY: AVX is enabled in the caller (module contract).
-        Self(unsafe { _mm256_mul_ps(self.0, o.0) })
-    }
-    #[inline(always)]
-    unsafe fn div(self, o: Self) -> Self {
-        // SAFETY: AVX is enabled in the caller (module contract).
-        Self(unsafe { _mm256_div_ps(self.0, o.0) })
-    }
-    #[inline(always)]
-    unsafe fn sqrt(self) -> Self {
-        // SAFETY: AVX is enabled in the caller (module contract).
-        Self(unsafe { _mm256_sqrt_ps(self.0) })
-    }
-    #[inline(always)]
-    unsafe fn zero_bits(self) -> u32 {
-        // SAFETY: AVX is enabled in the caller (module contract).
-        let bits =
-            unsafe { _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(self.0, _mm256_setzero_ps())) };
-        bits as u32
-    }
-}
+vector!(
+    Avx,
+    __m256,
+    8,
+    _mm256_loadu_ps,
+    _mm256_storeu_ps,
+    _mm256_set1_ps,
+    _mm256_add_ps,
+    _mm256_sub_ps,
+    _mm256_mul_ps,
+    _mm256_div_ps,
+    _mm256_sqrt_ps,
+    |v| _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(v, _mm256_setzero_ps()))
+);
 
 /// The step's constants as vectors.
 #[derive(Clone, Copy)]

@@ -23,7 +23,7 @@ pub(crate) struct RankReport {
     pub(crate) rss_bytes: u64,
     /// Optimizer state bytes (without scratch buffers).
     pub(crate) state_bytes: u64,
-    /// Bytes of the shard's id index (map + slot → id).
+    /// Bytes of the shard's id index (its hash map).
     pub(crate) index_bytes: u64,
 }
 

@@ -40,14 +40,14 @@ impl BuildHasher for IdBuild {
     }
 }
 
-/// One shard's rows: id → slot, slot → id, and `slots × dim` values.
+/// One shard's rows: id → slot and `slots × dim` values (no slot → id:
+/// the rare id-order walks iterate the map).
 #[derive(Debug)]
 pub(crate) struct ShardTable {
     dim: usize,
     init_std: f32,
     seed: u64,
     slots: HashMap<u64, u32, IdBuild>,
-    ids: Vec<u64>,
     rows: Vec<f32>,
 }
 
@@ -67,14 +67,13 @@ impl ShardTable {
             init_std,
             seed,
             slots: HashMap::with_hasher(IdBuild),
-            ids: Vec::new(),
             rows: Vec::new(),
         }
     }
 
     /// Rows held.
     pub(crate) fn len(&self) -> usize {
-        self.ids.len()
+        self.slots.len()
     }
 
     /// The slot of every id in `ids`, creating the missing ones in the
@@ -93,18 +92,14 @@ impl ShardTable {
         self.slots
             .try_reserve(ids.len())
             .map_err(|_| out_of_memory(want))?;
-        self.ids
-            .try_reserve(ids.len())
-            .map_err(|_| out_of_memory(want))?;
         self.rows
             .try_reserve(ids.len() * self.dim)
             .map_err(|_| out_of_memory(want))?;
         let before = self.len();
         for &id in ids {
-            let next = self.ids.len();
+            let next = self.slots.len();
             let slot = *self.slots.entry(id).or_insert_with(|| next as u32);
             if slot as usize == next {
-                self.ids.push(id);
                 // Box–Muller draws two numbers per value (see `Fm::new`).
                 let mut rng = Rng::derive(self.seed, 0x1417);
                 rng.skip(id.wrapping_mul(2 * (self.dim as u64 - 1)));
@@ -127,18 +122,17 @@ impl ShardTable {
         &self.rows[s..s + self.dim]
     }
 
-    /// Exact bytes of the id index: the map's allocation plus slot → id.
+    /// Exact bytes of the id index (the map's one allocation).
     pub(crate) fn index_bytes(&self) -> usize {
-        self.slots.allocation_size() + self.ids.capacity() * 8
+        self.slots.allocation_size()
     }
 
     /// `(id, row)` of every row, in id order.
     pub(crate) fn sorted(&self) -> Vec<(u64, &[f32])> {
         let mut v: Vec<(u64, &[f32])> = self
-            .ids
+            .slots
             .iter()
-            .enumerate()
-            .map(|(s, &id)| (id, self.row(s as u32)))
+            .map(|(&id, &s)| (id, self.row(s)))
             .collect();
         v.sort_unstable_by_key(|p| p.0);
         v
@@ -233,7 +227,12 @@ mod tests {
             }
             let (state, index) = (opt.memory(), table.index_bytes());
             assert_eq!(state.row_index, 0, "no id map inside the optimizer");
-            assert!(index >= table.len() * 8);
+            // hashbrown: 16-byte (id, slot) entries + 1 control byte each.
+            assert!(
+                index >= table.len() * 17,
+                "{index} for {} rows",
+                table.len()
+            );
         }
     }
 
