@@ -16,82 +16,12 @@ use std::sync::mpsc;
 use std::time::Instant;
 
 use basis::adam::{AllReduceState, Config, OneBitAdam, OneBitError, compressed_allreduce};
-use basis::comm::{CommError, CommStats, Communicator};
+use basis::comm::{CommError, Communicator};
+use basis_std::fault::ExitsAt;
 use basis_std::local::LocalComm;
 
 /// Far above any legitimate run of these tiny workloads.
 const WATCHDOG: Duration = Duration::from_secs(20);
-
-/// A rank that "exits" (drops its communicator, as a crashed or returning
-/// thread does) when it reaches its `die_at`-th collective call.
-#[derive(Debug)]
-struct ExitsAt {
-    inner: Option<LocalComm>,
-    rank: usize,
-    size: usize,
-    die_at: Option<u64>,
-    calls: u64,
-}
-
-impl ExitsAt {
-    fn new(inner: LocalComm, die_at: Option<u64>) -> Self {
-        Self {
-            rank: inner.rank(),
-            size: inner.size(),
-            inner: Some(inner),
-            die_at,
-            calls: 0,
-        }
-    }
-
-    /// The live communicator, or the exit: drop it and fail this call.
-    fn live(&mut self) -> Result<&mut LocalComm, CommError> {
-        if self.die_at == Some(self.calls) {
-            self.inner = None;
-        }
-        self.calls += 1;
-        self.inner.as_mut().ok_or(CommError::PeerLost {
-            rank: Some(self.rank),
-        })
-    }
-}
-
-impl Communicator for ExitsAt {
-    fn rank(&self) -> usize {
-        self.rank
-    }
-    fn size(&self) -> usize {
-        self.size
-    }
-    fn all_reduce_sum(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
-        self.live()?.all_reduce_sum(buf)
-    }
-    fn all_to_all(&mut self, send: &[u8], chunk: usize, recv: &mut [u8]) -> Result<(), CommError> {
-        self.live()?.all_to_all(send, chunk, recv)
-    }
-    fn all_gather(&mut self, send: &[u8], recv: &mut [u8]) -> Result<(), CommError> {
-        self.live()?.all_gather(send, recv)
-    }
-    fn all_to_all_counts(&mut self, send: &[u64], recv: &mut [u64]) -> Result<(), CommError> {
-        self.live()?.all_to_all_counts(send, recv)
-    }
-    fn all_to_all_v(
-        &mut self,
-        send: &[u8],
-        send_counts: &[usize],
-        recv: &mut [u8],
-        recv_counts: &[usize],
-    ) -> Result<(), CommError> {
-        self.live()?
-            .all_to_all_v(send, send_counts, recv, recv_counts)
-    }
-    fn barrier(&mut self) -> Result<(), CommError> {
-        self.live()?.barrier()
-    }
-    fn stats(&self) -> CommStats {
-        self.inner.as_ref().map(|c| c.stats()).unwrap_or_default()
-    }
-}
 
 /// Run `work` on `p` ranks, rank `p − 1` exiting at its `die_at`-th
 /// collective; return each rank's result and the number of collective calls
@@ -100,7 +30,7 @@ fn run_group<T: Send + 'static>(
     p: usize,
     die_at: Option<u64>,
     timeout: Option<Duration>,
-    work: fn(&mut ExitsAt) -> T,
+    work: fn(&mut ExitsAt<LocalComm>) -> T,
 ) -> Vec<(T, u64)> {
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -115,7 +45,7 @@ fn run_group<T: Send + 'static>(
                 std::thread::spawn(move || {
                     let mut c = ExitsAt::new(c, die);
                     let out = work(&mut c);
-                    (out, c.calls)
+                    (out, c.calls())
                 })
             })
             .collect();
@@ -129,7 +59,7 @@ fn run_group<T: Send + 'static>(
 const ROUNDS: usize = 3;
 
 /// Three compressed all-reduces of an awkward length.
-fn three_allreduces(c: &mut ExitsAt) -> Result<(), OneBitError> {
+fn three_allreduces(c: &mut ExitsAt<LocalComm>) -> Result<(), OneBitError> {
     let mut state = AllReduceState::new();
     for round in 0..ROUNDS {
         let mut buf: Vec<f32> = (0..37)
@@ -175,7 +105,7 @@ fn a_rank_exiting_at_any_collective_of_compressed_allreduce_fails_every_other_ra
 }
 
 /// Train a tiny least-squares model with 1-bit Adam (freeze after 3 steps).
-fn train(c: &mut ExitsAt) -> Result<Vec<f32>, OneBitError> {
+fn train(c: &mut ExitsAt<LocalComm>) -> Result<Vec<f32>, OneBitError> {
     const N: usize = 50;
     let config = Config {
         lr: 1e-2,
@@ -218,7 +148,7 @@ fn a_rank_exiting_mid_training_fails_the_others_in_both_stages() {
 
 /// Rank `p − 1` stalls (alive, computing, not calling) for 3 s before its
 /// first collective; the others have a 200 ms collective timeout.
-fn stall_then_barrier(c: &mut ExitsAt) -> (Result<(), CommError>, Duration) {
+fn stall_then_barrier(c: &mut ExitsAt<LocalComm>) -> (Result<(), CommError>, Duration) {
     let start = Instant::now();
     if c.rank() == c.size() - 1 {
         std::thread::sleep(Duration::from_secs(3));

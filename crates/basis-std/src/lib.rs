@@ -5,4 +5,5 @@
 #![cfg_attr(basis_doc_cfg, feature(doc_cfg))]
 
 pub mod checkpoint;
+pub mod fault;
 pub mod local;

@@ -5,7 +5,6 @@
 use super::*;
 use crate::cli::{Cli, Command, TrainArgs};
 use clap::Parser;
-use comm_traits::{CommError, CommStats};
 use std::sync::mpsc;
 
 fn args(extra: &[&str]) -> TrainArgs {
@@ -177,65 +176,6 @@ fn ranks_that_disagree_on_an_option_all_fail_naming_it() {
     }
 }
 
-/// A rank that leaves (drops its communicator) at its `die_at`-th call.
-#[derive(Debug)]
-struct DiesAt {
-    inner: Option<LocalComm>,
-    rank: usize,
-    size: usize,
-    die_at: Option<u64>,
-    calls: u64,
-}
-
-impl DiesAt {
-    fn live(&mut self) -> Result<&mut LocalComm, CommError> {
-        if self.die_at == Some(self.calls) {
-            self.inner = None;
-        }
-        self.calls += 1;
-        self.inner.as_mut().ok_or(CommError::PeerLost {
-            rank: Some(self.rank),
-        })
-    }
-}
-
-impl Communicator for DiesAt {
-    fn rank(&self) -> usize {
-        self.rank
-    }
-    fn size(&self) -> usize {
-        self.size
-    }
-    fn all_reduce_sum(&mut self, buf: &mut [f32]) -> Result<(), CommError> {
-        self.live()?.all_reduce_sum(buf)
-    }
-    fn all_to_all(&mut self, send: &[u8], chunk: usize, recv: &mut [u8]) -> Result<(), CommError> {
-        self.live()?.all_to_all(send, chunk, recv)
-    }
-    fn all_gather(&mut self, send: &[u8], recv: &mut [u8]) -> Result<(), CommError> {
-        self.live()?.all_gather(send, recv)
-    }
-    fn all_to_all_counts(&mut self, send: &[u64], recv: &mut [u64]) -> Result<(), CommError> {
-        self.live()?.all_to_all_counts(send, recv)
-    }
-    fn all_to_all_v(
-        &mut self,
-        send: &[u8],
-        send_counts: &[usize],
-        recv: &mut [u8],
-        recv_counts: &[usize],
-    ) -> Result<(), CommError> {
-        self.live()?
-            .all_to_all_v(send, send_counts, recv, recv_counts)
-    }
-    fn barrier(&mut self) -> Result<(), CommError> {
-        self.live()?.barrier()
-    }
-    fn stats(&self) -> CommStats {
-        self.inner.as_ref().map(|c| c.stats()).unwrap_or_default()
-    }
-}
-
 #[test]
 fn a_rank_that_dies_mid_step_fails_every_rank_without_a_hang() {
     let a = args(&[
@@ -258,13 +198,7 @@ fn a_rank_that_dies_mid_step_fails_every_rank_without_a_hang() {
             s.spawn(move || {
                 let out: Vec<Result<(), String>> = LocalComm::run(3, |c| {
                     let die = (c.rank() == 1).then_some(die_at);
-                    let mut c = DiesAt {
-                        rank: c.rank(),
-                        size: c.size(),
-                        inner: Some(c),
-                        die_at: die,
-                        calls: 0,
-                    };
+                    let mut c = basis_std::fault::ExitsAt::new(c, die);
                     rank_main(ds, &run_of(a), &mut c, owner).map(|_| ())
                 })
                 .into_iter()
