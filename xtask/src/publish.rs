@@ -73,9 +73,14 @@ pub(crate) fn run(_args: &[String]) -> Result<(), String> {
     for (_, pkg) in PACKAGES {
         let file = packaged.join(format!("{pkg}-{version}.crate"));
         util::run(
+            // `--touch`: unpacked files get the current time, not the
+            // archive's, so cargo's mtime fingerprints in the shared target
+            // directory see a changed source as changed (with the archive's
+            // times a warm re-run tested a stale build of a changed crate).
             std::process::Command::new("tar")
                 .arg("xzf")
                 .arg(&file)
+                .arg("--touch")
                 .arg("-C")
                 .arg(&crates),
         )?;
