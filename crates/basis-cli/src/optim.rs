@@ -24,8 +24,8 @@ pub(crate) enum Optimizer {
     BasisD {
         /// The optimizer.
         opt: Box<Basis<DChoice>>,
-        /// Rows (dense keys).
-        rows: u64,
+        /// Keys `0..rows` remembered densely, or `None`: sparsely.
+        rows: Option<u64>,
         /// Hash choices.
         d: u8,
         /// Hash seed.
@@ -179,17 +179,37 @@ pub(crate) fn build_indexed(
                 let h = OneChoice::new(b, hash_seed).map_err(|e| err(&e))?;
                 Optimizer::Basis1(Box::new(Basis::new(config, h).map_err(config_err)?))
             } else {
-                let h =
-                    DChoice::dense(rows as u64, b, spec.choices, hash_seed).map_err(|e| err(&e))?;
+                // A growable (`Dense { rows: 0 }`, a shard store, stepping
+                // keyed by global ids) or sparse index sees ids from the
+                // whole id space: remember their choices sparsely.
+                let dense_keys = match row_index {
+                    RowIndex::Dense { rows: n } if n > 0 => Some(rows as u64),
+                    _ => None,
+                };
+                let h = d_choice(dense_keys, b, spec.choices, hash_seed).map_err(|e| err(&e))?;
                 Optimizer::BasisD {
                     opt: Box::new(Basis::new(config, h).map_err(config_err)?),
-                    rows: rows as u64,
+                    rows: dense_keys,
                     d: spec.choices,
                     seed: hash_seed,
                 }
             }
         }
     })
+}
+
+/// A d-choice bucketer remembering keys `0..rows` densely, or any key
+/// sparsely (`None`).
+fn d_choice(
+    rows: Option<u64>,
+    buckets: u32,
+    d: u8,
+    seed: u64,
+) -> Result<DChoice, balanced_hash::HashError> {
+    match rows {
+        Some(rows) => DChoice::dense(rows, buckets, d, seed),
+        None => DChoice::sparse(buckets, d, seed),
+    }
 }
 
 impl Optimizer {
@@ -227,15 +247,18 @@ impl Optimizer {
             .map_err(|e| e.to_string())
     }
 
-    /// One step on any [`RowAccess`] table (a shard store's slots).
-    pub(crate) fn step_rows(
+    /// One keyed step on any [`RowAccess`](basis_core::RowAccess) table:
+    /// rows hashed by `keys` (global ids), stored at `slots` (see
+    /// `SparseOptimizer::step_keyed`).
+    pub(crate) fn step_rows_keyed(
         &mut self,
-        ids: &[u64],
+        keys: &[u64],
+        slots: &[u64],
         grads: &[f32],
         table: &mut dyn basis_core::RowAccess,
     ) -> Result<StepReport, String> {
         self.inner()
-            .step(ids, grads, table)
+            .step_keyed(keys, slots, grads, table)
             .map_err(|e| e.to_string())
     }
 
@@ -290,8 +313,8 @@ impl Optimizer {
         let mut at = 8 + core_len;
         let n = u64_at(at).ok_or_else(bad)?;
         at += 8;
-        let mut h = DChoice::dense(*rows, opt.bucketer().buckets(), *d, *seed)
-            .map_err(|e| e.to_string())?;
+        let mut h =
+            d_choice(*rows, opt.bucketer().buckets(), *d, *seed).map_err(|e| e.to_string())?;
         for _ in 0..n {
             let key = u64_at(at).ok_or_else(bad)?;
             let choice = *bytes.get(at + 8).ok_or_else(bad)?;

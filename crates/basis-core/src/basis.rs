@@ -237,6 +237,20 @@ impl<H: Bucketer> Basis<H> {
         grads: &[f32],
         table: &mut dyn RowAccess,
     ) -> Result<StepPlan, StepError> {
+        self.plan_keyed_with(exec, None, ids, grads, table)
+    }
+
+    /// [`plan_with`](Self::plan_with) where `keys` (the `(slot, key)` pairs
+    /// of [`crate::keys::slot_keys`]) give each slot the key it is hashed
+    /// by; `None` hashes the slots themselves.
+    fn plan_keyed_with<E: Executor>(
+        &mut self,
+        exec: &E,
+        keys: Option<&[(u64, u64)]>,
+        ids: &[u64],
+        grads: &[f32],
+        table: &mut dyn RowAccess,
+    ) -> Result<StepPlan, StepError> {
         let d = self.config.dim;
         let scalars = &self.scalars;
         let rules = MergeRules {
@@ -252,35 +266,48 @@ impl<H: Bucketer> Basis<H> {
         let mut plan = core::mem::take(&mut self.spare);
         plan.keyed.clear();
         let buckets = self.bucket_steps.len();
-        for (k, &id) in merged.ids.iter().enumerate() {
-            let bucket = self.bucketer.assign(id);
+        for (k, &slot) in merged.ids.iter().enumerate() {
+            let key = keys.map_or(slot, |pairs| crate::keys::key_of(pairs, slot));
+            plan.keyed.push((0, key, k as u32));
+        }
+        // A d-choice bucketer places rows on first sight in key order (the
+        // merged rows are in slot order: the same order only when unkeyed).
+        if keys.is_some() {
+            exec.sort_by(&mut plan.keyed, |a, b| a.1.cmp(&b.1));
+        }
+        for entry in plan.keyed.iter_mut() {
+            let bucket = self.bucketer.assign(entry.1);
             if bucket as usize >= buckets {
+                let id = entry.1;
                 self.scratch = merged;
                 self.spare = plan;
                 return Err(StepError::BucketOutOfRange { id, bucket });
             }
-            plan.keyed.push((bucket, id, k as u32));
+            entry.0 = bucket;
         }
-        // Keys are distinct (ids are).
+        // Keys are distinct (slots are, and pair one-to-one with keys); the
+        // order within a bucket is by key, so it does not depend on slots.
         exec.sort_by(&mut plan.keyed, |a, b| a.cmp(b));
         plan.dim = d;
         plan.step = self.steps;
         plan.skipped = merged.skipped;
-        self.group(&mut plan);
+        self.group(&mut plan, &merged.ids);
         self.gather(exec, &mut plan, &merged, grads);
         self.scratch = merged;
         Ok(plan)
     }
 
-    /// Bucket groups, plan-order ids and the id-order index from the sorted
-    /// keys.
-    fn group(&self, plan: &mut StepPlan) {
+    /// Bucket groups, plan-order slots and keys, and the slot-order index
+    /// from the sorted `(bucket, key, merged position)` triples; `slots` are
+    /// the merged batch's slots.
+    fn group(&self, plan: &mut StepPlan, slots: &[u64]) {
         let n = plan.keyed.len();
         plan.ids.clear();
+        plan.keys.clear();
         plan.groups.clear();
         plan.by_id.clear();
         plan.by_id.resize(n, 0);
-        for (pos, &(bucket, id, k)) in plan.keyed.iter().enumerate() {
+        for (pos, &(bucket, key, k)) in plan.keyed.iter().enumerate() {
             match plan.groups.last_mut() {
                 Some(g) if g.bucket == bucket => g.end = pos + 1,
                 _ => plan.groups.push(BucketGroup {
@@ -290,7 +317,8 @@ impl<H: Bucketer> Basis<H> {
                 }),
             }
             plan.by_id[k as usize] = pos as u32;
-            plan.ids.push(id);
+            plan.ids.push(slots[k as usize]);
+            plan.keys.push(key);
         }
     }
 
@@ -322,16 +350,16 @@ impl<H: Bucketer> Basis<H> {
             items,
             |(((((keys, signs), grads), ss), counts), updates)| {
                 updates.fill(0.0);
-                for (j, &(_, id, k)) in keys.iter().enumerate() {
+                for (j, &(_, key, k)) in keys.iter().enumerate() {
                     let k = k as usize;
-                    signs[j] = sigma.sign(id);
+                    signs[j] = sigma.sign(key);
                     let (src, unclipped) = merged.row(k, input, d);
                     let dst = &mut grads[j * d..(j + 1) * d];
                     dst.copy_from_slice(src);
                     if unclipped {
                         clip_row(dst, clip);
                     }
-                    let (s, c) = scalars.get(id);
+                    let (s, c) = scalars.get(merged.ids[k]);
                     ss[j] = s;
                     if let Some(count) = counts.get_mut(j) {
                         *count = c;
@@ -370,7 +398,7 @@ impl<H: Bucketer> Basis<H> {
             if store_scalars {
                 let count = plan.counts.get(k).copied().unwrap_or(0);
                 let bits = if rounds {
-                    random_bits(self.config.seed ^ SCALAR_DOMAIN, plan.step, id)
+                    random_bits(self.config.seed ^ SCALAR_DOMAIN, plan.step, plan.keys[k])
                 } else {
                     0
                 };
@@ -554,6 +582,25 @@ impl<H: Bucketer> SparseOptimizer for Basis<H> {
         table: &mut dyn RowAccess,
     ) -> Result<StepReport, StepError> {
         let mut plan = self.plan(ids, grads, table)?;
+        self.run_plan(&mut plan, |p, jobs| {
+            jobs.into_iter().for_each(|j| update_bucket(p, j))
+        });
+        Ok(self.finish(plan, table))
+    }
+
+    /// The bucket, the count-sketch sign and the scalar's rounding bits come
+    /// from the key; the scalar and the table row are the slot's. Within a
+    /// bucket rows are taken in key order, so the step is the one `step`
+    /// gives over a key-indexed table, whatever the slot numbering.
+    fn step_keyed(
+        &mut self,
+        keys: &[u64],
+        slots: &[u64],
+        grads: &[f32],
+        table: &mut dyn RowAccess,
+    ) -> Result<StepReport, StepError> {
+        let pairs = crate::keys::slot_keys(keys, slots)?;
+        let mut plan = self.plan_keyed_with(&Sequential, Some(&pairs), slots, grads, table)?;
         self.run_plan(&mut plan, |p, jobs| {
             jobs.into_iter().for_each(|j| update_bucket(p, j))
         });

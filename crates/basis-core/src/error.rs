@@ -140,6 +140,22 @@ pub enum StepError {
         /// The row id.
         id: u64,
     },
+    /// A keyed step ([`SparseOptimizer::step_keyed`](crate::SparseOptimizer::step_keyed))
+    /// got another number of keys than of slots.
+    KeyLength {
+        /// Keys given.
+        keys: usize,
+        /// Slots given.
+        slots: usize,
+    },
+    /// In a keyed step, keys and slots are not one-to-one within the batch:
+    /// this slot came with two keys, or this key with two slots.
+    KeyConflict {
+        /// The key (row id hashed).
+        key: u64,
+        /// The slot (row stored).
+        slot: u64,
+    },
 }
 
 impl fmt::Display for StepError {
@@ -170,6 +186,13 @@ impl fmt::Display for StepError {
             Self::NonFinite { id } => write!(
                 f,
                 "row {id} has a non-finite (or overflowing, > 2^44) gradient"
+            ),
+            Self::KeyLength { keys, slots } => {
+                write!(f, "keyed step got {keys} keys for {slots} slots")
+            }
+            Self::KeyConflict { key, slot } => write!(
+                f,
+                "keyed step: key {key} and slot {slot} are not one-to-one in the batch"
             ),
         }
     }

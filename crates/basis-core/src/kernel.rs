@@ -136,7 +136,10 @@ pub struct BucketGroup {
 pub struct StepPlan {
     pub(crate) dim: usize,
     pub(crate) step: u64,
+    /// Slots (where rows are stored), plan order.
     pub(crate) ids: Vec<u64>,
+    /// Keys (what rows are hashed by; the slots unless the step is keyed).
+    pub(crate) keys: Vec<u64>,
     pub(crate) signs: Vec<f32>,
     pub(crate) grads: Vec<f32>,
     pub(crate) scalars: Vec<f32>,
@@ -145,7 +148,7 @@ pub struct StepPlan {
     pub(crate) groups: Vec<BucketGroup>,
     /// Plan positions in id order (phase 4 walks the table in id order).
     pub(crate) by_id: Vec<u32>,
-    /// `(bucket, id, merged position)` sort buffer.
+    /// `(bucket, key, merged position)` sort buffer.
     pub(crate) keyed: Vec<(u32, u64, u32)>,
     pub(crate) skipped: usize,
 }
@@ -154,7 +157,7 @@ impl StepPlan {
     /// Bytes of the plan's buffers (kept between steps for reuse).
     pub(crate) fn capacity_bytes(&self) -> usize {
         use core::mem::size_of;
-        self.ids.capacity() * 8
+        (self.ids.capacity() + self.keys.capacity()) * 8
             + (self.signs.capacity()
                 + self.grads.capacity()
                 + self.scalars.capacity()
@@ -171,9 +174,16 @@ impl StepPlan {
         self.ids.len()
     }
 
-    /// Row ids in plan order (by bucket, then id).
+    /// Row ids (the slots rows are stored by) in plan order (by bucket,
+    /// then key).
     pub fn ids(&self) -> &[u64] {
         &self.ids
+    }
+
+    /// The keys rows were hashed by, parallel to [`ids`](Self::ids) (equal
+    /// to them unless the step was keyed).
+    pub fn keys(&self) -> &[u64] {
+        &self.keys
     }
 
     /// The bucket groups, ascending by bucket.

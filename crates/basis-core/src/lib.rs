@@ -23,6 +23,7 @@ pub mod exec;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod kernel;
+mod keys;
 mod optimizer;
 mod quant;
 mod report;
@@ -51,4 +52,5 @@ pub use optimizer::SparseOptimizer;
 pub use quant::{LogCode, bf16_stochastic};
 pub use report::{Diagnostics, HISTOGRAM_BINS, MemoryReport, StepReport};
 pub use sgd::Sgd;
+pub use store::{IdBuildHasher, IdHasher};
 pub use table::{DenseTable, RowAccess};

@@ -28,6 +28,38 @@ pub trait SparseOptimizer {
         table: &mut dyn RowAccess,
     ) -> Result<StepReport, StepError>;
 
+    /// One step where the row each gradient belongs to is named twice: by
+    /// its `keys[k]` (what the optimizer hashes: BASIS's bucket, sign and
+    /// rounding bits; typically a global row id) and by its `slots[k]`
+    /// (where its state and its `table` row are stored: the id the dense
+    /// state and [`RowAccess::row_mut`] are indexed by). A table that owns
+    /// its own `id → slot` map (a shard store, numbering rows as they
+    /// arrive) steps with its slots and the global ids, so the result does
+    /// not depend on the slot numbering. The result is then the one
+    /// [`step`](Self::step) gives with `ids = keys` over a table and state
+    /// indexed by key; with `keys == slots` it *is* `step(slots, ..)`, bit
+    /// for bit.
+    ///
+    /// Keys and slots must pair one-to-one within the batch. The default
+    /// suits optimizers whose step hashes nothing (per-row state only:
+    /// Adam, AdaGrad, SGD): it checks the pairing and steps by slot.
+    ///
+    /// # Errors
+    /// [`StepError::KeyLength`] when `keys.len() != slots.len()`,
+    /// [`StepError::KeyConflict`] when the pairing is not one-to-one, then
+    /// everything [`step`](Self::step) returns (ids are slots there, except
+    /// a bucket error, which names the key). On error nothing changed.
+    fn step_keyed(
+        &mut self,
+        keys: &[u64],
+        slots: &[u64],
+        grads: &[f32],
+        table: &mut dyn RowAccess,
+    ) -> Result<StepReport, StepError> {
+        crate::keys::slot_keys(keys, slots)?;
+        self.step(slots, grads, table)
+    }
+
     /// Grows a dense row range (`RowIndex::Dense`) to `rows` ids; the new
     /// rows start as never-updated rows. This is how a table that owns the
     /// id → slot map (a shard store) keeps every optimizer's state a dense

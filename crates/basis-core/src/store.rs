@@ -12,15 +12,31 @@ use crate::config::{RowIndex, ScalarStorage};
 use crate::error::{ConfigError, GrowError, StepError, try_grow};
 use crate::quant::{LogCode, bf16_stochastic};
 
-/// A fast, deterministic hasher for u64 ids (SplitMix64 finalizer).
+/// A fast, deterministic [`Hasher`] for `u64` row ids: the SplitMix64
+/// finalizer of the id. Ids need no DoS-resistant hash (they are the
+/// caller's keys, and a fixed hash keeps map layouts, hence exported state
+/// and memory figures, reproducible); the finalizer spreads sequential and
+/// strided ids over a map's buckets.
+///
+/// Public so that a caller's own id map (a shard store's `id → slot`) uses
+/// the same hash as the optimizers' sparse indexes.
+///
+/// ```
+/// use basis_core::IdBuildHasher;
+/// use core::hash::BuildHasher;
+/// let h = IdBuildHasher;
+/// assert_eq!(h.hash_one(7u64), h.hash_one(7u64));
+/// assert_ne!(h.hash_one(7u64), h.hash_one(8u64));
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct IdHasher(u64);
+pub struct IdHasher(u64);
 
 impl Hasher for IdHasher {
     fn finish(&self) -> u64 {
         crate::quant::mix64(self.0)
     }
     fn write(&mut self, bytes: &[u8]) {
+        // Not used for `u64` keys; FNV-1a keeps other key types working.
         for &b in bytes {
             self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01B3);
         }
@@ -30,11 +46,11 @@ impl Hasher for IdHasher {
     }
 }
 
-/// Builds [`IdHasher`]s.
+/// Builds [`IdHasher`]s (a `hashbrown`/`std` map's `S` parameter).
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct IdBuild;
+pub struct IdBuildHasher;
 
-impl BuildHasher for IdBuild {
+impl BuildHasher for IdBuildHasher {
     type Hasher = IdHasher;
     fn build_hasher(&self) -> IdHasher {
         IdHasher(0)
@@ -42,7 +58,7 @@ impl BuildHasher for IdBuild {
 }
 
 /// Exact bytes a hashbrown map holds (its one allocation).
-pub(crate) fn map_bytes(map: &HashMap<u64, u32, IdBuild>) -> usize {
+pub(crate) fn map_bytes(map: &HashMap<u64, u32, IdBuildHasher>) -> usize {
     map.allocation_size()
 }
 
@@ -73,8 +89,12 @@ pub(crate) fn try_filled<T: Clone>(
 /// Id → slot.
 #[derive(Debug, Clone)]
 pub(crate) enum SlotIndex {
-    Dense { rows: u64 },
-    Sparse { map: HashMap<u64, u32, IdBuild> },
+    Dense {
+        rows: u64,
+    },
+    Sparse {
+        map: HashMap<u64, u32, IdBuildHasher>,
+    },
 }
 
 impl SlotIndex {
@@ -82,7 +102,7 @@ impl SlotIndex {
         match index {
             RowIndex::Dense { rows } => Self::Dense { rows },
             RowIndex::Sparse => Self::Sparse {
-                map: HashMap::with_hasher(IdBuild),
+                map: HashMap::with_hasher(IdBuildHasher),
             },
         }
     }
@@ -393,7 +413,7 @@ impl ScalarStore {
             index: match &self.index {
                 SlotIndex::Dense { rows } => SlotIndex::Dense { rows: *rows },
                 SlotIndex::Sparse { .. } => {
-                    let mut map = HashMap::with_hasher(IdBuild);
+                    let mut map = HashMap::with_hasher(IdBuildHasher);
                     map.reserve(n);
                     SlotIndex::Sparse { map }
                 }

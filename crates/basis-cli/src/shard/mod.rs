@@ -251,7 +251,7 @@ impl Rank {
         // stable sort by slot keeps the rank order within a slot.
         let mut order: Vec<usize> = (0..slots.len()).collect();
         order.sort_by_key(|&k| slots[k]);
-        let (mut ids, mut rows): (Vec<u64>, Vec<f32>) = (Vec::new(), Vec::new());
+        let (mut keys, mut ids, mut rows) = (Vec::new(), Vec::new(), Vec::new());
         for &k in &order {
             let g = &got[k * d..(k + 1) * d];
             if ids.last() == Some(&u64::from(slots[k])) {
@@ -261,10 +261,15 @@ impl Rank {
                 }
             } else {
                 ids.push(u64::from(slots[k]));
+                keys.push(req.received[k]);
                 rows.extend_from_slice(g);
             }
         }
-        let rep = self.opt.step_rows(&ids, &rows, &mut self.table)?;
+        // Hashed by the global id, stored by slot: BASIS's buckets do not
+        // depend on P or on the order rows reached this shard.
+        let rep = self
+            .opt
+            .step_rows_keyed(&keys, &ids, &rows, &mut self.table)?;
         Ok(rep.rows_skipped_nonfinite as u64)
     }
 

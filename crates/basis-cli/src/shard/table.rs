@@ -1,44 +1,14 @@
 //! The sparse-id table store of one shard: the table owns the only
 //! `u64 id → slot` map; the rows and every optimizer's per-row state are
 //! dense arrays parallel to the slots (the optimizer is built with a growable
-//! `RowIndex::Dense` and sees slot numbers as ids). So the index is paid once
+//! `RowIndex::Dense`, stores by slot and hashes by global id through
+//! `step_keyed`). So the index is paid once
 //! per row, not once per optimizer, and it is reported apart from the state.
 
 use crate::optim::Optimizer;
-use crate::rng::{Rng, mix64};
-use basis_core::RowAccess;
-use core::hash::{BuildHasher, Hasher};
+use crate::rng::Rng;
+use basis_core::{IdBuildHasher, RowAccess};
 use hashbrown::HashMap;
-
-/// SplitMix64 finalizer over the id: the ids are already spread by the
-/// owner hash, this only has to be fast and deterministic.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        mix64(self.0)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x100_0000_01B3);
-        }
-    }
-    fn write_u64(&mut self, i: u64) {
-        self.0 ^= i;
-    }
-}
-
-/// Builds [`IdHasher`]s.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct IdBuild;
-
-impl BuildHasher for IdBuild {
-    type Hasher = IdHasher;
-    fn build_hasher(&self) -> IdHasher {
-        IdHasher(0)
-    }
-}
 
 /// One shard's rows: id → slot and `slots × dim` values (no slot → id:
 /// the rare id-order walks iterate the map).
@@ -47,7 +17,7 @@ pub(crate) struct ShardTable {
     dim: usize,
     init_std: f32,
     seed: u64,
-    slots: HashMap<u64, u32, IdBuild>,
+    slots: HashMap<u64, u32, IdBuildHasher>,
     rows: Vec<f32>,
 }
 
@@ -66,7 +36,7 @@ impl ShardTable {
             dim,
             init_std,
             seed,
-            slots: HashMap::with_hasher(IdBuild),
+            slots: HashMap::with_hasher(IdBuildHasher),
             rows: Vec::new(),
         }
     }
@@ -166,6 +136,7 @@ impl RowAccess for ShardTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rng::mix64;
     use crate::spec::OptSpec;
     use alloc::collections::BTreeMap;
     use basis_core::RowIndex;
@@ -189,7 +160,16 @@ mod tests {
     #[test]
     fn stepping_through_slots_equals_stepping_by_id() {
         let dim = 5;
-        for spec in ["adam", "adagrad", "sgd"] {
+        // BASIS hashes the id it is given: the shard's keyed step must give
+        // it the global id, not the slot, to match stepping by id.
+        for spec in [
+            "adam",
+            "adagrad",
+            "sgd",
+            "basis",
+            "basis:mode=rowscaled",
+            "basis:storage=u8,choices=2",
+        ] {
             let spec: OptSpec = spec.parse().unwrap();
             let mut opt =
                 crate::optim::build_indexed(&spec, 100, RowIndex::Dense { rows: 0 }, dim, 3)
@@ -218,8 +198,12 @@ mod tests {
                         .or_insert_with(|| table.row(slot).to_vec());
                 }
                 let slot_ids: Vec<u64> = slots.iter().map(|&s| u64::from(s)).collect();
-                opt.step_rows(&slot_ids, &grads, &mut table).unwrap();
-                reference.step_rows(&ids, &grads, &mut by_id).unwrap();
+                opt.step_rows_keyed(&ids, &slot_ids, &grads, &mut table)
+                    .unwrap();
+                // Keys == ids: stepping by id (basis-core tests/keyed.rs).
+                reference
+                    .step_rows_keyed(&ids, &ids, &grads, &mut by_id)
+                    .unwrap();
             }
             assert_eq!(table.len(), by_id.rows.len());
             for (id, row) in table.sorted() {
