@@ -8,13 +8,16 @@
 //!   `mismatch` mode and asserts that every rank reported the error and the
 //!   job exited non-zero before the timeout; then a row-sharded
 //!   `basis train` under `mpirun -np N` must equal the `LocalComm` run bit
-//!   for bit (`mpi/shard.rs`).
+//!   for bit (`mpi/shard.rs`), a killed-and-resumed one must equal an
+//!   uninterrupted one, and one whose rank exits mid-step must end the job
+//!   non-zero, naming the rank, without a hang (`mpi/faults.rs`).
 //! - `cargo xtask mpi --bench [--net RATE] [--iters K]` builds `mpi_bench` in
 //!   release mode and runs it on 2 and 4 ranks; with `--net` inside a network
 //!   namespace whose loopback is shaped by `tc tbf` to RATE (or not shaped:
 //!   `--net unlimited`), MPI forced onto TCP over that loopback. The
 //!   namespace is removed even on failure.
 
+mod faults;
 mod shard;
 
 use crate::util::{self, cargo, have, is_root, root};

@@ -13,7 +13,9 @@
 //! numbers and `f32` vectors are little-endian. After the run's state come
 //! the metric history and the run's options as `option=value` lines (so a
 //! refused resume names the option that differs; files without that last
-//! section still load).
+//! section still load). A rank of a row-sharded run (`--shard rows`) writes
+//! one such file of its own, with two more sections ([`ShardSections`]):
+//! its slot → id list and its dense optimizer's exported state.
 
 use basis_std::checkpoint as file;
 use core::fmt;
@@ -48,8 +50,21 @@ pub(crate) struct Checkpoint {
     /// (empty in files written before this section existed), so a refused
     /// resume can name the option that differs.
     pub(crate) options: String,
+    /// What only a rank of a row-sharded run has (`None` otherwise).
+    pub(crate) shard: Option<ShardSections>,
 }
 
+/// The sections a rank of a row-sharded run adds: with them, `table`
+/// holds the shard's rows in slot order and `optimizer` the sparse state
+/// by slot.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ShardSections {
+    /// The id of every slot, in slot order.
+    pub(crate) ids: Vec<u64>,
+    /// The dense optimizer's exported state (`onebit_adam::OneBitAdam::
+    /// export_state`: moments, error-feedback buffers, step and stage).
+    pub(crate) dense_opt: Vec<u8>,
+}
 /// Why a checkpoint could not be written or read.
 #[derive(Debug)]
 pub(crate) enum CheckpointError {
@@ -135,6 +150,9 @@ const OPTIMIZER: &str = "optimizer";
 const HISTORY: &str = "history";
 /// Written after the history; optional when reading (older files lack it).
 const OPTIONS: &str = "options";
+/// A sharded rank's sections (both or neither).
+const SHARD_IDS: &str = "shard_ids";
+const DENSE_OPT: &str = "dense_opt";
 
 /// Size of the `run` section: fingerprint, epoch, RNG state, non-finite
 /// count, dense step count.
@@ -174,7 +192,16 @@ fn to_file(c: &Checkpoint) -> file::Checkpoint {
         (HISTORY, c.history.clone().into_bytes()),
         (OPTIONS, c.options.clone().into_bytes()),
     ];
-    for (name, data) in sections {
+    let shard = c.shard.as_ref().map(|sh| {
+        [
+            (
+                SHARD_IDS,
+                sh.ids.iter().flat_map(|i| i.to_le_bytes()).collect(),
+            ),
+            (DENSE_OPT, sh.dense_opt.clone()),
+        ]
+    });
+    for (name, data) in sections.into_iter().chain(shard.into_iter().flatten()) {
         // Names are short constants: `insert` only fails on names over 64 KiB.
         let _ = out.insert(name, data);
     }
@@ -227,6 +254,17 @@ fn from_file(f: &file::Checkpoint, path: &Path) -> Result<Checkpoint, Checkpoint
         options: match f.get(OPTIONS) {
             Some(b) => String::from_utf8(b.to_vec()).map_err(|_| malformed(OPTIONS))?,
             None => String::new(),
+        },
+        shard: match f.get(SHARD_IDS) {
+            None => None,
+            Some(b) if b.len() % 8 == 0 => Some(ShardSections {
+                ids: b
+                    .chunks_exact(8)
+                    .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                    .collect(),
+                dense_opt: section(DENSE_OPT)?.to_vec(),
+            }),
+            Some(_) => return Err(malformed(SHARD_IDS)),
         },
     })
 }
@@ -335,6 +373,7 @@ mod tests {
             optimizer: vec![1, 2, 3],
             history: "[]".into(),
             options: "--batch=8\n--dim=4".into(),
+            shard: None,
         }
     }
 
@@ -355,6 +394,33 @@ mod tests {
                 "truncation to {n} undetected"
             );
         }
+    }
+
+    #[test]
+    fn shard_sections_round_trip_and_are_checked() {
+        let mut c = sample();
+        c.shard = Some(ShardSections {
+            ids: vec![9, u64::MAX, 0],
+            dense_opt: vec![4, 5],
+        });
+        let bytes = encode(&c);
+        let p = Path::new("x");
+        assert_eq!(decode(&bytes, p).unwrap(), c);
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x01;
+            assert!(decode(&bad, p).is_err(), "flip at {i} undetected");
+        }
+        // Ids without the dense optimizer state: refused, naming it.
+        let mut f = to_file(&c);
+        f.remove(DENSE_OPT);
+        assert!(matches!(
+            from_file(&f, p),
+            Err(CheckpointError::Section {
+                name: DENSE_OPT,
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -322,6 +322,7 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
                 optimizer: opt.export_state(),
                 history: serde_json::to_string(&curve).map_err(|e| e.to_string())?,
                 options: options.clone(),
+                shard: None,
             };
             checkpoint::save(path, &c).map_err(|e| e.to_string())?;
         }

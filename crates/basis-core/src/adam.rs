@@ -292,7 +292,12 @@ impl SparseOptimizer for ExactAdam {
         }
         let per = 8 * d + if self.index.is_dense() { 0 } else { 8 };
         r.ensure(slots, per)?;
-        let mut index = SlotIndex::new(self.config.row_index);
+        // A grown dense range (`grow_rows`) keeps its current rows: the
+        // configured `rows` is only where it started (checked equal above).
+        let mut index = match &self.index {
+            SlotIndex::Dense { rows } => SlotIndex::Dense { rows: *rows },
+            SlotIndex::Sparse { .. } => SlotIndex::new(self.config.row_index),
+        };
         let mut m = Vec::with_capacity(slots * d);
         let mut v = Vec::with_capacity(slots * d);
         let mut last = None;

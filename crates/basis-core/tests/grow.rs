@@ -121,3 +121,30 @@ fn bad_growth_is_a_typed_error_and_changes_nothing() {
     assert_eq!(sparse[1].grow_rows(10), Err(GrowError::NotDense));
     assert_eq!(sparse[3].grow_rows(10), Err(GrowError::NotDense));
 }
+
+/// A grown optimizer's exported state imports into a fresh one grown to the
+/// same rows, and both then step alike (the import keeps the grown range,
+/// not the configured `rows: 0`).
+#[test]
+fn grown_state_exports_and_imports() {
+    let none = || all(RowIndex::Dense { rows: 0 });
+    for (mut grown, mut fresh) in none().into_iter().zip(none()) {
+        let mut t = vec![0.5f32; 6 * DIM];
+        grown.grow_rows(6).unwrap();
+        let g = vec![0.25f32; 2 * DIM];
+        grown
+            .step(&[1, 5], &g, &mut DenseTable::new(&mut t, DIM).unwrap())
+            .unwrap();
+        fresh.grow_rows(6).unwrap();
+        fresh.import_state(&grown.export_state()).unwrap();
+        let mut t2 = t.clone();
+        grown
+            .step(&[0, 5], &g, &mut DenseTable::new(&mut t, DIM).unwrap())
+            .unwrap();
+        fresh
+            .step(&[0, 5], &g, &mut DenseTable::new(&mut t2, DIM).unwrap())
+            .unwrap();
+        assert_eq!(t, t2);
+        assert_eq!(grown.export_state(), fresh.export_state());
+    }
+}

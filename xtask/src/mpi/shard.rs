@@ -21,7 +21,7 @@ const MODELS: [&[&str]; 2] = [
 ];
 
 /// A small run: 20 000 synthetic examples, one epoch.
-const ARGS: [&str; 10] = [
+pub(super) const ARGS: [&str; 10] = [
     "-q",
     "train",
     "--shard",
@@ -48,11 +48,14 @@ pub(super) fn check() -> Result<(), String> {
     let exe = target_dir().join("debug/basis");
     let dir = std::env::temp_dir().join(format!("basis-shard-check-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let result = MODELS.iter().try_for_each(|model| {
-        CHECK_RANKS
-            .iter()
-            .try_for_each(|&np| compare(&exe, &dir, np, model))
-    });
+    let result = MODELS
+        .iter()
+        .try_for_each(|model| {
+            CHECK_RANKS
+                .iter()
+                .try_for_each(|&np| compare(&exe, &dir, np, model))
+        })
+        .and_then(|()| super::faults::check(&exe, &dir));
     let _ = std::fs::remove_dir_all(&dir);
     result
 }
@@ -95,7 +98,7 @@ fn compare(exe: &Path, dir: &Path, np: usize, model: &[&str]) -> Result<(), Stri
 }
 
 /// The `model_crc32` of the first run in a `--json` file.
-fn crc(path: &Path) -> Result<u64, String> {
+pub(super) fn crc(path: &Path) -> Result<u64, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let key = "\"model_crc32\":";
     let at = text

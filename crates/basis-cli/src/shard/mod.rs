@@ -18,7 +18,9 @@
 //! so a run over `LocalComm` threads and one over `mpirun` processes with the
 //! same `P` give the same bits (`model_crc32`). See docs/DISTRIBUTED.md.
 
+mod fault;
 mod report;
+mod resume;
 mod route;
 mod table;
 
@@ -45,9 +47,6 @@ const EVAL_CHUNK: usize = 4096;
 /// `mpirun` (`mpi` feature), threads over `LocalComm` otherwise.
 pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
     let p = run.model.workers.max(1);
-    if run.checkpoint.is_some() {
-        return Err("--checkpoint is not supported with --shard rows yet".into());
-    }
     let owner = route::hashed_owner(p, run.model.seed)?;
     #[cfg(feature = "mpi")]
     if let Some(r) = crate::parallel::mpi::with_comm(|comm| {
@@ -319,9 +318,21 @@ pub(crate) fn rank_main(
     comm: &mut dyn Communicator,
     owner: Owner<'_>,
 ) -> Result<RunResult, String> {
+    rank_main_with(ds, run, comm, owner, fault::Fault::from_env()?)
+}
+
+/// [`rank_main`] with an injected exit (`fault`).
+fn rank_main_with(
+    ds: &Dataset,
+    run: &Run<'_>,
+    comm: &mut dyn Communicator,
+    owner: Owner<'_>,
+    fault: Option<fault::Fault>,
+) -> Result<RunResult, String> {
     let start = Instant::now();
     let stats_before = comm.stats();
-    agree(comm, &options(ds, run))?;
+    let opts = options(ds, run);
+    agree(comm, &opts)?;
     let m = run.model;
     let (rank, p) = (comm.rank(), comm.size());
     let d = m.dim + 1;
@@ -350,11 +361,22 @@ pub(crate) fn rank_main(
         .dense_opt
         .build(me.model.dense.len(), m.dense_lr, steps_total)?;
     let mut dense_bytes = 0u64;
-    let mut rng = Rng::derive(m.seed, 0x0DE5);
+    let mut progress = resume::Progress {
+        epoch: 0,
+        rng: Rng::derive(m.seed, 0x0DE5),
+        nonfinite: 0,
+        curve: Vec::new(),
+    };
+    if let (true, Some(base)) = (run.resume, &run.checkpoint) {
+        let shape = (d, m.init_std, m.seed);
+        let local = resume::restore(base, (rank, p), &opts, &mut me, &mut dense_opt, shape);
+        let epoch = local.as_ref().map(|r| r.epoch).map_err(Clone::clone);
+        resume::agree_ok(comm, "resume", epoch)?;
+        progress = local?;
+    }
     let mut order: Vec<usize> = (0..n).collect();
-    let mut curve: Vec<EpochPoint> = Vec::new();
-    let mut nonfinite = 0u64;
-    for epoch in 0..m.epochs {
+    let batches = n.div_ceil(m.batch) as u64;
+    for epoch in progress.epoch..m.epochs {
         let bar = crate::progress::count(
             n.div_ceil(m.batch) as u64,
             &format!(
@@ -368,16 +390,19 @@ pub(crate) fn rank_main(
         for (i, o) in order.iter_mut().enumerate() {
             *o = i;
         }
-        rng.shuffle(&mut order);
+        progress.rng.shuffle(&mut order);
         let mut loss_sum = 0.0f64;
-        for batch in order.chunks(m.batch) {
+        for (i, batch) in order.chunks(m.batch).enumerate() {
+            if let Some(f) = &fault {
+                f.check(rank, u64::from(epoch) * batches + i as u64)?;
+            }
             let mine = share(batch, rank, p);
             let (req, slots) = me.gather(comm, owner, &ds.train, &mine)?;
             let local = remap(&ds.train, &mine, &req.uniq);
             let mut grads = Grads::new(&me.model, req.uniq.len());
             let positions: Vec<usize> = (0..mine.len()).collect();
             grads.compute_scaled(&me.model, &local, &positions, m.l2, batch.len())?;
-            nonfinite += me.scatter(comm, &req, &slots, &grads)?;
+            progress.nonfinite += me.scatter(comm, &req, &slots, &grads)?;
             let before = comm.stats();
             // 1-bit Adam averages over ranks; the shares sum to the batch mean.
             let dense_grad: Vec<f32> = grads.dense.iter().map(|g| g * p as f32).collect();
@@ -394,7 +419,7 @@ pub(crate) fn rank_main(
         bar.finish_and_clear();
         let (valid_auc, valid_loss) = me.evaluate(comm, owner, &ds.valid)?;
         let (test_auc, test_loss) = me.evaluate(comm, owner, &ds.test)?;
-        curve.push(EpochPoint {
+        progress.curve.push(EpochPoint {
             epoch: epoch + 1,
             train_loss: loss_sum / n.max(1) as f64,
             valid_auc,
@@ -402,7 +427,15 @@ pub(crate) fn rank_main(
             test_auc,
             test_loss,
         });
+        progress.epoch = epoch + 1;
+        if let Some(base) = &run.checkpoint {
+            let saved = resume::save(base, (rank, p), &opts, &me, &dense_opt, &progress);
+            resume::agree_ok(comm, "checkpoint", saved.map(|()| progress.epoch))?;
+        }
     }
+    let resume::Progress {
+        curve, nonfinite, ..
+    } = progress;
     let sent = comm.stats().since(&stats_before).bytes_sent;
     let shard = report::gather(comm, &me.table, &me.opt, me.sparse_bytes, dense_bytes)?;
     let crc = report::model_crc(comm, &me.table, &me.model.dense)?;

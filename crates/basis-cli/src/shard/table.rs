@@ -86,6 +86,48 @@ impl ShardTable {
         Ok(out)
     }
 
+    /// The id of every slot (slot order) and the rows (slot order): what a
+    /// checkpoint stores; [`from_parts`](Self::from_parts) rebuilds the
+    /// same slots.
+    pub(crate) fn parts(&self) -> (Vec<u64>, &[f32]) {
+        let mut ids = vec![0u64; self.len()];
+        for (&id, &s) in &self.slots {
+            ids[s as usize] = id;
+        }
+        (ids, &self.rows)
+    }
+
+    /// A shard holding `rows` (slot order) for `ids` (slot order), as
+    /// [`parts`](Self::parts) gave them.
+    ///
+    /// Fails on a length that is not `ids.len() × dim` or a repeated id.
+    pub(crate) fn from_parts(
+        dim: usize,
+        init_std: f32,
+        seed: u64,
+        ids: &[u64],
+        rows: Vec<f32>,
+    ) -> Result<Self, String> {
+        if rows.len() != ids.len() * dim {
+            return Err(format!(
+                "{} row values for {} ids of {dim}",
+                rows.len(),
+                ids.len()
+            ));
+        }
+        let mut t = Self::new(dim, init_std, seed);
+        t.slots
+            .try_reserve(ids.len())
+            .map_err(|_| out_of_memory(ids.len()))?;
+        for (s, &id) in ids.iter().enumerate() {
+            if t.slots.insert(id, s as u32).is_some() {
+                return Err(format!("id {id} appears twice"));
+            }
+        }
+        t.rows = rows;
+        Ok(t)
+    }
+
     /// Row of `slot`.
     pub(crate) fn row(&self, slot: u32) -> &[f32] {
         let s = slot as usize * self.dim;
@@ -218,6 +260,22 @@ mod tests {
                 table.len()
             );
         }
+    }
+
+    #[test]
+    fn parts_rebuild_the_same_slots() {
+        let spec: OptSpec = "sgd".parse().unwrap();
+        let mut opt =
+            crate::optim::build_indexed(&spec, 1, RowIndex::Dense { rows: 0 }, 3, 1).unwrap();
+        let mut a = ShardTable::new(3, 0.1, 7);
+        a.slots_for(&[50, 3, u64::MAX, 3], &mut opt).unwrap();
+        let (ids, rows) = a.parts();
+        assert_eq!(ids, vec![50, 3, u64::MAX]);
+        let b = ShardTable::from_parts(3, 0.1, 7, &ids, rows.to_vec()).unwrap();
+        assert_eq!(b.crc(), a.crc());
+        assert_eq!(b.slots, a.slots);
+        assert!(ShardTable::from_parts(3, 0.1, 7, &[1, 1], vec![0.0; 6]).is_err());
+        assert!(ShardTable::from_parts(3, 0.1, 7, &[1], vec![0.0; 2]).is_err());
     }
 
     #[test]

@@ -198,3 +198,127 @@ fn a_rank_that_dies_mid_step_fails_every_rank_without_a_hang() {
         });
     }
 }
+
+/// Every rank's result of `a` over `LocalComm` with `--checkpoint base`
+/// (`resume` to continue from it), every rank leaving at `stop_at`.
+fn with_checkpoint(
+    ds: &Dataset,
+    a: &TrainArgs,
+    base: &std::path::Path,
+    resume: bool,
+    stop_at: Option<u64>,
+) -> Vec<Result<RunResult, String>> {
+    let run = Run {
+        checkpoint: Some(base.to_path_buf()),
+        resume,
+        ..run_of(a)
+    };
+    let p = a.model.workers;
+    let owner = route::hashed_owner(p, a.model.seed).unwrap();
+    let fault = stop_at.map(|step| fault::Fault {
+        rank: None,
+        step,
+        exit: false,
+    });
+    LocalComm::run(p, |mut c| rank_main_with(ds, &run, &mut c, &owner, fault))
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|_| Err("panic".into())))
+        .collect()
+}
+
+/// A fresh temp directory for one test's checkpoints.
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("basis-shard-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Every rank failed, each message containing every one of `parts`.
+fn all_fail_with(out: &[Result<RunResult, String>], parts: &[&str]) {
+    for (r, o) in out.iter().enumerate() {
+        let e = o.as_ref().map(|_| ()).unwrap_err();
+        for part in parts {
+            assert!(e.contains(part), "rank {r}: `{part}` not in: {e}");
+        }
+    }
+}
+
+#[test]
+fn resume_is_bit_identical_and_bad_files_fail_every_rank() {
+    // Default dense optimizer: 1-bit Adam, whose warm-up ends in epoch 1, so
+    // the checkpoint carries error-feedback buffers and the stage.
+    for opt in ["basis", "adam"] {
+        let a = sharded(3, &["--epochs", "2", "--opt", opt]);
+        let ds = load(&a);
+        let dir = temp_dir(opt);
+        let base = dir.join("run.ckpt");
+        let whole: Vec<RunResult> = with_checkpoint(&ds, &a, &dir.join("whole"), false, None)
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        // Interrupted in the second epoch, after epoch 1's files were written.
+        let batches = ds.train.len().div_ceil(a.model.batch) as u64;
+        let stopped = with_checkpoint(&ds, &a, &base, false, Some(batches + 3));
+        all_fail_with(&stopped, &["leaving at step"]);
+        let files: Vec<_> = (0..3).map(|r| resume::rank_path(&base, r)).collect();
+        let saved: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
+        let resumed: Vec<RunResult> = with_checkpoint(&ds, &a, &base, true, None)
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        for (w, r) in whole.iter().zip(&resumed) {
+            assert_eq!(w.model_crc32, r.model_crc32, "{opt}");
+            assert_eq!(
+                w.final_metrics.test_auc.to_bits(),
+                r.final_metrics.test_auc.to_bits(),
+                "{opt}"
+            );
+        }
+        let restore = || {
+            for (f, b) in files.iter().zip(&saved) {
+                std::fs::write(f, b).unwrap();
+            }
+        };
+        // One corrupted file, one missing file, another rank's file.
+        restore();
+        let mut bad = saved[1].clone();
+        let mid = bad.len() / 2;
+        bad[mid] ^= 0x40;
+        std::fs::write(&files[1], bad).unwrap();
+        let out = with_checkpoint(&ds, &a, &base, true, None);
+        all_fail_with(&out, &["resume failed on rank 1", "corrupted"]);
+        restore();
+        std::fs::remove_file(&files[2]).unwrap();
+        let out = with_checkpoint(&ds, &a, &base, true, None);
+        all_fail_with(&out, &["resume failed on rank 2", "rank2"]);
+        restore();
+        std::fs::copy(&files[0], &files[1]).unwrap();
+        let out = with_checkpoint(&ds, &a, &base, true, None);
+        all_fail_with(
+            &out,
+            &["resume failed on rank 1", "it has rank 0, this run rank 1"],
+        );
+        // Written with P = 3, resumed with P = 2.
+        restore();
+        let two = sharded(2, &["--epochs", "2", "--opt", opt]);
+        let out = with_checkpoint(&ds, &two, &base, true, None);
+        all_fail_with(
+            &out,
+            &[
+                "resume failed on rank 0",
+                "--workers 3, this run --workers 2",
+            ],
+        );
+        // Files of different epochs (a run stopped between two ranks'
+        // saves): the uninterrupted run's epoch-2 file for rank 2.
+        restore();
+        std::fs::copy(resume::rank_path(&dir.join("whole"), 2), &files[2]).unwrap();
+        let out = with_checkpoint(&ds, &a, &base, true, None);
+        all_fail_with(
+            &out,
+            &["different epochs", "rank 0 has epoch 1, rank 2 has epoch 2"],
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
