@@ -128,7 +128,7 @@ fn killed_rank(exe: &Path, dir: &Path) -> Result<(), String> {
         ));
     }
     eprintln!(
-        "  sharded run, rank 1 exits at step 10 of {NP}: job ended non-zero after {:.1}s, named",
+        "  sharded run on {NP} ranks, rank 1 exits at step 10: job ended non-zero after {:.1}s, rank named",
         took.as_secs_f64()
     );
     Ok(())
