@@ -74,6 +74,11 @@ pub(crate) struct DataArgs {
     /// `criteo-synth`: total categorical id space (over the 26 fields).
     #[arg(long, default_value_t = CriteoSynthConfig::default().ids)]
     pub(crate) synthetic_ids: u64,
+    /// `criteo-synth` with `--shard rows`: never materialise the data; each
+    /// rank generates its share of every batch on the fly
+    /// (`--synthetic-examples` training examples, a held-out test slice).
+    #[arg(long)]
+    pub(crate) stream: bool,
 }
 
 impl DataArgs {
@@ -99,6 +104,7 @@ impl DataArgs {
                 zipf: self.synthetic_zipf,
                 noise: self.synthetic_noise,
                 seed: self.synthetic_seed,
+                stream: self.stream,
             },
             positive: self.positive.clone(),
             body_only: self.body_only,
