@@ -74,6 +74,11 @@ pub(crate) struct DataArgs {
     /// `criteo-synth`: total categorical id space (over the 26 fields).
     #[arg(long, default_value_t = CriteoSynthConfig::default().ids)]
     pub(crate) synthetic_ids: u64,
+    /// `criteo-synth` with `--shard rows`: never materialise the data; each
+    /// rank generates its share of every batch on the fly
+    /// (`--synthetic-examples` training examples, a held-out test slice).
+    #[arg(long)]
+    pub(crate) stream: bool,
 }
 
 impl DataArgs {
@@ -99,6 +104,7 @@ impl DataArgs {
                 zipf: self.synthetic_zipf,
                 noise: self.synthetic_noise,
                 seed: self.synthetic_seed,
+                stream: self.stream,
             },
             positive: self.positive.clone(),
             body_only: self.body_only,
@@ -126,8 +132,17 @@ pub(crate) struct ModelArgs {
     #[arg(long, default_value_t = 0.0, allow_negative_numbers = true, value_parser = validate::non_negative_f32)]
     pub(crate) l2: f32,
     /// Adam learning rate of the dense parameters (the global bias; with
-    /// DeepFM also the tower).
-    #[arg(long, default_value_t = 0.01, allow_negative_numbers = true, value_parser = validate::positive_f32)]
+    /// DeepFM/DLRM also the tower). Default 0.01 for `fm` (one bias float),
+    /// 0.001 with a tower (Adam's and DeepSpeed 1-bit Adam's reference
+    /// value; at 0.01 f32 Adam already scores lower on the synthetic set and
+    /// 1-bit Adam diverges, see docs/DISTRIBUTED.md).
+    #[arg(
+        long,
+        default_value_t = 0.01,
+        default_value_ifs = [("model", "deepfm", "0.001"), ("model", "dlrm", "0.001")],
+        allow_negative_numbers = true,
+        value_parser = validate::positive_f32
+    )]
     pub(crate) dense_lr: f32,
     /// Seed of initialisation, data order and optimizer randomness.
     #[arg(long, default_value_t = 1)]

@@ -233,6 +233,9 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
     if m.shard.is_some() {
         return crate::shard::train(ds, run);
     }
+    if ds.stream.is_some() {
+        return Err("--stream needs --shard rows (only the sharded trainer reads a stream)".into());
+    }
     if m.workers > 1 {
         return crate::parallel::train(ds, run);
     }

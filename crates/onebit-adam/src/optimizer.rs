@@ -56,6 +56,19 @@ pub enum Variant {
     /// (worker and server error feedback). The default.
     #[default]
     Momentum,
+    /// As [`Variant::Momentum`], but the all-reduce carries the momentum
+    /// divided by the frozen Adam denominator `d = √v̂ + ε` (equal on every
+    /// rank, since `v` was all-reduced during warm-up), and `m = d ⊙ u` after
+    /// it. Without compression this is the same step (the all-reduce is
+    /// linear and `d` is fixed); with it, each coordinate's update is
+    /// `lr·(±α_u)` with `α_u` the scale of the *preconditioned* buffer, so
+    /// the update stays bounded like Adam's. Plain [`Variant::Momentum`]
+    /// gives every coordinate `±α` of the raw momentum instead, which a
+    /// coordinate whose `√v̂` is orders of magnitude below `α` turns into a
+    /// step of `lr·α/√v̂` — a tower whose `√v̂` spans 10⁻⁹..10⁻² (ReLU units
+    /// that rarely fire) diverges within a few 1-bit steps that way. Error
+    /// feedback lives in the preconditioned space.
+    PreconditionedMomentum,
     /// The seed document's variant: each rank compresses its **gradient**
     /// with a decayed error buffer `e ← β·e + (1−β)·(p − α·σ(p))`
     /// ([`ErrorFeedback::Decayed`]); the ranks all-gather signs and scales and
@@ -467,6 +480,7 @@ impl OneBitAdam {
         eat(match self.config.variant {
             Variant::Momentum => 1,
             Variant::DecayedGradient { .. } => 2,
+            Variant::PreconditionedMomentum => 3,
         });
         h
     }
@@ -660,6 +674,35 @@ impl OneBitAdam {
                 r.map(|_| {
                     for (&i, &v) in live.iter().zip(&packed) {
                         m[i] = v;
+                    }
+                })
+            }
+            Variant::PreconditionedMomentum => {
+                let c = self.config;
+                let v_updates = clamp_i32(self.groups[gi].v_updates);
+                let bc2 = if c.bias_correction {
+                    (1.0 - Float::powi(f64::from(c.beta2), v_updates)) as f32
+                } else {
+                    1.0
+                };
+                let v = &self.v[self.groups[gi].range.clone()];
+                // The update kernel's denominator, `√(v/bc2) + ε`.
+                let denom = |i: usize| Float::sqrt(v[i] / bc2) + c.eps;
+                packed.extend(
+                    live.iter()
+                        .map(|&i| (b1 * m[i] + (1.0 - b1) * g[i]) / denom(i)),
+                );
+                let state = &mut self.groups[gi].allreduce;
+                state.bind(packed.len(), p, rank)?;
+                let r = if packed.is_empty() {
+                    Ok((0.0, 0.0))
+                } else {
+                    allreduce::reduce_bound(comm, &mut packed, None, state)
+                };
+                state.calls += 1;
+                r.map(|_| {
+                    for (&i, &u) in live.iter().zip(&packed) {
+                        m[i] = u * denom(i);
                     }
                 })
             }

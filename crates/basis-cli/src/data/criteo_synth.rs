@@ -66,6 +66,9 @@ pub(crate) struct CriteoSynthConfig {
     pub(crate) noise: f64,
     /// Seed of the planted model and the examples.
     pub(crate) seed: u64,
+    /// `--stream`: do not materialise; a sharded trainer generates its
+    /// shares on the fly ([`stream_dataset`]).
+    pub(crate) stream: bool,
 }
 
 impl Default for CriteoSynthConfig {
@@ -76,6 +79,7 @@ impl Default for CriteoSynthConfig {
             zipf: 1.1,
             noise: 0.05,
             seed: 1,
+            stream: false,
         }
     }
 }
@@ -294,6 +298,85 @@ impl CriteoSynth {
         }
         out.label = f32::from(u8::from(y));
     }
+}
+
+/// Largest held-out test slice of a stream (it is materialised per round
+/// of evaluation only, but every rank scores all of it).
+const MAX_STREAM_TEST: usize = 200_000;
+
+/// The streamed data set of `--stream`: no examples in memory, only the
+/// generator; training reads stream examples `0..cfg.examples`, the test
+/// split is the held-out slice `HELD_OUT + j`, `j < min(examples ·
+/// test_frac, 200 000)`, and there is no validation split. `rows` is an
+/// estimate of the distinct ids training will touch ([`estimate_rows`]),
+/// used only to size per-rank BASIS buckets.
+///
+/// Fails as [`CriteoSynth::new`], or on zero examples.
+pub(crate) fn stream_dataset(
+    cfg: &CriteoSynthConfig,
+    test_frac: f64,
+) -> Result<super::Dataset, DataError> {
+    if cfg.examples == 0 {
+        return Err(DataError::Config("criteo-synth needs examples > 0".into()));
+    }
+    let g = CriteoSynth::new(cfg)?;
+    let test = ((cfg.examples as f64 * test_frac).round() as usize).clamp(1, MAX_STREAM_TEST);
+    // Field ids only (no examples): the towers read the field count from them.
+    let fields: Vec<u8> = (0..(INTS + CATS) as u8).collect();
+    let shape = || super::Examples {
+        offsets: vec![0],
+        fields: fields.clone(),
+        dense_width: INTS,
+        ..super::Examples::default()
+    };
+    let rows = estimate_rows(&g, cfg.examples as u64);
+    Ok(super::Dataset {
+        name: format!("criteo-synth stream ({})", g.describe()),
+        fields: (1..=INTS)
+            .map(|j| format!("I{j}"))
+            .chain((1..=CATS).map(|c| format!("C{c}")))
+            .collect(),
+        rows: usize::try_from(rows).unwrap_or(usize::MAX),
+        row_counts: Vec::new(),
+        train: shape(),
+        valid: shape(),
+        test: shape(),
+        split: format!(
+            "streamed: train = examples 0..{}, test = {test} held-out examples from 2^40",
+            cfg.examples
+        ),
+        report: super::LoadReport::default(),
+        stream: Some(super::StreamSpec {
+            generator: g,
+            train: cfg.examples,
+            test,
+        }),
+    })
+}
+
+/// Distinct ids among the first `n` examples, estimated from two pilot
+/// prefixes (`m` and `2m` examples, `m ≤ 2^16`) by a power law
+/// `distinct(n) ≈ d(2m)·(n/2m)^a` (Zipf vocabularies grow as a power of the
+/// sample size), capped at `40·n`.
+pub(crate) fn estimate_rows(g: &CriteoSynth, n: u64) -> u64 {
+    let m = (n / 2).clamp(1, 1 << 16);
+    let mut seen = std::collections::HashSet::new();
+    let mut ex = SynthExample::default();
+    let mut d = [0u64; 2];
+    for i in 0..(2 * m).min(n) {
+        g.example(i, &mut ex);
+        seen.extend(ex.feats.iter().map(|f| f.0));
+        if i + 1 == m {
+            d[0] = seen.len() as u64;
+        }
+    }
+    d[1] = seen.len() as u64;
+    if n <= 2 * m || d[0] == 0 {
+        return d[1];
+    }
+    let a = ((d[1] as f64 / d[0] as f64).ln() / 2f64.ln()).clamp(0.0, 1.0);
+    let est = d[1] as f64 * (n as f64 / (2 * m) as f64).powf(a);
+    (est as u64).min(40 * n)
 }
 
 /// Materialise examples `0..cfg.examples` for the in-memory loader (their

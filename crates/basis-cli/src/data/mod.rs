@@ -354,6 +354,20 @@ pub(crate) struct Dataset {
     pub(crate) split: String,
     /// What loading saw.
     pub(crate) report: LoadReport,
+    /// `--format criteo-synth --stream`: the generator the sharded trainer
+    /// reads from (then `train`/`valid`/`test` hold no examples).
+    pub(crate) stream: Option<StreamSpec>,
+}
+
+/// A streamed data set (see [`criteo_synth::stream_dataset`]).
+#[derive(Debug, Clone)]
+pub(crate) struct StreamSpec {
+    /// The generator.
+    pub(crate) generator: criteo_synth::CriteoSynth,
+    /// Training examples (stream indices `0..train`).
+    pub(crate) train: usize,
+    /// Held-out test examples.
+    pub(crate) test: usize,
 }
 
 /// Options for loading.
@@ -411,6 +425,9 @@ pub(crate) fn load(opts: &LoadOptions) -> Result<Dataset, DataError> {
             synthetic::generate(&opts.synthetic)?,
             format!("synthetic ({})", opts.synthetic.describe()),
         ),
+        Format::CriteoSynth if opts.criteo_synth.stream => {
+            return criteo_synth::stream_dataset(&opts.criteo_synth, opts.test_frac);
+        }
         Format::CriteoSynth => {
             let (raw, what) = criteo_synth::generate(&opts.criteo_synth)?;
             (raw, format!("criteo-synth ({what})"))
@@ -535,6 +552,7 @@ fn index(
         test,
         split,
         report,
+        stream: None,
     })
 }
 

@@ -41,7 +41,7 @@ pub(crate) mod dlrm;
 pub(crate) mod gemm;
 pub(crate) mod mlp;
 
-use onebit_adam::{Config, GroupSpec, OneBitAdam};
+use onebit_adam::{Config, GroupSpec, OneBitAdam, Variant};
 
 pub(crate) use batch::{LocalBatch, gather_rows};
 pub(crate) use deepfm::{DeepFm, DeepGrads};
@@ -126,8 +126,8 @@ impl Tower {
 pub(crate) enum DenseOpt {
     /// f32 Adam on the all-reduced (mean) gradient at every step.
     Adam,
-    /// 1-bit Adam: full-precision warm-up, then compressed momentum
-    /// all-reduce with error feedback.
+    /// 1-bit Adam: full-precision warm-up, then compressed (preconditioned)
+    /// momentum all-reduce with error feedback.
     OnebitAdam,
 }
 
@@ -142,6 +142,11 @@ impl DenseOpt {
             lr,
             freeze_step: (steps_total / 5).max(1),
             bias_correction: true,
+            // Plain `Momentum` gives every coordinate ±(scale of the raw
+            // momentum); this tower's √v̂ spans 10⁻⁹..10⁻², so that step is
+            // lr·10⁵ on some coordinates and the run diverges within three
+            // 1-bit steps. Compressing m/(√v̂+ε) keeps each step ≈ lr.
+            variant: Variant::PreconditionedMomentum,
             ..Config::default()
         };
         let group = match self {
@@ -206,4 +211,52 @@ pub(crate) fn zeros(n: usize, what: &str) -> Result<Vec<f32>, String> {
         .map_err(|_| format!("{what}: cannot allocate {n} floats"))?;
     v.resize(n, 0.0);
     Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::cli::{Cli, Command};
+    use clap::Parser;
+
+    #[test]
+    fn onebit_adam_trains_deepfm_at_the_default_dense_lr() {
+        // The default `--dense-lr` with a tower, sharded over 2 ranks: at
+        // the old default (0.01) this stopped with a non-finite value right
+        // after the warm-up.
+        let argv = [
+            "basis",
+            "train",
+            "--opt",
+            "adam",
+            "--model",
+            "deepfm",
+            "--mlp",
+            "32,16,1",
+            "--synthetic-examples",
+            "40000",
+            "--epochs",
+            "2",
+            "--workers",
+            "2",
+            "--shard",
+            "rows",
+            "--dense-opt",
+            "onebit-adam",
+        ];
+        let Command::Train(a) = Cli::try_parse_from(argv).unwrap().command else {
+            unreachable!("a train command")
+        };
+        assert_eq!(a.model.dense_lr, 0.001);
+        let ds = crate::data::load(&a.data.options(false)).unwrap();
+        let run = crate::train::Run {
+            spec: &a.opt,
+            model: &a.model,
+            checkpoint: None,
+            resume: false,
+            progress: false,
+        };
+        let r = crate::shard::train(&ds, &run).unwrap();
+        let auc = r.final_metrics.test_auc;
+        assert!(auc > 0.6, "test AUC {auc}");
+    }
 }

@@ -22,9 +22,10 @@ mod fault;
 mod report;
 mod resume;
 mod route;
+mod source;
 mod table;
 
-use crate::data::{Dataset, Examples};
+use crate::data::Dataset;
 use crate::metrics::{auc, log_loss};
 use crate::model::{Fm, Grads};
 use crate::optim::{self, Optimizer};
@@ -38,6 +39,7 @@ use std::time::Instant;
 
 pub(crate) use report::ShardReport;
 use route::{Owner, Request};
+use source::{Share, Source};
 use table::ShardTable;
 
 /// Examples per evaluation round (each rank scores its share of them).
@@ -89,7 +91,7 @@ pub(crate) fn train_local(
 }
 
 /// The options every rank must share, by name, as `u64`.
-fn options(ds: &Dataset, run: &Run<'_>) -> Vec<(&'static str, u64)> {
+fn options(ds: &Dataset, run: &Run<'_>, lens: [usize; 2]) -> Vec<(&'static str, u64)> {
     let m = run.model;
     let label = balanced_hash::murmur3::x64_128(run.spec.label.as_bytes(), 0)[0];
     let data = balanced_hash::murmur3::x64_128(ds.name.as_bytes(), 0)[0];
@@ -113,8 +115,8 @@ fn options(ds: &Dataset, run: &Run<'_>) -> Vec<(&'static str, u64)> {
         ),
         ("--dense-opt", m.dense_opt as u64),
         ("data set", data),
-        ("training examples", ds.train.len() as u64),
-        ("test examples", ds.test.len() as u64),
+        ("training examples", lens[0] as u64),
+        ("test examples", lens[1] as u64),
     ]
 }
 
@@ -160,31 +162,6 @@ struct Rank {
     sparse_bytes: u64,
 }
 
-/// The examples `batch` of `ex` with rows renumbered to positions in the
-/// sorted `uniq` (which holds every row they use).
-fn remap(ex: &Examples, batch: &[usize], uniq: &[u64]) -> Examples {
-    let mut out = Examples {
-        offsets: vec![0],
-        ..Examples::default()
-    };
-    for &e in batch {
-        let (rows, values) = ex.features(e);
-        for &r in rows {
-            let pos = uniq.binary_search(&u64::from(r)).unwrap_or(0);
-            out.rows.push(pos as u32);
-        }
-        out.values.extend_from_slice(values);
-        let (a, b) = (ex.offsets[e], ex.offsets[e + 1]);
-        out.fields.extend_from_slice(&ex.fields[a..b]);
-        out.offsets.push(out.rows.len());
-        out.labels.push(ex.labels[e]);
-        let w = ex.dense_width;
-        out.dense.extend_from_slice(&ex.dense[e * w..(e + 1) * w]);
-    }
-    out.dense_width = ex.dense_width;
-    out
-}
-
 impl Rank {
     /// Steps 1–2: the unique rows of `batch`, fetched from their owners,
     /// into `self.model.table` (positions in `req.uniq`).
@@ -192,16 +169,12 @@ impl Rank {
         &mut self,
         comm: &mut dyn Communicator,
         owner: Owner<'_>,
-        ex: &Examples,
-        batch: &[usize],
+        share: &Share,
     ) -> Result<(Request, Vec<u32>), String> {
         let before = comm.stats();
         let rank = comm.rank();
         let err = |e: comm_traits::CommError| format!("rank {rank}: {e}");
-        let wanted: Vec<u64> = batch
-            .iter()
-            .flat_map(|&e| ex.features(e).0.iter().map(|&r| u64::from(r)))
-            .collect();
+        let wanted = share.ids.clone();
         let req = route::request(comm, owner, wanted).map_err(err)?;
         let slots = self.table.slots_for(&req.received, &mut self.opt)?;
         let d = self.model.dim();
@@ -278,15 +251,22 @@ impl Rank {
         &mut self,
         comm: &mut dyn Communicator,
         owner: Owner<'_>,
-        ex: &Examples,
+        src: Source<'_>,
     ) -> Result<(f64, f64), String> {
         let (rank, p) = (comm.rank(), comm.size());
-        let mut logits = vec![0.0f32; ex.len()];
-        let all: Vec<usize> = (0..ex.len()).collect();
+        let mut logits = vec![0.0f32; src.len()];
+        let mut labels = vec![0.0f32; src.len()];
+        let all: Vec<usize> = (0..src.len()).collect();
         for chunk in all.chunks(EVAL_CHUNK) {
             let mine = share(chunk, rank, p);
-            let (req, _) = self.gather(comm, owner, ex, &mine)?;
-            let z = self.model.predict(&remap(ex, &mine, &req.uniq));
+            let sh = src.share(&mine);
+            let (req, _) = self.gather(comm, owner, &sh)?;
+            let z = self.model.predict(&sh.local(&req.uniq));
+            // Every rank needs every label too (a stream's are generated).
+            let whole = src.share(chunk);
+            for (k, &e) in chunk.iter().enumerate() {
+                labels[e] = whole.ex.labels[k];
+            }
             // Everyone sends its logits to everyone.
             let counts: Vec<usize> = (0..p).map(|r| share(chunk, r, p).len()).collect();
             let send: Vec<f32> = (0..p).flat_map(|_| z.iter().copied()).collect();
@@ -300,13 +280,33 @@ impl Rank {
                 }
             }
         }
-        if ex.len() == 0 {
+        if src.len() == 0 {
             return Ok((0.5, 0.0));
         }
         Ok((
-            auc(&logits, &ex.labels).unwrap_or(0.5),
-            log_loss(&logits, &ex.labels),
+            auc(&logits, &labels).unwrap_or(0.5),
+            log_loss(&logits, &labels),
         ))
+    }
+}
+
+/// The training, validation and test sources of `ds`: its splits, or its
+/// stream (training examples `0..train`, a held-out test slice).
+fn sources(ds: &Dataset) -> (Source<'_>, Source<'_>, Source<'_>) {
+    match &ds.stream {
+        None => (
+            Source::Memory(&ds.train),
+            Source::Memory(&ds.valid),
+            Source::Memory(&ds.test),
+        ),
+        Some(st) => {
+            let at = |first, len| Source::Stream {
+                generator: &st.generator,
+                first,
+                len,
+            };
+            (at(0, st.train), at(0, 0), at(source::HELD_OUT, st.test))
+        }
     }
 }
 
@@ -331,7 +331,8 @@ fn rank_main_with(
 ) -> Result<RunResult, String> {
     let start = Instant::now();
     let stats_before = comm.stats();
-    let opts = options(ds, run);
+    let (train_src, valid_src, test_src) = sources(ds);
+    let opts = options(ds, run, [train_src.len(), test_src.len()]);
     agree(comm, &opts)?;
     let m = run.model;
     let (rank, p) = (comm.rank(), comm.size());
@@ -355,7 +356,7 @@ fn rank_main_with(
         model,
         sparse_bytes: 0,
     };
-    let n = ds.train.len();
+    let n = train_src.len();
     let steps_total = (n.div_ceil(m.batch) * m.epochs as usize) as u64;
     let mut dense_opt = m
         .dense_opt
@@ -374,8 +375,15 @@ fn rank_main_with(
         resume::agree_ok(comm, "resume", epoch)?;
         progress = local?;
     }
-    let mut order: Vec<usize> = (0..n).collect();
+    let first_epoch = progress.epoch;
+    // A stream is read in order (its examples are i.i.d.; no n-long permutation).
+    let mut order: Vec<usize> = if train_src.shuffled() {
+        (0..n).collect()
+    } else {
+        Vec::new()
+    };
     let batches = n.div_ceil(m.batch) as u64;
+    let mut train_secs = 0.0f64;
     for epoch in progress.epoch..m.epochs {
         let bar = crate::progress::count(
             n.div_ceil(m.batch) as u64,
@@ -392,13 +400,23 @@ fn rank_main_with(
         }
         progress.rng.shuffle(&mut order);
         let mut loss_sum = 0.0f64;
-        for (i, batch) in order.chunks(m.batch).enumerate() {
+        let epoch_start = Instant::now();
+        for b in 0..n.div_ceil(m.batch) {
             if let Some(f) = &fault {
-                f.check(rank, u64::from(epoch) * batches + i as u64)?;
+                f.check(rank, u64::from(epoch) * batches + b as u64)?;
             }
+            let range = b * m.batch..((b + 1) * m.batch).min(n);
+            let in_order: Vec<usize>;
+            let batch: &[usize] = if train_src.shuffled() {
+                &order[range]
+            } else {
+                in_order = range.collect();
+                &in_order
+            };
             let mine = share(batch, rank, p);
-            let (req, slots) = me.gather(comm, owner, &ds.train, &mine)?;
-            let local = remap(&ds.train, &mine, &req.uniq);
+            let sh = train_src.share(&mine);
+            let (req, slots) = me.gather(comm, owner, &sh)?;
+            let local = sh.local(&req.uniq);
             let mut grads = Grads::new(&me.model, req.uniq.len());
             let positions: Vec<usize> = (0..mine.len()).collect();
             grads.compute_scaled(&me.model, &local, &positions, m.l2, batch.len())?;
@@ -417,8 +435,9 @@ fn rank_main_with(
             bar.inc(1);
         }
         bar.finish_and_clear();
-        let (valid_auc, valid_loss) = me.evaluate(comm, owner, &ds.valid)?;
-        let (test_auc, test_loss) = me.evaluate(comm, owner, &ds.test)?;
+        train_secs += epoch_start.elapsed().as_secs_f64();
+        let (valid_auc, valid_loss) = me.evaluate(comm, owner, valid_src)?;
+        let (test_auc, test_loss) = me.evaluate(comm, owner, test_src)?;
         progress.curve.push(EpochPoint {
             epoch: epoch + 1,
             train_loss: loss_sum / n.max(1) as f64,
@@ -437,7 +456,9 @@ fn rank_main_with(
         curve, nonfinite, ..
     } = progress;
     let sent = comm.stats().since(&stats_before).bytes_sent;
-    let shard = report::gather(comm, &me.table, &me.opt, me.sparse_bytes, dense_bytes)?;
+    let mut shard = report::gather(comm, &me.table, &me.opt, me.sparse_bytes, dense_bytes)?;
+    shard.train_secs = train_secs;
+    shard.examples_per_sec = (n as f64 * f64::from(m.epochs - first_epoch)) / train_secs.max(1e-9);
     let crc = report::model_crc(comm, &me.table, &me.model.dense)?;
     let final_metrics = curve.last().cloned().ok_or("no epochs were run")?;
     me.model.table = Vec::new();

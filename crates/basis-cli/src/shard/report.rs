@@ -21,6 +21,8 @@ pub(crate) struct RankReport {
     /// Resident set size of the process at the end (`VmRSS`; under
     /// `LocalComm` all ranks share one process, so they report the same).
     pub(crate) rss_bytes: u64,
+    /// Peak resident set (`VmHWM`) of the process.
+    pub(crate) peak_rss_bytes: u64,
     /// Optimizer state bytes (without scratch buffers).
     pub(crate) state_bytes: u64,
     /// Bytes of the shard's id index (its hash map).
@@ -39,21 +41,33 @@ pub(crate) struct ShardReport {
     pub(crate) state_bytes_per_row: f64,
     /// All index bytes over all rows.
     pub(crate) index_bytes_per_row: f64,
+    /// Rows over all ranks.
+    pub(crate) rows: u64,
+    /// Seconds spent in training steps (evaluation excluded).
+    pub(crate) train_secs: f64,
+    /// Training examples per second over all ranks (epochs × examples /
+    /// `train_secs`).
+    pub(crate) examples_per_sec: f64,
 }
 
 /// `VmRSS` of this process in bytes (0 where `/proc` is missing).
 pub(crate) fn rss_bytes() -> u64 {
+    status_kb("VmRSS:")
+}
+
+/// A `/proc/self/status` line in bytes (0 where `/proc` is missing).
+fn status_kb(key: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .find_map(|l| l.strip_prefix(key))
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         })
         .map_or(0, |kb| kb * 1024)
 }
 
-const FIELDS: usize = 6;
+const FIELDS: usize = 7;
 
 /// All-gather every rank's figures.
 pub(crate) fn gather(
@@ -71,6 +85,7 @@ pub(crate) fn gather(
         rss_bytes(),
         (mem.total_bytes - mem.scratch) as u64,
         table.index_bytes() as u64,
+        status_kb("VmHWM:"),
     ];
     let bytes: Vec<u8> = mine.iter().flat_map(|x| x.to_le_bytes()).collect();
     let mut all = vec![0u8; bytes.len() * comm.size()];
@@ -89,6 +104,7 @@ pub(crate) fn gather(
                 rss_bytes: f(3),
                 state_bytes: f(4),
                 index_bytes: f(5),
+                peak_rss_bytes: f(6),
             }
         })
         .collect();
@@ -100,6 +116,9 @@ pub(crate) fn gather(
         state_bytes_per_row: per_row(ranks.iter().map(|r| r.state_bytes).sum()),
         index_bytes_per_row: per_row(ranks.iter().map(|r| r.index_bytes).sum()),
         ranks,
+        rows,
+        train_secs: 0.0,
+        examples_per_sec: 0.0,
     })
 }
 
