@@ -162,12 +162,17 @@ pub(crate) fn build_indexed(
                     Storage::Bf16 => ScalarStorage::Bf16,
                     Storage::U8 => ScalarStorage::LogU8,
                 },
-                row_scale: RowScaleConfig {
-                    accumulate: spec
-                        .ema
-                        .map_or(Accumulate::Sum, |beta| Accumulate::Ema { beta }),
-                    profile: profile_of(spec),
-                    ..defaults.row_scale
+                // Only RowScaled reads these (basis-core refuses them elsewhere).
+                row_scale: if spec.mode == Mode::RowScaled {
+                    RowScaleConfig {
+                        accumulate: spec
+                            .ema
+                            .map_or(Accumulate::Sum, |beta| Accumulate::Ema { beta }),
+                        profile: profile_of(spec),
+                        ..defaults.row_scale
+                    }
+                } else {
+                    defaults.row_scale
                 },
                 row_index,
                 seed: defaults.seed ^ seed,

@@ -5,7 +5,7 @@ use crate::error::ConfigError;
 /// What row `i` moves along.
 ///
 /// Every mode keeps optimizer memory at `O(B·d + N·bytes(row scalar))`.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum Direction {
@@ -101,6 +101,56 @@ impl TablePrecision {
         match self {
             Self::F32 => 4,
             Self::Bf16 => 2,
+        }
+    }
+}
+
+/// A [`BasisConfig`] option, as named by [`ConfigError::Ignored`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigOption {
+    /// [`BasisConfig::beta1`].
+    Beta1,
+    /// [`BasisConfig::beta2`].
+    Beta2,
+    /// [`BasisConfig::bias_correction`].
+    BiasCorrection,
+    /// [`BasisConfig::scalar_lr`].
+    ScalarLr,
+    /// [`BasisConfig::scalar_clip`].
+    ScalarClip,
+    /// [`BasisConfig::scalar_rule`].
+    ScalarRule,
+    /// [`BasisConfig::scalar_lr_schedule`].
+    ScalarLrSchedule,
+    /// [`BasisConfig::scalar_storage`].
+    ScalarStorage,
+    /// [`RowScaleConfig::accumulate`].
+    Accumulate,
+    /// [`RowScaleConfig::log2_range`].
+    Log2Range,
+    /// [`RowScaleConfig::profile`].
+    Profile,
+    /// [`Profile::lead`].
+    ProfileLead,
+}
+
+impl ConfigOption {
+    /// The option's path in [`BasisConfig`], e.g. `"row_scale.profile.lead"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Beta1 => "beta1",
+            Self::Beta2 => "beta2",
+            Self::BiasCorrection => "bias_correction",
+            Self::ScalarLr => "scalar_lr",
+            Self::ScalarClip => "scalar_clip",
+            Self::ScalarRule => "scalar_rule",
+            Self::ScalarLrSchedule => "scalar_lr_schedule",
+            Self::ScalarStorage => "scalar_storage",
+            Self::Accumulate => "row_scale.accumulate",
+            Self::Log2Range => "row_scale.log2_range",
+            Self::Profile => "row_scale.profile",
+            Self::ProfileLead => "row_scale.profile.lead",
         }
     }
 }
@@ -336,7 +386,82 @@ impl BasisConfig {
         if !(a.is_finite() && b.is_finite() && a < b && a > -126.0 && b < 127.0) {
             return Err(ConfigError::RowScaleRange);
         }
-        Ok(())
+        match self.ignored_option() {
+            Some(option) => Err(ConfigError::Ignored {
+                option,
+                direction: self.direction,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The first option that differs from its [`Default`] value although
+    /// this configuration never reads it (see [`ConfigError::Ignored`]).
+    fn ignored_option(&self) -> Option<ConfigOption> {
+        use ConfigOption as O;
+        let d = Self::default();
+        let scalar = [
+            // 0 ("no scalar learning") states what RowScaled does anyway.
+            (
+                O::ScalarLr,
+                self.scalar_lr == d.scalar_lr || self.scalar_lr == 0.0,
+            ),
+            (O::ScalarClip, self.scalar_clip == d.scalar_clip),
+            (O::ScalarRule, self.scalar_rule == d.scalar_rule),
+            (
+                O::ScalarLrSchedule,
+                self.scalar_lr_schedule == d.scalar_lr_schedule,
+            ),
+        ];
+        let first_set = |opts: &[(ConfigOption, bool)]| {
+            opts.iter()
+                .find(|&&(_, unchanged)| !unchanged)
+                .map(|&(o, _)| o)
+        };
+        if self.direction == Direction::RowScaled {
+            let moments = [
+                (O::Beta1, self.beta1 == d.beta1),
+                (O::Beta2, self.beta2 == d.beta2),
+                (O::BiasCorrection, self.bias_correction == d.bias_correction),
+            ];
+            let lead = [(
+                O::ProfileLead,
+                self.row_scale.profile.power != 0.0 || self.row_scale.profile.lead == 0,
+            )];
+            return first_set(&scalar)
+                .or_else(|| first_set(&moments))
+                .or_else(|| first_set(&lead));
+        }
+        let r = self.row_scale;
+        let dr = d.row_scale;
+        let row_scale = [
+            (O::Accumulate, r.accumulate == dr.accumulate),
+            (O::Log2Range, r.log2_range == dr.log2_range),
+            (O::Profile, r.profile == dr.profile),
+        ];
+        if let Some(o) = first_set(&row_scale) {
+            return Some(o);
+        }
+        if self.scalar_lr == 0.0 {
+            // Frozen scalars: every s_i stays 1 and none is stored.
+            let frozen = [
+                (O::ScalarClip, self.scalar_clip == d.scalar_clip),
+                (O::ScalarRule, self.scalar_rule == d.scalar_rule),
+                (
+                    O::ScalarLrSchedule,
+                    self.scalar_lr_schedule == d.scalar_lr_schedule,
+                ),
+                (O::ScalarStorage, self.scalar_storage == d.scalar_storage),
+                // OwnGradient keeps a bucket M only as a learning scalar's
+                // reference direction.
+                (
+                    O::Beta1,
+                    self.direction != Direction::OwnGradient || self.beta1 == d.beta1,
+                ),
+            ];
+            return first_set(&frozen);
+        }
+        None
     }
 
     /// The ε in use: raised to `bf16_eps_floor` for bf16 tables.

@@ -43,8 +43,8 @@ pub use basis::{Basis, BucketView, sign_of};
 pub use batch::MAX_GRAD_ABS;
 pub use builder::{LearnedScalarBuilder, RowScaledBuilder};
 pub use config::{
-    Accumulate, BasisConfig, Direction, NonFinitePolicy, Profile, RowIndex, RowScaleConfig,
-    ScalarLrSchedule, ScalarRule, ScalarStorage, TablePrecision,
+    Accumulate, BasisConfig, ConfigOption, Direction, NonFinitePolicy, Profile, RowIndex,
+    RowScaleConfig, ScalarLrSchedule, ScalarRule, ScalarStorage, TablePrecision,
 };
 pub use error::{ConfigError, GrowError, StateError, StateField, StepError, TableError};
 pub use optimizer::SparseOptimizer;

@@ -27,7 +27,12 @@ fn config(dim: usize, rows: u64, direction: Direction) -> BasisConfig {
         dim,
         direction,
         row_index: RowIndex::Dense { rows },
-        scalar_lr: 0.05,
+        // RowScaled has no learned scalar (a rate there is refused).
+        scalar_lr: if direction == Direction::RowScaled {
+            0.0
+        } else {
+            0.05
+        },
         ..BasisConfig::default()
     }
 }

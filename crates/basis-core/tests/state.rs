@@ -68,7 +68,10 @@ fn basis_variants() -> Vec<BasisConfig> {
                     scalar_storage: storage,
                     table_precision: precision,
                     row_index: index,
-                    scalar_lr_schedule: if storage == ScalarStorage::Bf16 {
+                    // RowScaled has no learned scalar to schedule.
+                    scalar_lr_schedule: if storage == ScalarStorage::Bf16
+                        && direction != Direction::RowScaled
+                    {
                         ScalarLrSchedule::InverseFrequency { power: 0.5 }
                     } else {
                         ScalarLrSchedule::Constant

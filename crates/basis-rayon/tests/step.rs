@@ -68,16 +68,28 @@ fn config() -> impl Strategy<Value = BasisConfig> {
                 grad_clip,
                 scalar_lr_schedule,
             )| {
+                // Options the configuration would not read are refused: a
+                // rate or schedule needs a learning scalar, a storage a stored one.
+                let row_scaled = direction == Direction::RowScaled;
+                let learns = !row_scaled && scalar_lr > 0.0;
                 BasisConfig {
                     dim,
                     direction,
                     table_precision,
-                    scalar_storage,
-                    scalar_lr,
+                    scalar_storage: if learns || row_scaled {
+                        scalar_storage
+                    } else {
+                        ScalarStorage::F32
+                    },
+                    scalar_lr: if row_scaled { 0.0 } else { scalar_lr },
                     weight_decay,
                     seed,
                     grad_clip,
-                    scalar_lr_schedule,
+                    scalar_lr_schedule: if learns {
+                        scalar_lr_schedule
+                    } else {
+                        ScalarLrSchedule::Constant
+                    },
                     ..BasisConfig::default()
                 }
             },
