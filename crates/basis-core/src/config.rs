@@ -194,9 +194,21 @@ pub enum Accumulate {
     },
 }
 
-/// Options of the `RowScaled` direction.
+/// Options of the `RowScaled` direction (`#[non_exhaustive]`: build it from
+/// [`Default`] with the `with_*` setters).
+///
+/// ```
+/// use basis_core::{Accumulate, BasisConfig, Profile, RowScaleConfig};
+///
+/// let row_scale = RowScaleConfig::default()
+///     .with_accumulate(Accumulate::Ema { beta: 0.99 })
+///     .with_profile(Profile::default().with_power(0.5));
+/// let config = BasisConfig::default().with_dim(8).with_row_scale(row_scale);
+/// assert_eq!(config.validate(), Ok(()));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct RowScaleConfig {
     /// Sum (AdaGrad) or EMA.
     pub accumulate: Accumulate,
@@ -207,6 +219,12 @@ pub struct RowScaleConfig {
     /// How the bucket profile shapes a row's step across its dimensions.
     pub profile: Profile,
 }
+
+with_setters!(RowScaleConfig {
+    with_accumulate => accumulate: Accumulate,
+    with_log2_range => log2_range: (f32, f32),
+    with_profile => profile: Profile,
+});
 
 impl Default for RowScaleConfig {
     fn default() -> Self {
@@ -228,7 +246,16 @@ impl Default for RowScaleConfig {
 /// larger step than AdaGrad would. `lead` splits off the first dimensions as
 /// their own group, so each group keeps AdaGrad's overall step and the
 /// profile only shapes dimensions within a group.
+///
+/// `#[non_exhaustive]`: build it from [`Default`] with the `with_*` setters,
+/// e.g. a factorization machine's row `[w, v_1..v_k]`:
+///
+/// ```
+/// let fm = basis_core::Profile::default().with_lead(1);
+/// assert_eq!((fm.power, fm.lead), (1.0, 1));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct Profile {
     /// Exponent of the normalised profile: 1 = the full profile, 0 = none
     /// (row-wise AdaGrad with the row's `G_i`), between = shrunk toward 1.
@@ -239,6 +266,12 @@ pub struct Profile {
     /// `√(V̂+ε²)` instead of `√V̂+ε` (ε inside the root).
     pub eps_inside: bool,
 }
+
+with_setters!(Profile {
+    with_power => power: f32,
+    with_lead => lead: usize,
+    with_eps_inside => eps_inside: bool,
+});
 
 impl Default for Profile {
     fn default() -> Self {
@@ -251,8 +284,34 @@ impl Default for Profile {
 }
 
 /// Hyper-parameters of [`Basis`](crate::Basis). `Default` holds the reference values.
+///
+/// The struct is `#[non_exhaustive]` (options will be added): build it with
+/// a per-mode builder ([`BasisConfig::row_scaled`], [`BasisConfig::shared`],
+/// [`BasisConfig::signed`], [`BasisConfig::own_gradient`]), which offers only
+/// the options its mode reads, or from [`Default`] with the `with_*`
+/// setters, checked by [`BasisConfig::validate`] (which refuses an option
+/// the mode ignores, [`ConfigError::Ignored`]).
+///
+/// ```
+/// use basis_core::{BasisConfig, ConfigError, ConfigOption, Direction, RowIndex};
+///
+/// let config = BasisConfig::default()
+///     .with_dim(4)
+///     .with_direction(Direction::Shared)
+///     .with_scalar_lr(0.05)
+///     .with_row_index(RowIndex::Dense { rows: 100 });
+/// assert_eq!(config.validate(), Ok(()));
+///
+/// // RowScaled has no learned scalar: a rate for it is refused by name.
+/// let ignored = config.with_direction(Direction::RowScaled).validate();
+/// assert!(matches!(
+///     ignored,
+///     Err(ConfigError::Ignored { option: ConfigOption::ScalarLr, .. })
+/// ));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct BasisConfig {
     /// Row dimension `d`.
     pub dim: usize,
@@ -295,6 +354,29 @@ pub struct BasisConfig {
     /// Seed of the sign hash and of stochastic rounding.
     pub seed: u64,
 }
+
+with_setters!(BasisConfig {
+    with_dim => dim: usize,
+    with_lr => lr: f32,
+    with_beta1 => beta1: f32,
+    with_beta2 => beta2: f32,
+    with_eps => eps: f32,
+    with_weight_decay => weight_decay: f32,
+    with_bias_correction => bias_correction: bool,
+    with_direction => direction: Direction,
+    with_scalar_lr => scalar_lr: f32,
+    with_scalar_clip => scalar_clip: (f32, f32),
+    with_scalar_rule => scalar_rule: ScalarRule,
+    with_scalar_lr_schedule => scalar_lr_schedule: ScalarLrSchedule,
+    with_scalar_storage => scalar_storage: ScalarStorage,
+    with_table_precision => table_precision: TablePrecision,
+    with_bf16_eps_floor => bf16_eps_floor: f32,
+    with_nonfinite => nonfinite: NonFinitePolicy,
+    with_grad_clip => grad_clip: Option<f32>,
+    with_row_scale => row_scale: RowScaleConfig,
+    with_row_index => row_index: RowIndex,
+    with_seed => seed: u64,
+});
 
 impl Default for BasisConfig {
     fn default() -> Self {

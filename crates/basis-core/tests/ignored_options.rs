@@ -13,10 +13,7 @@ const LEARNED: [Direction; 3] = [Direction::Shared, Direction::Signed, Direction
 type Case = (fn(&mut BasisConfig), ConfigOption);
 
 fn with(direction: Direction, edit: impl FnOnce(&mut BasisConfig)) -> BasisConfig {
-    let mut c = BasisConfig {
-        direction,
-        ..BasisConfig::default()
-    };
+    let mut c = BasisConfig::default().with_direction(direction);
     edit(&mut c);
     c
 }
@@ -57,11 +54,7 @@ fn row_scaled_refuses_the_scalar_and_moment_options() {
     // `scalar_lr = 0` says what RowScaled does: accepted.
     assert_eq!(ignored(&with(rs, |c| c.scalar_lr = 0.0)), None);
     // A profile of power 0 has no `lead` group; power 0 alone is fine.
-    let flat = |lead| Profile {
-        power: 0.0,
-        lead,
-        ..Profile::default()
-    };
+    let flat = |lead| Profile::default().with_power(0.0).with_lead(lead);
     assert_eq!(
         ignored(&with(rs, |c| c.row_scale.profile = flat(1))),
         Some(O::ProfileLead)
@@ -155,11 +148,10 @@ fn the_error_names_the_option_and_range_errors_come_first() {
 /// builders and `validate` agree (a builder never yields an `Ignored`).
 #[test]
 fn everything_a_builder_sets_is_read() {
-    let profile = Profile {
-        power: 0.5,
-        lead: 1,
-        eps_inside: true,
-    };
+    let profile = Profile::default()
+        .with_power(0.5)
+        .with_lead(1)
+        .with_eps_inside(true);
     let row_scaled = BasisConfig::row_scaled(4)
         .lr(0.2)
         .eps(1e-6)

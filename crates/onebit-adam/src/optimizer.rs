@@ -72,9 +72,20 @@ pub enum Variant {
 
 /// Hyper-parameters; `Default` holds the reference values (DeepSpeed
 /// `OnebitAdam`: lr 1e-3, betas (0.9, 0.999), eps 1e-8, no weight decay,
-/// freeze_step 100000, no bias correction).
+/// freeze_step 100000, no bias correction). `#[non_exhaustive]`: build it
+/// from [`Default`] with the `with_*` setters (or [`Config::staged`]).
+///
+/// ```
+/// use onebit_adam::Config;
+///
+/// let config = Config::default().with_lr(1e-2).with_freeze_step(10);
+/// assert_eq!((config.lr, config.freeze_step), (1e-2, 10));
+/// let staged = Config::default().staged(1000);
+/// assert_eq!((staged.freeze_step, staged.final_full_after), (100, Some(900)));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct Config {
     /// Learning rate.
     pub lr: f32,
@@ -100,6 +111,19 @@ pub struct Config {
     /// advice). `None`: never.
     pub error_reset_every: Option<u64>,
 }
+
+with_setters!(Config {
+    with_lr => lr: f32,
+    with_beta1 => beta1: f32,
+    with_beta2 => beta2: f32,
+    with_eps => eps: f32,
+    with_weight_decay => weight_decay: f32,
+    with_freeze_step => freeze_step: u64,
+    with_bias_correction => bias_correction: bool,
+    with_variant => variant: Variant,
+    with_final_full_after => final_full_after: Option<u64>,
+    with_error_reset_every => error_reset_every: Option<u64>,
+});
 
 impl Default for Config {
     fn default() -> Self {
@@ -163,8 +187,19 @@ impl Config {
 }
 
 /// One parameter group: a contiguous range of the flat parameter vector.
+/// `#[non_exhaustive]`: build it with [`GroupSpec::one_bit`] or
+/// [`GroupSpec::full_precision`] and the `with_*` setters.
+///
+/// ```
+/// use onebit_adam::{GroupSpec, Policy};
+///
+/// let embeddings = GroupSpec::one_bit(4096).with_weight_decay(Some(0.0));
+/// let norms = GroupSpec::full_precision(64);
+/// assert_eq!((embeddings.policy, norms.policy), (Policy::OneBit, Policy::FullPrecision));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct GroupSpec {
     /// Number of parameters.
     pub len: usize,
@@ -173,6 +208,12 @@ pub struct GroupSpec {
     /// Weight decay for this group (`None`: the config's).
     pub weight_decay: Option<f32>,
 }
+
+with_setters!(GroupSpec {
+    with_len => len: usize,
+    with_policy => policy: Policy,
+    with_weight_decay => weight_decay: Option<f32>,
+});
 
 impl GroupSpec {
     /// A 1-bit group of `len` parameters.
@@ -669,11 +710,10 @@ impl OneBitAdam {
                 if group.seed.is_none() {
                     let c = Compressor::with_config(
                         packed.len(),
-                        CompressorConfig {
-                            feedback: ErrorFeedback::Decayed { beta },
-                            scale,
-                            chunk: None,
-                        },
+                        CompressorConfig::default()
+                            .with_feedback(ErrorFeedback::Decayed { beta })
+                            .with_scale(scale)
+                            .with_chunk(None),
                     )
                     .map_err(|_| OneBitError::Config("variant beta"))?;
                     group.seed = Some(c);

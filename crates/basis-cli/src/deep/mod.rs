@@ -138,12 +138,10 @@ impl DenseOpt {
     ///
     /// Fails when `onebit-adam` refuses the configuration.
     pub(crate) fn build(self, len: usize, lr: f32, steps_total: u64) -> Result<OneBitAdam, String> {
-        let config = Config {
-            lr,
-            freeze_step: (steps_total / 5).max(1),
-            bias_correction: true,
-            ..Config::default()
-        };
+        let config = Config::default()
+            .with_lr(lr)
+            .with_freeze_step((steps_total / 5).max(1))
+            .with_bias_correction(true);
         let group = match self {
             // Full precision at every step: Adam on the mean gradient.
             Self::Adam => GroupSpec::full_precision(len),
