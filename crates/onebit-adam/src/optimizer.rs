@@ -1,4 +1,4 @@
-//! The 1-bit Adam optimizer (SPEC § 1-bit Adam optimizer; DeepSpeed
+//! The 1-bit Adam optimizer (Tang et al. 2021; DeepSpeed
 //! `onebit/adam.py`), over one flat parameter vector split into groups.
 //!
 //! Per step `t` (1-based) and group, with `ḡ` the mean gradient over ranks:
@@ -10,8 +10,7 @@
 //!   frozen; only the *live* coordinates are communicated — those whose mean
 //!   gradient was not exactly 0 at every warm-up step (the others keep
 //!   `m = 0`); [`Variant::Momentum`]: `m ← β₁m + (1−β₁)g_local`,
-//!   `m ← compressed_allreduce(m)`; [`Variant::DecayedGradient`] (the seed
-//!   document): `ĝ` = mean of the ranks' decayed-error-feedback compressed
+//!   `m ← compressed_allreduce(m)`; [`Variant::DecayedGradient`]: `ĝ` = mean of the ranks' decayed-error-feedback compressed
 //!   gradients, `m ← β₁m + (1−β₁)ĝ`;
 //! * **update**: `x ← x − lr·(m̂/(√v̂ + ε) + λ·x)`, with `m̂ = m/(1−β₁ᵗ)` and
 //!   `v̂ = v/(1−β₂^{t_v})` when bias correction is on (`t_v` = updates of `v`),
@@ -52,18 +51,18 @@ pub enum Policy {
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum Variant {
-    /// DeepSpeed / SPEC: local momentum through [`crate::compressed_allreduce`]
+    /// DeepSpeed's scheme: local momentum through [`crate::compressed_allreduce`]
     /// (worker and server error feedback). The default.
     #[default]
     Momentum,
-    /// The seed document's variant: each rank compresses its **gradient**
+    /// A gradient-compression variant: each rank compresses its **gradient**
     /// with a decayed error buffer `e ← β·e + (1−β)·(p − α·σ(p))`
     /// ([`ErrorFeedback::Decayed`]); the ranks all-gather signs and scales and
     /// average the decoded gradients in rank order; `m` is updated from that
-    /// mean. `scale` is the codec's scale; [`ScaleKind::Unit`] is the seed's
+    /// mean. `scale` is the codec's scale; [`ScaleKind::Unit`] is a
     /// bare sign (then the momentum is in units of ±1, not of the gradient).
     DecayedGradient {
-        /// Decay of the old error (the seed suggests β₁ = 0.9).
+        /// Decay of the old error (Adam's β₁ = 0.9 is a natural choice).
         beta: f32,
         /// Scale of the compressed gradient.
         scale: ScaleKind,
@@ -104,11 +103,11 @@ pub struct Config {
     pub bias_correction: bool,
     /// What the 1-bit stage compresses.
     pub variant: Variant,
-    /// Staged schedule (seed document): steps after this one are full
+    /// Staged schedule: steps after this one are full
     /// precision again (`v` resumes). `None`: 1-bit until the end.
     pub final_full_after: Option<u64>,
-    /// Zero every error buffer after each `k`-th 1-bit step (seed document's
-    /// advice). `None`: never.
+    /// Zero every error buffer after each `k`-th 1-bit step (bounds how long
+    /// a stale error can linger). `None`: never.
     pub error_reset_every: Option<u64>,
 }
 
@@ -143,7 +142,7 @@ impl Default for Config {
 }
 
 impl Config {
-    /// The seed document's staged schedule for a run of `total_steps`: full
+    /// The staged schedule for a run of `total_steps`: full
     /// precision for the first 10 %, 1-bit for the middle 80 %, full precision
     /// for the last 10 %.
     pub fn staged(self, total_steps: u64) -> Self {

@@ -64,7 +64,7 @@ pub enum ErrorFeedback {
     /// `e` the buffer before the step): a decayed buffer that forgets part of
     /// the error. `beta ∈ [0, 1]`; `beta = 0` is `Full`.
     Decayed {
-        /// Decay of the old buffer (the document suggests Adam's β₁ = 0.9).
+        /// Decay of the old buffer (Adam's β₁ = 0.9 is a natural choice).
         beta: f32,
     },
 }
@@ -457,7 +457,7 @@ impl Compressor {
         Ok(())
     }
 
-    /// Set the error buffer to zero (e.g. the document's periodic reset).
+    /// Set the error buffer to zero (e.g. a periodic reset).
     pub fn reset_error(&mut self) {
         self.buf.fill(0.0);
         self.alphas.fill(0.0);
