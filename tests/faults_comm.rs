@@ -107,11 +107,7 @@ fn a_rank_exiting_at_any_collective_of_compressed_allreduce_fails_every_other_ra
 /// Train a tiny least-squares model with 1-bit Adam (freeze after 3 steps).
 fn train(c: &mut ExitsAt<LocalComm>) -> Result<Vec<f32>, OneBitError> {
     const N: usize = 50;
-    let config = Config {
-        lr: 1e-2,
-        freeze_step: 3,
-        ..Config::default()
-    };
+    let config = Config::default().with_lr(1e-2).with_freeze_step(3);
     let mut opt = OneBitAdam::new(N, config)?;
     let mut x = vec![0.0f32; N];
     for step in 0..12 {

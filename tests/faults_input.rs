@@ -17,11 +17,9 @@ use basis::hash::OneChoice;
 use basis_std::checkpoint::{self, Checkpoint, CheckpointError, FormatError};
 
 fn trained_basis() -> (Basis<OneChoice>, Vec<f32>) {
-    let config = BasisConfig {
-        dim: 4,
-        row_index: RowIndex::Dense { rows: 16 },
-        ..BasisConfig::default()
-    };
+    let config = BasisConfig::default()
+        .with_dim(4)
+        .with_row_index(RowIndex::Dense { rows: 16 });
     let mut opt = Basis::new(config, OneChoice::new(4, 9).unwrap()).unwrap();
     let mut weights = vec![0.25f32; 16 * 4];
     for step in 0..5u64 {
@@ -90,11 +88,7 @@ fn a_corrupted_checkpoint_never_reaches_the_optimizer() {
 fn a_blob_of_another_optimizer_or_config_is_rejected_and_changes_nothing() {
     let (opt, _) = trained_basis();
     let blob = opt.export_state();
-    let mut adam = ExactAdam::new(AdamConfig {
-        dim: 4,
-        ..AdamConfig::default()
-    })
-    .unwrap();
+    let mut adam = ExactAdam::new(AdamConfig::default().with_dim(4)).unwrap();
     let adam_before = adam.export_state();
     assert!(matches!(
         adam.import_state(&blob),
@@ -102,12 +96,10 @@ fn a_blob_of_another_optimizer_or_config_is_rejected_and_changes_nothing() {
     ));
     assert_eq!(adam.export_state(), adam_before);
 
-    let other = BasisConfig {
-        dim: 4,
-        direction: Direction::Shared,
-        row_index: RowIndex::Dense { rows: 16 },
-        ..BasisConfig::default()
-    };
+    let other = BasisConfig::default()
+        .with_dim(4)
+        .with_direction(Direction::Shared)
+        .with_row_index(RowIndex::Dense { rows: 16 });
     let mut mismatched = Basis::new(other, OneChoice::new(4, 9).unwrap()).unwrap();
     let before = mismatched.export_state();
     assert_eq!(

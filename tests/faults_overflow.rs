@@ -88,12 +88,10 @@ fn a_gradient_whose_square_overflows_poisons_no_bucket_and_no_neighbour() {
         };
         for huge in [1.5e19f32, 3e19, 2e38, f32::MAX, -f32::MAX] {
             for (case, (ids, grads)) in cases(huge).into_iter().enumerate() {
-                let config = BasisConfig {
-                    dim: 2,
-                    direction,
-                    row_index: RowIndex::Dense { rows: 4 },
-                    ..BasisConfig::default()
-                };
+                let config = BasisConfig::default()
+                    .with_dim(2)
+                    .with_direction(direction)
+                    .with_row_index(RowIndex::Dense { rows: 4 });
                 let mut opt = Basis::new(config, OneBucket).unwrap();
                 let mut weights = [0.5f32; 8];
                 let what = format!("{direction:?}, g = {huge:e}, case {case}");

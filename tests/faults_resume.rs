@@ -31,11 +31,7 @@ fn problem() -> LogisticProblem {
 }
 
 fn config() -> Config {
-    Config {
-        lr: 0.05,
-        freeze_step: 4,
-        ..Config::default()
-    }
+    Config::default().with_lr(0.05).with_freeze_step(4)
 }
 
 /// Parameters and exported state of each rank after `steps` steps from zero.

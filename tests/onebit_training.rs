@@ -25,11 +25,7 @@ fn checkpoint_files_resume_one_bit_adam_bit_identically() {
     let pb = LogisticProblem::generate(RANKS, 128, 300, 8, 21);
     let d = pb.params();
     let groups = [GroupSpec::one_bit(d - 1), GroupSpec::full_precision(1)];
-    let cfg = Config {
-        lr: 0.01,
-        freeze_step: 8,
-        ..Config::default()
-    };
+    let cfg = Config::default().with_lr(0.01).with_freeze_step(8);
     let dir = std::env::temp_dir().join(format!("basis-onebit-training-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
 

@@ -195,14 +195,12 @@ fn batched_phase(
     const ROWS: u64 = 200_000;
     const DIM: usize = 16;
     const BATCH: usize = 512;
-    let config = BasisConfig {
-        dim: DIM,
-        direction,
-        scalar_storage: storage,
-        table_precision: precision,
-        row_index: RowIndex::Dense { rows: ROWS },
-        ..BasisConfig::default()
-    };
+    let config = BasisConfig::default()
+        .with_dim(DIM)
+        .with_direction(direction)
+        .with_scalar_storage(storage)
+        .with_table_precision(precision)
+        .with_row_index(RowIndex::Dense { rows: ROWS });
     let buckets = 2000;
     let mut opt = Basis::new(config, OneChoice::new(buckets, 7).unwrap()).unwrap();
     let mut weights = vec![0.01f32; ROWS as usize * DIM];

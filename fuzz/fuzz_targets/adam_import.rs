@@ -4,10 +4,8 @@ use onebit_adam::{Config, OneBitAdam};
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let mut opt = OneBitAdam::new(
         3,
-        Config {
-            freeze_step: 1,
-            ..Config::default()
-        },
+        Config::default()
+.with_freeze_step(1),
     )
     .unwrap();
     let before = opt.export_state();

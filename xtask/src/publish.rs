@@ -131,14 +131,59 @@ pub(crate) fn run(_args: &[String]) -> Result<(), String> {
             crate::nostd::CROSS_TARGET
         ));
     }
+    // 5. The MPI package's documentation without MPI: its `mpi` feature off,
+    // nothing MPI is even in the dependency graph, and the docs.rs
+    // flags build warning-free.
+    mpi_free_docs(&check, &root.join("target"))?;
     eprintln!(
         "publish-check: {} packages packaged, unpacked, built and tested outside the workspace; \
-         nostd-user built for {} ({:.0}s)",
+         nostd-user built for {}; {MPI_PACKAGE} documented without MPI ({:.0}s)",
         PACKAGES.len(),
         crate::nostd::CROSS_TARGET,
         start.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+/// `cargo doc` of the unpacked [`MPI_PACKAGE`] with `--no-default-features`
+/// and docs.rs's flags, after checking that its dependency graph then holds
+/// no MPI crate (`mpi`, `mpi-sys`, `build-probe-mpi`): a machine without MPI
+/// can build these docs.
+fn mpi_free_docs(check: &Path, target: &Path) -> Result<(), String> {
+    let tree = cargo()
+        .current_dir(check)
+        .args(["tree", "-p", MPI_PACKAGE, "--no-default-features"])
+        .args(["-e", "normal,build", "--prefix", "none", "--format", "{p}"])
+        .output()
+        .map_err(|e| format!("cargo tree: {e}"))?;
+    if !tree.status.success() {
+        return Err(format!(
+            "cargo tree -p {MPI_PACKAGE}: {}",
+            String::from_utf8_lossy(&tree.stderr)
+        ));
+    }
+    let tree = String::from_utf8_lossy(&tree.stdout);
+    if let Some(dep) = tree.lines().find(|l| {
+        let name = l.split_whitespace().next().unwrap_or("");
+        matches!(name, "mpi" | "mpi-sys" | "build-probe-mpi")
+    }) {
+        return Err(format!(
+            "{MPI_PACKAGE} without its `mpi` feature still depends on {dep}"
+        ));
+    }
+    util::run(
+        cargo()
+            .current_dir(check)
+            .args([
+                "doc",
+                "--no-deps",
+                "--no-default-features",
+                "-p",
+                MPI_PACKAGE,
+            ])
+            .env("CARGO_TARGET_DIR", target)
+            .env("RUSTDOCFLAGS", "-D warnings --cfg docsrs"),
+    )
 }
 
 /// The manifest of the unpacked workspace: the packages, the user crate,

@@ -4,8 +4,8 @@ use crate::spec::{Kind, Mode, OptSpec, Storage};
 use balanced_hash::{Bucketer, DChoice, LoadStats, OneChoice};
 use basis_core::{
     Accumulate, AdagradConfig, AdamConfig, Basis, BasisConfig, ConfigError, DenseTable,
-    Diagnostics, Direction, ExactAdam, MemoryReport, Profile, RowIndex, RowScaleConfig,
-    RowwiseAdagrad, ScalarRule, ScalarStorage, Sgd, SparseOptimizer, StateError, StepReport,
+    Diagnostics, Direction, ExactAdam, MemoryReport, Profile, RowIndex, RowwiseAdagrad, ScalarRule,
+    ScalarStorage, Sgd, SparseOptimizer, StateError, StepReport,
 };
 use serde::Serialize;
 
@@ -79,11 +79,10 @@ impl Telemetry {
 
 /// The `RowScaled` profile of `spec` (its keys over the CLI defaults).
 fn profile_of(spec: &OptSpec) -> Profile {
-    Profile {
-        power: spec.profile.unwrap_or(crate::spec::DEFAULT_PROFILE),
-        lead: spec.lead.unwrap_or(crate::spec::DEFAULT_LEAD),
-        eps_inside: spec.eps_inside,
-    }
+    Profile::default()
+        .with_power(spec.profile.unwrap_or(crate::spec::DEFAULT_PROFILE))
+        .with_lead(spec.lead.unwrap_or(crate::spec::DEFAULT_LEAD))
+        .with_eps_inside(spec.eps_inside)
 }
 
 /// Build the optimizer of `spec` for a table of `rows` rows of `dim` values.
@@ -122,57 +121,60 @@ pub(crate) fn build_indexed(
     let lr = spec.lr();
     Ok(match spec.kind {
         Kind::Adam => Optimizer::Adam(
-            ExactAdam::new(AdamConfig {
-                dim,
-                lr,
-                row_index,
-                ..AdamConfig::default()
-            })
+            ExactAdam::new(
+                AdamConfig::default()
+                    .with_dim(dim)
+                    .with_lr(lr)
+                    .with_row_index(row_index),
+            )
             .map_err(config_err)?,
         ),
         Kind::RowwiseAdagrad => Optimizer::Adagrad(
-            RowwiseAdagrad::new(AdagradConfig {
-                dim,
-                lr,
-                row_index,
-                ..AdagradConfig::default()
-            })
+            RowwiseAdagrad::new(
+                AdagradConfig::default()
+                    .with_dim(dim)
+                    .with_lr(lr)
+                    .with_row_index(row_index),
+            )
             .map_err(config_err)?,
         ),
         Kind::Sgd => Optimizer::Sgd(Sgd::new(dim, lr).map_err(config_err)?),
         Kind::Basis | Kind::Countsketch => {
             let defaults = BasisConfig::default();
-            let config = BasisConfig {
-                dim,
-                lr,
-                direction: match spec.mode {
+            let config = defaults
+                .with_dim(dim)
+                .with_lr(lr)
+                .with_direction(match spec.mode {
                     Mode::RowScaled => Direction::RowScaled,
                     Mode::Shared => Direction::Shared,
                     Mode::Signed => Direction::Signed,
                     Mode::Own => Direction::OwnGradient,
-                },
-                scalar_rule: if spec.hypergradient {
+                })
+                .with_scalar_rule(if spec.hypergradient {
                     ScalarRule::Hypergradient
                 } else {
                     ScalarRule::Normalized
-                },
-                scalar_lr: spec.scalar_lr.unwrap_or(defaults.scalar_lr),
-                scalar_storage: match spec.storage() {
+                })
+                .with_scalar_lr(spec.scalar_lr.unwrap_or(defaults.scalar_lr))
+                .with_scalar_storage(match spec.storage() {
                     Storage::F32 => ScalarStorage::F32,
                     Storage::Bf16 => ScalarStorage::Bf16,
                     Storage::U8 => ScalarStorage::LogU8,
-                },
-                row_scale: RowScaleConfig {
-                    accumulate: spec
-                        .ema
-                        .map_or(Accumulate::Sum, |beta| Accumulate::Ema { beta }),
-                    profile: profile_of(spec),
-                    ..defaults.row_scale
-                },
-                row_index,
-                seed: defaults.seed ^ seed,
-                ..defaults
-            };
+                })
+                // Only RowScaled reads these (basis-core refuses them elsewhere).
+                .with_row_scale(if spec.mode == Mode::RowScaled {
+                    defaults
+                        .row_scale
+                        .with_accumulate(
+                            spec.ema
+                                .map_or(Accumulate::Sum, |beta| Accumulate::Ema { beta }),
+                        )
+                        .with_profile(profile_of(spec))
+                } else {
+                    defaults.row_scale
+                })
+                .with_row_index(row_index)
+                .with_seed(defaults.seed ^ seed);
             let b = spec.buckets_for(rows);
             let hash_seed = 0xB0C4_E75E ^ seed;
             if spec.choices <= 1 {

@@ -20,14 +20,12 @@ fn basis_row(
     storage: ScalarStorage,
     scalar_lr: f32,
 ) {
-    let c = BasisConfig {
-        dim: DIM,
-        direction,
-        scalar_storage: storage,
-        scalar_lr,
-        row_index: RowIndex::Dense { rows: n },
-        ..BasisConfig::default()
-    };
+    let c = BasisConfig::default()
+        .with_dim(DIM)
+        .with_direction(direction)
+        .with_scalar_storage(storage)
+        .with_scalar_lr(scalar_lr)
+        .with_row_index(RowIndex::Dense { rows: n });
     let opt = Basis::new(c, OneChoice::new(b, 1).expect("b > 0")).expect("valid");
     let m = opt.memory();
     println!(
@@ -42,22 +40,22 @@ fn main() {
     let n = 1_000_000u64;
     println!("| configuration | N | N/B | state bytes | bytes/row |");
     println!("|---|---|---|---|---|");
-    let adam = ExactAdam::new(AdamConfig {
-        dim: DIM,
-        row_index: RowIndex::Dense { rows: n },
-        ..AdamConfig::default()
-    })
+    let adam = ExactAdam::new(
+        AdamConfig::default()
+            .with_dim(DIM)
+            .with_row_index(RowIndex::Dense { rows: n }),
+    )
     .expect("valid");
     println!(
         "| exact Adam | {n} | - | {} | {:.3} |",
         adam.memory().total_bytes,
         adam.memory().bytes_per_row(n)
     );
-    let ada = RowwiseAdagrad::new(AdagradConfig {
-        dim: DIM,
-        row_index: RowIndex::Dense { rows: n },
-        ..AdagradConfig::default()
-    })
+    let ada = RowwiseAdagrad::new(
+        AdagradConfig::default()
+            .with_dim(DIM)
+            .with_row_index(RowIndex::Dense { rows: n }),
+    )
     .expect("valid");
     println!(
         "| row-wise AdaGrad | {n} | - | {} | {:.3} |",
@@ -130,13 +128,11 @@ fn main() {
     );
 
     // Two-choice: the remembered choice (dense ids) is added by the bucketer.
-    let c = BasisConfig {
-        dim: DIM,
-        direction: Direction::Shared,
-        scalar_storage: ScalarStorage::LogU8,
-        row_index: RowIndex::Dense { rows: n },
-        ..BasisConfig::default()
-    };
+    let c = BasisConfig::default()
+        .with_dim(DIM)
+        .with_direction(Direction::Shared)
+        .with_scalar_storage(ScalarStorage::LogU8)
+        .with_row_index(RowIndex::Dense { rows: n });
     let h = DChoice::dense(n, 10_000, 2, 1).expect("valid");
     let opt = Basis::new(c, h).expect("valid");
     let m = opt.memory();
@@ -149,12 +145,10 @@ fn main() {
 
     // Sparse row state: the hash-map index after 100k distinct rows.
     let rows = 100_000u64;
-    let c = BasisConfig {
-        dim: DIM,
-        direction: Direction::RowScaled,
-        scalar_storage: ScalarStorage::LogU8,
-        ..BasisConfig::default()
-    };
+    let c = BasisConfig::default()
+        .with_dim(DIM)
+        .with_direction(Direction::RowScaled)
+        .with_scalar_storage(ScalarStorage::LogU8);
     let mut opt = Basis::new(c, OneChoice::new(100, 1).expect("b > 0")).expect("valid");
     let mut table = vec![0.0f32; rows as usize * DIM];
     let ids: Vec<u64> = (0..rows).collect();

@@ -83,14 +83,12 @@ fn basis(
     scalar_lr: f32,
     rows: usize,
 ) -> Box<dyn SparseOptimizer> {
-    let c = BasisConfig {
-        dim: DIM,
-        direction,
-        scalar_storage: storage,
-        scalar_lr,
-        row_index: RowIndex::Dense { rows: rows as u64 },
-        ..BasisConfig::default()
-    };
+    let c = BasisConfig::default()
+        .with_dim(DIM)
+        .with_direction(direction)
+        .with_scalar_storage(storage)
+        .with_scalar_lr(scalar_lr)
+        .with_row_index(RowIndex::Dense { rows: rows as u64 });
     Box::new(Basis::new(c, OneChoice::new(BUCKETS, 7).expect("buckets > 0")).expect("valid config"))
 }
 
@@ -211,22 +209,18 @@ fn bench(c: &mut Criterion) {
         (
             "exact-adam",
             Box::new(move || {
-                let c = AdamConfig {
-                    dim: DIM,
-                    row_index: RowIndex::Dense { rows: rows as u64 },
-                    ..AdamConfig::default()
-                };
+                let c = AdamConfig::default()
+                    .with_dim(DIM)
+                    .with_row_index(RowIndex::Dense { rows: rows as u64 });
                 Box::new(ExactAdam::new(c).expect("valid")) as Box<dyn SparseOptimizer>
             }),
         ),
         (
             "rowwise-adagrad",
             Box::new(move || {
-                let c = AdagradConfig {
-                    dim: DIM,
-                    row_index: RowIndex::Dense { rows: rows as u64 },
-                    ..AdagradConfig::default()
-                };
+                let c = AdagradConfig::default()
+                    .with_dim(DIM)
+                    .with_row_index(RowIndex::Dense { rows: rows as u64 });
                 Box::new(RowwiseAdagrad::new(c).expect("valid")) as Box<dyn SparseOptimizer>
             }),
         ),

@@ -14,9 +14,22 @@ use crate::state::{Reader, Writer, kind};
 use crate::store::ScalarStore;
 use crate::table::RowAccess;
 
-/// Hyper-parameters of [`RowwiseAdagrad`] (FBGEMM's defaults).
+/// Hyper-parameters of [`RowwiseAdagrad`] (FBGEMM's defaults);
+/// `#[non_exhaustive]`, built from [`Default`] with the `with_*` setters.
+///
+/// ```
+/// use basis_core::{AdagradConfig, RowIndex};
+///
+/// let config = AdagradConfig::default()
+///     .with_dim(8)
+///     .with_lr(0.05)
+///     .with_row_index(RowIndex::Dense { rows: 1000 });
+/// assert_eq!(config.validate(), Ok(()));
+/// assert!(config.with_lr(-1.0).validate().is_err());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct AdagradConfig {
     /// Row dimension.
     pub dim: usize,
@@ -33,6 +46,16 @@ pub struct AdagradConfig {
     /// Dense or sparse row state.
     pub row_index: RowIndex,
 }
+
+with_setters!(AdagradConfig {
+    with_dim => dim: usize,
+    with_lr => lr: f32,
+    with_eps => eps: f32,
+    with_weight_decay => weight_decay: f32,
+    with_nonfinite => nonfinite: NonFinitePolicy,
+    with_grad_clip => grad_clip: Option<f32>,
+    with_row_index => row_index: RowIndex,
+});
 
 impl Default for AdagradConfig {
     fn default() -> Self {
@@ -78,7 +101,7 @@ impl AdagradConfig {
 /// ```
 /// use basis_core::{AdagradConfig, DenseTable, RowwiseAdagrad, SparseOptimizer};
 ///
-/// let mut opt = RowwiseAdagrad::new(AdagradConfig { dim: 2, ..AdagradConfig::default() })?;
+/// let mut opt = RowwiseAdagrad::new(AdagradConfig::default().with_dim(2))?;
 /// let mut w = vec![1.0f32; 4]; // two rows of dim 2
 /// opt.step(&[1], &[0.5, -0.5], &mut DenseTable::new(&mut w, 2)?)?;
 /// assert_eq!(&w[..2], &[1.0, 1.0]); // row 0 untouched

@@ -15,9 +15,21 @@ use crate::state::{Reader, Writer, kind};
 use crate::store::{SlotIndex, try_filled};
 use crate::table::RowAccess;
 
-/// Hyper-parameters of [`ExactAdam`] (PyTorch's defaults).
+/// Hyper-parameters of [`ExactAdam`] (PyTorch's defaults);
+/// `#[non_exhaustive]`, built from [`Default`] with the `with_*` setters.
+///
+/// ```
+/// use basis_core::AdamConfig;
+///
+/// let config = AdamConfig::default()
+///     .with_dim(8)
+///     .with_weight_decay(0.01)
+///     .with_grad_clip(Some(1.0));
+/// assert_eq!(config.validate(), Ok(()));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct AdamConfig {
     /// Row dimension.
     pub dim: usize,
@@ -40,6 +52,19 @@ pub struct AdamConfig {
     /// Dense or sparse row state.
     pub row_index: RowIndex,
 }
+
+with_setters!(AdamConfig {
+    with_dim => dim: usize,
+    with_lr => lr: f32,
+    with_beta1 => beta1: f32,
+    with_beta2 => beta2: f32,
+    with_eps => eps: f32,
+    with_weight_decay => weight_decay: f32,
+    with_bias_correction => bias_correction: bool,
+    with_nonfinite => nonfinite: NonFinitePolicy,
+    with_grad_clip => grad_clip: Option<f32>,
+    with_row_index => row_index: RowIndex,
+});
 
 impl Default for AdamConfig {
     fn default() -> Self {
@@ -93,7 +118,7 @@ impl AdamConfig {
 /// ```
 /// use basis_core::{AdamConfig, DenseTable, ExactAdam, SparseOptimizer};
 ///
-/// let mut opt = ExactAdam::new(AdamConfig { dim: 2, lr: 0.1, ..AdamConfig::default() })?;
+/// let mut opt = ExactAdam::new(AdamConfig::default().with_dim(2).with_lr(0.1))?;
 /// let mut w = vec![0.0f32; 4];
 /// opt.step(&[0], &[1.0, -1.0], &mut DenseTable::new(&mut w, 2)?)?;
 /// // Adam's first bias-corrected step moves each coordinate by about lr.

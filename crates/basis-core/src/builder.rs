@@ -3,12 +3,16 @@
 //!
 //! The learned-scalar modes ([`Direction::Shared`], [`Direction::Signed`],
 //! [`Direction::OwnGradient`]) read the scalar options (`scalar_lr`,
-//! `scalar_clip`, `scalar_rule`, `scalar_lr_schedule`) and never the
-//! row-scale ones; [`Direction::RowScaled`] is the other way round.
+//! `scalar_clip`, `scalar_rule`, `scalar_lr_schedule`) and the bucket
+//! moments' `betas` and `bias_correction`, never the row-scale ones;
+//! [`Direction::RowScaled`] is the other way round. What a builder cannot
+//! rule out by type (options a frozen scalar, `scalar_lr(0.0)`, leaves
+//! unread) `build` refuses with [`ConfigError::Ignored`], as
+//! [`BasisConfig::validate`] does for a configuration built by hand.
 
 use crate::config::{
-    Accumulate, BasisConfig, Direction, NonFinitePolicy, RowIndex, ScalarLrSchedule, ScalarRule,
-    ScalarStorage, TablePrecision,
+    Accumulate, BasisConfig, Direction, NonFinitePolicy, Profile, RowIndex, ScalarLrSchedule,
+    ScalarRule, ScalarStorage, TablePrecision,
 };
 use crate::error::ConfigError;
 
@@ -39,6 +43,17 @@ pub struct LearnedScalarBuilder(BasisConfig);
 /// ```compile_fail
 /// // Does not compile: RowScaled has no learned scalar to give a rate.
 /// let config = basis_core::BasisConfig::row_scaled(8).scalar_lr(0.1).build();
+/// ```
+///
+/// ```compile_fail
+/// // Does not compile: RowScaled keeps no Adam moments.
+/// let config = basis_core::BasisConfig::row_scaled(8).betas(0.9, 0.99).build();
+/// ```
+///
+/// ```compile_fail
+/// // Does not compile: only RowScaled reads the row-scale options.
+/// use basis_core::{Accumulate, BasisConfig};
+/// let config = BasisConfig::shared(8).accumulate(Accumulate::Sum).build();
 /// ```
 ///
 /// ```
@@ -117,6 +132,19 @@ impl LearnedScalarBuilder {
         self.0.scalar_lr_schedule = schedule;
         self
     }
+
+    /// Moment decays β1 and β2 of the bucket tables.
+    pub fn betas(mut self, beta1: f32, beta2: f32) -> Self {
+        self.0.beta1 = beta1;
+        self.0.beta2 = beta2;
+        self
+    }
+
+    /// Adam bias correction from each bucket's step count.
+    pub fn bias_correction(mut self, on: bool) -> Self {
+        self.0.bias_correction = on;
+        self
+    }
 }
 
 impl RowScaledBuilder {
@@ -131,6 +159,12 @@ impl RowScaledBuilder {
         self.0.row_scale.log2_range = (min, max);
         self
     }
+
+    /// How the bucket profile shapes a row's step across its dimensions.
+    pub fn profile(mut self, profile: Profile) -> Self {
+        self.0.row_scale.profile = profile;
+        self
+    }
 }
 
 /// The options every mode reads, on both builders.
@@ -143,13 +177,6 @@ macro_rules! common_options {
                 self
             }
 
-            /// Moment decays β1 and β2.
-            pub fn betas(mut self, beta1: f32, beta2: f32) -> Self {
-                self.0.beta1 = beta1;
-                self.0.beta2 = beta2;
-                self
-            }
-
             /// ε added to `√V̂`.
             pub fn eps(mut self, eps: f32) -> Self {
                 self.0.eps = eps;
@@ -159,12 +186,6 @@ macro_rules! common_options {
             /// Decoupled weight decay λ.
             pub fn weight_decay(mut self, weight_decay: f32) -> Self {
                 self.0.weight_decay = weight_decay;
-                self
-            }
-
-            /// Adam bias correction from each bucket's step count.
-            pub fn bias_correction(mut self, on: bool) -> Self {
-                self.0.bias_correction = on;
                 self
             }
 

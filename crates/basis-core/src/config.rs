@@ -5,7 +5,7 @@ use crate::error::ConfigError;
 /// What row `i` moves along.
 ///
 /// Every mode keeps optimizer memory at `O(B·d + N·bytes(row scalar))`.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum Direction {
@@ -105,6 +105,56 @@ impl TablePrecision {
     }
 }
 
+/// A [`BasisConfig`] option, as named by [`ConfigError::Ignored`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigOption {
+    /// [`BasisConfig::beta1`].
+    Beta1,
+    /// [`BasisConfig::beta2`].
+    Beta2,
+    /// [`BasisConfig::bias_correction`].
+    BiasCorrection,
+    /// [`BasisConfig::scalar_lr`].
+    ScalarLr,
+    /// [`BasisConfig::scalar_clip`].
+    ScalarClip,
+    /// [`BasisConfig::scalar_rule`].
+    ScalarRule,
+    /// [`BasisConfig::scalar_lr_schedule`].
+    ScalarLrSchedule,
+    /// [`BasisConfig::scalar_storage`].
+    ScalarStorage,
+    /// [`RowScaleConfig::accumulate`].
+    Accumulate,
+    /// [`RowScaleConfig::log2_range`].
+    Log2Range,
+    /// [`RowScaleConfig::profile`].
+    Profile,
+    /// [`Profile::lead`].
+    ProfileLead,
+}
+
+impl ConfigOption {
+    /// The option's path in [`BasisConfig`], e.g. `"row_scale.profile.lead"`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Beta1 => "beta1",
+            Self::Beta2 => "beta2",
+            Self::BiasCorrection => "bias_correction",
+            Self::ScalarLr => "scalar_lr",
+            Self::ScalarClip => "scalar_clip",
+            Self::ScalarRule => "scalar_rule",
+            Self::ScalarLrSchedule => "scalar_lr_schedule",
+            Self::ScalarStorage => "scalar_storage",
+            Self::Accumulate => "row_scale.accumulate",
+            Self::Log2Range => "row_scale.log2_range",
+            Self::Profile => "row_scale.profile",
+            Self::ProfileLead => "row_scale.profile.lead",
+        }
+    }
+}
+
 /// What happens to a row whose (summed) gradient holds a NaN or an infinity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -144,9 +194,21 @@ pub enum Accumulate {
     },
 }
 
-/// Options of the `RowScaled` direction.
+/// Options of the `RowScaled` direction (`#[non_exhaustive]`: build it from
+/// [`Default`] with the `with_*` setters).
+///
+/// ```
+/// use basis_core::{Accumulate, BasisConfig, Profile, RowScaleConfig};
+///
+/// let row_scale = RowScaleConfig::default()
+///     .with_accumulate(Accumulate::Ema { beta: 0.99 })
+///     .with_profile(Profile::default().with_power(0.5));
+/// let config = BasisConfig::default().with_dim(8).with_row_scale(row_scale);
+/// assert_eq!(config.validate(), Ok(()));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct RowScaleConfig {
     /// Sum (AdaGrad) or EMA.
     pub accumulate: Accumulate,
@@ -157,6 +219,12 @@ pub struct RowScaleConfig {
     /// How the bucket profile shapes a row's step across its dimensions.
     pub profile: Profile,
 }
+
+with_setters!(RowScaleConfig {
+    with_accumulate => accumulate: Accumulate,
+    with_log2_range => log2_range: (f32, f32),
+    with_profile => profile: Profile,
+});
 
 impl Default for RowScaleConfig {
     fn default() -> Self {
@@ -178,7 +246,16 @@ impl Default for RowScaleConfig {
 /// larger step than AdaGrad would. `lead` splits off the first dimensions as
 /// their own group, so each group keeps AdaGrad's overall step and the
 /// profile only shapes dimensions within a group.
+///
+/// `#[non_exhaustive]`: build it from [`Default`] with the `with_*` setters,
+/// e.g. a factorization machine's row `[w, v_1..v_k]`:
+///
+/// ```
+/// let fm = basis_core::Profile::default().with_lead(1);
+/// assert_eq!((fm.power, fm.lead), (1.0, 1));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct Profile {
     /// Exponent of the normalised profile: 1 = the full profile, 0 = none
     /// (row-wise AdaGrad with the row's `G_i`), between = shrunk toward 1.
@@ -189,6 +266,12 @@ pub struct Profile {
     /// `√(V̂+ε²)` instead of `√V̂+ε` (ε inside the root).
     pub eps_inside: bool,
 }
+
+with_setters!(Profile {
+    with_power => power: f32,
+    with_lead => lead: usize,
+    with_eps_inside => eps_inside: bool,
+});
 
 impl Default for Profile {
     fn default() -> Self {
@@ -201,8 +284,34 @@ impl Default for Profile {
 }
 
 /// Hyper-parameters of [`Basis`](crate::Basis). `Default` holds the reference values.
+///
+/// The struct is `#[non_exhaustive]` (options will be added): build it with
+/// a per-mode builder ([`BasisConfig::row_scaled`], [`BasisConfig::shared`],
+/// [`BasisConfig::signed`], [`BasisConfig::own_gradient`]), which offers only
+/// the options its mode reads, or from [`Default`] with the `with_*`
+/// setters, checked by [`BasisConfig::validate`] (which refuses an option
+/// the mode ignores, [`ConfigError::Ignored`]).
+///
+/// ```
+/// use basis_core::{BasisConfig, ConfigError, ConfigOption, Direction, RowIndex};
+///
+/// let config = BasisConfig::default()
+///     .with_dim(4)
+///     .with_direction(Direction::Shared)
+///     .with_scalar_lr(0.05)
+///     .with_row_index(RowIndex::Dense { rows: 100 });
+/// assert_eq!(config.validate(), Ok(()));
+///
+/// // RowScaled has no learned scalar: a rate for it is refused by name.
+/// let ignored = config.with_direction(Direction::RowScaled).validate();
+/// assert!(matches!(
+///     ignored,
+///     Err(ConfigError::Ignored { option: ConfigOption::ScalarLr, .. })
+/// ));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct BasisConfig {
     /// Row dimension `d`.
     pub dim: usize,
@@ -245,6 +354,29 @@ pub struct BasisConfig {
     /// Seed of the sign hash and of stochastic rounding.
     pub seed: u64,
 }
+
+with_setters!(BasisConfig {
+    with_dim => dim: usize,
+    with_lr => lr: f32,
+    with_beta1 => beta1: f32,
+    with_beta2 => beta2: f32,
+    with_eps => eps: f32,
+    with_weight_decay => weight_decay: f32,
+    with_bias_correction => bias_correction: bool,
+    with_direction => direction: Direction,
+    with_scalar_lr => scalar_lr: f32,
+    with_scalar_clip => scalar_clip: (f32, f32),
+    with_scalar_rule => scalar_rule: ScalarRule,
+    with_scalar_lr_schedule => scalar_lr_schedule: ScalarLrSchedule,
+    with_scalar_storage => scalar_storage: ScalarStorage,
+    with_table_precision => table_precision: TablePrecision,
+    with_bf16_eps_floor => bf16_eps_floor: f32,
+    with_nonfinite => nonfinite: NonFinitePolicy,
+    with_grad_clip => grad_clip: Option<f32>,
+    with_row_scale => row_scale: RowScaleConfig,
+    with_row_index => row_index: RowIndex,
+    with_seed => seed: u64,
+});
 
 impl Default for BasisConfig {
     fn default() -> Self {
@@ -336,7 +468,82 @@ impl BasisConfig {
         if !(a.is_finite() && b.is_finite() && a < b && a > -126.0 && b < 127.0) {
             return Err(ConfigError::RowScaleRange);
         }
-        Ok(())
+        match self.ignored_option() {
+            Some(option) => Err(ConfigError::Ignored {
+                option,
+                direction: self.direction,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The first option that differs from its [`Default`] value although
+    /// this configuration never reads it (see [`ConfigError::Ignored`]).
+    fn ignored_option(&self) -> Option<ConfigOption> {
+        use ConfigOption as O;
+        let d = Self::default();
+        let scalar = [
+            // 0 ("no scalar learning") states what RowScaled does anyway.
+            (
+                O::ScalarLr,
+                self.scalar_lr == d.scalar_lr || self.scalar_lr == 0.0,
+            ),
+            (O::ScalarClip, self.scalar_clip == d.scalar_clip),
+            (O::ScalarRule, self.scalar_rule == d.scalar_rule),
+            (
+                O::ScalarLrSchedule,
+                self.scalar_lr_schedule == d.scalar_lr_schedule,
+            ),
+        ];
+        let first_set = |opts: &[(ConfigOption, bool)]| {
+            opts.iter()
+                .find(|&&(_, unchanged)| !unchanged)
+                .map(|&(o, _)| o)
+        };
+        if self.direction == Direction::RowScaled {
+            let moments = [
+                (O::Beta1, self.beta1 == d.beta1),
+                (O::Beta2, self.beta2 == d.beta2),
+                (O::BiasCorrection, self.bias_correction == d.bias_correction),
+            ];
+            let lead = [(
+                O::ProfileLead,
+                self.row_scale.profile.power != 0.0 || self.row_scale.profile.lead == 0,
+            )];
+            return first_set(&scalar)
+                .or_else(|| first_set(&moments))
+                .or_else(|| first_set(&lead));
+        }
+        let r = self.row_scale;
+        let dr = d.row_scale;
+        let row_scale = [
+            (O::Accumulate, r.accumulate == dr.accumulate),
+            (O::Log2Range, r.log2_range == dr.log2_range),
+            (O::Profile, r.profile == dr.profile),
+        ];
+        if let Some(o) = first_set(&row_scale) {
+            return Some(o);
+        }
+        if self.scalar_lr == 0.0 {
+            // Frozen scalars: every s_i stays 1 and none is stored.
+            let frozen = [
+                (O::ScalarClip, self.scalar_clip == d.scalar_clip),
+                (O::ScalarRule, self.scalar_rule == d.scalar_rule),
+                (
+                    O::ScalarLrSchedule,
+                    self.scalar_lr_schedule == d.scalar_lr_schedule,
+                ),
+                (O::ScalarStorage, self.scalar_storage == d.scalar_storage),
+                // OwnGradient keeps a bucket M only as a learning scalar's
+                // reference direction.
+                (
+                    O::Beta1,
+                    self.direction != Direction::OwnGradient || self.beta1 == d.beta1,
+                ),
+            ];
+            return first_set(&frozen);
+        }
+        None
     }
 
     /// The ε in use: raised to `bf16_eps_floor` for bf16 tables.

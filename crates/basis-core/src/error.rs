@@ -2,6 +2,8 @@
 
 use core::fmt;
 
+use crate::config::{ConfigOption, Direction};
+
 /// A configuration value is out of its valid range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -30,6 +32,19 @@ pub enum ConfigError {
     Profile,
     /// The bucketer has zero buckets.
     NoBuckets,
+    /// `option` differs from its [`Default`](crate::BasisConfig::default)
+    /// value (for `scalar_lr` under `RowScaled`: is neither the default nor
+    /// 0), but this configuration never reads it: the `RowScaled`
+    /// direction has no learned scalar and no Adam moments; the
+    /// learned-scalar directions have no row-scale options; `scalar_lr = 0`
+    /// freezes (and stores no) row scalars; a profile of power 0 has no
+    /// `lead` group. Refused so a setting cannot silently do nothing.
+    Ignored {
+        /// The option set in vain.
+        option: ConfigOption,
+        /// The configuration's direction.
+        direction: Direction,
+    },
     /// The state this configuration needs up front (dense per-row state,
     /// bucket tables) does not fit: its size overflows the address space or
     /// the allocator refused it. Nothing was allocated.
@@ -46,6 +61,10 @@ impl fmt::Display for ConfigError {
             Self::AllocationFailed { bytes } => {
                 return write!(f, "cannot allocate {bytes} bytes of optimizer state");
             }
+            Self::Ignored { option, direction } => {
+                let why = ignored_because(*option, *direction);
+                return write!(f, "`{}` does nothing here: {why}", option.name());
+            }
             Self::ZeroDim => "row dimension must be at least 1",
             Self::LearningRate => "learning rate must be finite and > 0",
             Self::Beta => "beta must be in [0, 1)",
@@ -60,6 +79,25 @@ impl fmt::Display for ConfigError {
             Self::NoBuckets => "the bucketer must have at least one bucket",
         };
         f.write_str(msg)
+    }
+}
+
+/// Why `option` is not read under `direction` (see [`ConfigError::Ignored`]).
+fn ignored_because(option: ConfigOption, direction: Direction) -> &'static str {
+    use ConfigOption as O;
+    match (direction, option) {
+        (Direction::RowScaled, O::ProfileLead) => "a profile of power 0 has no groups",
+        (Direction::RowScaled, O::Beta1 | O::Beta2 | O::BiasCorrection) => {
+            "the RowScaled direction keeps no Adam moments"
+        }
+        (Direction::RowScaled, _) => "the RowScaled direction has no learned row scalar",
+        (_, O::Accumulate | O::Log2Range | O::Profile | O::ProfileLead) => {
+            "only the RowScaled direction reads it"
+        }
+        (_, O::Beta1) => {
+            "OwnGradient keeps a first moment only for a learning scalar (scalar_lr > 0)"
+        }
+        _ => "scalar_lr = 0 freezes (and stores no) row scalars",
     }
 }
 

@@ -11,6 +11,24 @@
 
 extern crate alloc;
 
+/// `with_<field>` setters of a `#[non_exhaustive]` configuration: users in
+/// other crates cannot write its struct literal, so each field gets a
+/// chainable setter (`Config::default().with_lr(0.1)`).
+macro_rules! with_setters {
+    ($ty:ident { $($setter:ident => $field:ident: $t:ty),* $(,)? }) => {
+        impl $ty {
+            $(
+                #[doc = concat!("This configuration with [`", stringify!($field), "`](Self::", stringify!($field), ") set to `", stringify!($field), "`.")]
+                #[must_use]
+                pub const fn $setter(mut self, $field: $t) -> Self {
+                    self.$field = $field;
+                    self
+                }
+            )*
+        }
+    };
+}
+
 mod adagrad;
 mod adam;
 mod basis;
@@ -44,8 +62,8 @@ pub use basis::{Basis, BucketView, sign_of};
 pub use batch::MAX_GRAD_ABS;
 pub use builder::{LearnedScalarBuilder, RowScaledBuilder};
 pub use config::{
-    Accumulate, BasisConfig, Direction, NonFinitePolicy, Profile, RowIndex, RowScaleConfig,
-    ScalarLrSchedule, ScalarRule, ScalarStorage, TablePrecision,
+    Accumulate, BasisConfig, ConfigOption, Direction, NonFinitePolicy, Profile, RowIndex,
+    RowScaleConfig, ScalarLrSchedule, ScalarRule, ScalarStorage, TablePrecision,
 };
 pub use error::{ConfigError, GrowError, StateError, StateField, StepError, TableError};
 pub use optimizer::SparseOptimizer;

@@ -6,8 +6,8 @@
 use balanced_hash::{Bucketer, DChoice, OneChoice};
 use basis_core::{
     Accumulate, AdagradConfig, AdamConfig, Basis, BasisConfig, ConfigError, DenseTable, Direction,
-    ExactAdam, RowAccess, RowIndex, RowScaleConfig, RowwiseAdagrad, ScalarLrSchedule,
-    ScalarStorage, Sgd, SparseOptimizer, TableError, TablePrecision,
+    ExactAdam, RowAccess, RowIndex, RowwiseAdagrad, ScalarLrSchedule, ScalarStorage, Sgd,
+    SparseOptimizer, TableError, TablePrecision,
 };
 
 #[test]
@@ -35,75 +35,30 @@ fn config_validation_names_the_bad_value() {
     let ok = BasisConfig::default();
     assert_eq!(ok.validate(), Ok(()));
     let cases = [
-        (BasisConfig { dim: 0, ..ok }, ConfigError::ZeroDim),
+        (ok.with_dim(0), ConfigError::ZeroDim),
+        (ok.with_lr(f32::NAN), ConfigError::LearningRate),
+        (ok.with_lr(0.0), ConfigError::LearningRate),
+        (ok.with_beta1(1.0), ConfigError::Beta),
+        (ok.with_beta2(-0.1), ConfigError::Beta),
+        (ok.with_eps(0.0), ConfigError::Epsilon),
+        (ok.with_weight_decay(-1.0), ConfigError::WeightDecay),
         (
-            BasisConfig { lr: f32::NAN, ..ok },
-            ConfigError::LearningRate,
-        ),
-        (BasisConfig { lr: 0.0, ..ok }, ConfigError::LearningRate),
-        (BasisConfig { beta1: 1.0, ..ok }, ConfigError::Beta),
-        (BasisConfig { beta2: -0.1, ..ok }, ConfigError::Beta),
-        (BasisConfig { eps: 0.0, ..ok }, ConfigError::Epsilon),
-        (
-            BasisConfig {
-                weight_decay: -1.0,
-                ..ok
-            },
-            ConfigError::WeightDecay,
-        ),
-        (
-            BasisConfig {
-                scalar_lr: f32::INFINITY,
-                ..ok
-            },
+            ok.with_scalar_lr(f32::INFINITY),
             ConfigError::ScalarLearningRate,
         ),
+        (ok.with_scalar_clip((1.5, 2.0)), ConfigError::ScalarClip),
+        (ok.with_scalar_clip((0.0, 2.0)), ConfigError::ScalarClip),
+        (ok.with_grad_clip(Some(0.0)), ConfigError::GradClip),
         (
-            BasisConfig {
-                scalar_clip: (1.5, 2.0),
-                ..ok
-            },
-            ConfigError::ScalarClip,
-        ),
-        (
-            BasisConfig {
-                scalar_clip: (0.0, 2.0),
-                ..ok
-            },
-            ConfigError::ScalarClip,
-        ),
-        (
-            BasisConfig {
-                grad_clip: Some(0.0),
-                ..ok
-            },
-            ConfigError::GradClip,
-        ),
-        (
-            BasisConfig {
-                scalar_lr_schedule: ScalarLrSchedule::InverseFrequency { power: -1.0 },
-                ..ok
-            },
+            ok.with_scalar_lr_schedule(ScalarLrSchedule::InverseFrequency { power: -1.0 }),
             ConfigError::FrequencyPower,
         ),
         (
-            BasisConfig {
-                row_scale: RowScaleConfig {
-                    accumulate: Accumulate::Ema { beta: 1.0 },
-                    ..ok.row_scale
-                },
-                ..ok
-            },
+            ok.with_row_scale(ok.row_scale.with_accumulate(Accumulate::Ema { beta: 1.0 })),
             ConfigError::Beta,
         ),
         (
-            BasisConfig {
-                row_scale: RowScaleConfig {
-                    log2_range: (3.0, 3.0),
-                    ..ok.row_scale
-                },
-                ..ok
-            },
+            ok.with_row_scale(ok.row_scale.with_log2_range((3.0, 3.0))),
             ConfigError::RowScaleRange,
         ),
     ];
@@ -113,19 +68,11 @@ fn config_validation_names_the_bad_value() {
         assert!(!e.to_string().is_empty());
     }
     assert_eq!(
-        AdamConfig {
-            beta2: 1.0,
-            ..AdamConfig::default()
-        }
-        .validate(),
+        AdamConfig::default().with_beta2(1.0).validate(),
         Err(ConfigError::Beta)
     );
     assert_eq!(
-        AdagradConfig {
-            eps: -1.0,
-            ..AdagradConfig::default()
-        }
-        .validate(),
+        AdagradConfig::default().with_eps(-1.0).validate(),
         Err(ConfigError::Epsilon)
     );
     assert_eq!(Sgd::new(0, 0.1).unwrap_err(), ConfigError::ZeroDim);
@@ -134,20 +81,14 @@ fn config_validation_names_the_bad_value() {
 
 #[test]
 fn bf16_tables_raise_epsilon() {
-    let c = BasisConfig {
-        eps: 1e-8,
-        table_precision: TablePrecision::Bf16,
-        ..BasisConfig::default()
-    };
+    let c = BasisConfig::default()
+        .with_eps(1e-8)
+        .with_table_precision(TablePrecision::Bf16);
     assert_eq!(c.effective_eps(), c.bf16_eps_floor);
-    let c = BasisConfig { eps: 1e-3, ..c };
+    let c = c.with_eps(1e-3);
     assert_eq!(c.effective_eps(), 1e-3);
     assert_eq!(
-        BasisConfig {
-            table_precision: TablePrecision::F32,
-            ..c
-        }
-        .effective_eps(),
+        c.with_table_precision(TablePrecision::F32).effective_eps(),
         1e-3
     );
 }
@@ -156,12 +97,12 @@ fn bf16_tables_raise_epsilon() {
 #[test]
 fn baselines_match_hand_computation() {
     let mut data = vec![1.0f32, 2.0];
-    let mut ada = RowwiseAdagrad::new(AdagradConfig {
-        dim: 2,
-        lr: 0.1,
-        eps: 1e-8,
-        ..AdagradConfig::default()
-    })
+    let mut ada = RowwiseAdagrad::new(
+        AdagradConfig::default()
+            .with_dim(2)
+            .with_lr(0.1)
+            .with_eps(1e-8),
+    )
     .unwrap();
     ada.step(
         &[0],
@@ -175,12 +116,7 @@ fn baselines_match_hand_computation() {
     assert_eq!(data, vec![1.0 - mult * 3.0, 2.0 - mult * 4.0]);
 
     let mut data = vec![1.0f32];
-    let mut adam = ExactAdam::new(AdamConfig {
-        dim: 1,
-        lr: 0.5,
-        ..AdamConfig::default()
-    })
-    .unwrap();
+    let mut adam = ExactAdam::new(AdamConfig::default().with_dim(1).with_lr(0.5)).unwrap();
     adam.step(
         &[0, 0],
         &[0.25, 0.75],
@@ -209,12 +145,12 @@ fn baselines_match_hand_computation() {
 #[test]
 fn gradient_clip_bounds_the_row_norm() {
     let mut data = vec![0.0f32; 2];
-    let mut sgd_like = RowwiseAdagrad::new(AdagradConfig {
-        dim: 2,
-        lr: 1.0,
-        grad_clip: Some(1.0),
-        ..AdagradConfig::default()
-    })
+    let mut sgd_like = RowwiseAdagrad::new(
+        AdagradConfig::default()
+            .with_dim(2)
+            .with_lr(1.0)
+            .with_grad_clip(Some(1.0)),
+    )
     .unwrap();
     sgd_like
         .step(
@@ -230,13 +166,11 @@ fn gradient_clip_bounds_the_row_norm() {
 /// RowScaled: `V̂_ij = G_i·C_bj/mean_j C_bj` on a single hand-checked step.
 #[test]
 fn row_scaled_step_by_hand() {
-    let c = BasisConfig {
-        dim: 2,
-        lr: 0.1,
-        eps: 1e-8,
-        direction: Direction::RowScaled,
-        ..BasisConfig::default()
-    };
+    let c = BasisConfig::default()
+        .with_dim(2)
+        .with_lr(0.1)
+        .with_eps(1e-8)
+        .with_direction(Direction::RowScaled);
     let mut opt = Basis::new(c, OneChoice::new(1, 1).unwrap()).unwrap();
     let mut data = vec![0.0f32; 4];
     opt.step(
@@ -262,12 +196,10 @@ fn row_scaled_step_by_hand() {
 #[test]
 fn diagnostics_and_d_choice() {
     let rows = 64u64;
-    let c = BasisConfig {
-        dim: 2,
-        direction: Direction::Shared,
-        row_index: RowIndex::Dense { rows },
-        ..BasisConfig::default()
-    };
+    let c = BasisConfig::default()
+        .with_dim(2)
+        .with_direction(Direction::Shared)
+        .with_row_index(RowIndex::Dense { rows });
     let h = DChoice::dense(rows, 8, 2, 3).unwrap();
     let mut opt = Basis::new(c, h).unwrap();
     let mut data = vec![0.0f32; rows as usize * 2];
@@ -306,10 +238,7 @@ fn a_broken_bucketer_is_an_error() {
             key as u32
         }
     }
-    let c = BasisConfig {
-        dim: 1,
-        ..BasisConfig::default()
-    };
+    let c = BasisConfig::default().with_dim(1);
     let mut opt = Basis::new(c, Broken).unwrap();
     let mut data = vec![0.0f32; 8];
     let before = opt.export_state();
@@ -340,12 +269,10 @@ fn a_broken_bucketer_is_an_error() {
 #[test]
 fn dense_state_that_does_not_fit_is_a_typed_error() {
     for (rows, scalar_bytes) in [(u64::MAX, 4u128), (1 << 40, 4)] {
-        let c = BasisConfig {
-            dim: 4,
-            scalar_storage: ScalarStorage::F32,
-            row_index: RowIndex::Dense { rows },
-            ..BasisConfig::default()
-        };
+        let c = BasisConfig::default()
+            .with_dim(4)
+            .with_scalar_storage(ScalarStorage::F32)
+            .with_row_index(RowIndex::Dense { rows });
         let e = Basis::new(c, OneChoice::new(8, 1).unwrap()).unwrap_err();
         assert_eq!(
             e,
@@ -357,22 +284,22 @@ fn dense_state_that_does_not_fit_is_a_typed_error() {
             e.to_string().contains(&(u128::from(rows) * 4).to_string()),
             "{e}"
         );
-        let adam = ExactAdam::new(AdamConfig {
-            dim: 4,
-            row_index: RowIndex::Dense { rows },
-            ..AdamConfig::default()
-        });
+        let adam = ExactAdam::new(
+            AdamConfig::default()
+                .with_dim(4)
+                .with_row_index(RowIndex::Dense { rows }),
+        );
         assert_eq!(
             adam.unwrap_err(),
             ConfigError::AllocationFailed {
                 bytes: u128::from(rows) * 4 * 4
             }
         );
-        let adagrad = RowwiseAdagrad::new(AdagradConfig {
-            dim: 4,
-            row_index: RowIndex::Dense { rows },
-            ..AdagradConfig::default()
-        });
+        let adagrad = RowwiseAdagrad::new(
+            AdagradConfig::default()
+                .with_dim(4)
+                .with_row_index(RowIndex::Dense { rows }),
+        );
         assert_eq!(
             adagrad.unwrap_err(),
             ConfigError::AllocationFailed {
@@ -381,10 +308,7 @@ fn dense_state_that_does_not_fit_is_a_typed_error() {
         );
     }
     // Bucket tables too: `dim` so large that `B·d` overflows.
-    let c = BasisConfig {
-        dim: usize::MAX / 2,
-        ..BasisConfig::default()
-    };
+    let c = BasisConfig::default().with_dim(usize::MAX / 2);
     assert!(matches!(
         Basis::new(c, OneChoice::new(8, 1).unwrap()),
         Err(ConfigError::AllocationFailed { .. })

@@ -19,33 +19,31 @@ const ROWS: u64 = 64;
 
 fn all(index: RowIndex) -> Vec<Box<dyn SparseOptimizer>> {
     let basis = |direction, storage| -> Box<dyn SparseOptimizer> {
-        let c = BasisConfig {
-            dim: DIM,
-            lr: 0.05,
-            direction,
-            scalar_storage: storage,
-            row_index: index,
-            ..BasisConfig::default()
-        };
+        let c = BasisConfig::default()
+            .with_dim(DIM)
+            .with_lr(0.05)
+            .with_direction(direction)
+            .with_scalar_storage(storage)
+            .with_row_index(index);
         Box::new(Basis::new(c, OneChoice::new(8, 3).unwrap()).unwrap())
     };
     vec![
         Box::new(
-            ExactAdam::new(AdamConfig {
-                dim: DIM,
-                lr: 0.01,
-                row_index: index,
-                ..AdamConfig::default()
-            })
+            ExactAdam::new(
+                AdamConfig::default()
+                    .with_dim(DIM)
+                    .with_lr(0.01)
+                    .with_row_index(index),
+            )
             .unwrap(),
         ),
         Box::new(
-            RowwiseAdagrad::new(AdagradConfig {
-                dim: DIM,
-                lr: 0.1,
-                row_index: index,
-                ..AdagradConfig::default()
-            })
+            RowwiseAdagrad::new(
+                AdagradConfig::default()
+                    .with_dim(DIM)
+                    .with_lr(0.1)
+                    .with_row_index(index),
+            )
             .unwrap(),
         ),
         Box::new(Sgd::new(DIM, 0.1).unwrap()),

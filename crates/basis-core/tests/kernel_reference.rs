@@ -188,48 +188,36 @@ fn reference_bucket(p: &KernelParams, job: BucketJob<'_>) {
 }
 
 fn configs(dim: usize, rows: u64) -> Vec<BasisConfig> {
-    let base = BasisConfig {
-        dim,
-        row_index: RowIndex::Dense { rows },
-        scalar_lr: 0.3,
-        weight_decay: 0.01,
-        ..BasisConfig::default()
-    };
+    let base = BasisConfig::default()
+        .with_dim(dim)
+        .with_row_index(RowIndex::Dense { rows })
+        .with_scalar_lr(0.3)
+        .with_weight_decay(0.01);
     let mut out = Vec::new();
     for direction in [Direction::Shared, Direction::Signed, Direction::OwnGradient] {
         for rule in [ScalarRule::Normalized, ScalarRule::Hypergradient] {
-            out.push(BasisConfig {
-                direction,
-                scalar_rule: rule,
-                scalar_lr: if rule == ScalarRule::Hypergradient {
-                    3e4
-                } else {
-                    0.3
-                },
-                ..base
-            });
+            out.push(
+                base.with_direction(direction)
+                    .with_scalar_rule(rule)
+                    .with_scalar_lr(if rule == ScalarRule::Hypergradient {
+                        3e4
+                    } else {
+                        0.3
+                    }),
+            );
         }
-        out.push(BasisConfig {
-            direction,
-            scalar_lr_schedule: ScalarLrSchedule::InverseFrequency { power: 0.5 },
-            ..base
-        });
-        out.push(BasisConfig {
-            direction,
-            scalar_lr: 0.0,
-            ..base
-        });
+        out.push(
+            base.with_direction(direction)
+                .with_scalar_lr_schedule(ScalarLrSchedule::InverseFrequency { power: 0.5 }),
+        );
+        out.push(base.with_direction(direction).with_scalar_lr(0.0));
     }
     for accumulate in [Accumulate::Sum, Accumulate::Ema { beta: 0.9 }] {
-        out.push(BasisConfig {
-            direction: Direction::RowScaled,
-            scalar_lr: 0.0,
-            row_scale: RowScaleConfig {
-                accumulate,
-                ..RowScaleConfig::default()
-            },
-            ..base
-        });
+        out.push(
+            base.with_direction(Direction::RowScaled)
+                .with_scalar_lr(0.0)
+                .with_row_scale(RowScaleConfig::default().with_accumulate(accumulate)),
+        );
     }
     out
 }

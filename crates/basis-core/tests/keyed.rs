@@ -76,23 +76,14 @@ fn optimizers(index: RowIndex) -> Vec<(&'static str, Box<dyn SparseOptimizer>)> 
         (
             "adam",
             Box::new(
-                ExactAdam::new(AdamConfig {
-                    dim: DIM,
-                    row_index: index,
-                    ..AdamConfig::default()
-                })
-                .unwrap(),
+                ExactAdam::new(AdamConfig::default().with_dim(DIM).with_row_index(index)).unwrap(),
             ),
         ),
         (
             "adagrad",
             Box::new(
-                RowwiseAdagrad::new(AdagradConfig {
-                    dim: DIM,
-                    row_index: index,
-                    ..AdagradConfig::default()
-                })
-                .unwrap(),
+                RowwiseAdagrad::new(AdagradConfig::default().with_dim(DIM).with_row_index(index))
+                    .unwrap(),
             ),
         ),
         ("sgd", Box::new(Sgd::new(DIM, 0.1).unwrap())),

@@ -16,7 +16,7 @@ mod common;
 use balanced_hash::OneChoice;
 use basis_core::{
     Accumulate, AdagradConfig, AdamConfig, Basis, BasisConfig, DenseTable, Direction, ExactAdam,
-    RowIndex, RowScaleConfig, RowwiseAdagrad, ScalarRule, ScalarStorage, Sgd, SparseOptimizer,
+    RowIndex, RowwiseAdagrad, ScalarRule, ScalarStorage, Sgd, SparseOptimizer,
 };
 use common::{Rng, Zipf};
 
@@ -117,15 +117,15 @@ fn basis_tuned(
     tweak: fn(BasisConfig) -> BasisConfig,
 ) -> Make {
     Box::new(move |lr| {
-        let c = tweak(BasisConfig {
-            dim: DIM,
-            lr,
-            direction,
-            scalar_storage: storage,
-            scalar_lr,
-            row_index: RowIndex::Dense { rows: N as u64 },
-            ..BasisConfig::default()
-        });
+        let c = tweak(
+            BasisConfig::default()
+                .with_dim(DIM)
+                .with_lr(lr)
+                .with_direction(direction)
+                .with_scalar_storage(storage)
+                .with_scalar_lr(scalar_lr)
+                .with_row_index(RowIndex::Dense { rows: N as u64 }),
+        );
         Box::new(Basis::new(c, OneChoice::new(B, 42).unwrap()).unwrap())
     })
 }
@@ -180,12 +180,10 @@ fn run_all(balanced: bool) -> Vec<Outcome> {
         (
             "exact-adam",
             Box::new(|lr| {
-                let c = AdamConfig {
-                    dim: DIM,
-                    lr,
-                    row_index: RowIndex::Dense { rows: N as u64 },
-                    ..AdamConfig::default()
-                };
+                let c = AdamConfig::default()
+                    .with_dim(DIM)
+                    .with_lr(lr)
+                    .with_row_index(RowIndex::Dense { rows: N as u64 });
                 Box::new(ExactAdam::new(c).unwrap()) as Box<dyn SparseOptimizer>
             }),
             &grid,
@@ -193,12 +191,10 @@ fn run_all(balanced: bool) -> Vec<Outcome> {
         (
             "rowwise-adagrad",
             Box::new(|lr| {
-                let c = AdagradConfig {
-                    dim: DIM,
-                    lr,
-                    row_index: RowIndex::Dense { rows: N as u64 },
-                    ..AdagradConfig::default()
-                };
+                let c = AdagradConfig::default()
+                    .with_dim(DIM)
+                    .with_lr(lr)
+                    .with_row_index(RowIndex::Dense { rows: N as u64 });
                 Box::new(RowwiseAdagrad::new(c).unwrap()) as Box<dyn SparseOptimizer>
             }),
             &grid,
@@ -211,10 +207,7 @@ fn run_all(balanced: bool) -> Vec<Outcome> {
         (
             "basis-shared-hypergradient",
             basis_tuned(Direction::Shared, ScalarStorage::F32, 1e4, |c| {
-                BasisConfig {
-                    scalar_rule: ScalarRule::Hypergradient,
-                    ..c
-                }
+                c.with_scalar_rule(ScalarRule::Hypergradient)
             }),
             &grid,
         ),
@@ -251,13 +244,7 @@ fn run_all(balanced: bool) -> Vec<Outcome> {
         (
             "basis-row-scaled-ema",
             basis_tuned(Direction::RowScaled, ScalarStorage::F32, 0.0, |c| {
-                BasisConfig {
-                    row_scale: RowScaleConfig {
-                        accumulate: Accumulate::Ema { beta: 0.999 },
-                        ..c.row_scale
-                    },
-                    ..c
-                }
+                c.with_row_scale(c.row_scale.with_accumulate(Accumulate::Ema { beta: 0.999 }))
             }),
             &grid,
         ),

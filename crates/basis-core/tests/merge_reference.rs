@@ -71,15 +71,14 @@ proptest! {
         let direction = [Direction::Shared, Direction::Signed, Direction::OwnGradient, Direction::RowScaled][which];
         let (dim, rows) = (5usize, 40u64);
         let clip = clipped.then_some(1.5f32);
-        let config = |grad_clip| BasisConfig {
-            dim,
-            direction,
-            row_index: RowIndex::Dense { rows },
-            scalar_lr: 0.05,
-            grad_clip,
-            nonfinite: NonFinitePolicy::Skip,
-            ..BasisConfig::default()
-        };
+        let config = |grad_clip| BasisConfig::default()
+.with_dim(dim)
+.with_direction(direction)
+.with_row_index(RowIndex::Dense { rows })
+// RowScaled has no learned scalar (a rate there is refused).
+.with_scalar_lr(if direction == Direction::RowScaled { 0.0 } else { 0.05 })
+.with_grad_clip(grad_clip)
+.with_nonfinite(NonFinitePolicy::Skip);
         let make = |grad_clip| Basis::new(config(grad_clip), OneChoice::new(7, 3).unwrap()).unwrap();
         let (mut step, mut premerged) = (make(clip), make(None));
         let mut rng = Rng(seed);

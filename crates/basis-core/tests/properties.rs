@@ -23,13 +23,16 @@ const DIRECTIONS: [Direction; 4] = [
 ];
 
 fn config(dim: usize, rows: u64, direction: Direction) -> BasisConfig {
-    BasisConfig {
-        dim,
-        direction,
-        row_index: RowIndex::Dense { rows },
-        scalar_lr: 0.05,
-        ..BasisConfig::default()
-    }
+    BasisConfig::default()
+        .with_dim(dim)
+        .with_direction(direction)
+        .with_row_index(RowIndex::Dense { rows })
+        // RowScaled has no learned scalar (a rate there is refused).
+        .with_scalar_lr(if direction == Direction::RowScaled {
+            0.0
+        } else {
+            0.05
+        })
 }
 
 /// A batch with duplicates: `len` ids from `0..rows`.
@@ -298,11 +301,9 @@ fn signed_readout(
     rows: u64,
     dim: usize,
 ) -> Vec<Vec<f64>> {
-    let c = BasisConfig {
-        seed,
-        scalar_lr: 0.0,
-        ..config(dim, rows, Direction::Signed)
-    };
+    let c = config(dim, rows, Direction::Signed)
+        .with_seed(seed)
+        .with_scalar_lr(0.0);
     let mut opt = Basis::new(c, Identity(1)).unwrap();
     let mut t = vec![0.0f32; rows as usize * dim];
     for batch in history {
@@ -419,10 +420,7 @@ fn memory_report_matches_closed_form() {
         (Direction::OwnGradient, ScalarStorage::Bf16, 2 * 4, 2),
     ];
     for (direction, storage, table_bytes_per_value, scalar_bytes) in cases {
-        let c = BasisConfig {
-            scalar_storage: storage,
-            ..config(dim, rows, direction)
-        };
+        let c = config(dim, rows, direction).with_scalar_storage(storage);
         let opt = Basis::new(c, OneChoice::new(b, 1).unwrap()).unwrap();
         let m = opt.memory();
         assert_eq!(m.shared_tables, b as usize * dim * table_bytes_per_value);
@@ -440,21 +438,16 @@ fn memory_report_matches_closed_form() {
         );
     }
     // A non-default code range owns its 1 KiB table, reported as fixed.
-    let c = BasisConfig {
-        scalar_storage: ScalarStorage::LogU8,
-        scalar_clip: (0.5, 2.0),
-        ..config(dim, rows, Direction::Shared)
-    };
+    let c = config(dim, rows, Direction::Shared)
+        .with_scalar_storage(ScalarStorage::LogU8)
+        .with_scalar_clip((0.5, 2.0));
     let m = Basis::new(c, OneChoice::new(b, 1).unwrap())
         .unwrap()
         .memory();
     assert_eq!((m.code_tables, m.scalars), (1024, rows as usize));
     assert_eq!(m.fixed_bytes(), m.shared_tables + m.step_counts + 1024);
     // Sparse state grows with rows seen.
-    let c = BasisConfig {
-        row_index: RowIndex::Sparse,
-        ..config(4, 0, Direction::Shared)
-    };
+    let c = config(4, 0, Direction::Shared).with_row_index(RowIndex::Sparse);
     let mut opt = Basis::new(c, OneChoice::new(2, 1).unwrap()).unwrap();
     let empty = opt.memory();
     let mut t = vec![0.0f32; 100 * 4];

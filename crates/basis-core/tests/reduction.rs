@@ -54,26 +54,22 @@ fn max_rel_diff(a: &[f32], b: &[f32]) -> f32 {
 }
 
 fn basis_config(dim: usize, n: usize, direction: Direction, wd: f32) -> BasisConfig {
-    BasisConfig {
-        dim,
-        lr: 0.01,
-        weight_decay: wd,
-        direction,
-        scalar_lr: 0.0,
-        row_index: RowIndex::Dense { rows: n as u64 },
-        ..BasisConfig::default()
-    }
+    BasisConfig::default()
+        .with_dim(dim)
+        .with_lr(0.01)
+        .with_weight_decay(wd)
+        .with_direction(direction)
+        .with_scalar_lr(0.0)
+        .with_row_index(RowIndex::Dense { rows: n as u64 })
 }
 
 fn adam_config(dim: usize, n: usize, beta1: f32, wd: f32) -> AdamConfig {
-    AdamConfig {
-        dim,
-        lr: 0.01,
-        beta1,
-        weight_decay: wd,
-        row_index: RowIndex::Dense { rows: n as u64 },
-        ..AdamConfig::default()
-    }
+    AdamConfig::default()
+        .with_dim(dim)
+        .with_lr(0.01)
+        .with_beta1(beta1)
+        .with_weight_decay(wd)
+        .with_row_index(RowIndex::Dense { rows: n as u64 })
 }
 
 #[allow(clippy::too_many_arguments)] // one knob per problem dimension
@@ -125,21 +121,16 @@ fn row_scaled_vs_adagrad<H: balanced_hash::Bucketer>(
     seed: u64,
 ) -> (Vec<f32>, Vec<f32>) {
     let n = 32;
-    let config = BasisConfig {
-        lr: 0.05,
-        row_scale: RowScaleConfig {
-            profile,
-            ..RowScaleConfig::default()
-        },
-        ..basis_config(dim, n, Direction::RowScaled, 0.0)
-    };
+    let config = basis_config(dim, n, Direction::RowScaled, 0.0)
+        .with_lr(0.05)
+        .with_row_scale(RowScaleConfig::default().with_profile(profile));
     let mut basis = Basis::new(config, h).unwrap();
-    let mut adagrad = RowwiseAdagrad::new(AdagradConfig {
-        dim,
-        lr: 0.05,
-        row_index: RowIndex::Dense { rows: n as u64 },
-        ..AdagradConfig::default()
-    })
+    let mut adagrad = RowwiseAdagrad::new(
+        AdagradConfig::default()
+            .with_dim(dim)
+            .with_lr(0.05)
+            .with_row_index(RowIndex::Dense { rows: n as u64 }),
+    )
     .unwrap();
     let a = run(&mut basis, n, dim, steps, seed, 1.0);
     let b = run(&mut adagrad, n, dim, steps, seed, 1.0);
@@ -154,10 +145,7 @@ fn profiled_vs_adagrad(profile: Profile) -> (Vec<f32>, Vec<f32>) {
 
 #[test]
 fn row_scaled_without_profile_is_rowwise_adagrad() {
-    let (a, b) = profiled_vs_adagrad(Profile {
-        power: 0.0,
-        ..Profile::default()
-    });
+    let (a, b) = profiled_vs_adagrad(Profile::default().with_power(0.0));
     let diff = max_rel_diff(&a, &b);
     println!("RowScaled(power 0, d=8) vs row-wise AdaGrad: {diff:e}");
     assert!(diff <= 1e-5, "{diff}");
@@ -165,10 +153,7 @@ fn row_scaled_without_profile_is_rowwise_adagrad() {
 
 #[test]
 fn lead_group_steps_like_rowwise_adagrad_and_the_rest_is_shaped() {
-    let (a, b) = profiled_vs_adagrad(Profile {
-        lead: 1,
-        ..Profile::default()
-    });
+    let (a, b) = profiled_vs_adagrad(Profile::default().with_lead(1));
     let first = |t: &[f32]| t.iter().step_by(8).copied().collect::<Vec<f32>>();
     let diff = max_rel_diff(&first(&a), &first(&b));
     println!("RowScaled(lead 1) dimension 0 vs row-wise AdaGrad: {diff:e}");

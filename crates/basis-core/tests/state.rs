@@ -62,19 +62,22 @@ fn basis_variants() -> Vec<BasisConfig> {
                 (TablePrecision::F32, RowIndex::Dense { rows: ROWS }),
                 (TablePrecision::Bf16, RowIndex::Sparse),
             ] {
-                out.push(BasisConfig {
-                    dim: DIM,
-                    direction,
-                    scalar_storage: storage,
-                    table_precision: precision,
-                    row_index: index,
-                    scalar_lr_schedule: if storage == ScalarStorage::Bf16 {
-                        ScalarLrSchedule::InverseFrequency { power: 0.5 }
-                    } else {
-                        ScalarLrSchedule::Constant
-                    },
-                    ..BasisConfig::default()
-                });
+                out.push(
+                    BasisConfig::default()
+                        .with_dim(DIM)
+                        .with_direction(direction)
+                        .with_scalar_storage(storage)
+                        .with_table_precision(precision)
+                        .with_row_index(index)
+                        // RowScaled has no learned scalar to schedule.
+                        .with_scalar_lr_schedule(
+                            if storage == ScalarStorage::Bf16 && direction != Direction::RowScaled {
+                                ScalarLrSchedule::InverseFrequency { power: 0.5 }
+                            } else {
+                                ScalarLrSchedule::Constant
+                            },
+                        ),
+                );
             }
         }
     }
@@ -91,22 +94,13 @@ fn every_optimizer_continues_bit_identically_after_a_round_trip() {
     for index in [RowIndex::Dense { rows: ROWS }, RowIndex::Sparse] {
         round_trip_continues(&move || {
             Box::new(
-                ExactAdam::new(AdamConfig {
-                    dim: DIM,
-                    row_index: index,
-                    ..AdamConfig::default()
-                })
-                .unwrap(),
+                ExactAdam::new(AdamConfig::default().with_dim(DIM).with_row_index(index)).unwrap(),
             )
         });
         round_trip_continues(&move || {
             Box::new(
-                RowwiseAdagrad::new(AdagradConfig {
-                    dim: DIM,
-                    row_index: index,
-                    ..AdagradConfig::default()
-                })
-                .unwrap(),
+                RowwiseAdagrad::new(AdagradConfig::default().with_dim(DIM).with_row_index(index))
+                    .unwrap(),
             )
         });
     }
@@ -142,41 +136,22 @@ fn corruption_is_detected(opt: &mut dyn SparseOptimizer) {
 
 #[test]
 fn every_single_byte_corruption_is_detected() {
-    let c = BasisConfig {
-        dim: DIM,
-        direction: Direction::Shared,
-        scalar_storage: ScalarStorage::LogU8,
-        ..BasisConfig::default()
-    };
+    let c = BasisConfig::default()
+        .with_dim(DIM)
+        .with_direction(Direction::Shared)
+        .with_scalar_storage(ScalarStorage::LogU8);
     corruption_is_detected(&mut Basis::new(c, OneChoice::new(2, 1).unwrap()).unwrap());
+    corruption_is_detected(&mut ExactAdam::new(AdamConfig::default().with_dim(DIM)).unwrap());
     corruption_is_detected(
-        &mut ExactAdam::new(AdamConfig {
-            dim: DIM,
-            ..AdamConfig::default()
-        })
-        .unwrap(),
-    );
-    corruption_is_detected(
-        &mut RowwiseAdagrad::new(AdagradConfig {
-            dim: DIM,
-            ..AdagradConfig::default()
-        })
-        .unwrap(),
+        &mut RowwiseAdagrad::new(AdagradConfig::default().with_dim(DIM)).unwrap(),
     );
 }
 
 #[test]
 fn foreign_and_mismatched_blobs_are_typed_errors() {
-    let c = BasisConfig {
-        dim: DIM,
-        ..BasisConfig::default()
-    };
+    let c = BasisConfig::default().with_dim(DIM);
     let mut basis = Basis::new(c, OneChoice::new(4, 1).unwrap()).unwrap();
-    let adam = ExactAdam::new(AdamConfig {
-        dim: DIM,
-        ..AdamConfig::default()
-    })
-    .unwrap();
+    let adam = ExactAdam::new(AdamConfig::default().with_dim(DIM)).unwrap();
     assert_eq!(
         basis.import_state(&adam.export_state()),
         Err(StateError::WrongKind {
@@ -192,10 +167,7 @@ fn foreign_and_mismatched_blobs_are_typed_errors() {
         })
     );
     let other = Basis::new(
-        BasisConfig {
-            direction: Direction::Shared,
-            ..c
-        },
+        c.with_direction(Direction::Shared),
         OneChoice::new(4, 1).unwrap(),
     )
     .unwrap();
@@ -228,11 +200,9 @@ fn foreign_and_mismatched_blobs_are_typed_errors() {
 /// returned `Ok(())` and bucket state landed on the wrong rows.
 #[test]
 fn a_blob_of_another_seed_bucketer_or_accumulation_names_the_field() {
-    let c = BasisConfig {
-        dim: DIM,
-        direction: Direction::Shared,
-        ..BasisConfig::default()
-    };
+    let c = BasisConfig::default()
+        .with_dim(DIM)
+        .with_direction(Direction::Shared);
     let one = |seed| OneChoice::new(4, seed).unwrap();
     let two = |d, seed| balanced_hash::DChoice::sparse(4, d, seed).unwrap();
     let mut trained = Basis::new(c, one(1)).unwrap();
@@ -249,46 +219,19 @@ fn a_blob_of_another_seed_bucketer_or_accumulation_names_the_field() {
             StateField::BucketerKind,
         ),
         (
-            Box::new(
-                Basis::new(
-                    BasisConfig {
-                        seed: c.seed ^ 1,
-                        ..c
-                    },
-                    one(1),
-                )
-                .unwrap(),
-            ),
+            Box::new(Basis::new(c.with_seed(c.seed ^ 1), one(1)).unwrap()),
             StateField::Seed,
         ),
         (
-            Box::new(Basis::new(BasisConfig { beta2: 0.99, ..c }, one(1)).unwrap()),
+            Box::new(Basis::new(c.with_beta2(0.99), one(1)).unwrap()),
             StateField::Betas,
         ),
         (
-            Box::new(
-                Basis::new(
-                    BasisConfig {
-                        scalar_clip: (0.5, 2.0),
-                        ..c
-                    },
-                    one(1),
-                )
-                .unwrap(),
-            ),
+            Box::new(Basis::new(c.with_scalar_clip((0.5, 2.0)), one(1)).unwrap()),
             StateField::ScalarClip,
         ),
         (
-            Box::new(
-                Basis::new(
-                    BasisConfig {
-                        scalar_lr: 0.0,
-                        ..c
-                    },
-                    one(1),
-                )
-                .unwrap(),
-            ),
+            Box::new(Basis::new(c.with_scalar_lr(0.0), one(1)).unwrap()),
             StateField::LearnedScalars,
         ),
     ];
@@ -322,19 +265,13 @@ fn a_blob_of_another_seed_bucketer_or_accumulation_names_the_field() {
         })
     );
     // RowScaled: sums and an EMA are different state.
-    let rs = BasisConfig {
-        dim: DIM,
-        ..BasisConfig::default()
-    };
+    let rs = BasisConfig::default().with_dim(DIM);
     let sum = Basis::new(rs, one(1)).unwrap();
     let mut ema = Basis::new(
-        BasisConfig {
-            row_scale: basis_core::RowScaleConfig {
-                accumulate: basis_core::Accumulate::Ema { beta: 0.9 },
-                ..rs.row_scale
-            },
-            ..rs
-        },
+        rs.with_row_scale(
+            rs.row_scale
+                .with_accumulate(basis_core::Accumulate::Ema { beta: 0.9 }),
+        ),
         one(1),
     )
     .unwrap();
@@ -350,13 +287,11 @@ fn a_blob_of_another_seed_bucketer_or_accumulation_names_the_field() {
     // restart keeps working.
     let mut same = Basis::new(c, two(2, 1)).unwrap();
     assert_eq!(same.import_state(&blob), Ok(()));
-    let retuned = BasisConfig {
-        lr: c.lr * 0.1,
-        scalar_lr: c.scalar_lr * 3.0,
-        scalar_rule: basis_core::ScalarRule::Hypergradient,
-        eps: 1e-6,
-        ..c
-    };
+    let retuned = c
+        .with_lr(c.lr * 0.1)
+        .with_scalar_lr(c.scalar_lr * 3.0)
+        .with_scalar_rule(basis_core::ScalarRule::Hypergradient)
+        .with_eps(1e-6);
     let mut retuned = Basis::new(retuned, two(2, 1)).unwrap();
     assert_eq!(retuned.import_state(&blob), Ok(()));
     assert_eq!(retuned.export_state(), blob);

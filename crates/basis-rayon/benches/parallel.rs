@@ -47,13 +47,11 @@ const BUCKETS: u32 = 100_000;
 const THREADS: [usize; 2] = [1, 2];
 
 fn basis(direction: Direction, scalar_lr: f32, rows: usize) -> Basis<OneChoice> {
-    let config = BasisConfig {
-        dim: DIM,
-        direction,
-        scalar_lr,
-        row_index: RowIndex::Dense { rows: rows as u64 },
-        ..BasisConfig::default()
-    };
+    let config = BasisConfig::default()
+        .with_dim(DIM)
+        .with_direction(direction)
+        .with_scalar_lr(scalar_lr)
+        .with_row_index(RowIndex::Dense { rows: rows as u64 });
     Basis::new(config, OneChoice::new(BUCKETS, 7).unwrap()).unwrap()
 }
 
@@ -139,10 +137,7 @@ fn compressor(c: &mut Criterion) {
         ("one scale", None),
         ("64K chunks", NonZeroUsize::new(1 << 16)),
     ] {
-        let config = CompressorConfig {
-            chunk,
-            ..CompressorConfig::default()
-        };
+        let config = CompressorConfig::default().with_chunk(chunk);
         let mut scales = vec![0.0f32; n.div_ceil(chunk.map_or(n, NonZeroUsize::get))];
         let mut serial = Compressor::with_config(n, config).unwrap();
         group.bench_function(format!("{label}: serial Compressor"), |bench| {
@@ -209,12 +204,10 @@ fn hogwild(c: &mut Criterion) {
     // remapped to id k, bucket of its original id), with a small row table.
     let ids: Vec<u64> = (0..BATCH as u64).collect();
     let remap = OneChoiceBy(rows.iter().map(|&(b, _)| b as u32).collect());
-    let config = BasisConfig {
-        dim: DIM,
-        direction: Direction::Shared,
-        scalar_lr: 0.0, // Hogwild updates moments only: no scalar learning here either
-        ..BasisConfig::default()
-    };
+    let config = BasisConfig::default()
+        .with_dim(DIM)
+        .with_direction(Direction::Shared)
+        .with_scalar_lr(0.0);
     let mut table = vec![0.0f32; BATCH * DIM];
     let mut serial = Basis::new(config, remap.clone()).unwrap();
     group.bench_function("batched Basis::step (Shared), serial", |bench| {

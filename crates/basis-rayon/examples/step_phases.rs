@@ -87,15 +87,13 @@ fn main() {
         ("row-scaled", Direction::RowScaled, 0.0),
         ("shared", Direction::Shared, 0.01),
     ] {
-        let config = BasisConfig {
-            dim: DIM,
-            direction,
-            scalar_lr,
-            row_index: RowIndex::Dense {
+        let config = BasisConfig::default()
+            .with_dim(DIM)
+            .with_direction(direction)
+            .with_scalar_lr(scalar_lr)
+            .with_row_index(RowIndex::Dense {
                 rows: w.rows as u64,
-            },
-            ..BasisConfig::default()
-        };
+            });
         let mut basis = Basis::new(config, OneChoice::new(100_000, 7).unwrap()).unwrap();
         let pools = [thread_pool(1).unwrap(), thread_pool(2).unwrap()];
         let (mut plan_s, mut kernel_s, mut rows_s, mut finish_s) = (0.0, 0.0, 0.0, 0.0);

@@ -9,8 +9,16 @@
 
 use crate::Error;
 
-/// Adam-style hyper-parameters for [`MomentTable::adam_update`].
+/// Adam-style hyper-parameters for [`MomentTable::adam_update`];
+/// `#[non_exhaustive]`, built from [`Default`] with the `with_*` setters.
+///
+/// ```
+/// let p = basis_rayon::MomentParams::default().with_beta2(0.99);
+/// assert!(p.validate().is_ok());
+/// assert!(p.with_eps(0.0).validate().is_err());
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct MomentParams {
     /// First-moment decay β1 ∈ [0, 1).
     pub beta1: f32,
@@ -21,6 +29,13 @@ pub struct MomentParams {
     /// Divide by `1 − β^t` (Adam's bias correction).
     pub bias_correction: bool,
 }
+
+with_setters!(MomentParams {
+    with_beta1 => beta1: f32,
+    with_beta2 => beta2: f32,
+    with_eps => eps: f32,
+    with_bias_correction => bias_correction: bool,
+});
 
 impl Default for MomentParams {
     /// Adam's reference values: β1 = 0.9, β2 = 0.999, ε = 1e-8, bias correction on.

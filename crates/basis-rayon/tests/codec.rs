@@ -47,10 +47,11 @@ fn config() -> impl Strategy<Value = CompressorConfig> {
         (1usize..40_000).prop_map(NonZeroUsize::new),
         (1usize..400).prop_map(|k| NonZeroUsize::new(64 * k)),
     ];
-    (feedback, scale, chunk).prop_map(|(feedback, scale, chunk)| CompressorConfig {
-        feedback,
-        scale,
-        chunk,
+    (feedback, scale, chunk).prop_map(|(feedback, scale, chunk)| {
+        CompressorConfig::default()
+            .with_feedback(feedback)
+            .with_scale(scale)
+            .with_chunk(chunk)
     })
 }
 
@@ -144,7 +145,8 @@ proptest! {
         pack_signs_into(&x, &mut want).unwrap();
         let mut unpacked = vec![0.0; n];
         unpack_signs(&want, 0.75, &mut unpacked).unwrap();
-        let config = CompressorConfig { chunk: NonZeroUsize::new(chunk), ..CompressorConfig::default() };
+        let config = CompressorConfig::default()
+.with_chunk(NonZeroUsize::new(chunk));
         let x_ok: Vec<f32> = x.iter().map(|v| if v.is_finite() && v.abs() < 1e30 { *v } else { 1.0 }).collect();
         let c = Compressor::with_config(n, config).unwrap().compress(&x_ok).unwrap();
         let decoded = c.to_f32();
@@ -232,14 +234,7 @@ fn bad_inputs_are_refused_like_serial() {
     );
     let bad = ErrorFeedback::Decayed { beta: 1.5 };
     assert_eq!(
-        ParCompressor::with_config(
-            10,
-            CompressorConfig {
-                feedback: bad,
-                ..CompressorConfig::default()
-            }
-        )
-        .err(),
+        ParCompressor::with_config(10, CompressorConfig::default().with_feedback(bad)).err(),
         Some(Error::Codec(CodecError::InvalidBeta))
     );
     assert_eq!(

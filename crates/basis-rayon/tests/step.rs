@@ -68,18 +68,28 @@ fn config() -> impl Strategy<Value = BasisConfig> {
                 grad_clip,
                 scalar_lr_schedule,
             )| {
-                BasisConfig {
-                    dim,
-                    direction,
-                    table_precision,
-                    scalar_storage,
-                    scalar_lr,
-                    weight_decay,
-                    seed,
-                    grad_clip,
-                    scalar_lr_schedule,
-                    ..BasisConfig::default()
-                }
+                // Options the configuration would not read are refused: a
+                // rate or schedule needs a learning scalar, a storage a stored one.
+                let row_scaled = direction == Direction::RowScaled;
+                let learns = !row_scaled && scalar_lr > 0.0;
+                BasisConfig::default()
+                    .with_dim(dim)
+                    .with_direction(direction)
+                    .with_table_precision(table_precision)
+                    .with_scalar_storage(if learns || row_scaled {
+                        scalar_storage
+                    } else {
+                        ScalarStorage::F32
+                    })
+                    .with_scalar_lr(if row_scaled { 0.0 } else { scalar_lr })
+                    .with_weight_decay(weight_decay)
+                    .with_seed(seed)
+                    .with_grad_clip(grad_clip)
+                    .with_scalar_lr_schedule(if learns {
+                        scalar_lr_schedule
+                    } else {
+                        ScalarLrSchedule::Constant
+                    })
             },
         )
 }
@@ -153,10 +163,7 @@ proptest! {
 
 #[test]
 fn bad_batches_fail_like_serial_and_change_nothing() {
-    let config = BasisConfig {
-        dim: 2,
-        ..BasisConfig::default()
-    };
+    let config = BasisConfig::default().with_dim(2);
     let mut basis = Basis::new(config, OneChoice::new(4, 1).unwrap()).unwrap();
     let mut table = vec![1.0f32; 10];
     let before = basis.export_state();
@@ -197,12 +204,10 @@ fn bad_batches_fail_like_serial_and_change_nothing() {
 fn large_skewed_batch_matches_serial() {
     let dim = 16;
     let rows = 50_000usize;
-    let config = BasisConfig {
-        dim,
-        direction: Direction::Shared,
-        scalar_lr: 0.05,
-        ..BasisConfig::default()
-    };
+    let config = BasisConfig::default()
+        .with_dim(dim)
+        .with_direction(Direction::Shared)
+        .with_scalar_lr(0.05);
     let make = || Basis::new(config, OneChoice::new(997, 3).unwrap()).unwrap();
     // Skewed ids: a few hot rows repeat often (duplicates merge).
     let ids: Vec<u64> = (0..4096u64)
@@ -235,11 +240,9 @@ fn large_skewed_batch_matches_serial() {
 #[test]
 fn first_failure_in_id_order_matches_serial() {
     let dim = 3;
-    let config = BasisConfig {
-        dim,
-        nonfinite: NonFinitePolicy::Error,
-        ..BasisConfig::default()
-    };
+    let config = BasisConfig::default()
+        .with_dim(dim)
+        .with_nonfinite(NonFinitePolicy::Error);
     let make = || Basis::new(config, OneChoice::new(50, 5).unwrap()).unwrap();
     // The batch holds every id below 300 twice, in descending order; one id
     // has a NaN, and ids from `rows` on are missing from the table.

@@ -309,11 +309,7 @@ fn bench_training(comm: &mut MpiComm, args: &Args) -> BenchResult<()> {
         ("Adam, f32 all-reduce", TRAIN_STEPS),
         ("1-bit Adam", TRAIN_FREEZE),
     ] {
-        let config = Config {
-            lr: args.lr,
-            freeze_step: freeze,
-            ..Config::default()
-        };
+        let config = Config::default().with_lr(args.lr).with_freeze_step(freeze);
         let mut opt = OneBitAdam::new(n, config).map_err(|e| e.to_string())?;
         let mut params = vec![0.0f32; n];
         let mut grad = vec![0.0f32; n];

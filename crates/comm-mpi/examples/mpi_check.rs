@@ -377,11 +377,7 @@ fn training(comm: &mut MpiComm) -> Result<(), String> {
     const STEPS: u64 = 40;
     let (p, me) = (comm.size(), comm.rank());
     let problem = LogisticProblem::generate(p, 512, 400, 8, 0x5EED);
-    let config = Config {
-        lr: 0.02,
-        freeze_step: STEPS / 4,
-        ..Config::default()
-    };
+    let config = Config::default().with_lr(0.02).with_freeze_step(STEPS / 4);
     let train = |c: &mut dyn Communicator| -> Result<(Vec<f32>, u64), onebit_adam::OneBitError> {
         let mut opt = OneBitAdam::new(problem.params(), config)?;
         let mut params = vec![0.0f32; problem.params()];

@@ -2,25 +2,45 @@
 // docs.rs (nightly) marks feature-gated items; see `[package.metadata.docs.rs]`.
 #![cfg_attr(basis_doc_cfg, feature(doc_cfg))]
 #![forbid(unsafe_code)]
+// Without the `mpi` feature (a documentation build on a machine without MPI)
+// only the MPI-free items exist, and the front page's links to the rest dangle.
+#![cfg_attr(not(feature = "mpi"), allow(rustdoc::broken_intra_doc_links))]
+#![cfg_attr(
+    not(feature = "mpi"),
+    doc = "\n\n**This build has no `mpi` feature**: [`MpiComm`] and the \
+           re-exported `mpi` crate need it (on by default) and are left out; \
+           only the MPI-free types are documented."
+)]
 
+#[cfg(feature = "mpi")]
 mod agree;
+#[cfg(feature = "mpi")]
 mod split;
 
 use core::fmt;
 
+#[cfg(feature = "mpi")]
 use comm_traits::{Collective, CommError, CommStats, Communicator};
+#[cfg(feature = "mpi")]
 use mpi::collective::SystemOperation;
+#[cfg(feature = "mpi")]
 use mpi::datatype::{Partition, PartitionMut};
+#[cfg(feature = "mpi")]
 use mpi::environment::Universe;
+#[cfg(feature = "mpi")]
 use mpi::topology::SimpleCommunicator;
 // rsmpi's traits are imported anonymously: their names clash with ours.
+#[cfg(feature = "mpi")]
 use mpi::traits::{Communicator as _, CommunicatorCollectives as _};
 
 pub use comm_traits;
+#[cfg(feature = "mpi")]
+#[cfg_attr(basis_doc_cfg, doc(cfg(feature = "mpi")))]
 /// The `mpi` crate (rsmpi) this backend is built on, for creating
 /// sub-communicators and the like without pinning a second version.
 pub use mpi;
 
+#[cfg(feature = "mpi")]
 use agree::Proposal;
 
 /// How [`Communicator::all_reduce_sum`] is carried out on an [`MpiComm`].
@@ -59,6 +79,8 @@ impl fmt::Display for InitError {
 
 impl core::error::Error for InitError {}
 
+#[cfg(feature = "mpi")]
+#[cfg_attr(basis_doc_cfg, doc(cfg(feature = "mpi")))]
 /// A [`Communicator`] over an MPI communicator; one per process (rank).
 ///
 /// Every collective first all-gathers a 32-byte header per rank (operation,
@@ -90,6 +112,7 @@ pub struct MpiComm {
     owned: Vec<f32>,
 }
 
+#[cfg(feature = "mpi")]
 impl fmt::Debug for MpiComm {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MpiComm")
@@ -102,6 +125,7 @@ impl fmt::Debug for MpiComm {
     }
 }
 
+#[cfg(feature = "mpi")]
 impl MpiComm {
     /// Initialize MPI and return a communicator over a duplicate of the world
     /// communicator. The returned value owns MPI: dropping it finalizes MPI.
@@ -303,12 +327,14 @@ impl MpiComm {
 
 /// MPI counts are `int`: refuse buffers it cannot describe (rsmpi would
 /// panic). Checked after the header agreement, on sizes all ranks share.
+#[cfg(feature = "mpi")]
 fn fits_mpi_count(len: usize) -> Result<(), CommError> {
     i32::try_from(len)
         .map(|_| ())
         .map_err(|_| CommError::BadArgument("buffer exceeds MPI's i32 element count"))
 }
 
+#[cfg(feature = "mpi")]
 impl Communicator for MpiComm {
     fn rank(&self) -> usize {
         self.rank

@@ -96,6 +96,20 @@ pub enum Collective {
 
 /// Cumulative logical bytes this rank sent and received, and calls made.
 /// See the crate docs for the per-collective formulas.
+///
+/// ```
+/// use comm_traits::{Collective, CommStats};
+///
+/// let mut stats = CommStats::default();
+/// // An all-reduce of 1000 f32 on 4 ranks: a ring's 2·3·⌈4000/4⌉ bytes.
+/// stats.record(Collective::AllReduceSum, 4, 4000);
+/// assert_eq!(stats.bytes_sent, 6000);
+/// assert_eq!(stats.bytes_sent, CommStats::allreduce_f32_bytes(4, 1000));
+/// let before = stats;
+/// stats.record(Collective::AllGather, 4, 10); // 10 bytes to 3 others
+/// assert_eq!(stats.since(&before).bytes_sent, 30);
+/// assert_eq!(stats.calls, 2);
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct CommStats {
@@ -232,6 +246,19 @@ pub trait Communicator {
 
 /// A group of one rank: every collective is the identity. Useful for
 /// single-process training with the same code path as distributed runs.
+///
+/// ```
+/// use comm_traits::{CommError, Communicator, SingleRank};
+///
+/// let mut comm = SingleRank::default();
+/// let mut grad = [1.5f32, -2.0];
+/// comm.all_reduce_sum(&mut grad)?; // the sum over one rank
+/// assert_eq!((comm.rank(), comm.size(), grad), (0, 1, [1.5, -2.0]));
+/// // Sizes are still checked, as on every implementation.
+/// let mut recv = [0u8; 3];
+/// assert!(matches!(comm.all_gather(&[1, 2], &mut recv), Err(CommError::BadArgument(_))));
+/// # Ok::<(), CommError>(())
+/// ```
 #[derive(Debug, Default, Clone)]
 pub struct SingleRank {
     stats: CommStats,

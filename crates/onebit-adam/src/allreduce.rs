@@ -1,4 +1,4 @@
-//! The compressed all-reduce (SPEC § Compressed all-reduce, DeepSpeed's
+//! The compressed all-reduce (Tang et al. 2021, DeepSpeed's
 //! `compressed_allreduce`): worker error feedback, all-to-all of sign
 //! chunks, server error feedback, all-gather of the server signs.
 //!
@@ -38,8 +38,8 @@ pub fn compressed_allreduce_bytes(n: usize, p: usize) -> u64 {
     (p as u64 - 1) * (HEADER_BYTES as u64 + 2 * chunk)
 }
 
-/// `‖e_w‖₂` and `‖e_s‖₂` of one error-feedback state (monitoring: the seed
-/// document's advice is to watch that they stay stable).
+/// `‖e_w‖₂` and `‖e_s‖₂` of one error-feedback state (monitoring: a
+/// healthy run keeps them stable).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 pub struct ErrorNorms {
@@ -141,7 +141,7 @@ impl AllReduceState {
         }
     }
 
-    /// Zero both error buffers (the seed document's periodic reset). All
+    /// Zero both error buffers (a periodic reset). All
     /// ranks must do it at the same call for the results to stay identical.
     pub fn reset_errors(&mut self) {
         for c in [&mut self.worker, &mut self.server].into_iter().flatten() {
@@ -237,7 +237,7 @@ fn f32_at(b: &[u8], at: usize) -> f32 {
 /// Average `buf` over all ranks with 1-bit compression and error feedback:
 /// every rank ends with the same approximation of the **mean**
 /// `(1/P)·Σ_r buf_r` (DeepSpeed's semantics: worker signs are weighted by
-/// `α_i/P`). SPEC steps 1–5:
+/// `α_i/P`). Steps:
 ///
 /// 1. pad to `N` (multiple of `8P`), `p = x ⊕ 0 + e_w`, `α_r = ‖p‖₂/√N`,
 ///    `e_w ← p − α_r·σ(p)`;

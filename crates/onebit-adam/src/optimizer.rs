@@ -1,4 +1,4 @@
-//! The 1-bit Adam optimizer (SPEC § 1-bit Adam optimizer; DeepSpeed
+//! The 1-bit Adam optimizer (Tang et al. 2021; DeepSpeed
 //! `onebit/adam.py`), over one flat parameter vector split into groups.
 //!
 //! Per step `t` (1-based) and group, with `ḡ` the mean gradient over ranks:
@@ -10,8 +10,7 @@
 //!   frozen; only the *live* coordinates are communicated — those whose mean
 //!   gradient was not exactly 0 at every warm-up step (the others keep
 //!   `m = 0`); [`Variant::Momentum`]: `m ← β₁m + (1−β₁)g_local`,
-//!   `m ← compressed_allreduce(m)`; [`Variant::DecayedGradient`] (the seed
-//!   document): `ĝ` = mean of the ranks' decayed-error-feedback compressed
+//!   `m ← compressed_allreduce(m)`; [`Variant::DecayedGradient`]: `ĝ` = mean of the ranks' decayed-error-feedback compressed
 //!   gradients, `m ← β₁m + (1−β₁)ĝ`;
 //! * **update**: `x ← x − lr·(m̂/(√v̂ + ε) + λ·x)`, with `m̂ = m/(1−β₁ᵗ)` and
 //!   `v̂ = v/(1−β₂^{t_v})` when bias correction is on (`t_v` = updates of `v`),
@@ -52,7 +51,7 @@ pub enum Policy {
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum Variant {
-    /// DeepSpeed / SPEC: local momentum through [`crate::compressed_allreduce`]
+    /// DeepSpeed's scheme: local momentum through [`crate::compressed_allreduce`]
     /// (worker and server error feedback). The default.
     #[default]
     Momentum,
@@ -69,14 +68,14 @@ pub enum Variant {
     /// that rarely fire) diverges within a few 1-bit steps that way. Error
     /// feedback lives in the preconditioned space.
     PreconditionedMomentum,
-    /// The seed document's variant: each rank compresses its **gradient**
+    /// A gradient-compression variant: each rank compresses its **gradient**
     /// with a decayed error buffer `e ← β·e + (1−β)·(p − α·σ(p))`
     /// ([`ErrorFeedback::Decayed`]); the ranks all-gather signs and scales and
     /// average the decoded gradients in rank order; `m` is updated from that
-    /// mean. `scale` is the codec's scale; [`ScaleKind::Unit`] is the seed's
+    /// mean. `scale` is the codec's scale; [`ScaleKind::Unit`] is a
     /// bare sign (then the momentum is in units of ±1, not of the gradient).
     DecayedGradient {
-        /// Decay of the old error (the seed suggests β₁ = 0.9).
+        /// Decay of the old error (Adam's β₁ = 0.9 is a natural choice).
         beta: f32,
         /// Scale of the compressed gradient.
         scale: ScaleKind,
@@ -85,9 +84,20 @@ pub enum Variant {
 
 /// Hyper-parameters; `Default` holds the reference values (DeepSpeed
 /// `OnebitAdam`: lr 1e-3, betas (0.9, 0.999), eps 1e-8, no weight decay,
-/// freeze_step 100000, no bias correction).
+/// freeze_step 100000, no bias correction). `#[non_exhaustive]`: build it
+/// from [`Default`] with the `with_*` setters (or [`Config::staged`]).
+///
+/// ```
+/// use onebit_adam::Config;
+///
+/// let config = Config::default().with_lr(1e-2).with_freeze_step(10);
+/// assert_eq!((config.lr, config.freeze_step), (1e-2, 10));
+/// let staged = Config::default().staged(1000);
+/// assert_eq!((staged.freeze_step, staged.final_full_after), (100, Some(900)));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct Config {
     /// Learning rate.
     pub lr: f32,
@@ -106,13 +116,26 @@ pub struct Config {
     pub bias_correction: bool,
     /// What the 1-bit stage compresses.
     pub variant: Variant,
-    /// Staged schedule (seed document): steps after this one are full
+    /// Staged schedule: steps after this one are full
     /// precision again (`v` resumes). `None`: 1-bit until the end.
     pub final_full_after: Option<u64>,
-    /// Zero every error buffer after each `k`-th 1-bit step (seed document's
-    /// advice). `None`: never.
+    /// Zero every error buffer after each `k`-th 1-bit step (bounds how long
+    /// a stale error can linger). `None`: never.
     pub error_reset_every: Option<u64>,
 }
+
+with_setters!(Config {
+    with_lr => lr: f32,
+    with_beta1 => beta1: f32,
+    with_beta2 => beta2: f32,
+    with_eps => eps: f32,
+    with_weight_decay => weight_decay: f32,
+    with_freeze_step => freeze_step: u64,
+    with_bias_correction => bias_correction: bool,
+    with_variant => variant: Variant,
+    with_final_full_after => final_full_after: Option<u64>,
+    with_error_reset_every => error_reset_every: Option<u64>,
+});
 
 impl Default for Config {
     fn default() -> Self {
@@ -132,7 +155,7 @@ impl Default for Config {
 }
 
 impl Config {
-    /// The seed document's staged schedule for a run of `total_steps`: full
+    /// The staged schedule for a run of `total_steps`: full
     /// precision for the first 10 %, 1-bit for the middle 80 %, full precision
     /// for the last 10 %.
     pub fn staged(self, total_steps: u64) -> Self {
@@ -176,8 +199,19 @@ impl Config {
 }
 
 /// One parameter group: a contiguous range of the flat parameter vector.
+/// `#[non_exhaustive]`: build it with [`GroupSpec::one_bit`] or
+/// [`GroupSpec::full_precision`] and the `with_*` setters.
+///
+/// ```
+/// use onebit_adam::{GroupSpec, Policy};
+///
+/// let embeddings = GroupSpec::one_bit(4096).with_weight_decay(Some(0.0));
+/// let norms = GroupSpec::full_precision(64);
+/// assert_eq!((embeddings.policy, norms.policy), (Policy::OneBit, Policy::FullPrecision));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct GroupSpec {
     /// Number of parameters.
     pub len: usize,
@@ -186,6 +220,12 @@ pub struct GroupSpec {
     /// Weight decay for this group (`None`: the config's).
     pub weight_decay: Option<f32>,
 }
+
+with_setters!(GroupSpec {
+    with_len => len: usize,
+    with_policy => policy: Policy,
+    with_weight_decay => weight_decay: Option<f32>,
+});
 
 impl GroupSpec {
     /// A 1-bit group of `len` parameters.
@@ -712,11 +752,10 @@ impl OneBitAdam {
                 if group.seed.is_none() {
                     let c = Compressor::with_config(
                         packed.len(),
-                        CompressorConfig {
-                            feedback: ErrorFeedback::Decayed { beta },
-                            scale,
-                            chunk: None,
-                        },
+                        CompressorConfig::default()
+                            .with_feedback(ErrorFeedback::Decayed { beta })
+                            .with_scale(scale)
+                            .with_chunk(None),
                     )
                     .map_err(|_| OneBitError::Config("variant beta"))?;
                     group.seed = Some(c);

@@ -250,11 +250,10 @@ impl OneBitAdam {
                         return Err(StateError::Shape("compressed length"));
                     }
                     let e = r.floats(len)?;
-                    let config = CompressorConfig {
-                        feedback: ErrorFeedback::Decayed { beta },
-                        scale,
-                        chunk: None,
-                    };
+                    let config = CompressorConfig::default()
+                        .with_feedback(ErrorFeedback::Decayed { beta })
+                        .with_scale(scale)
+                        .with_chunk(None);
                     let mut c = Compressor::with_config(e.len(), config)
                         .map_err(|_| StateError::Shape("variant"))?;
                     c.set_error(&e).map_err(|_| StateError::NonFinite)?;

@@ -31,11 +31,7 @@ fn problem() -> LogisticProblem {
 }
 
 fn config() -> Config {
-    Config {
-        lr: 0.005,
-        freeze_step: FREEZE,
-        ..Config::default()
-    }
+    Config::default().with_lr(0.005).with_freeze_step(FREEZE)
 }
 
 /// Train on `RANKS` LocalComm ranks; per rank: final params, reports, optimizer.
@@ -117,11 +113,7 @@ fn one_bit_adam_trains_like_adam_with_25x_fewer_bytes() {
 fn export_import_mid_run_continues_bit_identically() {
     let pb = LogisticProblem::generate(RANKS, 64, 500, 8, 3);
     let d = pb.params();
-    let cfg = Config {
-        lr: 0.02,
-        freeze_step: 10,
-        ..Config::default()
-    };
+    let cfg = Config::default().with_lr(0.02).with_freeze_step(10);
     let straight = train(&pb, &[GroupSpec::one_bit(d)], cfg, 40, None);
     let resumed: Vec<(Vec<f32>, Vec<u8>)> = LocalComm::run(RANKS, |mut c| {
         let mut opt = OneBitAdam::new(d, cfg).unwrap();
@@ -242,7 +234,11 @@ proptest::proptest! {
         bias_correction in proptest::prelude::any::<bool>(),
         wd in 0.0f32..0.1,
     ) {
-        let cfg = Config { lr: 0.01, weight_decay: wd, bias_correction, freeze_step: 1000, ..Config::default() };
+        let cfg = Config::default()
+.with_lr(0.01)
+.with_weight_decay(wd)
+.with_bias_correction(bias_correction)
+.with_freeze_step(1000);
         let mut s = seed;
         let grads: Vec<Vec<f32>> = (0..steps).map(|_| (0..n).map(|_| {
             s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
@@ -262,14 +258,7 @@ proptest::proptest! {
 #[test]
 fn non_finite_gradient_fails_on_every_rank_before_any_change() {
     let out: Vec<_> = LocalComm::run(3, |mut c| {
-        let mut opt = OneBitAdam::new(
-            20,
-            Config {
-                freeze_step: 1,
-                ..Config::default()
-            },
-        )
-        .unwrap();
+        let mut opt = OneBitAdam::new(20, Config::default().with_freeze_step(1)).unwrap();
         let mut x = vec![1.0f32; 20];
         opt.step_with_grad(&mut c, &mut x, &[0.5; 20]).unwrap();
         let (x_before, s_before) = (x.clone(), opt.export_state());
@@ -319,14 +308,7 @@ fn zero_gradient_coordinates_keep_zero_momentum() {
             .collect()
     };
     let out: Vec<(Vec<f32>, Vec<f32>, usize)> = LocalComm::run(2, |mut c| {
-        let mut opt = OneBitAdam::new(
-            n,
-            Config {
-                freeze_step: 3,
-                ..Config::default()
-            },
-        )
-        .unwrap();
+        let mut opt = OneBitAdam::new(n, Config::default().with_freeze_step(3)).unwrap();
         let mut x = vec![1.0f32; n];
         for t in 0..10 {
             let g = grad(c.rank(), t);
@@ -350,11 +332,7 @@ fn groups_freeze_only_one_bit_variance_and_staged_schedule_resumes_it() {
     let pb = LogisticProblem::generate(RANKS, 32, 200, 6, 11);
     let d = pb.params();
     let groups = [GroupSpec::one_bit(150), GroupSpec::full_precision(d - 150)];
-    let cfg = Config {
-        lr: 0.01,
-        ..Config::default()
-    }
-    .staged(30);
+    let cfg = Config::default().with_lr(0.01).staged(30);
     assert_eq!((cfg.freeze_step, cfg.final_full_after), (3, Some(27)));
     let stages_and_v: Vec<(Vec<Stage>, Vec<Vec<f32>>)> = LocalComm::run(RANKS, |mut c| {
         let mut opt = OneBitAdam::with_groups(&groups, cfg).unwrap();
@@ -386,16 +364,14 @@ fn groups_freeze_only_one_bit_variance_and_staged_schedule_resumes_it() {
 fn seed_variant_trains_and_error_reset_zeroes_buffers() {
     let pb = LogisticProblem::generate(RANKS, 64, 300, 8, 5);
     let d = pb.params();
-    let cfg = Config {
-        lr: 0.02,
-        freeze_step: 10,
-        variant: Variant::DecayedGradient {
+    let cfg = Config::default()
+        .with_lr(0.02)
+        .with_freeze_step(10)
+        .with_variant(Variant::DecayedGradient {
             beta: 0.9,
             scale: ScaleKind::Rms,
-        },
-        error_reset_every: Some(7),
-        ..Config::default()
-    };
+        })
+        .with_error_reset_every(Some(7));
     let run = train(&pb, &[GroupSpec::one_bit(d)], cfg, 38, None); // 28 1-bit steps: reset at 28
     for (p, _, _) in &run {
         assert_eq!(bits(p), bits(&run[0].0));
@@ -416,10 +392,7 @@ fn seed_variant_trains_and_error_reset_zeroes_buffers() {
     let run2 = train(
         &pb,
         &[GroupSpec::one_bit(d)],
-        Config {
-            error_reset_every: None,
-            ..cfg
-        },
+        cfg.with_error_reset_every(None),
         38,
         None,
     );
@@ -428,10 +401,7 @@ fn seed_variant_trains_and_error_reset_zeroes_buffers() {
 
 #[test]
 fn accumulation_averages_micro_batches() {
-    let cfg = Config {
-        freeze_step: 2,
-        ..Config::default()
-    };
+    let cfg = Config::default().with_freeze_step(2);
     let g1: Vec<f32> = (0..16).map(|i| i as f32 * 0.1 - 0.7).collect();
     let g2: Vec<f32> = (0..16).map(|i| 0.3 - i as f32 * 0.05).collect();
     let avg: Vec<f32> = g1
@@ -458,24 +428,15 @@ fn accumulation_averages_micro_batches() {
 fn config_is_validated() {
     let bad = |c: Config| OneBitAdam::new(4, c).err();
     assert_eq!(
-        bad(Config {
-            freeze_step: 0,
-            ..Config::default()
-        }),
+        bad(Config::default().with_freeze_step(0)),
         Some(OneBitError::Config("freeze_step"))
     );
     assert_eq!(
-        bad(Config {
-            beta1: 1.0,
-            ..Config::default()
-        }),
+        bad(Config::default().with_beta1(1.0)),
         Some(OneBitError::Config("beta1"))
     );
     assert_eq!(
-        bad(Config {
-            eps: 0.0,
-            ..Config::default()
-        }),
+        bad(Config::default().with_eps(0.0)),
         Some(OneBitError::Config("eps"))
     );
     assert!(bad(Config::default()).is_none());
@@ -499,12 +460,10 @@ fn all_live_fused_path_matches_the_plain_recipe() {
                 .map(|i| ((i * 31 + rank * 7 + t as usize * 13) % 97) as f32 / 48.0 - 1.0 + 1e-3)
                 .collect()
         };
-        let cfg = Config {
-            lr: 0.01,
-            freeze_step: freeze,
-            weight_decay: 0.01,
-            ..Config::default()
-        };
+        let cfg = Config::default()
+            .with_lr(0.01)
+            .with_freeze_step(freeze)
+            .with_weight_decay(0.01);
         let out = LocalComm::run(ranks, |mut c| {
             let rank = c.rank();
             let mut opt = OneBitAdam::new(n, cfg).unwrap();
@@ -566,13 +525,11 @@ fn badly_scaled(variant: Variant, policy: fn(usize) -> GroupSpec, steps: u64) ->
     let curv: Vec<f32> = (0..N)
         .map(|i| 10f32.powf(-6.0 * i as f32 / (N - 1) as f32))
         .collect();
-    let cfg = Config {
-        lr: 0.01,
-        freeze_step: 50,
-        bias_correction: true,
-        variant,
-        ..Config::default()
-    };
+    let cfg = Config::default()
+        .with_lr(0.01)
+        .with_freeze_step(50)
+        .with_bias_correction(true)
+        .with_variant(variant);
     let out = LocalComm::run(RANKS, |mut c| {
         let mut opt = OneBitAdam::with_groups(&[policy(N)], cfg).unwrap();
         let mut x = vec![0.0f32; N];

@@ -64,14 +64,26 @@ pub enum ErrorFeedback {
     /// `e` the buffer before the step): a decayed buffer that forgets part of
     /// the error. `beta ∈ [0, 1]`; `beta = 0` is `Full`.
     Decayed {
-        /// Decay of the old buffer (the document suggests Adam's β₁ = 0.9).
+        /// Decay of the old buffer (Adam's β₁ = 0.9 is a natural choice).
         beta: f32,
     },
 }
 
 /// Options of a [`Compressor`]; `Default` is the reference (Full, RMS, one scale).
+/// `#[non_exhaustive]`: build it from [`Default`] with the `with_*` setters.
+///
+/// ```
+/// use core::num::NonZeroUsize;
+/// use onebit_codec::{CompressorConfig, ErrorFeedback};
+///
+/// let config = CompressorConfig::default()
+///     .with_feedback(ErrorFeedback::Decayed { beta: 0.9 })
+///     .with_chunk(NonZeroUsize::new(1024));
+/// assert_eq!(config.chunk.map(NonZeroUsize::get), Some(1024));
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct CompressorConfig {
     /// Error-feedback rule.
     pub feedback: ErrorFeedback,
@@ -81,6 +93,12 @@ pub struct CompressorConfig {
     /// is one scale for the whole tensor.
     pub chunk: Option<NonZeroUsize>,
 }
+
+with_setters!(CompressorConfig {
+    with_feedback => feedback: ErrorFeedback,
+    with_scale => scale: ScaleKind,
+    with_chunk => chunk: Option<NonZeroUsize>,
+});
 
 /// Elements per cache block of the fused pass (multiple of 64: whole sign
 /// words). 32 KiB of buffer: measured best of 1K..32K on the bench machine.
@@ -439,7 +457,7 @@ impl Compressor {
         Ok(())
     }
 
-    /// Set the error buffer to zero (e.g. the document's periodic reset).
+    /// Set the error buffer to zero (e.g. a periodic reset).
     pub fn reset_error(&mut self) {
         self.buf.fill(0.0);
         self.alphas.fill(0.0);

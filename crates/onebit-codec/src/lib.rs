@@ -10,6 +10,24 @@ extern crate alloc;
 /// users name its types without pinning a version of their own.
 pub use bitvec;
 
+/// `with_<field>` setters of a `#[non_exhaustive]` configuration: users in
+/// other crates cannot write its struct literal, so each field gets a
+/// chainable setter (`Config::default().with_lr(0.1)`).
+macro_rules! with_setters {
+    ($ty:ident { $($setter:ident => $field:ident: $t:ty),* $(,)? }) => {
+        impl $ty {
+            $(
+                #[doc = concat!("This configuration with [`", stringify!($field), "`](Self::", stringify!($field), ") set to `", stringify!($field), "`.")]
+                #[must_use]
+                pub const fn $setter(mut self, $field: $t) -> Self {
+                    self.$field = $field;
+                    self
+                }
+            )*
+        }
+    };
+}
+
 mod compressor;
 mod error;
 // Entry points of the fuzz targets: test support, not API.

@@ -20,11 +20,10 @@ const KINDS: [ScaleKind; 4] = [
 ];
 
 fn config(feedback: ErrorFeedback, scale: ScaleKind, chunk: Option<usize>) -> CompressorConfig {
-    CompressorConfig {
-        feedback,
-        scale,
-        chunk: chunk.and_then(NonZeroUsize::new),
-    }
+    CompressorConfig::default()
+        .with_feedback(feedback)
+        .with_scale(scale)
+        .with_chunk(chunk.and_then(NonZeroUsize::new))
 }
 
 /// Run `steps` through the fused compressor, the two-pass reference and the

@@ -12,11 +12,10 @@ use onebit_codec::{
 use proptest::prelude::*;
 
 fn payload(n: usize, kind: ScaleKind, chunk: Option<usize>) -> Compressed {
-    let cfg = CompressorConfig {
-        feedback: ErrorFeedback::Full,
-        scale: kind,
-        chunk: chunk.and_then(NonZeroUsize::new),
-    };
+    let cfg = CompressorConfig::default()
+        .with_feedback(ErrorFeedback::Full)
+        .with_scale(kind)
+        .with_chunk(chunk.and_then(NonZeroUsize::new));
     let mut c = Compressor::with_config(n, cfg).unwrap();
     let x: Vec<f32> = (0..n)
         .map(|i| ((i * 31 % 17) as f32 - 8.0) * 0.25)

@@ -138,17 +138,15 @@ impl DenseOpt {
     ///
     /// Fails when `onebit-adam` refuses the configuration.
     pub(crate) fn build(self, len: usize, lr: f32, steps_total: u64) -> Result<OneBitAdam, String> {
-        let config = Config {
-            lr,
-            freeze_step: (steps_total / 5).max(1),
-            bias_correction: true,
-            // Plain `Momentum` gives every coordinate ±(scale of the raw
-            // momentum); this tower's √v̂ spans 10⁻⁹..10⁻², so that step is
-            // lr·10⁵ on some coordinates and the run diverges within three
-            // 1-bit steps. Compressing m/(√v̂+ε) keeps each step ≈ lr.
-            variant: Variant::PreconditionedMomentum,
-            ..Config::default()
-        };
+        // Plain `Momentum` gives every coordinate ±(scale of the raw
+        // momentum); this tower's √v̂ spans 10⁻⁹..10⁻², so that step is
+        // lr·10⁵ on some coordinates and the run diverges within three
+        // 1-bit steps. Compressing m/(√v̂+ε) keeps each step ≈ lr.
+        let config = Config::default()
+            .with_lr(lr)
+            .with_freeze_step((steps_total / 5).max(1))
+            .with_bias_correction(true)
+            .with_variant(Variant::PreconditionedMomentum);
         let group = match self {
             // Full precision at every step: Adam on the mean gradient.
             Self::Adam => GroupSpec::full_precision(len),

@@ -52,11 +52,9 @@ from!(
 /// `steps` BASIS steps on a dense table of `rows` rows of `dim`, every row's
 /// gradient the row itself (minimising ‖w‖²); returns the table.
 pub fn train_basis(rows: u64, dim: usize, steps: usize) -> Result<Vec<f32>, Error> {
-    let config = BasisConfig {
-        dim,
-        row_index: RowIndex::Dense { rows },
-        ..BasisConfig::default()
-    };
+    let config = BasisConfig::default()
+.with_dim(dim)
+.with_row_index(RowIndex::Dense { rows });
     let mut opt = Basis::new(config, OneChoice::new(4, 7)?)?;
     let ids: Vec<u64> = (0..rows).collect();
     let mut weights = vec![1.0f32; ids.len() * dim];
