@@ -78,6 +78,12 @@ pub fn pack_signs_into(x: &[f32], out: &mut [u8]) -> Result<(), CodecError> {
 
 /// Packing kernel; `out.len() == packed_len(x.len())` is the caller's contract.
 pub(crate) fn pack_words(x: &[f32], out: &mut [u8]) {
+    // AVX2 (run-time detected) packs the whole words when the CPU has it.
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    let done = crate::simd::pack_avx2(x, out);
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+    let done = 0;
+    let (x, out) = (&x[done..], &mut out[done / 8..]);
     let whole = x.len() / 64 * 64;
     for (w, o) in x[..whole].chunks_exact(64).zip(out.chunks_exact_mut(8)) {
         if let Ok(w) = <&[f32; 64]>::try_from(w) {
