@@ -23,13 +23,14 @@
 )]
 
 use core::arch::x86_64::{
-    __cpuid, __cpuid_count, _CMP_LT_OQ, _CMP_NLT_UQ, _mm_cmplt_ps, _mm_loadu_ps, _mm_movemask_ps,
-    _mm_set_ps, _mm_setzero_ps, _mm_sfence, _mm_stream_ps, _mm256_add_pd, _mm256_add_ps,
-    _mm256_and_ps, _mm256_blendv_ps, _mm256_castps_si256, _mm256_castps256_ps128,
-    _mm256_castsi256_ps, _mm256_cmp_ps, _mm256_cmpgt_epi32, _mm256_cvtps_pd, _mm256_extractf128_ps,
-    _mm256_loadu_pd, _mm256_loadu_ps, _mm256_movemask_ps, _mm256_mul_pd, _mm256_mul_ps,
-    _mm256_or_si256, _mm256_set1_epi32, _mm256_set1_ps, _mm256_setzero_ps, _mm256_setzero_si256,
-    _mm256_storeu_pd, _mm256_storeu_ps, _mm256_sub_ps, _mm256_testz_si256, _xgetbv,
+    __cpuid, __cpuid_count, _CMP_LT_OQ, _CMP_NLT_UQ, _MM_HINT_T0, _mm_cmplt_ps, _mm_loadu_ps,
+    _mm_movemask_ps, _mm_prefetch, _mm_set_ps, _mm_setzero_ps, _mm_sfence, _mm_stream_ps,
+    _mm256_add_pd, _mm256_add_ps, _mm256_and_ps, _mm256_blendv_ps, _mm256_castps_si256,
+    _mm256_castps256_ps128, _mm256_castsi256_ps, _mm256_cmp_ps, _mm256_cmpgt_epi32,
+    _mm256_cvtps_pd, _mm256_extractf128_ps, _mm256_loadu_pd, _mm256_loadu_ps, _mm256_movemask_ps,
+    _mm256_mul_pd, _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi32, _mm256_set1_ps,
+    _mm256_setzero_ps, _mm256_setzero_si256, _mm256_storeu_pd, _mm256_storeu_ps, _mm256_sub_ps,
+    _mm256_testz_si256, _xgetbv,
 };
 use core::sync::atomic::{AtomicU8, Ordering};
 
@@ -221,6 +222,9 @@ pub(crate) fn fused_x8(
     Some(clean)
 }
 
+/// Elements ahead of the loop that [`fused_x8_avx2`] prefetches.
+const PREFETCH: usize = 2048;
+
 /// Raw streams of [`fused_x8_avx2`] (bounds checked by [`fused_x8`]).
 #[derive(Clone, Copy)]
 struct Ptrs {
@@ -257,6 +261,19 @@ unsafe fn fused_x8_avx2<const ABS: bool, const BLEND: bool, const STREAM: bool>(
         let mut bad = _mm256_setzero_si256();
         let mut i = 0;
         while i < n {
+            // Software prefetch a few pages ahead on the read streams: the
+            // hardware prefetcher stops at page boundaries, and one core
+            // reaches memory bandwidth only with more fills in flight.
+            if i + PREFETCH < n {
+                for l in 0..4 {
+                    let k = i + PREFETCH + 16 * l;
+                    _mm_prefetch::<_MM_HINT_T0>(p.a.add(k).cast());
+                    _mm_prefetch::<_MM_HINT_T0>(p.old.add(k).cast());
+                    if BLEND {
+                        _mm_prefetch::<_MM_HINT_T0>(p.b.add(k).cast());
+                    }
+                }
+            }
             let mut lsb_first = 0u64;
             for j in 0..8 {
                 let k = i + 8 * j;
