@@ -34,6 +34,10 @@ use core::arch::x86_64::{
 };
 use core::sync::atomic::{AtomicU8, Ordering};
 
+use core::arch::x86_64::{
+    __m256, __m256i, _mm256_and_si256, _mm256_cmpeq_epi32, _mm256_setr_epi32,
+};
+
 use crate::compressor::Input;
 use crate::scale::{Accumulator, Words};
 
@@ -382,6 +386,98 @@ unsafe fn pack_word_avx2(x: *const f32, out: *mut u8, w: usize) {
         }
         let bytes = lsb_first.reverse_bits().to_be_bytes();
         core::ptr::copy_nonoverlapping(bytes.as_ptr(), out.add(8 * w), 8);
+    }
+}
+
+/// Lane `k` of a decoded byte tests bit `7 − k` (element 0 is the MSB).
+#[inline(always)]
+unsafe fn byte_bits() -> __m256i {
+    // SAFETY: AVX (caller's target feature); values only.
+    unsafe { _mm256_setr_epi32(128, 64, 32, 16, 8, 4, 2, 1) }
+}
+
+/// `±scale` per lane for the 8 signs of `byte` (bit 1: `+scale`).
+#[inline(always)]
+unsafe fn decode_byte(byte: u8, bits: __m256i, pos: __m256, neg: __m256) -> __m256 {
+    // SAFETY: AVX2 (caller's target feature); values only.
+    unsafe {
+        let b = _mm256_and_si256(_mm256_set1_epi32(i32::from(byte)), bits);
+        let set = _mm256_castsi256_ps(_mm256_cmpeq_epi32(b, bits));
+        _mm256_blendv_ps(neg, pos, set)
+    }
+}
+
+/// `pack::unpack_sum` over the whole bytes with AVX2: per 8 elements, the
+/// ranks' `±scale` added in rank order from `0.0` (the same adds in the
+/// same order, so the same bits as the scalar loop). Returns the elements
+/// done (0 without AVX2); lengths checked by the caller.
+pub(crate) fn unpack_sum_avx2(bits: &[&[u8]], scales: &[f32], out: &mut [f32]) -> usize {
+    if !has_avx2() || bits.len() != scales.len() {
+        return 0;
+    }
+    let groups = out.len() / 8;
+    if bits.iter().any(|b| b.len() < groups) {
+        return 0;
+    }
+    // SAFETY: AVX2 checked above; every `bits[r]` has `groups` bytes and
+    // `out` `8 · groups` floats (checked above).
+    unsafe { unpack_sum_inner(bits, scales, out, groups) };
+    groups * 8
+}
+
+/// # Safety
+/// AVX2; each `bits[r]` has at least `groups` bytes, `out` `8 · groups`
+/// floats, `bits.len() == scales.len()`.
+#[target_feature(enable = "avx2")]
+unsafe fn unpack_sum_inner(bits: &[&[u8]], scales: &[f32], out: &mut [f32], groups: usize) {
+    // Rank blocks of this many groups keep the partial sums in L1 (4 KiB).
+    const BLOCK: usize = 128;
+    // SAFETY: the function's contract; `g < groups` indexes every stream.
+    unsafe {
+        let mask = byte_bits();
+        let out = out.as_mut_ptr();
+        for start in (0..groups).step_by(BLOCK) {
+            let end = (start + BLOCK).min(groups);
+            for g in start..end {
+                _mm256_storeu_ps(out.add(8 * g), _mm256_setzero_ps());
+            }
+            for (b, &s) in bits.iter().zip(scales) {
+                let (pos, neg) = (_mm256_set1_ps(s), _mm256_set1_ps(-s));
+                let b = b.as_ptr();
+                for g in start..end {
+                    let o = out.add(8 * g);
+                    let v = decode_byte(*b.add(g), mask, pos, neg);
+                    _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), v));
+                }
+            }
+        }
+    }
+}
+
+/// `pack::unpack_signs` over the whole bytes with AVX2; returns the
+/// elements done (0 without AVX2); lengths checked by the caller.
+pub(crate) fn unpack_avx2(bits: &[u8], scale: f32, out: &mut [f32]) -> usize {
+    if !has_avx2() {
+        return 0;
+    }
+    let groups = (out.len() / 8).min(bits.len());
+    // SAFETY: AVX2 checked above; `bits` has `groups` bytes and `out`
+    // `8 · groups` floats (the `min` above).
+    unsafe { unpack_inner(bits.as_ptr(), scale, out.as_mut_ptr(), groups) };
+    groups * 8
+}
+
+/// # Safety
+/// AVX2; `bits` valid for `groups` bytes, `out` for `8 · groups` floats.
+#[target_feature(enable = "avx2")]
+unsafe fn unpack_inner(bits: *const u8, scale: f32, out: *mut f32, groups: usize) {
+    // SAFETY: the function's contract; `g < groups`.
+    unsafe {
+        let mask = byte_bits();
+        let (pos, neg) = (_mm256_set1_ps(scale), _mm256_set1_ps(-scale));
+        for g in 0..groups {
+            _mm256_storeu_ps(out.add(8 * g), decode_byte(*bits.add(g), mask, pos, neg));
+        }
     }
 }
 
