@@ -258,6 +258,10 @@ fn check_len(expected: usize, found: usize) -> Result<(), OneBitError> {
 
 /// One element loop's tensors, handed to the vector dispatcher
 /// ([`vector`]): it runs the whole vectors, the scalar loop the rest.
+#[cfg_attr(
+    not(all(target_arch = "x86_64", target_feature = "sse2")),
+    allow(dead_code, reason = "read by the x86_64 kernels only")
+)]
 pub(crate) enum Job<'a> {
     /// The full step ([`AdamW::step_scaled`]).
     Step {

@@ -1,5 +1,5 @@
 //! SSE2 sign-packing kernel, run-time AVX/AVX2 detection and the AVX2
-//! build of the fused compressor loop: the crate's only `unsafe`.
+//! kernels (fused compressor, packing, decoding): the crate's only `unsafe`.
 //!
 //! `cmpltps` + `movmskps` turn four floats into four sign bits in two
 //! instructions; the portable word loop (`pack::word_of`) reaches only about
@@ -17,6 +17,14 @@
 //! SSE2's 4 and 2. The operations and their order are the same (no FMA), so
 //! the bits are too; the compressor tests run on whichever path the CPU takes
 //! and are compared with the two-pass reference.
+//!
+//! Written out in AVX2 intrinsics (run-time detected, same operations and
+//! order as the portable loops, so the same bits; unit tests compare them):
+//! the fused compressor loop over a chunk's whole words ([`fused_x8`]: a
+//! plain input, or a blend `wa·a + wb·b` read in place, with software
+//! prefetch), sign packing ([`pack_avx2`]: four far-apart quarters in turn,
+//! since one read stream leaves part of a core's bandwidth unused), and the
+//! decoders ([`unpack_avx2`], [`unpack_sum_avx2`]).
 #![allow(
     unsafe_code,
     reason = "SSE2 intrinsics behind #[target_feature]; see SAFETY"
