@@ -68,7 +68,7 @@ enum Side {
 type Call = (Side, &'static str);
 
 /// Each round's calls, in order (reversed on odd rounds).
-const CALLS: [Call; 11] = [
+const CALLS: [Call; 12] = [
     (Side::Ours, "adam1"),
     (Side::Ours, "adam1_ds"),
     (Side::Peer, "adam1"),
@@ -78,13 +78,14 @@ const CALLS: [Call; 11] = [
     (Side::Ours, "pack"),
     (Side::Peer, "packbits"),
     (Side::Ours, "sum"),
+    (Side::Ours, "sum4"),
     (Side::Ours, "compress"),
     (Side::Ours, "memcpy"),
 ];
 
 /// What the table compares: `(label, fast side, baseline side, how to read)`;
 /// the ratio is baseline time ÷ our time (> 1: ours is faster).
-const PAIRS: [(&str, Call, Call, &str); 7] = [
+const PAIRS: [(&str, Call, Call, &str); 8] = [
     (
         "dense Adam, 1 thread vs torch Adam(fused=True)",
         (Side::Ours, "adam1"),
@@ -126,6 +127,12 @@ const PAIRS: [(&str, Call, Call, &str); 7] = [
         (Side::Ours, "pack"),
         (Side::Ours, "sum"),
         "target >= 0.90",
+    ),
+    (
+        "pack_signs_into vs read-only sum over 4 streams (its read pattern)",
+        (Side::Ours, "pack"),
+        (Side::Ours, "sum4"),
+        "info",
     ),
 ];
 

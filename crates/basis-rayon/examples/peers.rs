@@ -7,7 +7,10 @@
 //! milliseconds it took (`quit` or end of input stops). Kernels:
 //!
 //! - `memcpy`: `copy_from_slice` of 256 MiB (the bandwidth baseline);
-//! - `sum`: read-only sum of 256 MiB (16 `f32` lanes);
+//! - `sum`: read-only sum of 256 MiB (16 `f32` lanes, one read stream);
+//! - `sum4`: the same sum over four far-apart quarters in turn (four read
+//!   streams, as `pack_signs_into` reads: one stream leaves part of a
+//!   core's memory bandwidth unused);
 //! - `adam1` / `adam2`: one dense Adam(W) step (`AdamW::step`, bias
 //!   correction on, as `torch.optim.Adam`) on 1 thread / `par_adam_step` on
 //!   a 2-thread pool; `adam1_ds`: 1 thread without bias correction (1-bit
@@ -55,6 +58,23 @@ fn sum(x: &[f32]) -> f32 {
     lanes.iter().sum()
 }
 
+/// [`sum`] over the four quarters of `x` one 64-element word of each at a
+/// time (the read pattern of the AVX2 `pack_signs_into`).
+fn sum4(x: &[f32]) -> f32 {
+    let q = x.len() / 256 * 64;
+    let mut lanes = [0.0f32; 16];
+    for w in (0..q).step_by(64) {
+        for s in 0..4 {
+            for c in x[s * q + w..s * q + w + 64].chunks_exact(16) {
+                for (l, &v) in lanes.iter_mut().zip(c) {
+                    *l += v;
+                }
+            }
+        }
+    }
+    lanes.iter().sum::<f32>() + sum(&x[4 * q..])
+}
+
 fn main() -> Result<(), Box<dyn core::error::Error>> {
     let n: usize = std::env::var("PEERS_N")
         .ok()
@@ -95,6 +115,7 @@ fn main() -> Result<(), Box<dyn core::error::Error>> {
         match kernel {
             "memcpy" => dst.copy_from_slice(&src),
             "sum" => sink += sum(&src),
+            "sum4" => sink += sum4(&src),
             "adam1" => h.step(&mut x, &mut m, &mut v, &g)?,
             // 1-bit Adam's default (DeepSpeed): no bias correction.
             "adam1_ds" => AdamW { bias: None, ..h }.step(&mut x, &mut m, &mut v, &g)?,

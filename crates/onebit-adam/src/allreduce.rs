@@ -355,25 +355,25 @@ pub(crate) fn reduce_bound(
     s.recv.resize(p * unit, 0);
     comm.all_to_all(&s.send, unit, &mut s.recv)?;
 
-    // 3. Server: rank-order weighted sum of the chunks, then error feedback.
-    s.sum.clear();
+    // 3. Server: rank-order weighted sum of the chunks (one pass over the
+    // sum, every rank's signs decoded into it in order), then error
+    // feedback; a worker that failed makes the server fail too.
     s.sum.resize(m, 0.0);
     let pf = p as f32;
-    let mut bad_worker = None;
-    for (i, piece) in s.recv.chunks_exact(unit).enumerate() {
-        let a = f32_at(piece, cb);
-        if !a.is_finite() {
-            bad_worker.get_or_insert(i);
-            continue;
-        }
-        onebit_codec::unpack_add(&piece[..cb], a / pf, &mut s.sum).map_err(non_finite)?;
-    }
+    let pieces: Vec<&[u8]> = s.recv.chunks_exact(unit).map(|c| &c[..cb]).collect();
+    let scales: Vec<f32> = s
+        .recv
+        .chunks_exact(unit)
+        .map(|c| f32_at(c, cb) / pf)
+        .collect();
     s.gather_send.resize(unit, 0);
-    let beta = match bad_worker {
-        Some(_bad) => f32::NAN,
-        None => server
+    let beta = if scales.iter().all(|a| a.is_finite()) {
+        onebit_codec::unpack_sum(&pieces, &scales, &mut s.sum).map_err(non_finite)?;
+        server
             .compress_into(&s.sum, &mut s.gather_send[..cb])
-            .unwrap_or(f32::NAN),
+            .unwrap_or(f32::NAN)
+    } else {
+        f32::NAN
     };
     s.gather_send[cb..].copy_from_slice(&beta.to_le_bytes());
 

@@ -256,6 +256,42 @@ fn check_len(expected: usize, found: usize) -> Result<(), OneBitError> {
     }
 }
 
+/// One element loop's tensors, handed to the vector dispatcher
+/// ([`vector`]): it runs the whole vectors, the scalar loop the rest.
+#[cfg_attr(
+    not(all(target_arch = "x86_64", target_feature = "sse2")),
+    allow(dead_code, reason = "read by the x86_64 kernels only")
+)]
+pub(crate) enum Job<'a> {
+    /// The full step ([`AdamW::step_scaled`]).
+    Step {
+        x: &'a mut [f32],
+        m: &'a mut [f32],
+        v: &'a mut [f32],
+        g: &'a [f32],
+        zero: Option<&'a mut [bool]>,
+    },
+    /// The update alone ([`AdamW::update`]).
+    Update {
+        x: &'a mut [f32],
+        m: &'a [f32],
+        v: &'a [f32],
+    },
+}
+
+/// Whole vectors of `job` on `kernel` (SSE2, or AVX when the CPU has it);
+/// returns how many elements were done (0 for [`Kernel::Scalar`]).
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+fn vector(kernel: Kernel, k: &Consts, f: Flags, job: Job<'_>) -> usize {
+    crate::simd::run(kernel, k, f, job)
+}
+
+/// No vector kernels off x86_64: the scalar loop does everything.
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+fn vector(_: Kernel, _: &Consts, _: Flags, _: Job<'_>) -> usize {
+    0
+}
+
 /// Full step on `kernel` (lengths checked): the vector kernel takes whole
 /// vectors, the scalar loop the rest.
 #[allow(
@@ -272,7 +308,14 @@ fn run(
     g: &[f32],
     mut zero: Option<&mut [bool]>,
 ) {
-    let done = vector_step(kernel, k, f, x, m, v, g, zero.as_deref_mut());
+    let job = Job::Step {
+        x: &mut *x,
+        m: &mut *m,
+        v: &mut *v,
+        g,
+        zero: zero.as_deref_mut(),
+    };
+    let done = vector(kernel, k, f, job);
     let z = zero.map(|z| &mut z[done..]);
     scalar_step(
         k,
@@ -285,74 +328,11 @@ fn run(
     );
 }
 
-#[allow(
-    clippy::too_many_arguments,
-    reason = "internal: the four tensors and options"
-)]
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-fn vector_step(
-    kernel: Kernel,
-    k: &Consts,
-    f: Flags,
-    x: &mut [f32],
-    m: &mut [f32],
-    v: &mut [f32],
-    g: &[f32],
-    zero: Option<&mut [bool]>,
-) -> usize {
-    match kernel {
-        Kernel::Scalar => 0,
-        Kernel::Sse2 => crate::simd::step_sse2(k, f, x, m, v, g, zero),
-        Kernel::Avx if crate::simd::has_avx() => crate::simd::step_avx(k, f, x, m, v, g, zero),
-        Kernel::Avx => crate::simd::step_sse2(k, f, x, m, v, g, zero),
-    }
-}
-
-#[allow(
-    clippy::too_many_arguments,
-    reason = "internal: the four tensors and options"
-)]
-#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-fn vector_step(
-    _kernel: Kernel,
-    _k: &Consts,
-    _f: Flags,
-    _x: &mut [f32],
-    _m: &mut [f32],
-    _v: &mut [f32],
-    _g: &[f32],
-    _zero: Option<&mut [bool]>,
-) -> usize {
-    0
-}
-
 fn run_update(kernel: Kernel, k: &Consts, f: Flags, x: &mut [f32], m: &[f32], v: &[f32]) {
-    let done = vector_update(kernel, k, f, x, m, v);
+    let done = vector(kernel, k, f, Job::Update { x: &mut *x, m, v });
     for ((x, &m), &v) in x[done..].iter_mut().zip(&m[done..]).zip(&v[done..]) {
         update_elem(k, f.bias, x, m, v);
     }
-}
-
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-fn vector_update(
-    kernel: Kernel,
-    k: &Consts,
-    f: Flags,
-    x: &mut [f32],
-    m: &[f32],
-    v: &[f32],
-) -> usize {
-    match kernel {
-        Kernel::Scalar => 0,
-        Kernel::Sse2 => crate::simd::update_sse2(k, f, x, m, v),
-        Kernel::Avx if crate::simd::has_avx() => crate::simd::update_avx(k, f, x, m, v),
-        Kernel::Avx => crate::simd::update_sse2(k, f, x, m, v),
-    }
-}
-
-#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-fn vector_update(_: Kernel, _: &Consts, _: Flags, _: &mut [f32], _: &[f32], _: &[f32]) -> usize {
-    0
 }
 
 /// The scalar reference loop (also the vector kernels' tail).

@@ -24,7 +24,7 @@ use core::arch::x86_64::{
     _mm256_sub_ps,
 };
 
-use crate::dense::{Consts, Flags};
+use crate::dense::{Consts, Flags, Job, Kernel};
 
 /// Whether the CPU has AVX and the OS saves the YMM registers (cached; the
 /// codec's `no_std` detection).
@@ -263,70 +263,35 @@ unsafe fn update_body<V: Vector>(
     whole
 }
 
-/// SSE2 full step (4 lanes); returns elements done.
-pub(crate) fn step_sse2(
-    k: &Consts,
-    f: Flags,
-    x: &mut [f32],
-    m: &mut [f32],
-    v: &mut [f32],
-    g: &[f32],
-    zero: Option<&mut [bool]>,
-) -> usize {
-    // SAFETY: SSE2 is part of the x86_64 baseline; `lib.rs` compiles this
-    // module only with `target_feature = "sse2"`.
-    unsafe { step_body::<Sse2>(k, f, x, m, v, g, zero) }
-}
-
-/// SSE2 update alone; returns elements done.
-pub(crate) fn update_sse2(k: &Consts, f: Flags, x: &mut [f32], m: &[f32], v: &[f32]) -> usize {
-    // SAFETY: SSE2 is part of the x86_64 baseline (see `step_sse2`).
-    unsafe { update_body::<Sse2>(k, f, x, m, v) }
-}
-
-/// AVX full step (8 lanes); returns elements done. Call only when
-/// [`has_avx`] is true (the dispatcher does).
-pub(crate) fn step_avx(
-    k: &Consts,
-    f: Flags,
-    x: &mut [f32],
-    m: &mut [f32],
-    v: &mut [f32],
-    g: &[f32],
-    zero: Option<&mut [bool]>,
-) -> usize {
-    if !has_avx() {
-        return 0;
+/// Whole vectors of `job` on `kernel`'s width; returns elements done (0
+/// for [`Kernel::Scalar`]). AVX without CPU support falls back to SSE2.
+pub(crate) fn run(kernel: Kernel, k: &Consts, f: Flags, job: Job<'_>) -> usize {
+    match kernel {
+        Kernel::Scalar => 0,
+        // SAFETY: AVX support (CPU and OS) is checked in the guard.
+        Kernel::Avx if has_avx() => unsafe { run_avx(k, f, job) },
+        // SAFETY: SSE2 is part of the x86_64 baseline; `lib.rs` compiles
+        // this module only with `target_feature = "sse2"`.
+        Kernel::Sse2 | Kernel::Avx => unsafe { body::<Sse2>(k, f, job) },
     }
-    // SAFETY: AVX support (CPU and OS) was checked just above.
-    unsafe { step_avx_inner(k, f, x, m, v, g, zero) }
 }
 
+/// [`body`] compiled with AVX enabled (8 lanes).
 #[target_feature(enable = "avx")]
-unsafe fn step_avx_inner(
-    k: &Consts,
-    f: Flags,
-    x: &mut [f32],
-    m: &mut [f32],
-    v: &mut [f32],
-    g: &[f32],
-    zero: Option<&mut [bool]>,
-) -> usize {
+unsafe fn run_avx(k: &Consts, f: Flags, job: Job<'_>) -> usize {
     // SAFETY: this function runs only with AVX enabled (its attribute).
-    unsafe { step_body::<Avx>(k, f, x, m, v, g, zero) }
+    unsafe { body::<Avx>(k, f, job) }
 }
 
-/// AVX update alone; returns elements done (0 without AVX).
-pub(crate) fn update_avx(k: &Consts, f: Flags, x: &mut [f32], m: &[f32], v: &[f32]) -> usize {
-    if !has_avx() {
-        return 0;
+/// The loop body of `job` on vectors `V` (inlined into each entry point,
+/// so each width compiles to its own packed instructions).
+#[inline(always)]
+unsafe fn body<V: Vector>(k: &Consts, f: Flags, job: Job<'_>) -> usize {
+    // SAFETY: `V`'s feature is enabled (the caller's contract).
+    unsafe {
+        match job {
+            Job::Step { x, m, v, g, zero } => step_body::<V>(k, f, x, m, v, g, zero),
+            Job::Update { x, m, v } => update_body::<V>(k, f, x, m, v),
+        }
     }
-    // SAFETY: AVX support (CPU and OS) was checked just above.
-    unsafe { update_avx_inner(k, f, x, m, v) }
-}
-
-#[target_feature(enable = "avx")]
-unsafe fn update_avx_inner(k: &Consts, f: Flags, x: &mut [f32], m: &[f32], v: &[f32]) -> usize {
-    // SAFETY: this function runs only with AVX enabled (its attribute).
-    unsafe { update_body::<Avx>(k, f, x, m, v) }
 }

@@ -45,6 +45,25 @@ fn fence(stream: bool) {
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
 fn fence(_stream: bool) {}
 
+/// The fused word loop over one chunk's whole words in AVX2 intrinsics, if
+/// the CPU has AVX2 (`None`: not done).
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+use crate::simd::fused_x8 as vector_words;
+
+/// No vector kernel in the portable build: always `None` (not done).
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+fn vector_words(
+    _: &mut Accumulator,
+    _: Input<'_>,
+    _: &[f32],
+    _: &mut [f32],
+    _: f32,
+    _: &mut [u8],
+    _: bool,
+) -> Option<bool> {
+    None
+}
+
 /// The fused word loop (portable build).
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
 #[inline(always)]
@@ -116,7 +135,7 @@ const STREAM_MIN: usize = 1 << 22;
 
 /// What a step compresses: `x` itself, or `wa·a + wb·b` formed on the fly.
 #[derive(Clone, Copy)]
-enum Input<'a> {
+pub(crate) enum Input<'a> {
     Plain(&'a [f32]),
     Blend(f32, &'a [f32], f32, &'a [f32]),
 }
@@ -138,6 +157,14 @@ impl<'a> Input<'a> {
                 }
                 st
             }
+        }
+    }
+
+    /// Elements `start..end` of the input, still unformed.
+    fn slice(self, start: usize, end: usize) -> Self {
+        match self {
+            Input::Plain(x) => Input::Plain(&x[start..end]),
+            Input::Blend(wa, a, wb, b) => Input::Blend(wa, &a[start..end], wb, &b[start..end]),
         }
     }
 
@@ -570,13 +597,34 @@ impl Compressor {
             let chunk_end = (chunk_start + self.chunk).min(self.n);
             let alpha = self.alphas[c];
             let mut acc = Accumulator::new(kind);
+            // The AVX2 kernel takes the chunk's whole words in one call,
+            // reading a blend's inputs in place; the rest (the last partial
+            // word, or everything without AVX2) goes on below.
+            let words_end = chunk_start + (chunk_end - chunk_start) / 64 * 64;
+            let mut from = chunk_start;
+            match vector_words(
+                &mut acc,
+                x.slice(chunk_start, words_end),
+                &self.buf[chunk_start..words_end],
+                &mut new[chunk_start..words_end],
+                alpha,
+                &mut signs_out[chunk_start / 8..words_end / 8],
+                stream,
+            ) {
+                Some(true) => from = words_end,
+                Some(false) => {
+                    fence(stream);
+                    return false;
+                }
+                None => {}
+            }
             // A plain input goes through in one call per chunk (per-block
             // calls measured slower); a blend is staged block by block.
             let block = match x {
                 Input::Plain(_) => self.chunk,
                 Input::Blend(..) => STAGE,
             };
-            for start in (chunk_start..chunk_end).step_by(block) {
+            for start in (from..chunk_end).step_by(block) {
                 let end = (start + block).min(chunk_end);
                 let xs = x.block(start, end, &mut stage);
                 let (old, nb) = (&self.buf[start..end], &mut new[start..end]);

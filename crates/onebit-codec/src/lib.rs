@@ -52,7 +52,9 @@ pub mod wire;
 
 pub use compressor::{Compressor, CompressorConfig, ErrorFeedback, full_step_chunk};
 pub use error::CodecError;
-pub use pack::{pack_signs, pack_signs_into, packed_len, sign_bit, unpack_add, unpack_signs};
+pub use pack::{
+    pack_signs, pack_signs_into, packed_len, sign_bit, unpack_add, unpack_signs, unpack_sum,
+};
 pub use scale::{ScaleKind, check_finite};
 // The format constants (`MAGIC`, `VERSION`, `VERSION_1`) stay in `wire`.
 pub use wire::{CHECKSUM_LEN, Compressed, HEADER_LEN, crc32c, decode, encoded_len};

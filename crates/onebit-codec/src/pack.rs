@@ -78,6 +78,12 @@ pub fn pack_signs_into(x: &[f32], out: &mut [u8]) -> Result<(), CodecError> {
 
 /// Packing kernel; `out.len() == packed_len(x.len())` is the caller's contract.
 pub(crate) fn pack_words(x: &[f32], out: &mut [u8]) {
+    // AVX2 (run-time detected) packs the whole words when the CPU has it.
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    let done = crate::simd::pack_avx2(x, out);
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+    let done = 0;
+    let (x, out) = (&x[done..], &mut out[done / 8..]);
     let whole = x.len() / 64 * 64;
     for (w, o) in x[..whole].chunks_exact(64).zip(out.chunks_exact_mut(8)) {
         if let Ok(w) = <&[f32; 64]>::try_from(w) {
@@ -118,7 +124,12 @@ pub(crate) fn pack_words_portable(x: &[f32], out: &mut [u8]) {
 /// [`CodecError::BufferSize`] when `bits.len() != ceil(out.len() / 8)`.
 pub fn unpack_signs(bits: &[u8], scale: f32, out: &mut [f32]) -> Result<(), CodecError> {
     CodecError::check_packed(out.len(), bits.len())?;
-    for_each_sign(bits, scale, out, |o, s| *o = s);
+    // AVX2 (run-time detected) decodes the whole bytes when the CPU has it.
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    let done = crate::simd::unpack_avx2(bits, scale, out);
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+    let done = 0;
+    for_each_sign(&bits[done / 8..], scale, &mut out[done..], |o, s| *o = s);
     Ok(())
 }
 
@@ -130,6 +141,42 @@ pub fn unpack_signs(bits: &[u8], scale: f32, out: &mut [f32]) -> Result<(), Code
 pub fn unpack_add(bits: &[u8], scale: f32, acc: &mut [f32]) -> Result<(), CodecError> {
     CodecError::check_packed(acc.len(), bits.len())?;
     for_each_sign(bits, scale, acc, |o, s| *o += s);
+    Ok(())
+}
+
+/// The rank-order sum of several packed-sign vectors, in one pass over
+/// `out`: `out[i] = ((0 + s₀[i]) + s₁[i]) + …` where `s_r[i]` is
+/// `+scales[r]` (bit 1 of `bits[r]`) or `−scales[r]` (bit 0). The same bits
+/// as zeroing `out` and calling [`unpack_add`] for each `r` in order (the
+/// server side of a compressed all-reduce), without `bits.len()` read-write
+/// passes over `out`.
+///
+/// # Errors
+/// [`CodecError::LengthMismatch`] when `bits` and `scales` differ in length;
+/// [`CodecError::BufferSize`] when some `bits[r].len() != ceil(out.len() / 8)`.
+/// `out` is unchanged then.
+pub fn unpack_sum(bits: &[&[u8]], scales: &[f32], out: &mut [f32]) -> Result<(), CodecError> {
+    CodecError::check_len(bits.len(), scales.len())?;
+    for b in bits {
+        CodecError::check_packed(out.len(), b.len())?;
+    }
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    let done = crate::simd::unpack_sum_avx2(bits, scales, out);
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+    let done = 0;
+    for (i, o8) in out.chunks_mut(8).enumerate().skip(done / 8) {
+        o8.fill(0.0);
+        for (b, &scale) in bits.iter().zip(scales) {
+            let byte = b[i];
+            for (k, o) in o8.iter_mut().enumerate() {
+                *o += if (byte << k) & 0x80 != 0 {
+                    scale
+                } else {
+                    -scale
+                };
+            }
+        }
+    }
     Ok(())
 }
 

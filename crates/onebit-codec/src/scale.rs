@@ -313,6 +313,28 @@ impl Accumulator {
         }
     }
 
+    /// The running lanes for a vector kernel that adds terms in the
+    /// documented order itself: `Some((abs, lanes, pos))` for the sum kinds
+    /// (`abs`: mean-abs terms `|v|`, else squares) when the lanes are at a
+    /// group boundary; the kernel adds the count it fed to `pos`.
+    #[cfg_attr(
+        not(all(target_arch = "x86_64", target_feature = "sse2")),
+        allow(dead_code, reason = "used by the x86_64 kernels only")
+    )]
+    #[inline(always)]
+    pub(crate) fn sum_lanes(&mut self) -> Option<(bool, &mut [f64; 8], &mut usize)> {
+        let abs = match self.kind {
+            ScaleKind::Rms => false,
+            ScaleKind::MeanAbs => true,
+            ScaleKind::MaxAbs | ScaleKind::Unit => return None,
+        };
+        if self.lanes.pos % 8 != 0 {
+            return None;
+        }
+        let Lanes { lanes, pos } = &mut self.lanes;
+        Some((abs, lanes, pos))
+    }
+
     /// `Σ x²` fed so far (meaningful for [`ScaleKind::Rms`]).
     pub(crate) fn sum_sq(&self) -> f64 {
         self.lanes.total()

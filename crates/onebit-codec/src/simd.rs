@@ -1,5 +1,5 @@
 //! SSE2 sign-packing kernel, run-time AVX/AVX2 detection and the AVX2
-//! build of the fused compressor loop: the crate's only `unsafe`.
+//! kernels (fused compressor, packing, decoding): the crate's only `unsafe`.
 //!
 //! `cmpltps` + `movmskps` turn four floats into four sign bits in two
 //! instructions; the portable word loop (`pack::word_of`) reaches only about
@@ -17,17 +17,36 @@
 //! SSE2's 4 and 2. The operations and their order are the same (no FMA), so
 //! the bits are too; the compressor tests run on whichever path the CPU takes
 //! and are compared with the two-pass reference.
+//!
+//! Written out in AVX2 intrinsics (run-time detected, same operations and
+//! order as the portable loops, so the same bits; unit tests compare them):
+//! the fused compressor loop over a chunk's whole words ([`fused_x8`]: a
+//! plain input, or a blend `wa·a + wb·b` read in place, with software
+//! prefetch), sign packing ([`pack_avx2`]: four far-apart quarters in turn,
+//! since one read stream leaves part of a core's bandwidth unused), and the
+//! decoders ([`unpack_avx2`], [`unpack_sum_avx2`]).
 #![allow(
     unsafe_code,
     reason = "SSE2 intrinsics behind #[target_feature]; see SAFETY"
 )]
 
 use core::arch::x86_64::{
-    __cpuid, __cpuid_count, _mm_cmplt_ps, _mm_loadu_ps, _mm_movemask_ps, _mm_set_ps,
-    _mm_setzero_ps, _mm_sfence, _mm_stream_ps, _xgetbv,
+    __cpuid, __cpuid_count, _CMP_LT_OQ, _CMP_NLT_UQ, _MM_HINT_T0, _mm_cmplt_ps, _mm_loadu_ps,
+    _mm_movemask_ps, _mm_prefetch, _mm_set_ps, _mm_setzero_ps, _mm_sfence, _mm_stream_ps,
+    _mm256_add_pd, _mm256_add_ps, _mm256_and_ps, _mm256_blendv_ps, _mm256_castps_si256,
+    _mm256_castps256_ps128, _mm256_castsi256_ps, _mm256_cmp_ps, _mm256_cmpgt_epi32,
+    _mm256_cvtps_pd, _mm256_extractf128_ps, _mm256_loadu_pd, _mm256_loadu_ps, _mm256_movemask_ps,
+    _mm256_mul_pd, _mm256_mul_ps, _mm256_or_si256, _mm256_set1_epi32, _mm256_set1_ps,
+    _mm256_setzero_ps, _mm256_setzero_si256, _mm256_storeu_pd, _mm256_storeu_ps, _mm256_sub_ps,
+    _mm256_testz_si256, _xgetbv,
 };
 use core::sync::atomic::{AtomicU8, Ordering};
 
+use core::arch::x86_64::{
+    __m256, __m256i, _mm256_and_si256, _mm256_cmpeq_epi32, _mm256_setr_epi32,
+};
+
+use crate::compressor::Input;
 use crate::scale::{Accumulator, Words};
 
 /// Cached detection: bit 0 = probed, bit 1 = AVX, bit 2 = AVX2.
@@ -149,4 +168,417 @@ pub(crate) fn word_sse2(w: &[f32; 64]) -> u64 {
     }
     // Element k is bit k; numpy wants element 0 as the MSB of byte 0.
     lsb_first.reverse_bits()
+}
+
+/// The fused word loop written out in AVX2 intrinsics, for a plain input or
+/// a blend `wa·a + wb·b` read in place (no staging buffer): per 8 lanes
+/// `p = x + (old − α·σ(old))`, the NaN/±∞ check, the `f64` terms into the
+/// 8 lanes (lanes 0–3 and 4–7 are two `__m256d`, elements in index order:
+/// the documented reduction), the sign byte, and the store of `p` to `new`.
+/// Same operations, same order, no FMA, so the same bits as the portable
+/// `Accumulator::fused_words_into` (unit test below). All slices are one
+/// run of whole words (`old.len() % 64 == 0`; the others at least as long).
+///
+/// `None` (nothing done) without AVX2, for a kind that is not a sum, or when
+/// the lanes are not at a group boundary; `Some(false)` when a new value is
+/// NaN/±∞ (`new` is then garbage, the caller discards it).
+pub(crate) fn fused_x8(
+    acc: &mut Accumulator,
+    x: Input<'_>,
+    old: &[f32],
+    new: &mut [f32],
+    alpha: f32,
+    signs: &mut [u8],
+    stream: bool,
+) -> Option<bool> {
+    if !has_avx2() {
+        return None;
+    }
+    let n = old.len() / 64 * 64;
+    let (a, blend) = match x {
+        Input::Plain(x) => (x, None),
+        Input::Blend(wa, a, wb, b) => (a, Some((wa, wb, b))),
+    };
+    let b_len = blend.map_or(usize::MAX, |(_, _, b)| b.len());
+    if a.len() < n || b_len < n || new.len() < n || signs.len() < n / 8 {
+        return None;
+    }
+    let stream = stream && new.as_ptr() as usize % 16 == 0;
+    let (abs, lanes, pos) = acc.sum_lanes()?;
+    let p = Ptrs {
+        a: a.as_ptr(),
+        b: blend.map_or(a.as_ptr(), |(_, _, b)| b.as_ptr()),
+        old: old.as_ptr(),
+        new: new.as_mut_ptr(),
+        signs: signs.as_mut_ptr(),
+    };
+    let (wa, wb) = blend.map_or((1.0, 0.0), |(wa, wb, _)| (wa, wb));
+    // SAFETY: AVX2 was checked just above; every pointer covers `n` floats
+    // (`n / 8` sign bytes), checked above; with `stream`, `new` is 16-byte
+    // aligned (checked), so every 4-float piece of it is.
+    let clean = unsafe {
+        match (abs, blend.is_some(), stream) {
+            (false, false, false) => {
+                fused_x8_avx2::<false, false, false>(lanes, p, n, wa, wb, alpha)
+            }
+            (false, false, true) => fused_x8_avx2::<false, false, true>(lanes, p, n, wa, wb, alpha),
+            (false, true, false) => fused_x8_avx2::<false, true, false>(lanes, p, n, wa, wb, alpha),
+            (false, true, true) => fused_x8_avx2::<false, true, true>(lanes, p, n, wa, wb, alpha),
+            (true, false, false) => fused_x8_avx2::<true, false, false>(lanes, p, n, wa, wb, alpha),
+            (true, false, true) => fused_x8_avx2::<true, false, true>(lanes, p, n, wa, wb, alpha),
+            (true, true, false) => fused_x8_avx2::<true, true, false>(lanes, p, n, wa, wb, alpha),
+            (true, true, true) => fused_x8_avx2::<true, true, true>(lanes, p, n, wa, wb, alpha),
+        }
+    };
+    *pos += n;
+    Some(clean)
+}
+
+/// Elements ahead of the loop that [`fused_x8_avx2`] prefetches.
+const PREFETCH: usize = 2048;
+
+/// Raw streams of [`fused_x8_avx2`] (bounds checked by [`fused_x8`]).
+#[derive(Clone, Copy)]
+struct Ptrs {
+    a: *const f32,
+    b: *const f32,
+    old: *const f32,
+    new: *mut f32,
+    signs: *mut u8,
+}
+
+/// # Safety
+/// AVX2 available; `a`, `old`, `new` (and `b` with `BLEND`) valid for `n`
+/// floats, `signs` for `n / 8` bytes, `n % 64 == 0`; with `STREAM`, `new`
+/// 16-byte aligned.
+#[target_feature(enable = "avx2")]
+unsafe fn fused_x8_avx2<const ABS: bool, const BLEND: bool, const STREAM: bool>(
+    lanes: &mut [f64; 8],
+    p: Ptrs,
+    n: usize,
+    wa: f32,
+    wb: f32,
+    alpha: f32,
+) -> bool {
+    // SAFETY: the function's contract (AVX2; every offset below is < n, or
+    // < n / 8 for the sign bytes, of a stream valid for that many).
+    unsafe {
+        let (wa, wb) = (_mm256_set1_ps(wa), _mm256_set1_ps(wb));
+        let (pos_a, neg_a) = (_mm256_set1_ps(alpha), _mm256_set1_ps(-alpha));
+        let zero = _mm256_setzero_ps();
+        let abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fff_ffff));
+        let max_finite = _mm256_set1_epi32(0x7f7f_ffff);
+        let mut lo = _mm256_loadu_pd(lanes.as_ptr());
+        let mut hi = _mm256_loadu_pd(lanes.as_ptr().add(4));
+        let mut bad = _mm256_setzero_si256();
+        let mut i = 0;
+        while i < n {
+            // Software prefetch a few pages ahead on the read streams: the
+            // hardware prefetcher stops at page boundaries, and one core
+            // reaches memory bandwidth only with more fills in flight.
+            if i + PREFETCH < n {
+                for l in 0..4 {
+                    let k = i + PREFETCH + 16 * l;
+                    _mm_prefetch::<_MM_HINT_T0>(p.a.add(k).cast());
+                    _mm_prefetch::<_MM_HINT_T0>(p.old.add(k).cast());
+                    if BLEND {
+                        _mm_prefetch::<_MM_HINT_T0>(p.b.add(k).cast());
+                    }
+                }
+            }
+            let mut lsb_first = 0u64;
+            for j in 0..8 {
+                let k = i + 8 * j;
+                let x = if BLEND {
+                    _mm256_add_ps(
+                        _mm256_mul_ps(wa, _mm256_loadu_ps(p.a.add(k))),
+                        _mm256_mul_ps(wb, _mm256_loadu_ps(p.b.add(k))),
+                    )
+                } else {
+                    _mm256_loadu_ps(p.a.add(k))
+                };
+                let o = _mm256_loadu_ps(p.old.add(k));
+                // α·σ(old): −α where old < 0 (ordered: NaN never is; the
+                // buffer is finite anyway).
+                let s = _mm256_blendv_ps(pos_a, neg_a, _mm256_cmp_ps::<_CMP_LT_OQ>(o, zero));
+                let v = _mm256_add_ps(x, _mm256_sub_ps(o, s));
+                let mag = _mm256_and_ps(v, abs_mask);
+                bad = _mm256_or_si256(
+                    bad,
+                    _mm256_cmpgt_epi32(_mm256_castps_si256(mag), max_finite),
+                );
+                let t = if ABS { mag } else { v };
+                let (tl, th) = (
+                    _mm256_cvtps_pd(_mm256_castps256_ps128(t)),
+                    _mm256_cvtps_pd(_mm256_extractf128_ps::<1>(t)),
+                );
+                let (tl, th) = if ABS {
+                    (tl, th)
+                } else {
+                    (_mm256_mul_pd(tl, tl), _mm256_mul_pd(th, th))
+                };
+                lo = _mm256_add_pd(lo, tl);
+                hi = _mm256_add_pd(hi, th);
+                // Bit k set iff !(v[k] < 0) (unordered: NaN gives 1).
+                let bits = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_NLT_UQ>(v, zero));
+                lsb_first |= u64::from(bits as u8) << (8 * j);
+                if STREAM {
+                    _mm_stream_ps(p.new.add(k), _mm256_castps256_ps128(v));
+                    _mm_stream_ps(p.new.add(k + 4), _mm256_extractf128_ps::<1>(v));
+                } else {
+                    _mm256_storeu_ps(p.new.add(k), v);
+                }
+            }
+            // Element 0 the most significant bit of byte 0, as `word_sse2`.
+            let bytes = lsb_first.reverse_bits().to_be_bytes();
+            core::ptr::copy_nonoverlapping(bytes.as_ptr(), p.signs.add(i / 8), 8);
+            i += 64;
+        }
+        _mm256_storeu_pd(lanes.as_mut_ptr(), lo);
+        _mm256_storeu_pd(lanes.as_mut_ptr().add(4), hi);
+        _mm256_testz_si256(bad, bad) == 1
+    }
+}
+
+/// Pack whole 64-element words with AVX2 (8 floats per compare and
+/// `movmskps`); returns how many elements it packed (0 without AVX2). Same
+/// bits as [`word_sse2`] and the portable `word_of` (tests compare them).
+pub(crate) fn pack_avx2(x: &[f32], out: &mut [u8]) -> usize {
+    if !has_avx2() {
+        return 0;
+    }
+    let n = (x.len() / 64 * 64).min(out.len() / 8 * 64);
+    // SAFETY: AVX2 checked above; `x` holds at least `n` floats and `out`
+    // at least `n / 8` bytes (the `min` above).
+    unsafe { pack_avx2_inner(x.as_ptr(), out.as_mut_ptr(), n) };
+    n
+}
+
+/// # Safety
+/// AVX2 available, `x` valid for `n` floats, `out` for `n / 8` bytes,
+/// `n % 64 == 0`.
+#[target_feature(enable = "avx2")]
+unsafe fn pack_avx2_inner(x: *const f32, out: *mut u8, n: usize) {
+    // Four far-apart quarters, one word of each per iteration: four read
+    // streams keep more cache-line fills in flight than one (a single
+    // stream leaves this core's memory bandwidth unused).
+    let words = n / 64;
+    let q = words / 4;
+    // SAFETY: the function's contract; word `w < words` covers elements
+    // `64w..64w + 64 <= n` and bytes `8w..8w + 8 <= n / 8`.
+    unsafe {
+        for w in 0..q {
+            for s in 0..4 {
+                pack_word_avx2(x, out, w + s * q);
+            }
+        }
+        for w in 4 * q..words {
+            pack_word_avx2(x, out, w);
+        }
+    }
+}
+
+/// # Safety
+/// AVX2 available; `x` valid for `64 (w + 1)` floats, `out` for `8 (w + 1)`
+/// bytes.
+#[inline(always)]
+unsafe fn pack_word_avx2(x: *const f32, out: *mut u8, w: usize) {
+    // SAFETY: the function's contract; offsets below `64 (w + 1)`.
+    unsafe {
+        let zero = _mm256_setzero_ps();
+        let mut lsb_first = 0u64;
+        for j in 0..8 {
+            let v = _mm256_loadu_ps(x.add(64 * w + 8 * j));
+            let bits = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_NLT_UQ>(v, zero));
+            lsb_first |= u64::from(bits as u8) << (8 * j);
+        }
+        let bytes = lsb_first.reverse_bits().to_be_bytes();
+        core::ptr::copy_nonoverlapping(bytes.as_ptr(), out.add(8 * w), 8);
+    }
+}
+
+/// Lane `k` of a decoded byte tests bit `7 − k` (element 0 is the MSB).
+#[inline(always)]
+unsafe fn byte_bits() -> __m256i {
+    // SAFETY: AVX (caller's target feature); values only.
+    unsafe { _mm256_setr_epi32(128, 64, 32, 16, 8, 4, 2, 1) }
+}
+
+/// `±scale` per lane for the 8 signs of `byte` (bit 1: `+scale`).
+#[inline(always)]
+unsafe fn decode_byte(byte: u8, bits: __m256i, pos: __m256, neg: __m256) -> __m256 {
+    // SAFETY: AVX2 (caller's target feature); values only.
+    unsafe {
+        let b = _mm256_and_si256(_mm256_set1_epi32(i32::from(byte)), bits);
+        let set = _mm256_castsi256_ps(_mm256_cmpeq_epi32(b, bits));
+        _mm256_blendv_ps(neg, pos, set)
+    }
+}
+
+/// `pack::unpack_sum` over the whole bytes with AVX2: per 8 elements, the
+/// ranks' `±scale` added in rank order from `0.0` (the same adds in the
+/// same order, so the same bits as the scalar loop). Returns the elements
+/// done (0 without AVX2); lengths checked by the caller.
+pub(crate) fn unpack_sum_avx2(bits: &[&[u8]], scales: &[f32], out: &mut [f32]) -> usize {
+    if !has_avx2() || bits.len() != scales.len() {
+        return 0;
+    }
+    let groups = out.len() / 8;
+    if bits.iter().any(|b| b.len() < groups) {
+        return 0;
+    }
+    // SAFETY: AVX2 checked above; every `bits[r]` has `groups` bytes and
+    // `out` `8 · groups` floats (checked above).
+    unsafe { unpack_sum_inner(bits, scales, out, groups) };
+    groups * 8
+}
+
+/// # Safety
+/// AVX2; each `bits[r]` has at least `groups` bytes, `out` `8 · groups`
+/// floats, `bits.len() == scales.len()`.
+#[target_feature(enable = "avx2")]
+unsafe fn unpack_sum_inner(bits: &[&[u8]], scales: &[f32], out: &mut [f32], groups: usize) {
+    // Rank blocks of this many groups keep the partial sums in L1 (4 KiB).
+    const BLOCK: usize = 128;
+    // SAFETY: the function's contract; `g < groups` indexes every stream.
+    unsafe {
+        let mask = byte_bits();
+        let out = out.as_mut_ptr();
+        for start in (0..groups).step_by(BLOCK) {
+            let end = (start + BLOCK).min(groups);
+            for g in start..end {
+                _mm256_storeu_ps(out.add(8 * g), _mm256_setzero_ps());
+            }
+            for (b, &s) in bits.iter().zip(scales) {
+                let (pos, neg) = (_mm256_set1_ps(s), _mm256_set1_ps(-s));
+                let b = b.as_ptr();
+                for g in start..end {
+                    let o = out.add(8 * g);
+                    let v = decode_byte(*b.add(g), mask, pos, neg);
+                    _mm256_storeu_ps(o, _mm256_add_ps(_mm256_loadu_ps(o), v));
+                }
+            }
+        }
+    }
+}
+
+/// `pack::unpack_signs` over the whole bytes with AVX2; returns the
+/// elements done (0 without AVX2); lengths checked by the caller.
+pub(crate) fn unpack_avx2(bits: &[u8], scale: f32, out: &mut [f32]) -> usize {
+    if !has_avx2() {
+        return 0;
+    }
+    let groups = (out.len() / 8).min(bits.len());
+    // SAFETY: AVX2 checked above; `bits` has `groups` bytes and `out`
+    // `8 · groups` floats (the `min` above).
+    unsafe { unpack_inner(bits.as_ptr(), scale, out.as_mut_ptr(), groups) };
+    groups * 8
+}
+
+/// # Safety
+/// AVX2; `bits` valid for `groups` bytes, `out` for `8 · groups` floats.
+#[target_feature(enable = "avx2")]
+unsafe fn unpack_inner(bits: *const u8, scale: f32, out: *mut f32, groups: usize) {
+    // SAFETY: the function's contract; `g < groups`.
+    unsafe {
+        let mask = byte_bits();
+        let (pos, neg) = (_mm256_set1_ps(scale), _mm256_set1_ps(-scale));
+        for g in 0..groups {
+            _mm256_storeu_ps(out.add(8 * g), decode_byte(*bits.add(g), mask, pos, neg));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{fused_x8, has_avx2, pack_avx2, word_sse2};
+    use crate::compressor::Input;
+    use crate::pack::word_of;
+    use crate::scale::{Accumulator, ScaleKind, Words};
+    use alloc::vec;
+    use alloc::vec::Vec;
+    use proptest::prelude::*;
+
+    fn value() -> impl Strategy<Value = f32> {
+        prop_oneof![
+            8 => -10.0f32..10.0,
+            1 => Just(0.0f32),
+            1 => Just(-0.0f32),
+            1 => Just(1e-40f32), // subnormal
+            1 => Just(-3e38f32), // overflows when added to itself
+            1 => any::<f32>(),   // NaN, ±∞, subnormals included
+        ]
+    }
+
+    fn bits(x: &[f32]) -> Vec<u32> {
+        x.iter().map(|v| v.to_bits()).collect()
+    }
+
+    proptest! {
+        /// The AVX2 fused kernel equals the portable word loop bit for bit:
+        /// the new buffer, sign bytes, the 8 `f64` lanes (fed from a
+        /// non-zero start), and the NaN/±∞ verdict; plain and blend input,
+        /// both sum kinds, streaming and plain stores.
+        #[test]
+        fn avx2_fused_kernel_equals_the_portable_word_loop(
+            words in 1usize..5,
+            seed in prop::collection::vec(value(), 64 * 3 * 4 + 24),
+            (alpha, wa, wb) in (0.0f32..4.0, -1.0f32..1.0, -1.0f32..1.0),
+            mean_abs: bool,
+            blend: bool,
+            stream: bool,
+        ) {
+            prop_assume!(has_avx2());
+            let n = 64 * words;
+            let (a, rest) = seed.split_at(n);
+            let (b, rest) = rest.split_at(n);
+            let (old, head) = rest.split_at(n);
+            let kind = if mean_abs { ScaleKind::MeanAbs } else { ScaleKind::Rms };
+            let head: Vec<f32> = head.iter().map(|v| if v.is_finite() { *v } else { 1.0 }).collect();
+            let (mut fast, mut slow) = (Accumulator::new(kind), Accumulator::new(kind));
+            fast.feed(&head);
+            slow.feed(&head);
+            let x: Vec<f32> = if blend {
+                a.iter().zip(b).map(|(&a, &b)| wa * a + wb * b).collect()
+            } else {
+                a.to_vec()
+            };
+            let input = if blend { Input::Blend(wa, a, wb, b) } else { Input::Plain(a) };
+            let (mut new_f, mut new_s) = (vec![0.0f32; n], vec![0.0f32; n]);
+            let (mut sig_f, mut sig_s) = (vec![0u8; n / 8], vec![0u8; n / 8]);
+            let clean_f = fused_x8(&mut fast, input, old, &mut new_f, alpha, &mut sig_f, stream);
+            let clean_s = slow.fused_words_into(
+                Words { x: &x, old, new: &mut new_s, alpha, signs: &mut sig_s },
+                |d: &mut [f32], w: &[f32; 64]| d.copy_from_slice(w),
+            );
+            super::store_fence();
+            prop_assert!(clean_f.is_some());
+            prop_assert_eq!(clean_f, clean_s);
+            if clean_s == Some(true) {
+                prop_assert_eq!(bits(&new_f), bits(&new_s));
+                prop_assert_eq!(&sig_f, &sig_s);
+                prop_assert_eq!(fast.finish().to_bits(), slow.finish().to_bits());
+                prop_assert_eq!(fast.sum_sq().to_bits(), slow.sum_sq().to_bits());
+            }
+        }
+
+        /// The AVX2 and SSE2 sign kernels equal the portable word.
+        #[test]
+        fn avx2_and_sse2_packing_equal_the_portable_word(
+            x in prop::collection::vec(value(), 0..700),
+        ) {
+            let words = x.len() / 64;
+            let mut out = vec![0u8; words * 8];
+            let done = pack_avx2(&x, &mut out);
+            prop_assert!(done == 0 || done == words * 64);
+            for (w, o) in x.chunks_exact(64).zip(out.chunks_exact(8)) {
+                let w = <&[f32; 64]>::try_from(w).unwrap_or(&[0.0; 64]);
+                let portable = word_of(w).to_be_bytes();
+                prop_assert_eq!(word_sse2(w).to_be_bytes(), portable);
+                if done > 0 {
+                    prop_assert_eq!(o, &portable[..]);
+                }
+            }
+        }
+    }
 }

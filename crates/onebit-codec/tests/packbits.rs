@@ -4,7 +4,9 @@
 mod common;
 
 use common::{naive_get, naive_pack};
-use onebit_codec::{CodecError, pack_signs, pack_signs_into, packed_len, unpack_add, unpack_signs};
+use onebit_codec::{
+    CodecError, pack_signs, pack_signs_into, packed_len, unpack_add, unpack_signs, unpack_sum,
+};
 use proptest::prelude::*;
 
 /// Vectors produced by real numpy (tests/data/gen_packbits.py).
@@ -156,4 +158,84 @@ proptest! {
             prop_assert_eq!(acc[i].to_bits(), (i as f32 + expect).to_bits());
         }
     }
+}
+
+fn scale_values() -> impl Strategy<Value = f32> {
+    prop_oneof![
+        4 => -10.0f32..10.0,
+        1 => Just(0.0f32),
+        1 => Just(-0.0f32),
+        1 => Just(3e38f32), // sums overflow to ∞
+        1 => any::<f32>(),
+    ]
+}
+
+proptest! {
+    /// `unpack_sum` is zeroing then `unpack_add` rank by rank, bit for bit
+    /// (and each decoded sign is the slow bit reader's), for 0–5 ranks and
+    /// lengths around the 8-element bytes and the kernel's 1 Ki blocks.
+    #[test]
+    fn unpack_sum_equals_rank_order_unpack_add(
+        n in prop_oneof![0usize..80, 1000usize..1100],
+        ranks in prop::collection::vec((any::<u64>(), scale_values()), 0..6),
+    ) {
+        let bytes = packed_len(n);
+        let bits: Vec<Vec<u8>> = ranks
+            .iter()
+            .map(|&(seed, _)| {
+                let mut s = seed;
+                let mut b: Vec<u8> = (0..bytes)
+                    .map(|_| {
+                        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                        (s >> 56) as u8
+                    })
+                    .collect();
+                // Padding bits are 0, as `pack_signs` writes them.
+                if n % 8 != 0 {
+                    if let Some(last) = b.last_mut() {
+                        *last &= 0xFFu8 << (8 - n % 8);
+                    }
+                }
+                b
+            })
+            .collect();
+        let scales: Vec<f32> = ranks.iter().map(|&(_, s)| s).collect();
+        let mut slow = vec![0.0f32; n];
+        for (b, &s) in bits.iter().zip(&scales) {
+            unpack_add(b, s, &mut slow).unwrap();
+        }
+        let mut naive = vec![0.0f32; n];
+        for (b, &s) in bits.iter().zip(&scales) {
+            for (i, o) in naive.iter_mut().enumerate() {
+                *o += if naive_get(b, i) { s } else { -s };
+            }
+        }
+        let refs: Vec<&[u8]> = bits.iter().map(Vec::as_slice).collect();
+        let mut fast = vec![f32::NAN; n];
+        unpack_sum(&refs, &scales, &mut fast).unwrap();
+        let bits_of = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        prop_assert_eq!(bits_of(&fast), bits_of(&slow));
+        prop_assert_eq!(bits_of(&fast), bits_of(&naive));
+    }
+}
+
+#[test]
+fn unpack_sum_checks_its_lengths() {
+    let mut out = [7.0f32; 9];
+    let (two, one) = ([0u8; 2], [0u8; 1]);
+    assert_eq!(
+        unpack_sum(&[&two, &one], &[1.0, 1.0], &mut out),
+        Err(CodecError::BufferSize {
+            expected: 2,
+            found: 1
+        })
+    );
+    assert_eq!(
+        unpack_sum(&[&two], &[1.0, 2.0], &mut out),
+        Err(CodecError::LengthMismatch {
+            expected: 1,
+            found: 2
+        })
+    );
+    assert!(out.iter().all(|&v| v == 7.0));
 }
