@@ -1,10 +1,10 @@
 //! `cargo xtask mpi --train-bench [--net 1gbit|10gbit|unlimited] [--np 2,4]
-//! [--examples N]`: end-to-end sharded training over TCP in the shaped
+//! [--batch B] [--examples N]`: end-to-end sharded training over TCP in the shaped
 //! network namespace of `--bench` (issue 13 item 7).
 //!
 //! The job: `basis train --shard rows` with DeepFM (tower `1024,512,256,1`
 //! over 39 fields × k = 16: 1 296 385 dense parameters), streamed
-//! criteo-synth data, global batch 1024, one epoch, BASIS on the sparse
+//! criteo-synth data, global batch 1024 (`--batch`), 200 steps, one epoch, BASIS on the sparse
 //! rows. For every P it runs `--dense-opt adam` (f32 all-reduce every step)
 //! and `--dense-opt onebit-adam` with the same data, steps and seed, reads
 //! each run's `--json` and prints one markdown table per P: wall and
@@ -18,10 +18,10 @@ use std::path::Path;
 
 /// DeepFM tower widths (1.30 M parameters with 39 fields × k = 16).
 const MLP: &str = "1024,512,256,1";
-/// Global batch (each of P ranks takes 1024 / P examples per step).
+/// Default global batch (each of P ranks takes 1024 / P examples per step).
 const BATCH: usize = 1024;
-/// Default training examples: 200 steps of `BATCH`.
-const EXAMPLES: usize = 200 * BATCH;
+/// Default training steps (examples = steps × batch).
+const STEPS: usize = 200;
 
 /// Parsed command line.
 #[derive(Debug, PartialEq)]
@@ -29,6 +29,7 @@ struct Opts {
     /// `None`: the namespace's loopback is not shaped.
     rate: Option<String>,
     ranks: Vec<usize>,
+    batch: usize,
     examples: usize,
 }
 
@@ -36,7 +37,8 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
     let mut o = Opts {
         rate: Some("1gbit".into()),
         ranks: vec![2, 4],
-        examples: EXAMPLES,
+        batch: BATCH,
+        examples: 0,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -67,16 +69,26 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
             "--examples" => {
                 let n = value("a number")?;
                 o.examples = match n.parse::<usize>() {
-                    Ok(n) if n >= BATCH => n,
-                    _ => return Err(format!("--examples: `{n}` is not a number >= {BATCH}")),
+                    Ok(n) if n > 0 => n,
+                    _ => return Err(format!("--examples: `{n}` is not a positive number")),
+                };
+            }
+            "--batch" => {
+                let n = value("a number")?;
+                o.batch = match n.parse::<usize>() {
+                    Ok(n) if n > 0 => n,
+                    _ => return Err(format!("--batch: `{n}` is not a positive number")),
                 };
             }
             other => {
                 return Err(format!(
-                    "unknown argument `{other}` (usage: mpi --train-bench [--net 1gbit|10gbit|unlimited] [--np 2,4] [--examples N])"
+                    "unknown argument `{other}` (usage: mpi --train-bench [--net 1gbit|10gbit|unlimited] [--np 2,4] [--batch B] [--examples N])"
                 ));
             }
         }
+    }
+    if o.examples == 0 {
+        o.examples = STEPS * o.batch;
     }
     Ok(o)
 }
@@ -96,7 +108,7 @@ pub(super) fn run(args: &[String]) -> Result<(), String> {
     let exe = target_dir().join("release/basis");
     let dir = target_dir().join("train-bench");
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let steps = o.examples.div_ceil(BATCH);
+    let steps = o.examples.div_ceil(o.batch);
     let label = o.rate.as_deref().unwrap_or("unlimited");
     with_netns(rate.as_ref(), |mpirun_in_ns| {
         for &np in &o.ranks {
@@ -104,18 +116,20 @@ pub(super) fn run(args: &[String]) -> Result<(), String> {
             for opt in ["adam", "onebit-adam"] {
                 let json = dir.join(format!("np{np}-{opt}.json"));
                 let mut cmd = mpirun_in_ns(np);
-                cmd.arg(&exe).args(job_args(np, opt, o.examples)).arg(&json);
+                cmd.arg(&exe)
+                    .args(job_args(np, opt, o.batch, o.examples))
+                    .arg(&json);
                 util::run(&mut cmd)?;
                 runs.push(read_run(&json)?);
             }
-            println!("{}", table(label, np, steps, &runs[0], &runs[1]));
+            println!("{}", table(label, np, o.batch, steps, &runs[0], &runs[1]));
         }
         Ok(())
     })
 }
 
 /// The `basis` arguments of one run (`--json PATH` follows).
-fn job_args(np: usize, dense_opt: &str, examples: usize) -> Vec<String> {
+fn job_args(np: usize, dense_opt: &str, batch: usize, examples: usize) -> Vec<String> {
     let s = |x: &str| x.to_string();
     vec![
         s("-q"),
@@ -132,7 +146,7 @@ fn job_args(np: usize, dense_opt: &str, examples: usize) -> Vec<String> {
         s("--dim"),
         s("16"),
         s("--batch"),
-        BATCH.to_string(),
+        batch.to_string(),
         s("--epochs"),
         s("1"),
         s("--opt"),
@@ -226,11 +240,18 @@ fn range(xs: &[f64], div: f64, digits: usize) -> String {
 }
 
 /// The markdown table of one P: f32 Adam (`a`) against 1-bit Adam (`b`).
-fn table(label: &str, np: usize, steps: usize, a: &RunFigures, b: &RunFigures) -> String {
+fn table(
+    label: &str,
+    np: usize,
+    batch: usize,
+    steps: usize,
+    a: &RunFigures,
+    b: &RunFigures,
+) -> String {
     const MIB: f64 = 1024.0 * 1024.0;
     let st = steps as f64;
     let mut out = format!(
-        "\n### tcp-{label}, {np} ranks, DeepFM tower {} dense parameters, {steps} steps of {BATCH}\n\n",
+        "\n### tcp-{label}, {np} ranks, DeepFM tower {} dense parameters, {steps} steps of {batch}\n\n",
         a.dense_params
     );
     out.push_str(
@@ -268,7 +289,9 @@ mod tests {
         let d = parse_args(&[]).unwrap();
         assert_eq!(d.rate.as_deref(), Some("1gbit"));
         assert_eq!(d.ranks, vec![2, 4]);
-        assert_eq!(d.examples, EXAMPLES);
+        assert_eq!((d.batch, d.examples), (BATCH, STEPS * BATCH));
+        let b = parse_args(&args(&["--batch", "256"])).unwrap();
+        assert_eq!((b.batch, b.examples), (256, STEPS * 256));
         let o = parse_args(&args(&[
             "--net",
             "unlimited",
@@ -283,6 +306,7 @@ mod tests {
             Opts {
                 rate: None,
                 ranks: vec![4],
+                batch: BATCH,
                 examples: 4096
             }
         );
@@ -291,7 +315,8 @@ mod tests {
             &["--net", "fast"],
             &["--np", "1"],
             &["--np", "2,x"],
-            &["--examples", "10"],
+            &["--examples", "0"],
+            &["--batch", "-1"],
             &["--bench"],
         ] {
             assert!(parse_args(&args(bad)).is_err(), "{bad:?} accepted");
@@ -327,7 +352,7 @@ mod tests {
         b.wall_secs = 2.5;
         b.train_secs = 2.0;
         b.test_auc = 0.7495;
-        let t = table("1gbit", 2, 10, &a, &b);
+        let t = table("1gbit", 2, 1024, 10, &a, &b);
         let rows: Vec<&str> = t.lines().filter(|l| l.starts_with("| ")).collect();
         assert_eq!(rows.len(), 3, "{t}");
         // 1 MiB and 2 MiB over 10 steps; RSS 100–200 MiB.
