@@ -16,9 +16,13 @@
 //!   namespace whose loopback is shaped by `tc tbf` to RATE (or not shaped:
 //!   `--net unlimited`), MPI forced onto TCP over that loopback. The
 //!   namespace is removed even on failure.
+//! - `cargo xtask mpi --train-bench [--net RATE] [--np 2,4]`: end-to-end
+//!   sharded DeepFM training, f32 Adam vs 1-bit Adam on the tower, in the
+//!   same namespace (`mpi/train_bench.rs`).
 
 mod faults;
 mod shard;
+mod train_bench;
 
 use crate::util::{self, cargo, have, is_root, root};
 use core::time::Duration;
@@ -38,6 +42,11 @@ const MISMATCH_TIMEOUT: Duration = Duration::from_secs(60);
 const NETNS: &str = "basis-mpi-bench";
 
 pub(crate) fn run(args: &[String]) -> Result<(), String> {
+    if let Some(at) = args.iter().position(|a| a == "--train-bench") {
+        let mut rest = args.to_vec();
+        rest.remove(at);
+        return train_bench::run(&rest);
+    }
     let mut bench = false;
     let mut net: Option<String> = None;
     let mut iters: Option<String> = None;
@@ -54,7 +63,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             "--iters" => iters = Some(it.next().ok_or("--iters needs a number")?.clone()),
             other => {
                 return Err(format!(
-                    "unknown argument `{other}` (usage: mpi [--bench [--net 1gbit|10gbit|unlimited] [--iters K]])"
+                    "unknown argument `{other}` (usage: mpi [--bench [--net 1gbit|10gbit|unlimited] [--iters K]] | --train-bench [--net RATE] [--np 2,4] [--examples N])"
                 ));
             }
         }
@@ -177,6 +186,23 @@ fn run_bench(net: Option<&str>, iters: Option<&str>) -> Result<(), String> {
     } else {
         Some(parse_rate(rate)?)
     };
+    with_netns(rate.as_ref(), |mpirun_in_ns| {
+        for np in BENCH_RANKS {
+            let mut cmd = mpirun_in_ns(np);
+            cmd.arg(&exe).args(&bench_args);
+            util::run(&mut cmd)?;
+        }
+        Ok(())
+    })
+}
+
+/// Run `body` inside the benchmark's network namespace, its loopback shaped
+/// to `rate` (`None`: not shaped); `body` gets a builder of `mpirun -np N`
+/// over TCP in that namespace. The namespace is removed even on failure.
+fn with_netns(
+    rate: Option<&Rate>,
+    body: impl FnOnce(&dyn Fn(usize) -> Command) -> Result<(), String>,
+) -> Result<(), String> {
     if !is_root() {
         return Err("--net needs root (ip netns, tc)".into());
     }
@@ -195,7 +221,7 @@ fn run_bench(net: Option<&str>, iters: Option<&str>) -> Result<(), String> {
             cmd
         };
         util::run(&mut in_ns(&["ip", "link", "set", "lo", "up"]))?;
-        if let Some(rate) = &rate {
+        if let Some(rate) = rate {
             let burst = rate.burst();
             util::run(&mut in_ns(&[
                 "tc",
@@ -214,15 +240,13 @@ fn run_bench(net: Option<&str>, iters: Option<&str>) -> Result<(), String> {
             ]))?;
         }
         util::run(&mut in_ns(&["tc", "qdisc", "show", "dev", "lo"]))?;
-        for np in BENCH_RANKS {
+        body(&|np| {
             let mut cmd = Command::new("ip");
             cmd.args(["netns", "exec", NETNS, "mpirun"]);
             cmd.args(mpirun_flags(np, Transport::Tcp));
-            cmd.arg(&exe).args(&bench_args);
             cmd.envs(mpirun_env());
-            util::run(&mut cmd)?;
-        }
-        Ok(())
+            cmd
+        })
     })();
     let removed = util::run(Command::new("ip").args(["netns", "del", NETNS]));
     result.and(removed)

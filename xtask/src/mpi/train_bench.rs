@@ -1,0 +1,369 @@
+//! `cargo xtask mpi --train-bench [--net 1gbit|10gbit|unlimited] [--np 2,4]
+//! [--batch B] [--examples N]`: end-to-end sharded training over TCP in the shaped
+//! network namespace of `--bench` (issue 13 item 7).
+//!
+//! The job: `basis train --shard rows` with DeepFM (tower `1024,512,256,1`
+//! over 39 fields × k = 16: 1 296 385 dense parameters), streamed
+//! criteo-synth data, global batch 1024 (`--batch`), 200 steps, one epoch, BASIS on the sparse
+//! rows. For every P it runs `--dense-opt adam` (f32 all-reduce every step)
+//! and `--dense-opt onebit-adam` with the same data, steps and seed, reads
+//! each run's `--json` and prints one markdown table per P: wall and
+//! training seconds, ms per step, test AUC and its difference, per-rank
+//! bytes sent per step (sparse all-to-all and dense all-reduce), per-rank
+//! peak RSS and the end-to-end speed-up. Opt-in only, never part of CI.
+
+use super::{Rate, parse_rate, require_mpirun, target_dir, with_netns};
+use crate::util::{self, cargo};
+use std::path::Path;
+
+/// DeepFM tower widths (1.30 M parameters with 39 fields × k = 16).
+const MLP: &str = "1024,512,256,1";
+/// Default global batch (each of P ranks takes 1024 / P examples per step).
+const BATCH: usize = 1024;
+/// Default training steps (examples = steps × batch).
+const STEPS: usize = 200;
+
+/// Parsed command line.
+#[derive(Debug, PartialEq)]
+struct Opts {
+    /// `None`: the namespace's loopback is not shaped.
+    rate: Option<String>,
+    ranks: Vec<usize>,
+    batch: usize,
+    examples: usize,
+}
+
+fn parse_args(args: &[String]) -> Result<Opts, String> {
+    let mut o = Opts {
+        rate: Some("1gbit".into()),
+        ranks: vec![2, 4],
+        batch: BATCH,
+        examples: 0,
+    };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = |what: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{a} needs {what}"))
+        };
+        match a.as_str() {
+            "--net" => {
+                let r = value("a rate (1gbit, 10gbit, unlimited)")?;
+                if r == "unlimited" {
+                    o.rate = None;
+                } else {
+                    parse_rate(&r)?;
+                    o.rate = Some(r);
+                }
+            }
+            "--np" => {
+                o.ranks = value("rank counts, e.g. 2,4")?
+                    .split(',')
+                    .map(|s| match s.trim().parse::<usize>() {
+                        Ok(n) if n >= 2 => Ok(n),
+                        _ => Err(format!("--np: `{s}` is not a rank count >= 2")),
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            "--examples" => {
+                let n = value("a number")?;
+                o.examples = match n.parse::<usize>() {
+                    Ok(n) if n > 0 => n,
+                    _ => return Err(format!("--examples: `{n}` is not a positive number")),
+                };
+            }
+            "--batch" => {
+                let n = value("a number")?;
+                o.batch = match n.parse::<usize>() {
+                    Ok(n) if n > 0 => n,
+                    _ => return Err(format!("--batch: `{n}` is not a positive number")),
+                };
+            }
+            other => {
+                return Err(format!(
+                    "unknown argument `{other}` (usage: mpi --train-bench [--net 1gbit|10gbit|unlimited] [--np 2,4] [--batch B] [--examples N])"
+                ));
+            }
+        }
+    }
+    if o.examples == 0 {
+        o.examples = STEPS * o.batch;
+    }
+    Ok(o)
+}
+
+pub(super) fn run(args: &[String]) -> Result<(), String> {
+    let o = parse_args(args)?;
+    require_mpirun()?;
+    let rate: Option<Rate> = o.rate.as_deref().map(parse_rate).transpose()?;
+    util::run(cargo().args([
+        "build",
+        "--release",
+        "-p",
+        "basisopt-cli",
+        "--features",
+        "mpi",
+    ]))?;
+    let exe = target_dir().join("release/basis");
+    let dir = target_dir().join("train-bench");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let steps = o.examples.div_ceil(o.batch);
+    let label = o.rate.as_deref().unwrap_or("unlimited");
+    with_netns(rate.as_ref(), |mpirun_in_ns| {
+        for &np in &o.ranks {
+            let mut runs = Vec::new();
+            for opt in ["adam", "onebit-adam"] {
+                let json = dir.join(format!("np{np}-{opt}.json"));
+                let mut cmd = mpirun_in_ns(np);
+                cmd.arg(&exe)
+                    .args(job_args(np, opt, o.batch, o.examples))
+                    .arg(&json);
+                util::run(&mut cmd)?;
+                runs.push(read_run(&json)?);
+            }
+            println!("{}", table(label, np, o.batch, steps, &runs[0], &runs[1]));
+        }
+        Ok(())
+    })
+}
+
+/// The `basis` arguments of one run (`--json PATH` follows).
+fn job_args(np: usize, dense_opt: &str, batch: usize, examples: usize) -> Vec<String> {
+    let s = |x: &str| x.to_string();
+    vec![
+        s("-q"),
+        s("train"),
+        s("--format"),
+        s("criteo-synth"),
+        s("--stream"),
+        s("--synthetic-examples"),
+        examples.to_string(),
+        s("--model"),
+        s("deepfm"),
+        s("--mlp"),
+        s(MLP),
+        s("--dim"),
+        s("16"),
+        s("--batch"),
+        batch.to_string(),
+        s("--epochs"),
+        s("1"),
+        s("--opt"),
+        s("basis"),
+        s("--seed"),
+        s("1"),
+        s("--shard"),
+        s("rows"),
+        s("--workers"),
+        np.to_string(),
+        s("--dense-opt"),
+        s(dense_opt),
+        s("--json"),
+    ]
+}
+
+/// The figures of one run's `--json` the table needs.
+#[derive(Debug, Clone, PartialEq)]
+struct RunFigures {
+    wall_secs: f64,
+    train_secs: f64,
+    test_auc: f64,
+    dense_params: f64,
+    /// Per rank, in rank order.
+    sparse: Vec<f64>,
+    dense: Vec<f64>,
+    peak_rss: Vec<f64>,
+}
+
+fn read_run(path: &Path) -> Result<RunFigures, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    parse_run(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Every number that follows `"key":` in `text`, in order (objects and
+/// strings under the same key are skipped).
+fn numbers(text: &str, key: &str) -> Vec<f64> {
+    let pat = format!("\"{key}\":");
+    text.match_indices(&pat)
+        .filter_map(|(at, _)| {
+            let rest = text[at + pat.len()..].trim_start();
+            let end = rest
+                .find(|c: char| !(c.is_ascii_digit() || "+-.eE".contains(c)))
+                .unwrap_or(rest.len());
+            rest[..end].parse::<f64>().ok()
+        })
+        .collect()
+}
+
+/// The first number after `"key":`, or an error naming the key.
+fn first(text: &str, key: &str) -> Result<f64, String> {
+    numbers(text, key)
+        .first()
+        .copied()
+        .ok_or_else(|| format!("no `{key}`"))
+}
+
+fn parse_run(text: &str) -> Result<RunFigures, String> {
+    // The run's object starts at `final_metrics` (a summary with the same
+    // key names precedes it), which precedes the per-epoch `curve`.
+    let fm = text
+        .find("\"final_metrics\":")
+        .ok_or("no `final_metrics`")?;
+    let run = &text[fm..];
+    let ranks = run.find("\"ranks\":").ok_or("no `sharded.ranks`")?;
+    let per_rank = &run[ranks..];
+    let r = RunFigures {
+        wall_secs: first(run, "wall_secs")?,
+        train_secs: first(run, "train_secs")?,
+        test_auc: first(run, "test_auc")?,
+        dense_params: first(run, "dense_params")?,
+        sparse: numbers(per_rank, "bytes_sent_sparse"),
+        dense: numbers(per_rank, "bytes_sent_dense"),
+        peak_rss: numbers(per_rank, "peak_rss_bytes"),
+    };
+    if r.sparse.is_empty() || r.sparse.len() != r.dense.len() || r.dense.len() != r.peak_rss.len() {
+        return Err("per-rank figures missing or of unequal counts".into());
+    }
+    Ok(r)
+}
+
+/// `lo–hi` of `xs` scaled by `1/div`, with `digits` decimals.
+fn range(xs: &[f64], div: f64, digits: usize) -> String {
+    let lo = xs.iter().copied().fold(f64::INFINITY, f64::min) / div;
+    let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max) / div;
+    if (hi - lo).abs() < 0.5 * 10f64.powi(-(digits as i32)) {
+        format!("{lo:.digits$}")
+    } else {
+        format!("{lo:.digits$}–{hi:.digits$}")
+    }
+}
+
+/// The markdown table of one P: f32 Adam (`a`) against 1-bit Adam (`b`).
+fn table(
+    label: &str,
+    np: usize,
+    batch: usize,
+    steps: usize,
+    a: &RunFigures,
+    b: &RunFigures,
+) -> String {
+    const MIB: f64 = 1024.0 * 1024.0;
+    let st = steps as f64;
+    let mut out = format!(
+        "\n### tcp-{label}, {np} ranks, DeepFM tower {} dense parameters, {steps} steps of {batch}\n\n",
+        a.dense_params
+    );
+    out.push_str(
+        "| dense opt | wall s | train s | ms/step | test AUC | ΔAUC | sparse MiB/step/rank | dense MiB/step/rank | peak RSS/rank MiB | speed-up (wall) | speed-up (train) |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for (name, r) in [("Adam, f32 all-reduce", a), ("1-bit Adam", b)] {
+        out.push_str(&format!(
+            "| {name} | {:.1} | {:.1} | {:.1} | {:.5} | {:+.5} | {} | {} | {} | {:.2}× | {:.2}× |\n",
+            r.wall_secs,
+            r.train_secs,
+            1000.0 * r.train_secs / st,
+            r.test_auc,
+            r.test_auc - a.test_auc,
+            range(&r.sparse, st * MIB, 3),
+            range(&r.dense, st * MIB, 3),
+            range(&r.peak_rss, MIB, 0),
+            a.wall_secs / r.wall_secs,
+            a.train_secs / r.train_secs,
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn arguments() {
+        let d = parse_args(&[]).unwrap();
+        assert_eq!(d.rate.as_deref(), Some("1gbit"));
+        assert_eq!(d.ranks, vec![2, 4]);
+        assert_eq!((d.batch, d.examples), (BATCH, STEPS * BATCH));
+        let b = parse_args(&args(&["--batch", "256"])).unwrap();
+        assert_eq!((b.batch, b.examples), (256, STEPS * 256));
+        let o = parse_args(&args(&[
+            "--net",
+            "unlimited",
+            "--np",
+            "4",
+            "--examples",
+            "4096",
+        ]))
+        .unwrap();
+        assert_eq!(
+            o,
+            Opts {
+                rate: None,
+                ranks: vec![4],
+                batch: BATCH,
+                examples: 4096
+            }
+        );
+        for bad in [
+            &["--net"][..],
+            &["--net", "fast"],
+            &["--np", "1"],
+            &["--np", "2,x"],
+            &["--examples", "0"],
+            &["--batch", "-1"],
+            &["--bench"],
+        ] {
+            assert!(parse_args(&args(bad)).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    /// The shape `basis train --json` writes (fields trimmed).
+    const JSON: &str = r#"{"summary":{"wall_secs":{"mean":1.0},"test_auc":{"mean":0.2}},
+      "runs":[{"optimizer":"basis","final_metrics":{"epoch":1,"test_auc":0.75,"test_loss":0.5},
+      "curve":[{"epoch":1,"test_auc":0.1}],"wall_secs":12.5,"dense_params":1296385,
+      "sharded":{"ranks":[{"rank":0,"bytes_sent_sparse":1048576,"bytes_sent_dense":2e6,"peak_rss_bytes":104857600},
+      {"rank":1,"bytes_sent_sparse":2097152,"bytes_sent_dense":3e6,"peak_rss_bytes":209715200}],
+      "train_secs":10.0}}]}"#;
+
+    #[test]
+    fn parses_the_json_of_a_run() {
+        let r = parse_run(JSON).unwrap();
+        assert_eq!(r.wall_secs, 12.5);
+        assert_eq!(r.train_secs, 10.0);
+        assert_eq!(r.test_auc, 0.75, "final, not the curve's");
+        assert_eq!(r.sparse, vec![1048576.0, 2097152.0]);
+        assert_eq!(r.dense, vec![2e6, 3e6]);
+        assert_eq!(r.peak_rss, vec![104857600.0, 209715200.0]);
+        assert!(parse_run(&JSON.replace("\"ranks\"", "\"x\"")).is_err());
+        assert!(parse_run(&JSON.replace("12.5", "\"a\"")).is_err());
+        assert!(parse_run(&JSON.replace(",\"peak_rss_bytes\":209715200", "")).is_err());
+    }
+
+    #[test]
+    fn table_rows() {
+        let a = parse_run(JSON).unwrap();
+        let mut b = a.clone();
+        b.wall_secs = 2.5;
+        b.train_secs = 2.0;
+        b.test_auc = 0.7495;
+        let t = table("1gbit", 2, 1024, 10, &a, &b);
+        let rows: Vec<&str> = t.lines().filter(|l| l.starts_with("| ")).collect();
+        assert_eq!(rows.len(), 3, "{t}");
+        // 1 MiB and 2 MiB over 10 steps; RSS 100–200 MiB.
+        assert!(rows[1].contains("| 0.100–0.200 |"), "{}", rows[1]);
+        assert!(rows[1].contains("| 100–200 |"), "{}", rows[1]);
+        assert!(rows[1].contains("| 1.00× | 1.00× |"), "{}", rows[1]);
+        assert!(
+            rows[2].contains("| 200.0 | 0.74950 | -0.00050 |"),
+            "{}",
+            rows[2]
+        );
+        assert!(rows[2].contains("| 5.00× | 5.00× |"), "{}", rows[2]);
+    }
+}
