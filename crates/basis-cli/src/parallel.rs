@@ -214,9 +214,16 @@ pub(crate) mod mpi {
     use comm_mpi::MpiComm;
     use comm_traits::Communicator;
     use core::cell::RefCell;
+    use core::mem::ManuallyDrop;
 
+    // `ManuallyDrop`: `std::process::exit` on the main thread runs its
+    // thread-local destructors (glibc's `exit` calls them), and dropping an
+    // `MpiComm` there calls `MPI_Finalize`, which waits for every other
+    // rank — all of them blocked in the collective this rank left. A rank
+    // exiting by any path other than [`finish`] must leave MPI unfinalized,
+    // as a killed process does, so `mpirun` sees it go and ends the job.
     std::thread_local! {
-        static COMM: RefCell<Option<MpiComm>> = const { RefCell::new(None) };
+        static COMM: RefCell<Option<ManuallyDrop<MpiComm>>> = const { RefCell::new(None) };
     }
 
     /// Initialise MPI when launched by `mpirun`; returns an error message on failure.
@@ -227,30 +234,30 @@ pub(crate) mod mpi {
             return Ok(());
         }
         let comm = MpiComm::init().map_err(|e| e.to_string())?;
-        COMM.with(|c| *c.borrow_mut() = Some(comm));
+        COMM.with(|c| *c.borrow_mut() = Some(ManuallyDrop::new(comm)));
         Ok(())
     }
 
-    /// Finalise MPI (drops the communicator).
+    /// Finalise MPI (drops the communicator): the only place it is dropped.
     pub(crate) fn finish() {
-        COMM.with(|c| drop(c.borrow_mut().take()));
+        COMM.with(|c| drop(c.borrow_mut().take().map(ManuallyDrop::into_inner)));
     }
 
     /// This process's rank (0 without MPI).
     pub(crate) fn rank() -> usize {
-        COMM.with(|c| c.borrow().as_ref().map_or(0, Communicator::rank))
+        COMM.with(|c| c.borrow().as_ref().map_or(0, |m| m.rank()))
     }
 
     /// Run `f` on this process's communicator, or `None` without `mpirun`.
     pub(crate) fn with_comm<T>(f: impl FnOnce(&mut MpiComm) -> T) -> Option<T> {
-        COMM.with(|c| c.borrow_mut().as_mut().map(f))
+        COMM.with(|c| c.borrow_mut().as_mut().map(|m| f(m)))
     }
 
     /// Train over MPI, or `None` when not launched by `mpirun`.
     pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Option<Result<RunResult, String>> {
         COMM.with(|c| {
             let mut c = c.borrow_mut();
-            let comm = c.as_mut()?;
+            let comm: &mut MpiComm = c.as_mut()?;
             if comm.size() != run.model.workers {
                 return Some(Err(format!(
                     "--workers {} but mpirun started {} processes",

@@ -57,12 +57,7 @@ fn job(exe: &Path, extra: &[&str], fault: Option<&str>) -> Command {
 /// Both checks, with scratch files in `dir`.
 pub(super) fn check(exe: &Path, dir: &Path) -> Result<(), String> {
     resume(exe, dir)?;
-    // KNOWN REGRESSION (2026-12-02): after merging the streaming trainer the
-    // killed-rank job hangs until the 60 s timeout instead of ending; the
-    // check is opt-in (`BASIS_CHECK_KILLED_RANK=1`) until that is fixed.
-    if std::env::var_os("BASIS_CHECK_KILLED_RANK").is_some() {
-        killed_rank(exe, dir)?;
-    }
+    killed_rank(exe, dir)?;
     Ok(())
 }
 

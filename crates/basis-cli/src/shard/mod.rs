@@ -164,24 +164,35 @@ struct Rank {
 
 impl Rank {
     /// Steps 1–2: the unique rows of `batch`, fetched from their owners,
-    /// into `self.model.table` (positions in `req.uniq`).
+    /// into `self.model.table` (positions in `req.uniq`). Training
+    /// (`train`) creates the owners' missing rows and returns their slots;
+    /// evaluation reads only (unseen ids get their initial rows, nothing is
+    /// inserted) and returns no slots.
     fn gather(
         &mut self,
         comm: &mut dyn Communicator,
         owner: Owner<'_>,
         share: &Share,
+        train: bool,
     ) -> Result<(Request, Vec<u32>), String> {
         let before = comm.stats();
         let rank = comm.rank();
         let err = |e: comm_traits::CommError| format!("rank {rank}: {e}");
         let wanted = share.ids.clone();
         let req = route::request(comm, owner, wanted).map_err(err)?;
-        let slots = self.table.slots_for(&req.received, &mut self.opt)?;
         let d = self.model.dim();
-        let mut serve = Vec::with_capacity(slots.len() * d);
-        for &s in &slots {
-            serve.extend_from_slice(self.table.row(s));
-        }
+        let mut serve = Vec::new();
+        let slots = if train {
+            let slots = self.table.slots_for(&req.received, &mut self.opt)?;
+            serve.reserve(slots.len() * d);
+            for &s in &slots {
+                serve.extend_from_slice(self.table.row(s));
+            }
+            slots
+        } else {
+            self.table.lookup(&req.received, &mut serve)?;
+            Vec::new()
+        };
         let rows = route::exchange_f32(comm, &serve, &req.per_rank, &req.per_owner, d)
             .map_err(|e| format!("rank {}: {e}", comm.rank()))?;
         let gathered = &mut self.model.table;
@@ -260,7 +271,7 @@ impl Rank {
         for chunk in all.chunks(EVAL_CHUNK) {
             let mine = share(chunk, rank, p);
             let sh = src.share(&mine);
-            let (req, _) = self.gather(comm, owner, &sh)?;
+            let (req, _) = self.gather(comm, owner, &sh, false)?;
             let z = self.model.predict(&sh.local(&req.uniq));
             // Every rank needs every label too (a stream's are generated).
             let whole = src.share(chunk);
@@ -415,7 +426,7 @@ fn rank_main_with(
             };
             let mine = share(batch, rank, p);
             let sh = train_src.share(&mine);
-            let (req, slots) = me.gather(comm, owner, &sh)?;
+            let (req, slots) = me.gather(comm, owner, &sh, true)?;
             let local = sh.local(&req.uniq);
             let mut grads = Grads::new(&me.model, req.uniq.len());
             let positions: Vec<usize> = (0..mine.len()).collect();

@@ -70,13 +70,8 @@ impl ShardTable {
             let next = self.slots.len();
             let slot = *self.slots.entry(id).or_insert_with(|| next as u32);
             if slot as usize == next {
-                // Box–Muller draws two numbers per value (see `Fm::new`).
-                let mut rng = Rng::derive(self.seed, 0x1417);
-                rng.skip(id.wrapping_mul(2 * (self.dim as u64 - 1)));
-                self.rows.push(0.0);
-                for _ in 1..self.dim {
-                    self.rows.push(self.init_std * rng.normal() as f32);
-                }
+                let (dim, std, seed) = (self.dim, self.init_std, self.seed);
+                push_init_row(&mut self.rows, dim, std, seed, id);
             }
             out.push(slot);
         }
@@ -84,6 +79,22 @@ impl ShardTable {
             opt.grow_rows(self.len() as u64)?;
         }
         Ok(out)
+    }
+
+    /// The rows of `ids` appended to `out`, read only: a held row, or the
+    /// row an unseen id would start as (as the single-process model holds
+    /// every row from its start), without inserting it — evaluating unseen
+    /// ids must not grow the shard.
+    pub(crate) fn lookup(&self, ids: &[u64], out: &mut Vec<f32>) -> Result<(), String> {
+        out.try_reserve_exact(ids.len() * self.dim)
+            .map_err(|_| out_of_memory(ids.len()))?;
+        for id in ids {
+            match self.slots.get(id) {
+                Some(&s) => out.extend_from_slice(self.row(s)),
+                None => push_init_row(out, self.dim, self.init_std, self.seed, *id),
+            }
+        }
+        Ok(())
     }
 
     /// The id of every slot (slot order) and the rows (slot order): what a
@@ -160,6 +171,17 @@ impl ShardTable {
             }
         }
         h.finalize()
+    }
+}
+
+/// Append row `id`'s initial value `[0, N(0, std²) …]`, drawn from
+/// `(seed, id)` alone: Box–Muller draws two numbers per value (see `Fm::new`).
+fn push_init_row(out: &mut Vec<f32>, dim: usize, std: f32, seed: u64, id: u64) {
+    let mut rng = Rng::derive(seed, 0x1417);
+    rng.skip(id.wrapping_mul(2 * (dim as u64 - 1)));
+    out.push(0.0);
+    for _ in 1..dim {
+        out.push(std * rng.normal() as f32);
     }
 }
 
@@ -290,6 +312,25 @@ mod tests {
         for (&id, &s) in ids.iter().zip(&slots) {
             assert_eq!(t.row(s), &fm.table[id as usize * 5..(id as usize + 1) * 5]);
         }
+    }
+
+    #[test]
+    fn lookup_reads_held_and_unseen_rows_without_inserting() {
+        let spec: OptSpec = "sgd".parse().unwrap();
+        let mut opt =
+            crate::optim::build_indexed(&spec, 1, RowIndex::Dense { rows: 0 }, 4, 1).unwrap();
+        let mut t = ShardTable::new(4, 0.1, 7);
+        let s = t.slots_for(&[8], &mut opt).unwrap();
+        t.row_mut(u64::from(s[0])).unwrap()[1] = 42.0;
+        let mut got = Vec::new();
+        t.lookup(&[8, 3, 8], &mut got).unwrap();
+        assert_eq!(t.len(), 1, "lookup inserted a row");
+        // The reference: a second table that does insert id 3.
+        let mut fresh = ShardTable::new(4, 0.1, 7);
+        let s3 = fresh.slots_for(&[3], &mut opt).unwrap();
+        assert_eq!(&got[0..4], t.row(s[0]));
+        assert_eq!(&got[4..8], fresh.row(s3[0]));
+        assert_eq!(&got[8..12], t.row(s[0]));
     }
 
     #[test]
