@@ -1,7 +1,8 @@
 //! The sharded-training determinism check of `cargo xtask mpi`: a
 //! row-sharded `basis train` under `mpirun -np N` must give the bits
 //! (`model_crc32`) of the same run over `LocalComm` threads, for N = 2, 3, 4,
-//! with the FM and with DeepFM (a tower trained by 1-bit Adam).
+//! with the FM, with DeepFM (a tower trained by 1-bit Adam), and with the FM
+//! over the streamed Criteo-like generator (`--format criteo-synth --stream`).
 
 use super::{CHECK_RANKS, Transport, mpirun, outer, target_dir};
 use crate::util::{self, cargo};
@@ -13,11 +14,13 @@ use std::time::Instant;
 /// Wall-clock limit of one sharded `mpirun` (the run takes a few seconds).
 const LIMIT: Duration = Duration::from_secs(120);
 
-/// The models checked: the FM, and DeepFM with a small tower (1-bit Adam
-/// at a learning rate where it stays finite on this data).
-const MODELS: [&[&str]; 2] = [
+/// The models checked: the FM, DeepFM with a small tower (1-bit Adam at a
+/// learning rate where it stays finite on this data), and the FM over the
+/// streamed source (each rank generates its share of every batch itself).
+const MODELS: [&[&str]; 3] = [
     &["--model", "fm"],
     &["--model", "deepfm", "--mlp", "32,1", "--dense-lr", "0.001"],
+    &["--model", "fm", "--format", "criteo-synth", "--stream"],
 ];
 
 /// A small run: 20 000 synthetic examples, one epoch.
@@ -91,7 +94,7 @@ fn compare(exe: &Path, dir: &Path, np: usize, model: &[&str]) -> Result<(), Stri
     }
     eprintln!(
         "  sharded train {} on {np} ranks: mpirun = LocalComm (model crc32 {a}, {:.1}s)",
-        model[1],
+        model.join(" "),
         t.elapsed().as_secs_f64()
     );
     Ok(())
