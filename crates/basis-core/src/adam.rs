@@ -53,14 +53,8 @@ pub struct AdamConfig {
     pub row_index: RowIndex,
 }
 
+adam_setters!(AdamConfig);
 with_setters!(AdamConfig {
-    with_dim => dim: usize,
-    with_lr => lr: f32,
-    with_beta1 => beta1: f32,
-    with_beta2 => beta2: f32,
-    with_eps => eps: f32,
-    with_weight_decay => weight_decay: f32,
-    with_bias_correction => bias_correction: bool,
     with_nonfinite => nonfinite: NonFinitePolicy,
     with_grad_clip => grad_clip: Option<f32>,
     with_row_index => row_index: RowIndex,

@@ -201,7 +201,9 @@ macro_rules! common_options {
                 self
             }
 
-            /// ε floor with bf16 tables.
+            /// ε floor with bf16 tables; with f32 tables `build` refuses a
+            /// floor other than the default
+            /// ([`ConfigOption::Bf16EpsFloor`](crate::ConfigOption::Bf16EpsFloor)).
             pub fn bf16_eps_floor(mut self, floor: f32) -> Self {
                 self.0.bf16_eps_floor = floor;
                 self

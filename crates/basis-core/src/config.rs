@@ -133,6 +133,9 @@ pub enum ConfigOption {
     Profile,
     /// [`Profile::lead`].
     ProfileLead,
+    /// [`BasisConfig::bf16_eps_floor`] (read only with
+    /// [`TablePrecision::Bf16`] tables).
+    Bf16EpsFloor,
 }
 
 impl ConfigOption {
@@ -151,6 +154,7 @@ impl ConfigOption {
             Self::Log2Range => "row_scale.log2_range",
             Self::Profile => "row_scale.profile",
             Self::ProfileLead => "row_scale.profile.lead",
+            Self::Bf16EpsFloor => "bf16_eps_floor",
         }
     }
 }
@@ -341,7 +345,8 @@ pub struct BasisConfig {
     pub scalar_storage: ScalarStorage,
     /// Shared-table precision.
     pub table_precision: TablePrecision,
-    /// ε used with bf16 tables is `max(eps, bf16_eps_floor)`.
+    /// ε used with bf16 tables is `max(eps, bf16_eps_floor)`; unread (and
+    /// refused by [`validate`](Self::validate) if changed) with f32 tables.
     pub bf16_eps_floor: f32,
     /// Non-finite gradient policy.
     pub nonfinite: NonFinitePolicy,
@@ -355,14 +360,8 @@ pub struct BasisConfig {
     pub seed: u64,
 }
 
+adam_setters!(BasisConfig);
 with_setters!(BasisConfig {
-    with_dim => dim: usize,
-    with_lr => lr: f32,
-    with_beta1 => beta1: f32,
-    with_beta2 => beta2: f32,
-    with_eps => eps: f32,
-    with_weight_decay => weight_decay: f32,
-    with_bias_correction => bias_correction: bool,
     with_direction => direction: Direction,
     with_scalar_lr => scalar_lr: f32,
     with_scalar_clip => scalar_clip: (f32, f32),
@@ -482,6 +481,11 @@ impl BasisConfig {
     fn ignored_option(&self) -> Option<ConfigOption> {
         use ConfigOption as O;
         let d = Self::default();
+        // The floor raises ε only for bf16 tables (`effective_eps`), in
+        // every direction.
+        if self.table_precision == TablePrecision::F32 && self.bf16_eps_floor != d.bf16_eps_floor {
+            return Some(O::Bf16EpsFloor);
+        }
         let scalar = [
             // 0 ("no scalar learning") states what RowScaled does anyway.
             (

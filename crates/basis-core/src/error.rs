@@ -86,6 +86,7 @@ impl fmt::Display for ConfigError {
 fn ignored_because(option: ConfigOption, direction: Direction) -> &'static str {
     use ConfigOption as O;
     match (direction, option) {
+        (_, O::Bf16EpsFloor) => "the floor raises epsilon only for bf16 tables",
         (Direction::RowScaled, O::ProfileLead) => "a profile of power 0 has no groups",
         (Direction::RowScaled, O::Beta1 | O::Beta2 | O::BiasCorrection) => {
             "the RowScaled direction keeps no Adam moments"

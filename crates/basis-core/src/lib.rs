@@ -13,7 +13,10 @@ extern crate alloc;
 
 /// `with_<field>` setters of a `#[non_exhaustive]` configuration: users in
 /// other crates cannot write its struct literal, so each field gets a
-/// chainable setter (`Config::default().with_lr(0.1)`).
+/// chainable setter (`Config::default().with_lr(0.1)`). Exported (hidden) so
+/// the crates built on this one use the same macro instead of a copy.
+#[doc(hidden)]
+#[macro_export]
 macro_rules! with_setters {
     ($ty:ident { $($setter:ident => $field:ident: $t:ty),* $(,)? }) => {
         impl $ty {
@@ -26,6 +29,22 @@ macro_rules! with_setters {
                 }
             )*
         }
+    };
+}
+
+/// The setters of the Adam hyper-parameters [`AdamConfig`] and
+/// [`BasisConfig`] share (same names, types and meaning).
+macro_rules! adam_setters {
+    ($ty:ident) => {
+        with_setters!($ty {
+    with_dim => dim: usize,
+    with_lr => lr: f32,
+    with_beta1 => beta1: f32,
+    with_beta2 => beta2: f32,
+    with_eps => eps: f32,
+    with_weight_decay => weight_decay: f32,
+    with_bias_correction => bias_correction: bool,
+        });
     };
 }
 

@@ -207,3 +207,22 @@ fn everything_a_builder_sets_is_read() {
         );
     }
 }
+
+/// `bf16_eps_floor` only raises ε of bf16 tables: set with f32 tables it is
+/// refused in every direction, and read (not refused) with bf16 tables.
+#[test]
+fn bf16_eps_floor_needs_bf16_tables() {
+    for direction in LEARNED.into_iter().chain([Direction::RowScaled]) {
+        let c = with(direction, |c| c.bf16_eps_floor = 1e-5);
+        assert_eq!(c.table_precision, TablePrecision::F32);
+        assert_eq!(ignored(&c), Some(ConfigOption::Bf16EpsFloor));
+        let msg = c.validate().unwrap_err().to_string();
+        assert!(msg.contains("bf16_eps_floor"), "{msg}");
+        let c = c.with_table_precision(TablePrecision::Bf16);
+        assert_eq!(ignored(&c), None);
+        assert_eq!(c.validate(), Ok(()));
+        assert_eq!(c.effective_eps(), 1e-5);
+    }
+    // The default floor with f32 tables is the unset value, not an error.
+    assert_eq!(BasisConfig::default().validate(), Ok(()));
+}

@@ -4,24 +4,6 @@
 #![cfg_attr(basis_doc_cfg, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
-/// `with_<field>` setters of a `#[non_exhaustive]` configuration: users in
-/// other crates cannot write its struct literal, so each field gets a
-/// chainable setter (`Config::default().with_lr(0.1)`).
-macro_rules! with_setters {
-    ($ty:ident { $($setter:ident => $field:ident: $t:ty),* $(,)? }) => {
-        impl $ty {
-            $(
-                #[doc = concat!("This configuration with [`", stringify!($field), "`](Self::", stringify!($field), ") set to `", stringify!($field), "`.")]
-                #[must_use]
-                pub const fn $setter(mut self, $field: $t) -> Self {
-                    self.$field = $field;
-                    self
-                }
-            )*
-        }
-    };
-}
-
 mod atomic_table;
 mod codec;
 mod dense;

@@ -30,7 +30,8 @@ pub struct MomentParams {
     pub bias_correction: bool,
 }
 
-with_setters!(MomentParams {
+// basis-core's macro, one copy per dependency chain.
+basis_core::with_setters!(MomentParams {
     with_beta1 => beta1: f32,
     with_beta2 => beta2: f32,
     with_eps => eps: f32,

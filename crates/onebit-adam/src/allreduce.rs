@@ -292,6 +292,26 @@ pub fn compressed_allreduce(
     Ok(report)
 }
 
+/// Binds `state` to `buf` (length, ranks, this rank), runs steps 1–4
+/// (nothing to send for an empty buffer) and counts the call, as 1-bit
+/// Adam's per-group stage does for every variant. A binding error returns
+/// before the call is counted, so the next step's header still agrees.
+pub(crate) fn reduce_counted(
+    comm: &mut dyn Communicator,
+    buf: &mut [f32],
+    momentum: Option<(f32, &[f32])>,
+    state: &mut AllReduceState,
+) -> Result<(f32, f32), OneBitError> {
+    state.bind(buf.len(), comm.size(), comm.rank())?;
+    let r = if buf.is_empty() {
+        Ok((0.0, 0.0))
+    } else {
+        reduce_bound(comm, buf, momentum, state)
+    };
+    state.calls += 1;
+    r
+}
+
 /// Steps 1–4 on a state already bound to this buffer (the header has been
 /// agreed by the caller); returns `(α_r, β_r)`. With `momentum = Some((β₁,
 /// g))` the reduced input is `β₁·buf + (1−β₁)·g` (1-bit Adam's local

@@ -124,7 +124,8 @@ pub struct Config {
     pub error_reset_every: Option<u64>,
 }
 
-with_setters!(Config {
+// onebit-codec's macro, one copy per dependency chain.
+onebit_codec::with_setters!(Config {
     with_lr => lr: f32,
     with_beta1 => beta1: f32,
     with_beta2 => beta2: f32,
@@ -221,7 +222,8 @@ pub struct GroupSpec {
     pub weight_decay: Option<f32>,
 }
 
-with_setters!(GroupSpec {
+// onebit-codec's macro, one copy per dependency chain.
+onebit_codec::with_setters!(GroupSpec {
     with_len => len: usize,
     with_policy => policy: Policy,
     with_weight_decay => weight_decay: Option<f32>,
@@ -672,7 +674,6 @@ impl OneBitAdam {
     ) -> Result<(), OneBitError> {
         let b1 = self.config.beta1;
         let range = self.groups[gi].range.clone();
-        let (p, rank) = (comm.size(), comm.rank());
         let mut live = core::mem::take(&mut self.scratch_live);
         live.clear();
         live.extend(
@@ -692,25 +693,12 @@ impl OneBitAdam {
                 // pass and the reduced result lands in `m` directly (the
                 // same bits as the gather path below).
                 let state = &mut self.groups[gi].allreduce;
-                state.bind(m.len(), p, rank)?;
-                let r = if m.is_empty() {
-                    Ok((0.0, 0.0))
-                } else {
-                    allreduce::reduce_bound(comm, m, Some((b1, g)), state)
-                };
-                state.calls += 1;
-                r.map(|_| ())
+                allreduce::reduce_counted(comm, m, Some((b1, g)), state).map(|_| ())
             }
             Variant::Momentum => {
                 packed.extend(live.iter().map(|&i| b1 * m[i] + (1.0 - b1) * g[i]));
                 let state = &mut self.groups[gi].allreduce;
-                state.bind(packed.len(), p, rank)?;
-                let r = if packed.is_empty() {
-                    Ok((0.0, 0.0))
-                } else {
-                    allreduce::reduce_bound(comm, &mut packed, None, state)
-                };
-                state.calls += 1;
+                let r = allreduce::reduce_counted(comm, &mut packed, None, state);
                 r.map(|_| {
                     for (&i, &v) in live.iter().zip(&packed) {
                         m[i] = v;
@@ -733,13 +721,7 @@ impl OneBitAdam {
                         .map(|&i| (b1 * m[i] + (1.0 - b1) * g[i]) / denom(i)),
                 );
                 let state = &mut self.groups[gi].allreduce;
-                state.bind(packed.len(), p, rank)?;
-                let r = if packed.is_empty() {
-                    Ok((0.0, 0.0))
-                } else {
-                    allreduce::reduce_bound(comm, &mut packed, None, state)
-                };
-                state.calls += 1;
+                let r = allreduce::reduce_counted(comm, &mut packed, None, state);
                 r.map(|_| {
                     for (&i, &u) in live.iter().zip(&packed) {
                         m[i] = u * denom(i);

@@ -12,7 +12,10 @@ pub use bitvec;
 
 /// `with_<field>` setters of a `#[non_exhaustive]` configuration: users in
 /// other crates cannot write its struct literal, so each field gets a
-/// chainable setter (`Config::default().with_lr(0.1)`).
+/// chainable setter (`Config::default().with_lr(0.1)`). Exported (hidden) so
+/// the crates built on this one use the same macro instead of a copy.
+#[doc(hidden)]
+#[macro_export]
 macro_rules! with_setters {
     ($ty:ident { $($setter:ident => $field:ident: $t:ty),* $(,)? }) => {
         impl $ty {
