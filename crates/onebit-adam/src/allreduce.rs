@@ -86,6 +86,23 @@ impl Shape {
 /// (`N` elements), the server error `e_s` (`N/P`, this rank's chunk) and the
 /// call counter the header checks. It binds to `(n, P, rank)` on its first
 /// call; reuse it only for the same buffer.
+///
+/// # Example
+///
+/// ```
+/// use comm_traits::SingleRank;
+/// use onebit_adam::{AllReduceState, compressed_allreduce};
+///
+/// let mut state = AllReduceState::new();
+/// let mut comm = SingleRank::default();
+/// let mut buf = vec![0.5f32, -1.5, 2.0, -0.25];
+/// let report = compressed_allreduce(&mut comm, &mut buf, &mut state)?;
+/// assert_eq!((state.calls(), report.len), (1, 4));
+/// // Signs survive 1-bit compression; what the scale loses is kept as error.
+/// assert!(buf[0] > 0.0 && buf[1] < 0.0 && buf[2] > 0.0 && buf[3] < 0.0);
+/// assert!(state.error_norms().worker > 0.0);
+/// # Ok::<(), onebit_adam::OneBitError>(())
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct AllReduceState {
     pub(crate) shape: Option<Shape>,

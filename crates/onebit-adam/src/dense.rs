@@ -29,6 +29,25 @@ use crate::OneBitError;
 /// Hyper-parameters of one dense Adam(W) step, resolved for the step at hand.
 /// `Default` holds the reference values (DeepSpeed `OnebitAdam`: lr 1e-3,
 /// betas (0.9, 0.999), eps 1e-8, no weight decay, no bias correction).
+///
+/// # Example
+///
+/// ```
+/// use onebit_adam::{AdamW, Kernel};
+///
+/// let adam = AdamW { lr: 0.1, bias: Some((0.1, 0.001)), ..AdamW::default() };
+/// let (mut x, mut m, mut v) = (vec![1.0f32; 5], vec![0.0; 5], vec![0.0; 5]);
+/// adam.step(&mut x, &mut m, &mut v, &[0.5; 5])?;
+/// // The first bias-corrected Adam step moves every coordinate by ≈ lr.
+/// assert!(x.iter().all(|&xi| (xi - 0.9).abs() < 1e-5));
+/// // Every kernel this CPU runs gives the same bits.
+/// for k in Kernel::all_available() {
+///     let (mut y, mut m, mut v) = (vec![1.0f32; 5], vec![0.0; 5], vec![0.0; 5]);
+///     adam.step_scaled(k, &mut y, &mut m, &mut v, &[0.5; 5], 1.0, None)?;
+///     assert_eq!(x, y);
+/// }
+/// # Ok::<(), onebit_adam::OneBitError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdamW {
     /// Learning rate.

@@ -291,6 +291,33 @@ pub(crate) struct GroupState {
 
 /// The 1-bit Adam optimizer for one rank. Every rank builds it with the same
 /// config and groups and calls [`OneBitAdam::step`] in lockstep.
+///
+/// # Example
+///
+/// Full-precision warm-up for `freeze_step` steps, then compressed momentum.
+/// With one rank ([`comm_traits::SingleRank`]) the all-reduce is the
+/// identity, so this is plain (then 1-bit-quantised) Adam:
+///
+/// ```
+/// use comm_traits::SingleRank;
+/// use onebit_adam::{Config, OneBitAdam, Stage};
+///
+/// let config = Config::default().with_lr(0.05).with_freeze_step(3);
+/// let mut opt = OneBitAdam::new(4, config)?;
+/// let mut comm = SingleRank::default();
+/// let mut params = [1.0f32, -2.0, 0.5, 3.0];
+/// let mut stages = Vec::new();
+/// for _ in 0..6 {
+///     // The gradient of ½‖x‖²: the optimizer drives every parameter to 0.
+///     let grad = params;
+///     let report = opt.step_with_grad(&mut comm, &mut params, &grad)?;
+///     stages.push(report.stage);
+/// }
+/// assert_eq!(stages[..3], [Stage::Warmup; 3]);
+/// assert_eq!(stages[3], Stage::Compressed);
+/// assert!(params.iter().all(|p| p.abs() < 3.0));
+/// # Ok::<(), onebit_adam::OneBitError>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct OneBitAdam {
     pub(crate) config: Config,
