@@ -96,6 +96,23 @@ impl core::error::Error for InitError {}
 /// [`CommError::Timeout`] are never returned: a dead peer ends the whole
 /// `mpirun`, which is what a launcher-managed job wants. Run under a
 /// wall-clock limit if a peer can stall without dying.
+///
+/// # Example
+///
+/// Compiled here, run under `mpirun -np P` (each process one rank):
+///
+/// ```no_run
+/// use comm_mpi::{AllReduceAlgorithm, MpiComm};
+/// use comm_traits::Communicator;
+///
+/// let mut comm = MpiComm::init()?.with_all_reduce(AllReduceAlgorithm::Native);
+/// let mut grad = vec![comm.rank() as f32; 4];
+/// comm.all_reduce_sum(&mut grad)?;
+/// let p = comm.size() as f32;
+/// assert_eq!(grad, vec![p * (p - 1.0) / 2.0; 4]);
+/// println!("rank {} of {}: {} bytes sent", comm.rank(), comm.size(), comm.stats().bytes_sent);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct MpiComm {
     // Field order matters: the communicator is freed before MPI is finalized.
     comm: SimpleCommunicator,
