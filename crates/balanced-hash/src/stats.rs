@@ -19,6 +19,7 @@ const MAX_HISTOGRAM_BINS: u64 = 1024;
 /// # Ok::<(), balanced_hash::HashError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct LoadStats {
     /// Number of buckets `B`.
     pub buckets: usize,

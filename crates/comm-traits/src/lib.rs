@@ -112,6 +112,7 @@ pub enum Collective {
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct CommStats {
     /// Bytes this rank put on the wire.
     pub bytes_sent: u64,

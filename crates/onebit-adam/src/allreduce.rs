@@ -42,6 +42,7 @@ pub fn compressed_allreduce_bytes(n: usize, p: usize) -> u64 {
 /// healthy run keeps them stable).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct ErrorNorms {
     /// Norm of the worker error (this rank's whole padded buffer).
     pub worker: f32,
@@ -52,6 +53,7 @@ pub struct ErrorNorms {
 /// What one [`compressed_allreduce`] did on this rank.
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
 pub struct AllReduceReport {
     /// Elements reduced (`n`).
     pub len: usize,
