@@ -11,6 +11,34 @@ use crate::table::RowAccess;
 /// `grads` holds `ids.len() * dim()` values, row-major (row `k`'s gradient is
 /// `grads[k*dim..(k+1)*dim]`). Duplicate ids are summed. The result never
 /// depends on the order of the rows in the batch.
+///
+/// # Example
+///
+/// Every optimizer steps through the same object-safe interface, so a
+/// training loop can hold any of them:
+///
+/// ```
+/// use basis_core::{AdagradConfig, AdamConfig, DenseTable, ExactAdam, RowwiseAdagrad, SparseOptimizer};
+///
+/// let dim = 4;
+/// let mut opts: Vec<Box<dyn SparseOptimizer>> = vec![
+///     Box::new(ExactAdam::new(AdamConfig::default().with_dim(dim))?),
+///     Box::new(RowwiseAdagrad::new(AdagradConfig::default().with_dim(dim))?),
+/// ];
+/// for opt in &mut opts {
+///     let mut rows = vec![0.5f32; 10 * dim]; // 10 rows
+///     let mut table = DenseTable::new(&mut rows, dim)?;
+///     // Rows 3 and 7 get a gradient; a duplicate id is summed.
+///     let grads = [1.0f32; 3 * 4];
+///     opt.step(&[3, 7, 3], &grads, &mut table)?;
+///     assert!(rows[3 * dim] < 0.5 && rows[7 * dim] < 0.5 && rows[0] == 0.5);
+///     assert!(opt.memory().total_bytes > 0);
+///     // State round-trips through bytes (a checkpoint).
+///     let saved = opt.export_state();
+///     opt.import_state(&saved)?;
+/// }
+/// # Ok::<(), Box<dyn core::error::Error>>(())
+/// ```
 pub trait SparseOptimizer {
     /// Row dimension.
     fn dim(&self) -> usize;

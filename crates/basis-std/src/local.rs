@@ -113,6 +113,23 @@ impl Group {
 /// results. Byte accounting uses [`CommStats::record`] (logical ring/all-to-all
 /// bytes, the same formulas as the MPI backend). After a `PeerLost` or
 /// `Timeout` the group is dead: every later call fails with `PeerLost`.
+///
+/// # Example
+///
+/// ```
+/// use basis_std::local::LocalComm;
+/// use comm_traits::Communicator;
+///
+/// // Four ranks, one thread each; every rank gets the same bits back.
+/// let sums = LocalComm::run(4, |mut comm| {
+///     let mut x = [comm.rank() as f32, 1.0];
+///     comm.all_reduce_sum(&mut x).map(|()| x)
+/// });
+/// for s in sums {
+///     assert_eq!(s.expect("no rank panicked")?, [6.0, 4.0]);
+/// }
+/// # Ok::<(), comm_traits::CommError>(())
+/// ```
 #[derive(Debug)]
 pub struct LocalComm {
     rank: usize,

@@ -174,6 +174,30 @@ impl CommStats {
 /// `&mut dyn Communicator` (or a generic `C: Communicator + ?Sized`).
 ///
 /// All methods are collective: every rank must call them in the same order.
+///
+/// # Example
+///
+/// Code written against `&mut dyn Communicator` runs on any backend: threads
+/// in one process, MPI, or the one-rank [`SingleRank`] used here.
+///
+/// ```
+/// use comm_traits::{CommError, Communicator, SingleRank};
+///
+/// /// Averages a gradient over the ranks (data parallelism).
+/// fn average(comm: &mut dyn Communicator, grad: &mut [f32]) -> Result<(), CommError> {
+///     comm.all_reduce_sum(grad)?;
+///     let p = comm.size() as f32;
+///     grad.iter_mut().for_each(|g| *g /= p);
+///     Ok(())
+/// }
+///
+/// let mut comm = SingleRank::default();
+/// let mut grad = [1.0f32, 2.0, 3.0];
+/// average(&mut comm, &mut grad)?;
+/// assert_eq!(grad, [1.0, 2.0, 3.0]);
+/// assert_eq!(comm.stats().calls, 1);
+/// # Ok::<(), CommError>(())
+/// ```
 pub trait Communicator {
     /// This rank's index in `0..size()`.
     fn rank(&self) -> usize;

@@ -49,6 +49,23 @@ pub fn crc32c(bytes: &[u8]) -> u32 {
 
 /// A compressed tensor: `n` signs, one scale per `chunk` elements.
 /// Decodes to `x̂[i] = ±scales[i / chunk]`.
+///
+/// # Example
+///
+/// ```
+/// use onebit_codec::{Compressor, decode};
+///
+/// let mut c = Compressor::new(6);
+/// let packet = c.compress(&[0.5, -1.0, 2.0, -0.5, 1.0, -2.0])?;
+/// let bytes = packet.encode(); // header, scales, sign bits, CRC-32C
+/// let back = decode(&bytes)?;
+/// assert_eq!(back, packet);
+/// // A flipped bit is caught by the checksum.
+/// let mut bad = bytes.clone();
+/// bad[bytes.len() / 2] ^= 1;
+/// assert!(decode(&bad).is_err());
+/// # Ok::<(), onebit_codec::CodecError>(())
+/// ```
 #[derive(Clone, Debug, PartialEq)]
 pub struct Compressed {
     len: usize,
