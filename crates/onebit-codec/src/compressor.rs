@@ -64,6 +64,23 @@ fn vector_words(
     None
 }
 
+/// The AVX2 fused word loop updating the buffer in place ([`full_step_chunk`]
+/// for the parallel adapters), if the CPU has AVX2 (`None`: not done).
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+use crate::simd::fused_x8_in_place as vector_words_in_place;
+
+/// No vector kernel in the portable build: always `None` (not done).
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+fn vector_words_in_place(
+    _: &mut Accumulator,
+    _: &[f32],
+    _: &mut [f32],
+    _: f32,
+    _: &mut [u8],
+) -> Option<bool> {
+    None
+}
+
 /// The fused word loop (portable build).
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
 #[inline(always)]
@@ -726,13 +743,25 @@ fn full_chunk(
 ) -> Accumulator {
     let whole = x.len() / 64 * 64;
     let mut acc = Accumulator::new(kind);
-    // Taken for the sum kinds; the plain path gives the same bits otherwise.
-    if !acc.fused_words(
+    // The AVX2 kernel, else the portable word loop, both for the sum kinds
+    // only; the plain path gives the same bits otherwise. The kernel's
+    // finiteness flag is not needed: the caller validated the input.
+    let vector = vector_words_in_place(
+        &mut acc,
         &x[..whole],
         &mut buf[..whole],
         alpha,
         &mut signs[..whole / 8],
-    ) {
+    )
+    .is_some();
+    if !vector
+        && !acc.fused_words(
+            &x[..whole],
+            &mut buf[..whole],
+            alpha,
+            &mut signs[..whole / 8],
+        )
+    {
         update_full(&x[..whole], &mut buf[..whole], alpha);
         acc.feed(&buf[..whole]);
         pack_words(&buf[..whole], &mut signs[..whole / 8]);

@@ -49,7 +49,8 @@ use core::arch::x86_64::{
 use crate::compressor::Input;
 use crate::scale::{Accumulator, Words};
 
-/// Cached detection: bit 0 = probed, bit 1 = AVX, bit 2 = AVX2.
+/// Cached detection: bit 0 = probed, bit 1 = AVX, bit 2 = AVX2, bit 3 =
+/// FMA (with AVX usable).
 static FEATURES: AtomicU8 = AtomicU8::new(0);
 
 fn features() -> u8 {
@@ -79,9 +80,16 @@ fn probe() -> u8 {
     }
     // SAFETY: as above; leaf 7 is reported as absent (zeros) if unsupported.
     let max_leaf = unsafe { __cpuid(0) }.eax;
-    // SAFETY: leaf 7 exists when the maximum leaf is at least 7.
-    let avx2 = max_leaf >= 7 && unsafe { __cpuid_count(7, 0) }.ebx & (1 << 5) != 0;
-    if avx2 { 0b110 } else { 0b010 }
+    let leaf7 = if max_leaf >= 7 {
+        // SAFETY: leaf 7 exists when the maximum leaf is at least 7.
+        unsafe { __cpuid_count(7, 0) }.ebx
+    } else {
+        0
+    };
+    let avx2 = u8::from(leaf7 & (1 << 5) != 0) << 2;
+    // FMA: leaf 1 ECX bit 12 (its YMM state is AVX's, checked above).
+    let fma = u8::from(leaf1.ecx & (1 << 12) != 0) << 3;
+    0b010 | avx2 | fma
 }
 
 /// Whether the CPU has AVX and the OS saves its registers (cached).
@@ -92,6 +100,11 @@ pub fn has_avx() -> bool {
 /// Whether the CPU has AVX2 (and AVX usable, see [`has_avx`]; cached).
 pub fn has_avx2() -> bool {
     features() & 0b100 != 0
+}
+
+/// Whether the CPU has FMA and AVX is usable (see [`has_avx`]; cached).
+pub fn has_fma() -> bool {
+    features() & 0b1000 != 0
 }
 
 /// `Accumulator::fused_words_into` on the widest vectors the CPU has: the
@@ -228,6 +241,48 @@ pub(crate) fn fused_x8(
             (true, false, true) => fused_x8_avx2::<true, false, true>(lanes, p, n, wa, wb, alpha),
             (true, true, false) => fused_x8_avx2::<true, true, false>(lanes, p, n, wa, wb, alpha),
             (true, true, true) => fused_x8_avx2::<true, true, true>(lanes, p, n, wa, wb, alpha),
+        }
+    };
+    *pos += n;
+    Some(clean)
+}
+
+/// [`fused_x8`] for a plain input with the buffer updated in place
+/// (`buf ← x + (buf − α·σ(buf))`, `full_step_chunk`): the kernel loads each
+/// 8-lane group of the old buffer before it stores the same group's new
+/// values, so one buffer as both `old` and `new` gives the two-buffer bits.
+/// `None` (nothing done) as for [`fused_x8`].
+pub(crate) fn fused_x8_in_place(
+    acc: &mut Accumulator,
+    x: &[f32],
+    buf: &mut [f32],
+    alpha: f32,
+    signs: &mut [u8],
+) -> Option<bool> {
+    if !has_avx2() {
+        return None;
+    }
+    let n = buf.len() / 64 * 64;
+    if x.len() < n || signs.len() < n / 8 {
+        return None;
+    }
+    let (abs, lanes, pos) = acc.sum_lanes()?;
+    let new = buf.as_mut_ptr();
+    let p = Ptrs {
+        a: x.as_ptr(),
+        b: x.as_ptr(),
+        old: new.cast_const(),
+        new,
+        signs: signs.as_mut_ptr(),
+    };
+    // SAFETY: AVX2 was checked just above; `x`, `buf` cover `n` floats and
+    // `signs` `n / 8` bytes (checked); `old` and `new` are the same stream,
+    // read before written lane group by lane group (see above); no `STREAM`.
+    let clean = unsafe {
+        if abs {
+            fused_x8_avx2::<true, false, false>(lanes, p, n, 1.0, 0.0, alpha)
+        } else {
+            fused_x8_avx2::<false, false, false>(lanes, p, n, 1.0, 0.0, alpha)
         }
     };
     *pos += n;
@@ -491,7 +546,7 @@ unsafe fn unpack_inner(bits: *const u8, scale: f32, out: *mut f32, groups: usize
 
 #[cfg(test)]
 mod tests {
-    use super::{fused_x8, has_avx2, pack_avx2, word_sse2};
+    use super::{fused_x8, fused_x8_in_place, has_avx2, pack_avx2, word_sse2};
     use crate::compressor::Input;
     use crate::pack::word_of;
     use crate::scale::{Accumulator, ScaleKind, Words};
@@ -560,6 +615,29 @@ mod tests {
                 prop_assert_eq!(fast.finish().to_bits(), slow.finish().to_bits());
                 prop_assert_eq!(fast.sum_sq().to_bits(), slow.sum_sq().to_bits());
             }
+        }
+
+        /// The in-place AVX2 kernel (`full_step_chunk`) equals the portable
+        /// in-place word loop: buffer, sign bytes and scale, bit for bit.
+        #[test]
+        fn avx2_in_place_kernel_equals_the_portable_word_loop(
+            words in 1usize..5,
+            seed in prop::collection::vec(value(), 64 * 2 * 4),
+            alpha in 0.0f32..4.0,
+            mean_abs: bool,
+        ) {
+            prop_assume!(has_avx2());
+            let n = 64 * words;
+            let (x, old) = (&seed[..n], &seed[n..2 * n]);
+            let kind = if mean_abs { ScaleKind::MeanAbs } else { ScaleKind::Rms };
+            let (mut fast, mut slow) = (Accumulator::new(kind), Accumulator::new(kind));
+            let (mut buf_f, mut buf_s) = (old.to_vec(), old.to_vec());
+            let (mut sig_f, mut sig_s) = (vec![0u8; n / 8], vec![0u8; n / 8]);
+            prop_assert!(fused_x8_in_place(&mut fast, x, &mut buf_f, alpha, &mut sig_f).is_some());
+            prop_assert!(slow.fused_words(x, &mut buf_s, alpha, &mut sig_s));
+            prop_assert_eq!(bits(&buf_f), bits(&buf_s));
+            prop_assert_eq!(&sig_f, &sig_s);
+            prop_assert_eq!(fast.finish().to_bits(), slow.finish().to_bits());
         }
 
         /// The AVX2 and SSE2 sign kernels equal the portable word.
