@@ -30,6 +30,29 @@ pub use stats::{LoadStats, count_loads};
 /// remember a choice per key (d-choice) assign on first sight through `assign`;
 /// `bucket` on a key never assigned returns the strategy's documented fallback
 /// (for [`DChoice`]: candidate 0, which is the [`OneChoice`] bucket).
+///
+/// # Example
+///
+/// Two choices per key keep the fullest bucket far closer to the mean than
+/// one choice does (the max load drops from `≈ mean + √(2·mean·ln B)` to
+/// `≈ mean + ln ln B / ln 2`).
+///
+/// ```
+/// use balanced_hash::{Bucketer, DChoice, OneChoice, count_loads};
+///
+/// let (keys, buckets) = (100_000u64, 1_000u32);
+/// let mut one = OneChoice::new(buckets, 7)?;
+/// let mut two = DChoice::sparse(buckets, 2, 7)?;
+/// let max = |loads: Vec<u64>| loads.into_iter().max().unwrap_or(0);
+/// let one_max = max(count_loads(&mut one, 0..keys)?);
+/// let two_max = max(count_loads(&mut two, 0..keys)?);
+/// assert!(two_max < one_max);
+/// assert!(two_max <= 105, "mean 100, two-choice max {two_max}");
+/// // A key keeps the bucket it was assigned.
+/// let b = two.assign(42);
+/// assert_eq!((two.bucket(42), b < two.buckets()), (b, true));
+/// # Ok::<(), balanced_hash::HashError>(())
+/// ```
 pub trait Bucketer {
     /// Number of buckets `B` (≥ 1).
     fn buckets(&self) -> u32;

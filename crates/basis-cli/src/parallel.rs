@@ -12,7 +12,8 @@
 //!   the optimizer), so the replicas stay bit-identical;
 //! - **dense parameters** (the global bias; with DeepFM also the tower):
 //!   `--dense-opt onebit-adam` (default) is 1-bit Adam (`onebit-adam`) —
-//!   full-precision warm-up for the first 20 % of the steps, then compressed
+//!   full-precision warm-up for the first `--dense-warmup` of the steps
+//!   (default 20 %), then compressed
 //!   momentum all-reduce with error feedback; `--dense-opt adam` is f32 Adam
 //!   on the all-reduced gradient at every step (the baseline).
 //!
@@ -89,7 +90,9 @@ pub(crate) fn rank_main(
     let mut opt = optim::build(run.spec, ds.rows, d, m.seed)?;
     let n = ds.train.len();
     let steps_total = (n.div_ceil(m.batch) * m.epochs as usize) as u64;
-    let mut dense_opt = m.dense_opt.build(fm.dense.len(), m.dense_lr, steps_total)?;
+    let mut dense_opt =
+        m.dense_opt
+            .build(fm.dense.len(), m.dense_lr, steps_total, m.dense_warmup)?;
     let mut bytes = CommBytes::default();
     let mut rng = Rng::derive(m.seed, 0x0DE5);
     let mut grads = Grads::new(&fm, ds.rows);

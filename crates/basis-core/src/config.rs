@@ -107,6 +107,7 @@ impl TablePrecision {
 
 /// A [`BasisConfig`] option, as named by [`ConfigError::Ignored`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum ConfigOption {
     /// [`BasisConfig::beta1`].
@@ -259,6 +260,7 @@ impl Default for RowScaleConfig {
 /// assert_eq!((fm.power, fm.lead), (1.0, 1));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct Profile {
     /// Exponent of the normalised profile: 1 = the full profile, 0 = none

@@ -103,14 +103,16 @@ fn main() -> Result<(), Box<dyn core::error::Error>> {
         t += 1;
         // torch.optim.Adam's defaults, bias correction on (its only mode).
         let ti = i32::try_from(t.min(1000))?;
-        let h = AdamW {
-            lr: 1e-3,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: 0.0,
-            bias: Some(((1.0 - b1.powi(ti)) as f32, (1.0 - b2.powi(ti)) as f32)),
-        };
+        let h = AdamW::default()
+            .with_lr(1e-3)
+            .with_beta1(0.9)
+            .with_beta2(0.999)
+            .with_eps(1e-8)
+            .with_weight_decay(0.0)
+            .with_bias(Some((
+                (1.0 - b1.powi(ti)) as f32,
+                (1.0 - b2.powi(ti)) as f32,
+            )));
         let start = Instant::now();
         match kernel {
             "memcpy" => dst.copy_from_slice(&src),
@@ -118,7 +120,7 @@ fn main() -> Result<(), Box<dyn core::error::Error>> {
             "sum4" => sink += sum4(&src),
             "adam1" => h.step(&mut x, &mut m, &mut v, &g)?,
             // 1-bit Adam's default (DeepSpeed): no bias correction.
-            "adam1_ds" => AdamW { bias: None, ..h }.step(&mut x, &mut m, &mut v, &g)?,
+            "adam1_ds" => h.with_bias(None).step(&mut x, &mut m, &mut v, &g)?,
             "adam2" => pool.install(|| par_adam_step(&h, &mut x, &mut m, &mut v, &g, 1.0))?,
             "onebit_local" => {
                 sink += comp.compress_blend_into(h.beta1, &m, 1.0 - h.beta1, &g, &mut signs)?;

@@ -94,6 +94,31 @@ impl MomentParams {
 /// Every method checks its input first and returns `Err` without touching
 /// the table when the bucket is out of range, a slice has the wrong length,
 /// or a gradient element is not finite.
+///
+/// # Example
+///
+/// Four threads add gradients to one bucket at once; no update is lost,
+/// with either implementation.
+///
+/// ```
+/// use basis_rayon::{AtomicMomentTable, MomentTable, StripedMomentTable};
+///
+/// fn hammer(table: &(impl MomentTable + ?Sized)) -> Result<(), basis_rayon::Error> {
+///     std::thread::scope(|s| {
+///         let add = || (0..250).try_for_each(|_| table.accumulate(3, &[1.0, -0.5]).map(drop));
+///         let threads: Vec<_> = (0..4).map(|_| s.spawn(add)).collect();
+///         threads.into_iter().try_for_each(|t| t.join().expect("no panic"))
+///     })?;
+///     let (mut m, mut v) = ([0.0f32; 2], [0.0f32; 2]);
+///     assert_eq!(table.snapshot(3, &mut m, &mut v)?, 1000); // t_b: every update counted
+///     assert_eq!((m, v), ([1000.0, -500.0], [1000.0, 250.0]));
+///     assert!(table.accumulate(3, &[f32::NAN, 0.0]).is_err()); // refused, table unchanged
+///     Ok(())
+/// }
+/// hammer(&AtomicMomentTable::new(8, 2)?)?;
+/// hammer(&StripedMomentTable::new(8, 2)?)?;
+/// # Ok::<(), basis_rayon::Error>(())
+/// ```
 pub trait MomentTable: Sync {
     /// Number of buckets `B`.
     fn buckets(&self) -> usize;

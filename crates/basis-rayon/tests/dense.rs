@@ -20,11 +20,9 @@ fn bits(x: &[f32]) -> Vec<u32> {
 
 #[test]
 fn parallel_dense_adam_is_bit_identical_to_serial() {
-    let h = AdamW {
-        weight_decay: 0.01,
-        bias: Some((0.1, 0.002)),
-        ..AdamW::default()
-    };
+    let h = AdamW::default()
+        .with_weight_decay(0.01)
+        .with_bias(Some((0.1, 0.002)));
     for n in [0, 1, 7, 1000, (1 << 18) + 13, 3 << 18] {
         let (x0, m0, g) = (data(n, 1), data(n, 2), data(n, 3));
         let v0: Vec<f32> = data(n, 4).iter().map(|v| v.abs()).collect();

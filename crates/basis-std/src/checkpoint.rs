@@ -254,6 +254,34 @@ impl core::error::Error for CheckpointError {
 /// Names are unique; [`insert`](Self::insert) replaces a section of the same
 /// name in place. Encoding is deterministic: the same sections in the same
 /// order give the same bytes.
+///
+/// # Example
+///
+/// Save two sections atomically into a directory that keeps the newest two
+/// files, then load the latest back; a flipped byte is refused by the
+/// checksum, never returned as data.
+///
+/// ```
+/// use basis_std::checkpoint::{Checkpoint, CheckpointDir};
+///
+/// let root = std::env::temp_dir().join(format!("basis-doc-ckpt-{}", std::process::id()));
+/// let dir = CheckpointDir::open(&root, 2)?;
+/// let mut ckpt = Checkpoint::new();
+/// ckpt.insert("rows", vec![1u8, 2, 3])?;
+/// ckpt.insert("optimizer", b"state".to_vec())?;
+/// for step in [10, 20, 30] {
+///     dir.save(step, &ckpt)?;
+/// }
+/// assert_eq!(dir.steps()?, vec![20, 30]); // the oldest was pruned
+/// let latest = dir.load_latest()?.expect("a checkpoint was saved");
+/// assert_eq!((latest.step, latest.checkpoint.get("rows")), (30, Some(&[1u8, 2, 3][..])));
+///
+/// let mut bytes = ckpt.encode();
+/// bytes[bytes.len() / 2] ^= 1;
+/// assert!(Checkpoint::decode(&bytes).is_err());
+/// # std::fs::remove_dir_all(&root)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct Checkpoint {
     sections: Vec<(String, Vec<u8>)>,

@@ -35,7 +35,7 @@ use crate::OneBitError;
 /// ```
 /// use onebit_adam::{AdamW, Kernel};
 ///
-/// let adam = AdamW { lr: 0.1, bias: Some((0.1, 0.001)), ..AdamW::default() };
+/// let adam = AdamW::default().with_lr(0.1).with_bias(Some((0.1, 0.001)));
 /// let (mut x, mut m, mut v) = (vec![1.0f32; 5], vec![0.0; 5], vec![0.0; 5]);
 /// adam.step(&mut x, &mut m, &mut v, &[0.5; 5])?;
 /// // The first bias-corrected Adam step moves every coordinate by ≈ lr.
@@ -49,6 +49,7 @@ use crate::OneBitError;
 /// # Ok::<(), onebit_adam::OneBitError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct AdamW {
     /// Learning rate.
     pub lr: f32,
@@ -64,6 +65,15 @@ pub struct AdamW {
     /// update (bias correction); `None` uses `m`, `v` as they are.
     pub bias: Option<(f32, f32)>,
 }
+
+onebit_codec::with_setters!(AdamW {
+    with_lr => lr: f32,
+    with_beta1 => beta1: f32,
+    with_beta2 => beta2: f32,
+    with_eps => eps: f32,
+    with_weight_decay => weight_decay: f32,
+    with_bias => bias: Option<(f32, f32)>,
+});
 
 impl Default for AdamW {
     /// The reference values, taken from the optimizer's [`crate::Config`].

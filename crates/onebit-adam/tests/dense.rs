@@ -55,13 +55,14 @@ fn hyper() -> impl Strategy<Value = AdamW> {
         prop_oneof![Just(0.0f32), 0.0f32..0.1],
         proptest::option::of((0.01f32..1.0, 0.001f32..1.0)),
     )
-        .prop_map(|(lr, beta1, beta2, eps, weight_decay, bias)| AdamW {
-            lr,
-            beta1,
-            beta2,
-            eps,
-            weight_decay,
-            bias,
+        .prop_map(|(lr, beta1, beta2, eps, weight_decay, bias)| {
+            AdamW::default()
+                .with_lr(lr)
+                .with_beta1(beta1)
+                .with_beta2(beta2)
+                .with_eps(eps)
+                .with_weight_decay(weight_decay)
+                .with_bias(bias)
         })
 }
 

@@ -470,14 +470,13 @@ fn all_live_fused_path_matches_the_plain_recipe() {
             let mut x = vec![0.5f32; n];
             let (mut xr, mut m, mut v) = (vec![0.5f32; n], vec![0.0f32; n], vec![0.0f32; n]);
             let mut state = AllReduceState::new();
-            let h = AdamW {
-                lr: cfg.lr,
-                beta1: cfg.beta1,
-                beta2: cfg.beta2,
-                eps: cfg.eps,
-                weight_decay: cfg.weight_decay,
-                bias: None,
-            };
+            let h = AdamW::default()
+                .with_lr(cfg.lr)
+                .with_beta1(cfg.beta1)
+                .with_beta2(cfg.beta2)
+                .with_eps(cfg.eps)
+                .with_weight_decay(cfg.weight_decay)
+                .with_bias(None);
             for t in 1..=steps {
                 let g = grad(rank, t);
                 opt.step_with_grad(&mut c, &mut x, &g).unwrap();

@@ -202,6 +202,33 @@ const SCRATCH: usize = 1024;
 ///
 /// The state is plain data: save it with [`Compressor::materialize_error`] and restore it
 /// with [`Compressor::set_error`].
+///
+/// # Example
+///
+/// Error feedback: what one step's signs lose is carried into the next
+/// step, so the decoded steps sum to the inputs' sum minus the (bounded)
+/// error buffer, however coarse each single step is.
+///
+/// ```
+/// use onebit_codec::{Compressor, packed_len, unpack_add};
+///
+/// let x = [0.5f32, -0.25, 1.0, -2.0, 0.125];
+/// let mut c = Compressor::new(x.len());
+/// let (mut decoded, mut bits) = ([0.0f32; 5], vec![0u8; packed_len(x.len())]);
+/// let steps = 200;
+/// for _ in 0..steps {
+///     let scale = c.compress_into(&x, &mut bits)?;
+///     unpack_add(&bits, scale, &mut decoded)?;
+/// }
+/// let e = c.materialize_error().to_vec();
+/// for i in 0..x.len() {
+///     // Σ decoded = steps·x − e, exactly up to rounding
+///     let want = steps as f32 * x[i] - e[i];
+///     assert!((decoded[i] - want).abs() < 1e-2, "{i}: {} vs {want}", decoded[i]);
+///     assert!((decoded[i] / steps as f32 - x[i]).abs() < 0.05);
+/// }
+/// # Ok::<(), onebit_codec::CodecError>(())
+/// ```
 #[derive(Clone)]
 pub struct Compressor {
     n: usize,

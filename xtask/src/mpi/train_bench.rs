@@ -1,5 +1,5 @@
 //! `cargo xtask mpi --train-bench [--net 1gbit|10gbit|unlimited] [--np 2,4]
-//! [--batch B] [--examples N]`: end-to-end sharded training over TCP in the shaped
+//! [--batch B] [--examples N] [--warmup F]`: end-to-end sharded training over TCP in the shaped
 //! network namespace of `--bench` (issue 13 item 7).
 //!
 //! The job: `basis train --shard rows` with DeepFM (tower `1024,512,256,1`
@@ -10,7 +10,9 @@
 //! each run's `--json` and prints one markdown table per P: wall and
 //! training seconds, ms per step, test AUC and its difference, per-rank
 //! bytes sent per step (sparse all-to-all and dense all-reduce), per-rank
-//! peak RSS and the end-to-end speed-up. Opt-in only, never part of CI.
+//! peak RSS and the end-to-end speed-up. `--warmup F` passes `--dense-warmup
+//! F` (1-bit Adam's f32 warm-up fraction, default 0.2) to the 1-bit runs.
+//! Opt-in only, never part of CI.
 
 use super::{Rate, parse_rate, require_mpirun, target_dir, with_netns};
 use crate::util::{self, cargo};
@@ -31,6 +33,8 @@ struct Opts {
     ranks: Vec<usize>,
     batch: usize,
     examples: usize,
+    /// `--dense-warmup` of the 1-bit Adam runs (`None`: the CLI's default).
+    warmup: Option<String>,
 }
 
 fn parse_args(args: &[String]) -> Result<Opts, String> {
@@ -39,6 +43,7 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
         ranks: vec![2, 4],
         batch: BATCH,
         examples: 0,
+        warmup: None,
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -80,9 +85,16 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
                     _ => return Err(format!("--batch: `{n}` is not a positive number")),
                 };
             }
+            "--warmup" => {
+                let w = value("a fraction in [0, 1)")?;
+                match w.parse::<f64>() {
+                    Ok(f) if (0.0..1.0).contains(&f) => o.warmup = Some(w),
+                    _ => return Err(format!("--warmup: `{w}` is not a fraction in [0, 1)")),
+                }
+            }
             other => {
                 return Err(format!(
-                    "unknown argument `{other}` (usage: mpi --train-bench [--net 1gbit|10gbit|unlimited] [--np 2,4] [--batch B] [--examples N])"
+                    "unknown argument `{other}` (usage: mpi --train-bench [--net 1gbit|10gbit|unlimited] [--np 2,4] [--batch B] [--examples N] [--warmup F])"
                 ));
             }
         }
@@ -119,6 +131,9 @@ pub(super) fn run(args: &[String]) -> Result<(), String> {
                 cmd.arg(&exe)
                     .args(job_args(np, opt, o.batch, o.examples))
                     .arg(&json);
+                if let (Some(w), "onebit-adam") = (&o.warmup, opt) {
+                    cmd.args(["--dense-warmup", w]);
+                }
                 util::run(&mut cmd)?;
                 runs.push(read_run(&json)?);
             }
@@ -290,6 +305,10 @@ mod tests {
         assert_eq!(d.rate.as_deref(), Some("1gbit"));
         assert_eq!(d.ranks, vec![2, 4]);
         assert_eq!((d.batch, d.examples), (BATCH, STEPS * BATCH));
+        assert_eq!(d.warmup, None);
+        let w = parse_args(&args(&["--warmup", "0.05"])).unwrap();
+        assert_eq!(w.warmup.as_deref(), Some("0.05"));
+        assert!(parse_args(&args(&["--warmup", "1.5"])).is_err());
         let b = parse_args(&args(&["--batch", "256"])).unwrap();
         assert_eq!((b.batch, b.examples), (256, STEPS * 256));
         let o = parse_args(&args(&[
@@ -307,7 +326,8 @@ mod tests {
                 rate: None,
                 ranks: vec![4],
                 batch: BATCH,
-                examples: 4096
+                examples: 4096,
+                warmup: None,
             }
         );
         for bad in [

@@ -134,17 +134,30 @@ pub(crate) enum DenseOpt {
 impl DenseOpt {
     /// The optimizer of `len` dense parameters for a run of `steps_total`
     /// steps (`--dense-lr` = `lr`, bias-corrected; 1-bit Adam's warm-up is
-    /// the first 20 % of the steps).
+    /// the first `warmup` fraction of the steps, at least one).
     ///
     /// Fails when `onebit-adam` refuses the configuration.
-    pub(crate) fn build(self, len: usize, lr: f32, steps_total: u64) -> Result<OneBitAdam, String> {
+    pub(crate) fn build(
+        self,
+        len: usize,
+        lr: f32,
+        steps_total: u64,
+        warmup: f64,
+    ) -> Result<OneBitAdam, String> {
+        // Truncation, so 0.2 reproduces the former `steps_total / 5`.
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let freeze = ((steps_total as f64 * warmup) as u64).max(1);
         // Plain `Momentum` gives every coordinate ±(scale of the raw
         // momentum); this tower's √v̂ spans 10⁻⁹..10⁻², so that step is
         // lr·10⁵ on some coordinates and the run diverges within three
         // 1-bit steps. Compressing m/(√v̂+ε) keeps each step ≈ lr.
         let config = Config::default()
             .with_lr(lr)
-            .with_freeze_step((steps_total / 5).max(1))
+            .with_freeze_step(freeze)
             .with_bias_correction(true)
             .with_variant(Variant::PreconditionedMomentum);
         let group = match self {
@@ -256,5 +269,33 @@ mod tests {
         let r = crate::shard::train(&ds, &run).unwrap();
         let auc = r.final_metrics.test_auc;
         assert!(auc > 0.6, "test AUC {auc}");
+    }
+
+    #[test]
+    fn dense_warmup_sets_the_full_precision_steps() {
+        let parse = |extra: &[&str]| {
+            let argv = [&["basis", "train", "--model", "deepfm"][..], extra].concat();
+            match Cli::try_parse_from(argv).map(|c| c.command) {
+                Ok(Command::Train(a)) => Ok(a.model.dense_warmup),
+                Ok(_) => unreachable!("a train command"),
+                Err(e) => Err(e),
+            }
+        };
+        assert_eq!(parse(&[]).unwrap(), 0.2);
+        assert_eq!(parse(&["--dense-warmup", "0.05"]).unwrap(), 0.05);
+        for bad in ["1", "-0.1", "nan", "x"] {
+            assert!(parse(&["--dense-warmup", bad]).is_err(), "{bad} accepted");
+        }
+        let freeze = |steps, warmup| {
+            let opt = super::DenseOpt::OnebitAdam
+                .build(10, 1e-3, steps, warmup)
+                .unwrap();
+            opt.config().freeze_step
+        };
+        // 0.2 keeps the former `steps / 5`; a zero warm-up still runs one step.
+        for steps in [1, 7, 200, 1001] {
+            assert_eq!(freeze(steps, 0.2), (steps / 5).max(1));
+        }
+        assert_eq!((freeze(200, 0.05), freeze(200, 0.0)), (10, 1));
     }
 }

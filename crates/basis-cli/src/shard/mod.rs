@@ -114,6 +114,7 @@ fn options(ds: &Dataset, run: &Run<'_>, lens: [usize; 2]) -> Vec<(&'static str, 
             )[0],
         ),
         ("--dense-opt", m.dense_opt as u64),
+        ("--dense-warmup", m.dense_warmup.to_bits()),
         ("data set", data),
         ("training examples", lens[0] as u64),
         ("test examples", lens[1] as u64),
@@ -369,9 +370,12 @@ fn rank_main_with(
     };
     let n = train_src.len();
     let steps_total = (n.div_ceil(m.batch) * m.epochs as usize) as u64;
-    let mut dense_opt = m
-        .dense_opt
-        .build(me.model.dense.len(), m.dense_lr, steps_total)?;
+    let mut dense_opt = m.dense_opt.build(
+        me.model.dense.len(),
+        m.dense_lr,
+        steps_total,
+        m.dense_warmup,
+    )?;
     let mut dense_bytes = 0u64;
     let mut progress = resume::Progress {
         epoch: 0,
