@@ -277,7 +277,8 @@ impl core::error::Error for CheckpointError {
 /// assert_eq!((latest.step, latest.checkpoint.get("rows")), (30, Some(&[1u8, 2, 3][..])));
 ///
 /// let mut bytes = ckpt.encode();
-/// bytes[bytes.len() / 2] ^= 1;
+/// let middle = bytes.len() / 2;
+/// bytes[middle] ^= 1;
 /// assert!(Checkpoint::decode(&bytes).is_err());
 /// # std::fs::remove_dir_all(&root)?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
