@@ -43,6 +43,11 @@ pub(crate) fn run(_args: &[String]) -> Result<(), String> {
             "warnings",
         ]))
     })?;
+    // Optional features (serde derives, std, mpi) are off in every other
+    // step; a derive that does not compile once landed unseen.
+    step("features", &mut || {
+        util::run(cargo().args(["check", "--workspace", "--all-features", "--all-targets"]))
+    })?;
     step("test", &mut || test(&[]))?;
     step("doc", &mut || {
         util::run(
