@@ -287,6 +287,24 @@ pub(crate) struct GroupState {
     /// Seed variant: decayed gradient compressor over the live coordinates
     /// (created at the first 1-bit step).
     pub(crate) seed: Option<Compressor>,
+    /// What the 1-bit stage derives from the frozen `v` and zero mask, built
+    /// at the first 1-bit step after they last changed (see [`Frozen`]).
+    pub(crate) frozen: Option<Frozen>,
+}
+
+/// Per-group values that stay fixed while `v` and the zero mask are frozen:
+/// rebuilding them every compressed step cost an index vector of 8 B per
+/// coordinate and a scalar `√`/`÷` per coordinate (a sixth of a DeepFM
+/// rank's CPU time in the 1-bit stage).
+#[derive(Debug, Clone)]
+pub(crate) struct Frozen {
+    /// The `v_updates` it was built at (a full-precision step changes `v`).
+    v_updates: u64,
+    /// Live coordinates (group-relative), or `None` when all are live.
+    live: Option<Vec<usize>>,
+    /// `PreconditionedMomentum`: `√(v/bc2) + ε` per live coordinate, the
+    /// same expression (and so the same bits) the update kernel divides by.
+    denom: Vec<f32>,
 }
 
 /// The 1-bit Adam optimizer for one rank. Every rank builds it with the same
@@ -339,7 +357,6 @@ pub struct OneBitAdam {
     scratch: Vec<f32>,
     scratch_bits: Vec<u8>,
     scratch_gather: Vec<u8>,
-    scratch_live: Vec<usize>,
     scratch_packed: Vec<f32>,
 }
 
@@ -373,6 +390,7 @@ impl OneBitAdam {
                 v_updates: 0,
                 allreduce: AllReduceState::new(),
                 seed: None,
+                frozen: None,
             });
             start += spec.len;
         }
@@ -391,7 +409,6 @@ impl OneBitAdam {
             scratch: Vec::new(),
             scratch_bits: Vec::new(),
             scratch_gather: Vec::new(),
-            scratch_live: Vec::new(),
             scratch_packed: Vec::new(),
         })
     }
@@ -701,20 +718,15 @@ impl OneBitAdam {
     ) -> Result<(), OneBitError> {
         let b1 = self.config.beta1;
         let range = self.groups[gi].range.clone();
-        let mut live = core::mem::take(&mut self.scratch_live);
-        live.clear();
-        live.extend(
-            self.zero[range.clone()]
-                .iter()
-                .enumerate()
-                .filter(|(_, z)| !**z)
-                .map(|(i, _)| i),
-        );
+        let frozen = match self.groups[gi].frozen.take() {
+            Some(f) if f.v_updates == self.groups[gi].v_updates => f,
+            _ => self.freeze(gi),
+        };
         let mut packed = core::mem::take(&mut self.scratch_packed);
         packed.clear();
         let m = &mut self.m[range];
-        let result = match self.config.variant {
-            Variant::Momentum if live.len() == m.len() => {
+        let result = match (self.config.variant, &frozen.live) {
+            (Variant::Momentum, None) => {
                 // Every coordinate live (the usual dense case): the momentum
                 // `β₁m + (1−β₁)g` is formed inside the worker compressor's one
                 // pass and the reduced result lands in `m` directly (the
@@ -722,41 +734,45 @@ impl OneBitAdam {
                 let state = &mut self.groups[gi].allreduce;
                 allreduce::reduce_counted(comm, m, Some((b1, g)), state).map(|_| ())
             }
-            Variant::Momentum => {
+            (Variant::Momentum, Some(live)) => {
                 packed.extend(live.iter().map(|&i| b1 * m[i] + (1.0 - b1) * g[i]));
                 let state = &mut self.groups[gi].allreduce;
                 let r = allreduce::reduce_counted(comm, &mut packed, None, state);
-                r.map(|_| {
-                    for (&i, &v) in live.iter().zip(&packed) {
-                        m[i] = v;
-                    }
-                })
+                r.map(|_| scatter(m, live, &packed, |_, v| v))
             }
-            Variant::PreconditionedMomentum => {
-                let c = self.config;
-                let v_updates = clamp_i32(self.groups[gi].v_updates);
-                let bc2 = if c.bias_correction {
-                    (1.0 - Float::powi(f64::from(c.beta2), v_updates)) as f32
-                } else {
-                    1.0
-                };
-                let v = &self.v[self.groups[gi].range.clone()];
-                // The update kernel's denominator, `√(v/bc2) + ε`.
-                let denom = |i: usize| Float::sqrt(v[i] / bc2) + c.eps;
-                packed.extend(
-                    live.iter()
-                        .map(|&i| (b1 * m[i] + (1.0 - b1) * g[i]) / denom(i)),
-                );
+            (Variant::PreconditionedMomentum, live) => {
+                let d = &frozen.denom;
+                match live {
+                    // Contiguous: the loops vectorise (`÷` and `×` are exact,
+                    // so the bits equal the indexed path's).
+                    None => packed.extend(
+                        m.iter()
+                            .zip(&*g)
+                            .zip(d)
+                            .map(|((&m, &g), &d)| (b1 * m + (1.0 - b1) * g) / d),
+                    ),
+                    Some(live) => packed.extend(
+                        live.iter()
+                            .zip(d)
+                            .map(|(&i, &d)| (b1 * m[i] + (1.0 - b1) * g[i]) / d),
+                    ),
+                }
                 let state = &mut self.groups[gi].allreduce;
                 let r = allreduce::reduce_counted(comm, &mut packed, None, state);
-                r.map(|_| {
-                    for (&i, &u) in live.iter().zip(&packed) {
-                        m[i] = u * denom(i);
+                r.map(|_| match live {
+                    None => {
+                        for ((m, &u), &d) in m.iter_mut().zip(&packed).zip(d) {
+                            *m = u * d;
+                        }
                     }
+                    Some(live) => scatter(m, live, &packed, |k, u| u * d[k]),
                 })
             }
-            Variant::DecayedGradient { beta, scale } => {
-                packed.extend(live.iter().map(|&i| g[i]));
+            (Variant::DecayedGradient { beta, scale }, live) => {
+                match live {
+                    None => packed.extend_from_slice(g),
+                    Some(live) => packed.extend(live.iter().map(|&i| g[i])),
+                }
                 let group = &mut self.groups[gi];
                 if group.seed.is_none() {
                     let c = Compressor::with_config(
@@ -777,9 +793,16 @@ impl OneBitAdam {
                         &mut self.scratch_bits,
                         &mut self.scratch_gather,
                     )
-                    .map(|()| {
-                        for (&i, &v) in live.iter().zip(&packed) {
-                            m[i] = b1 * m[i] + (1.0 - b1) * v;
+                    .map(|()| match live {
+                        None => {
+                            for (m, &v) in m.iter_mut().zip(&packed) {
+                                *m = b1 * *m + (1.0 - b1) * v;
+                            }
+                        }
+                        Some(live) => {
+                            for (&i, &v) in live.iter().zip(&packed) {
+                                m[i] = b1 * m[i] + (1.0 - b1) * v;
+                            }
                         }
                     }),
                     _ => Err(OneBitError::StateShape {
@@ -789,9 +812,41 @@ impl OneBitAdam {
                 }
             }
         };
-        self.scratch_live = live;
+        self.groups[gi].frozen = Some(frozen);
         self.scratch_packed = packed;
         result
+    }
+
+    /// Build group `gi`'s [`Frozen`] values from the current `v` and zero
+    /// mask (both fixed from here until the next full-precision step).
+    fn freeze(&self, gi: usize) -> Frozen {
+        let group = &self.groups[gi];
+        let range = group.range.clone();
+        let zero = &self.zero[range.clone()];
+        let live = zero
+            .contains(&true)
+            .then(|| (0..zero.len()).filter(|&i| !zero[i]).collect::<Vec<_>>());
+        let mut denom = Vec::new();
+        if matches!(self.config.variant, Variant::PreconditionedMomentum) {
+            let c = self.config;
+            let bc2 = if c.bias_correction {
+                (1.0 - Float::powi(f64::from(c.beta2), clamp_i32(group.v_updates))) as f32
+            } else {
+                1.0
+            };
+            let v = &self.v[range];
+            // The update kernel's denominator, `√(v/bc2) + ε`.
+            let d = |v: f32| Float::sqrt(v / bc2) + c.eps;
+            match &live {
+                None => denom.extend(v.iter().map(|&v| d(v))),
+                Some(live) => denom.extend(live.iter().map(|&i| d(v[i]))),
+            }
+        }
+        Frozen {
+            v_updates: group.v_updates,
+            live,
+            denom,
+        }
     }
 
     /// The dense Adam(W) hyper-parameters of group `gi` at step `t` (bias
@@ -820,6 +875,13 @@ impl OneBitAdam {
         let range = self.groups[gi].range.clone();
         self.hyper(gi, t)
             .update(Kernel::detect(), x, &self.m[range.clone()], &self.v[range])
+    }
+}
+
+/// `m[live[k]] = f(k, values[k])` for every packed value.
+fn scatter(m: &mut [f32], live: &[usize], values: &[f32], f: impl Fn(usize, f32) -> f32) {
+    for (k, (&i, &v)) in live.iter().zip(values).enumerate() {
+        m[i] = f(k, v);
     }
 }
 

@@ -220,6 +220,7 @@ impl OneBitAdam {
             }
             g.v_updates = r.u64()?;
             g.seed = None;
+            g.frozen = None;
             g.allreduce = Default::default();
             match r.u8()? {
                 0 => {}

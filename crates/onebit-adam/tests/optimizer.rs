@@ -572,3 +572,98 @@ fn preconditioned_momentum_keeps_badly_scaled_coordinates_at_adam_steps() {
     // lr·α/√v ≫ lr: they are thrown far off (the failure this variant fixes).
     assert!(plain_max > 10.0 * pre_max, "plain {plain_max} vs {pre_max}");
 }
+
+/// `PreconditionedMomentum` (the DeepFM tower's variant) against its plain
+/// recipe, bit for bit: during warm-up the all-reduced gradient and one
+/// bias-corrected `AdamW::step_scaled` with the zero mask; then per 1-bit
+/// step `u = (β₁m + (1−β₁)g)/(√(v/bc₂)+ε)` over the live coordinates,
+/// `compressed_allreduce(u)`, `m = u·(√(v/bc₂)+ε)`, `AdamW::update`. With
+/// and without dead coordinates, and with the optimizer replaced by an
+/// export/import copy mid-way through the 1-bit stage (the values it keeps
+/// from the frozen `v` must be rebuilt, not lost or stale).
+#[test]
+fn preconditioned_momentum_matches_the_plain_recipe() {
+    use onebit_adam::{AdamW, AllReduceState, Kernel, compressed_allreduce};
+    let (ranks, steps, freeze, swap_at) = (3usize, 14u64, 5u64, 9u64);
+    for (n, dead_every) in [(1000usize, None), (4099, Some(7usize)), (64, Some(2))] {
+        let dead = |i: usize| dead_every.is_some_and(|k| i % k == 3);
+        let grad = |rank: usize, t: u64| -> Vec<f32> {
+            (0..n)
+                .map(|i| {
+                    if dead(i) && t <= freeze {
+                        0.0
+                    } else {
+                        ((i * 31 + rank * 7 + t as usize * 13) % 97) as f32 / 48.0 - 1.0 + 1e-3
+                    }
+                })
+                .collect()
+        };
+        let cfg = Config::default()
+            .with_lr(0.01)
+            .with_freeze_step(freeze)
+            .with_weight_decay(0.01)
+            .with_bias_correction(true)
+            .with_variant(Variant::PreconditionedMomentum);
+        let out = LocalComm::run(ranks, |mut c| {
+            let rank = c.rank();
+            let mut opt = OneBitAdam::new(n, cfg).unwrap();
+            let mut x = vec![0.5f32; n];
+            let (mut xr, mut m, mut v) = (vec![0.5f32; n], vec![0.0f32; n], vec![0.0f32; n]);
+            let mut zero = vec![true; n];
+            let mut state = AllReduceState::new();
+            let pow = |b: f32, k: u64| (1.0 - f64::from(b).powi(k as i32)) as f32;
+            let h = |t: u64| {
+                AdamW::default()
+                    .with_lr(cfg.lr)
+                    .with_beta1(cfg.beta1)
+                    .with_beta2(cfg.beta2)
+                    .with_eps(cfg.eps)
+                    .with_weight_decay(cfg.weight_decay)
+                    .with_bias(Some((pow(cfg.beta1, t), pow(cfg.beta2, t.min(freeze)))))
+            };
+            for t in 1..=steps {
+                if t == swap_at {
+                    let saved = opt.export_state();
+                    opt = OneBitAdam::new(n, cfg).unwrap();
+                    opt.import_state(&saved).unwrap();
+                }
+                let g = grad(rank, t);
+                opt.step_with_grad(&mut c, &mut x, &g).unwrap();
+                if t <= freeze {
+                    let mut sum = g.clone();
+                    c.all_reduce_sum(&mut sum).unwrap();
+                    h(t).step_scaled(
+                        Kernel::Scalar,
+                        &mut xr,
+                        &mut m,
+                        &mut v,
+                        &sum,
+                        ranks as f32,
+                        Some(&mut zero),
+                    )
+                    .unwrap();
+                } else {
+                    let bc2 = pow(cfg.beta2, freeze);
+                    let live: Vec<usize> = (0..n).filter(|&i| !zero[i]).collect();
+                    let denom = |i: usize| (v[i] / bc2).sqrt() + cfg.eps;
+                    let mut u: Vec<f32> = live
+                        .iter()
+                        .map(|&i| (cfg.beta1 * m[i] + (1.0 - cfg.beta1) * g[i]) / denom(i))
+                        .collect();
+                    compressed_allreduce(&mut c, &mut u, &mut state).unwrap();
+                    for (&i, &u) in live.iter().zip(&u) {
+                        m[i] = u * denom(i);
+                    }
+                    h(t).update(Kernel::Scalar, &mut xr, &m, &v).unwrap();
+                }
+            }
+            assert_eq!(opt.zero_coordinates(), (0..n).filter(|&i| dead(i)).count());
+            (bits(&x), bits(&xr), bits(opt.momentum()), bits(&m))
+        });
+        for r in out {
+            let (x, xr, m, mr) = r.unwrap();
+            assert_eq!(m, mr, "momentum, n = {n}");
+            assert_eq!(x, xr, "params, n = {n}");
+        }
+    }
+}
