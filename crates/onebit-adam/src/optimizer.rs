@@ -603,6 +603,14 @@ impl OneBitAdam {
         let inv = count as f32;
         self.scratch.clear();
         match extra {
+            // Nothing accumulated (the usual case): `grad_sum` is all +0.0
+            // and `count` is 1, so `(s + g) / 1` is `g + 0.0` (−0.0 becomes
+            // +0.0, as in the sum); same bits in one pass, and `g` was
+            // checked finite above, so the mean is too.
+            Some(g) if self.grad_count == 0 => {
+                self.scratch.extend(g.iter().map(|&g| g + 0.0));
+                return Ok(());
+            }
             Some(g) => self
                 .scratch
                 .extend(self.grad_sum.iter().zip(g).map(|(s, g)| (s + g) / inv)),
@@ -635,8 +643,12 @@ impl OneBitAdam {
         )?;
         // Agreed: from here on every rank runs the same collectives.
         self.bound = Some((comm.rank(), comm.size()));
-        self.grad_sum.fill(0.0);
-        self.grad_count = 0;
+        // `grad_sum` is all zeros whenever `grad_count` is 0 (the fast path
+        // of `prepare` relies on it; `import_state` refuses a record without).
+        if self.grad_count > 0 {
+            self.grad_sum.fill(0.0);
+            self.grad_count = 0;
+        }
         let t = self.step + 1;
         let stage = self.stage_of(t);
         let mut g = core::mem::take(&mut self.scratch);

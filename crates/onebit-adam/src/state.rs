@@ -270,6 +270,10 @@ impl OneBitAdam {
             .map(|i| mask[i / 8] & (0x80 >> (i % 8)) != 0)
             .collect();
         next.grad_sum = r.floats(self.len as u64)?;
+        // A sum with nothing counted is never saved (a step zeroes both).
+        if next.grad_count == 0 && next.grad_sum.iter().any(|&s| s.to_bits() != 0) {
+            return Err(StateError::Shape("gradient sum without a gradient count"));
+        }
         if !r.b.is_empty() {
             return Err(StateError::TrailingBytes);
         }

@@ -179,6 +179,16 @@ fn import_rejects_bad_records_and_changes_nothing() {
     let crc = crc32(&long);
     long.extend_from_slice(&crc.to_le_bytes());
     assert_eq!(opt.import_state(&long), Err(StateError::TrailingBytes));
+    // A gradient sum (the record's last float) with no gradient counted.
+    let mut orphan = good[..good.len() - 4].to_vec();
+    let at = orphan.len() - 4;
+    orphan[at..].copy_from_slice(&1.0f32.to_le_bytes());
+    let crc = crc32(&orphan);
+    orphan.extend_from_slice(&crc.to_le_bytes());
+    assert_eq!(
+        opt.import_state(&orphan),
+        Err(StateError::Shape("gradient sum without a gradient count"))
+    );
     assert_eq!(opt.export_state(), before);
     opt.import_state(&good).unwrap();
 }
