@@ -300,8 +300,12 @@ pub(crate) struct GroupState {
 pub(crate) struct Frozen {
     /// The `v_updates` it was built at (a full-precision step changes `v`).
     v_updates: u64,
-    /// Live coordinates (group-relative), or `None` when all are live.
-    live: Option<Vec<usize>>,
+    /// Runs of live coordinates (group-relative), in order: a tower's dead
+    /// units leave whole rows and columns out, so runs keep the loops
+    /// contiguous.
+    live: Vec<Range<usize>>,
+    /// Live coordinates in all.
+    count: usize,
     /// `PreconditionedMomentum`: `√(v/bc2) + ε` per live coordinate, the
     /// same expression (and so the same bits) the update kernel divides by.
     denom: Vec<f32>,
@@ -734,11 +738,13 @@ impl OneBitAdam {
             Some(f) if f.v_updates == self.groups[gi].v_updates => f,
             _ => self.freeze(gi),
         };
+        let runs = &frozen.live;
         let mut packed = core::mem::take(&mut self.scratch_packed);
         packed.clear();
+        packed.resize(frozen.count, 0.0);
         let m = &mut self.m[range];
-        let result = match (self.config.variant, &frozen.live) {
-            (Variant::Momentum, None) => {
+        let result = match self.config.variant {
+            Variant::Momentum if frozen.count == m.len() => {
                 // Every coordinate live (the usual dense case): the momentum
                 // `β₁m + (1−β₁)g` is formed inside the worker compressor's one
                 // pass and the reduced result lands in `m` directly (the
@@ -746,45 +752,40 @@ impl OneBitAdam {
                 let state = &mut self.groups[gi].allreduce;
                 allreduce::reduce_counted(comm, m, Some((b1, g)), state).map(|_| ())
             }
-            (Variant::Momentum, Some(live)) => {
-                packed.extend(live.iter().map(|&i| b1 * m[i] + (1.0 - b1) * g[i]));
-                let state = &mut self.groups[gi].allreduce;
-                let r = allreduce::reduce_counted(comm, &mut packed, None, state);
-                r.map(|_| scatter(m, live, &packed, |_, v| v))
-            }
-            (Variant::PreconditionedMomentum, live) => {
-                let d = &frozen.denom;
-                match live {
-                    // Contiguous: the loops vectorise (`÷` and `×` are exact,
-                    // so the bits equal the indexed path's).
-                    None => packed.extend(
-                        m.iter()
-                            .zip(&*g)
-                            .zip(d)
-                            .map(|((&m, &g), &d)| (b1 * m + (1.0 - b1) * g) / d),
-                    ),
-                    Some(live) => packed.extend(
-                        live.iter()
-                            .zip(d)
-                            .map(|(&i, &d)| (b1 * m[i] + (1.0 - b1) * g[i]) / d),
-                    ),
-                }
-                let state = &mut self.groups[gi].allreduce;
-                let r = allreduce::reduce_counted(comm, &mut packed, None, state);
-                r.map(|_| match live {
-                    None => {
-                        for ((m, &u), &d) in m.iter_mut().zip(&packed).zip(d) {
-                            *m = u * d;
-                        }
+            Variant::Momentum => {
+                for_runs(runs, &mut packed, |r, out| {
+                    for ((o, &m), &g) in out.iter_mut().zip(&m[r.clone()]).zip(&g[r]) {
+                        *o = b1 * m + (1.0 - b1) * g;
                     }
-                    Some(live) => scatter(m, live, &packed, |k, u| u * d[k]),
+                });
+                let state = &mut self.groups[gi].allreduce;
+                let r = allreduce::reduce_counted(comm, &mut packed, None, state);
+                r.map(|_| {
+                    for_runs(runs, &mut packed, |r, out| m[r].copy_from_slice(out));
                 })
             }
-            (Variant::DecayedGradient { beta, scale }, live) => {
-                match live {
-                    None => packed.extend_from_slice(g),
-                    Some(live) => packed.extend(live.iter().map(|&i| g[i])),
-                }
+            Variant::PreconditionedMomentum => {
+                // `÷` and `×` are exact, so these contiguous (vectorised)
+                // loops give the bits of the per-coordinate formula.
+                let d = &frozen.denom;
+                for_runs_at(runs, &mut packed, |r, k, out| {
+                    let d = &d[k..k + out.len()];
+                    for (((o, &m), &g), &d) in out.iter_mut().zip(&m[r.clone()]).zip(&g[r]).zip(d) {
+                        *o = (b1 * m + (1.0 - b1) * g) / d;
+                    }
+                });
+                let state = &mut self.groups[gi].allreduce;
+                let r = allreduce::reduce_counted(comm, &mut packed, None, state);
+                r.map(|_| {
+                    for_runs_at(runs, &mut packed, |r, k, u| {
+                        for ((m, &u), &d) in m[r].iter_mut().zip(&*u).zip(&d[k..]) {
+                            *m = u * d;
+                        }
+                    });
+                })
+            }
+            Variant::DecayedGradient { beta, scale } => {
+                for_runs(runs, &mut packed, |r, out| out.copy_from_slice(&g[r]));
                 let group = &mut self.groups[gi];
                 if group.seed.is_none() {
                     let c = Compressor::with_config(
@@ -805,17 +806,12 @@ impl OneBitAdam {
                         &mut self.scratch_bits,
                         &mut self.scratch_gather,
                     )
-                    .map(|()| match live {
-                        None => {
-                            for (m, &v) in m.iter_mut().zip(&packed) {
+                    .map(|()| {
+                        for_runs(runs, &mut packed, |r, v| {
+                            for (m, &v) in m[r].iter_mut().zip(&*v) {
                                 *m = b1 * *m + (1.0 - b1) * v;
                             }
-                        }
-                        Some(live) => {
-                            for (&i, &v) in live.iter().zip(&packed) {
-                                m[i] = b1 * m[i] + (1.0 - b1) * v;
-                            }
-                        }
+                        });
                     }),
                     _ => Err(OneBitError::StateShape {
                         expected: group.seed.as_ref().map_or(0, Compressor::len) as u64,
@@ -835,9 +831,14 @@ impl OneBitAdam {
         let group = &self.groups[gi];
         let range = group.range.clone();
         let zero = &self.zero[range.clone()];
-        let live = zero
-            .contains(&true)
-            .then(|| (0..zero.len()).filter(|&i| !zero[i]).collect::<Vec<_>>());
+        let mut live: Vec<Range<usize>> = Vec::new();
+        for (i, _) in zero.iter().enumerate().filter(|(_, z)| !**z) {
+            match live.last_mut() {
+                Some(run) if run.end == i => run.end += 1,
+                _ => live.push(i..i + 1),
+            }
+        }
+        let count = live.iter().map(ExactSizeIterator::len).sum();
         let mut denom = Vec::new();
         if matches!(self.config.variant, Variant::PreconditionedMomentum) {
             let c = self.config;
@@ -848,15 +849,14 @@ impl OneBitAdam {
             };
             let v = &self.v[range];
             // The update kernel's denominator, `√(v/bc2) + ε`.
-            let d = |v: f32| Float::sqrt(v / bc2) + c.eps;
-            match &live {
-                None => denom.extend(v.iter().map(|&v| d(v))),
-                Some(live) => denom.extend(live.iter().map(|&i| d(v[i]))),
+            for r in &live {
+                denom.extend(v[r.clone()].iter().map(|&v| Float::sqrt(v / bc2) + c.eps));
             }
         }
         Frozen {
             v_updates: group.v_updates,
             live,
+            count,
             denom,
         }
     }
@@ -890,10 +890,27 @@ impl OneBitAdam {
     }
 }
 
-/// `m[live[k]] = f(k, values[k])` for every packed value.
-fn scatter(m: &mut [f32], live: &[usize], values: &[f32], f: impl Fn(usize, f32) -> f32) {
-    for (k, (&i, &v)) in live.iter().zip(values).enumerate() {
-        m[i] = f(k, v);
+/// `f(run, packed values of that run)` for every run of live coordinates,
+/// the runs' values back to back in `packed`.
+fn for_runs(
+    runs: &[Range<usize>],
+    packed: &mut [f32],
+    mut f: impl FnMut(Range<usize>, &mut [f32]),
+) {
+    for_runs_at(runs, packed, |r, _, out| f(r, out));
+}
+
+/// [`for_runs`] that also passes where the run starts in `packed`.
+fn for_runs_at(
+    runs: &[Range<usize>],
+    packed: &mut [f32],
+    mut f: impl FnMut(Range<usize>, usize, &mut [f32]),
+) {
+    let mut k = 0;
+    for r in runs {
+        let n = r.len();
+        f(r.clone(), k, &mut packed[k..k + n]);
+        k += n;
     }
 }
 
