@@ -740,7 +740,7 @@ impl OneBitAdam {
         };
         let runs = &frozen.live;
         let mut packed = core::mem::take(&mut self.scratch_packed);
-        packed.clear();
+        // Every value is written below: resize only (no per-step memset).
         packed.resize(frozen.count, 0.0);
         let m = &mut self.m[range];
         let result = match self.config.variant {
