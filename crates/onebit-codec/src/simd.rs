@@ -1,4 +1,4 @@
-//! SSE2 sign-packing kernel, run-time AVX/AVX2 detection and the AVX2
+//! SSE2 sign-packing kernel, run-time AVX/AVX2/AVX-512F detection and the AVX2
 //! kernels (fused compressor, packing, decoding): the crate's only `unsafe`.
 //!
 //! `cmpltps` + `movmskps` turn four floats into four sign bits in two
@@ -9,8 +9,9 @@
 //! check is needed. Other targets use the safe path, which the tests compare
 //! this kernel with.
 //!
-//! AVX/AVX2 are detected at run time with `cpuid` and `xgetbv` (`no_std` has
-//! no `is_x86_feature_detected!`; the OS must also save the YMM registers),
+//! AVX/AVX2/FMA (and AVX-512F, which `onebit-adam`'s dense kernel uses) are
+//! detected at run time with `cpuid` and `xgetbv` (`no_std` has no
+//! `is_x86_feature_detected!`; the OS must also save the YMM/ZMM registers),
 //! once, cached in an atomic. With AVX2 the fused compressor's word loop — the
 //! same safe code, inlined into a `#[target_feature(enable = "avx2")]` entry
 //! point — is compiled to 8-lane `f32` and 4-lane `f64` vectors instead of
@@ -50,7 +51,7 @@ use crate::compressor::Input;
 use crate::scale::{Accumulator, Words};
 
 /// Cached detection: bit 0 = probed, bit 1 = AVX, bit 2 = AVX2, bit 3 =
-/// FMA (with AVX usable).
+/// FMA (with AVX usable), bit 4 = AVX-512F (with its state saved by the OS).
 static FEATURES: AtomicU8 = AtomicU8::new(0);
 
 fn features() -> u8 {
@@ -63,10 +64,10 @@ fn features() -> u8 {
     f
 }
 
-#[allow(unused_unsafe, reason = "__cpuid is an unsafe fn before Rust 1.87")]
 fn probe() -> u8 {
-    // SAFETY: `cpuid` exists on every x86_64 CPU; leaf 1 always exists.
-    let leaf1 = unsafe { __cpuid(1) };
+    // `cpuid` exists on every x86_64 CPU (a safe intrinsic since Rust
+    // 1.87); leaf 1 always exists.
+    let leaf1 = __cpuid(1);
     let (osxsave, avx) = (leaf1.ecx & (1 << 27) != 0, leaf1.ecx & (1 << 28) != 0);
     if !(osxsave && avx) {
         return 0;
@@ -78,18 +79,20 @@ fn probe() -> u8 {
     if xcr0 & 0b110 != 0b110 {
         return 0;
     }
-    // SAFETY: as above; leaf 7 is reported as absent (zeros) if unsupported.
-    let max_leaf = unsafe { __cpuid(0) }.eax;
-    let leaf7 = if max_leaf >= 7 {
-        // SAFETY: leaf 7 exists when the maximum leaf is at least 7.
-        unsafe { __cpuid_count(7, 0) }.ebx
+    // Leaf 7 is reported as absent (zeros) if unsupported.
+    let leaf7 = if __cpuid(0).eax >= 7 {
+        __cpuid_count(7, 0).ebx
     } else {
         0
     };
     let avx2 = u8::from(leaf7 & (1 << 5) != 0) << 2;
     // FMA: leaf 1 ECX bit 12 (its YMM state is AVX's, checked above).
     let fma = u8::from(leaf1.ecx & (1 << 12) != 0) << 3;
-    0b010 | avx2 | fma
+    // AVX-512F: leaf 7 EBX bit 16, and XCR0 bits 5-7 (the OS saves the
+    // opmask registers, the upper halves of ZMM0-15 and ZMM16-31).
+    let zmm_state = xcr0 & 0b1110_0000 == 0b1110_0000;
+    let avx512f = u8::from(zmm_state && leaf7 & (1 << 16) != 0) << 4;
+    0b010 | avx2 | fma | avx512f
 }
 
 /// Whether the CPU has AVX and the OS saves its registers (cached).
@@ -107,6 +110,12 @@ pub fn has_fma() -> bool {
     features() & 0b1000 != 0
 }
 
+/// Whether the CPU has AVX-512F and the OS saves the opmask and full ZMM
+/// registers (cached).
+pub fn has_avx512f() -> bool {
+    features() & 0b1_0000 != 0
+}
+
 /// `Accumulator::fused_words_into` on the widest vectors the CPU has: the
 /// same code and bits, compiled for AVX2 when it is there. With `stream`
 /// (buffers much larger than the cache) and a 16-byte aligned `new`, the new
@@ -115,7 +124,7 @@ pub fn has_fma() -> bool {
 /// the caller then runs [`store_fence`] once the step's last word is out.
 #[inline(always)]
 pub(crate) fn fused_words_into(acc: &mut Accumulator, w: Words<'_>, stream: bool) -> Option<bool> {
-    let stream = stream && w.new.as_ptr() as usize % 16 == 0;
+    let stream = stream && (w.new.as_ptr() as usize).is_multiple_of(16);
     match (has_avx2(), stream) {
         // SAFETY: AVX2 support (CPU and OS) was checked (`has_avx2`).
         (true, true) => unsafe { fused_avx2(acc, w, stream_word) },
@@ -154,7 +163,7 @@ fn copy_word(dst: &mut [f32], w: &[f32; 64]) {
 #[inline(always)]
 fn stream_word(dst: &mut [f32], w: &[f32; 64]) {
     for (d, s) in dst.chunks_exact_mut(4).zip(w.chunks_exact(4)) {
-        debug_assert!(d.as_ptr() as usize % 16 == 0);
+        debug_assert!((d.as_ptr() as usize).is_multiple_of(16));
         // SAFETY: `d` is 4 writable floats at a 16-byte aligned address (see
         // above), `s` 4 readable floats (`loadu`: any alignment); SSE is in
         // the x86_64 baseline.
@@ -216,7 +225,7 @@ pub(crate) fn fused_x8(
     if a.len() < n || b_len < n || new.len() < n || signs.len() < n / 8 {
         return None;
     }
-    let stream = stream && new.as_ptr() as usize % 16 == 0;
+    let stream = stream && (new.as_ptr() as usize).is_multiple_of(16);
     let (abs, lanes, pos) = acc.sum_lanes()?;
     let p = Ptrs {
         a: a.as_ptr(),
