@@ -111,9 +111,9 @@ impl Kernel {
     const ALL: [Self; 4] = [Self::Scalar, Self::Sse2, Self::Avx, Self::Avx512];
 
     /// The fastest kernel this CPU runs (detected once, then cached): the
-    /// widest available; AVX-512 measured fastest on the Xeon this was
-    /// tuned on (docs/BENCHMARKS.md, "Dense kernels against PyTorch and
-    /// numpy").
+    /// widest available. On the Xeon this was tuned on AVX-512 measured
+    /// 1.04× AVX on one thread and at parity on two (under load;
+    /// docs/BENCHMARKS.md, "Dense kernels against PyTorch and numpy").
     pub fn detect() -> Self {
         static CACHE: AtomicU8 = AtomicU8::new(0);
         match CACHE.load(Ordering::Relaxed) {
