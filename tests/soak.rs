@@ -113,7 +113,7 @@ impl Rng {
     /// A gradient value spanning several orders of magnitude, or (rarely)
     /// a poison value: NaN, ±Inf, or a finite value above `MAX_GRAD_ABS`.
     fn grad(&mut self, poison_one_in: u64) -> f32 {
-        if self.next() % poison_one_in == 0 {
+        if self.next().is_multiple_of(poison_one_in) {
             match self.next() % 4 {
                 0 => f32::NAN,
                 1 => f32::INFINITY,

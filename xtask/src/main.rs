@@ -7,7 +7,7 @@
 //!   packages outside the workspace, and a `no_std` user crate against them
 //! - `nostd`  prove the `no_std` crates build with no `std` in their tree
 //! - `bench`  run the criterion benches (`cargo xtask bench [crate] [filter]`);
-//!   `bench --peers [--rounds R]`: interleaved same-run comparisons with
+//!   `bench --peers [--rounds R] [--ab OLD,NEW]`: interleaved same-run comparisons with
 //!   PyTorch and numpy (opt-in: installs torch into `target/peers/venv`)
 //! - `loom`   loom models of the concurrent tables
 //! - `fuzz`   cargo-fuzz targets (`fuzz <target>|--all --seconds N`)

@@ -10,6 +10,11 @@
 //! load from elsewhere hits both sides alike. The table gives medians over
 //! the rounds and the median of the per-round ratios; the load average is
 //! printed before and after.
+//!
+//! `--ab OLD,NEW` (kernel names of `onebit_adam::Kernel`: `scalar`, `sse2`,
+//! `avx`, `avx512`) adds our dense Adam calls forced onto each of the two
+//! kernels to every round, interleaved like the rest, and prints NEW's
+//! speed-up over OLD and each against torch.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
@@ -83,8 +88,14 @@ const CALLS: [Call; 12] = [
     (Side::Ours, "memcpy"),
 ];
 
+/// One kernel on one side, built at run time (`--ab` adds calls).
+type OwnedCall = (Side, String);
+
 /// What the table compares: `(label, fast side, baseline side, how to read)`;
 /// the ratio is baseline time ÷ our time (> 1: ours is faster).
+type Pair = (String, OwnedCall, OwnedCall, &'static str);
+
+/// The fixed comparisons (see [`Pair`]).
 const PAIRS: [(&str, Call, Call, &str); 8] = [
     (
         "dense Adam, 1 thread vs torch Adam(fused=True)",
@@ -138,6 +149,7 @@ const PAIRS: [(&str, Call, Call, &str); 8] = [
 
 pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let mut rounds = 9usize;
+    let mut ab: Option<(String, String)> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -149,11 +161,57 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
                     .filter(|&r| r >= 1)
                     .ok_or("--rounds needs a positive number")?;
             }
+            "--ab" => {
+                let (old, new) = it
+                    .next()
+                    .and_then(|v| v.split_once(','))
+                    .ok_or("--ab needs OLD,NEW kernel names (e.g. avx,avx512)")?;
+                ab = Some((old.to_owned(), new.to_owned()));
+            }
             other => {
                 return Err(format!(
-                    "unknown argument `{other}` (bench --peers [--rounds R])"
+                    "unknown argument `{other}` (bench --peers [--rounds R] [--ab OLD,NEW])"
                 ));
             }
+        }
+    }
+    let own = |(side, kernel): Call| (side, kernel.to_owned());
+    let mut calls: Vec<OwnedCall> = CALLS.into_iter().map(own).collect();
+    let mut pairs: Vec<Pair> = PAIRS
+        .into_iter()
+        .map(|(label, fast, base, target)| (label.to_owned(), own(fast), own(base), target))
+        .collect();
+    if let Some((old, new)) = &ab {
+        for (kernel, peer) in [
+            ("adam1", "adam1"),
+            ("adam1_ds", "adam1"),
+            ("adam2", "adam2"),
+        ] {
+            let (o, n) = (
+                (Side::Ours, format!("{kernel}:{old}")),
+                (Side::Ours, format!("{kernel}:{new}")),
+            );
+            calls.push(o.clone());
+            calls.push(n.clone());
+            let torch = (Side::Peer, peer.to_owned());
+            pairs.push((
+                format!("A/B {kernel}: {new} vs {old}"),
+                n.clone(),
+                o.clone(),
+                "info",
+            ));
+            pairs.push((
+                format!("A/B {kernel} on {old} vs torch {peer}"),
+                o,
+                torch.clone(),
+                "info",
+            ));
+            pairs.push((
+                format!("A/B {kernel} on {new} vs torch {peer}"),
+                n,
+                torch,
+                "info",
+            ));
         }
     }
     let root = root();
@@ -184,36 +242,36 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         Side::Ours => ours.time(kernel),
         Side::Peer => peer.time(kernel),
     };
-    for &(side, kernel) in &CALLS {
-        call(side, kernel)?;
+    for (side, kernel) in &calls {
+        call(*side, kernel.as_str())?;
     }
-    let mut times: Vec<Vec<f64>> = vec![Vec::new(); CALLS.len()];
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); calls.len()];
     for r in 0..rounds {
         let order: Vec<usize> = if r % 2 == 0 {
-            (0..CALLS.len()).collect()
+            (0..calls.len()).collect()
         } else {
-            (0..CALLS.len()).rev().collect()
+            (0..calls.len()).rev().collect()
         };
         for i in order {
-            let (side, kernel) = CALLS[i];
-            times[i].push(call(side, kernel)?);
+            let (side, kernel) = &calls[i];
+            times[i].push(call(*side, kernel.as_str())?);
         }
     }
     ours.quit();
     peer.quit();
     let load_after = loadavg();
-    let index = |want: (Side, &str)| CALLS.iter().position(|&c| c == want);
+    let index = |want: &OwnedCall| calls.iter().position(|c| c == want);
     println!("\n{rounds} interleaved rounds; medians in ms");
-    for (i, &(side, kernel)) in CALLS.iter().enumerate() {
-        let who = if side == Side::Ours { "ours" } else { "peer" };
+    for (i, (side, kernel)) in calls.iter().enumerate() {
+        let who = if *side == Side::Ours { "ours" } else { "peer" };
         println!(
-            "  {who} {kernel:<13} median {:8.2}  min {:8.2}",
+            "  {who} {kernel:<16} median {:8.2}  min {:8.2}",
             median(&times[i]),
             min(&times[i])
         );
     }
     println!();
-    for (label, fast, base, target) in PAIRS {
+    for (label, fast, base, target) in &pairs {
         let (Some(f), Some(b)) = (index(fast), index(base)) else {
             continue;
         };

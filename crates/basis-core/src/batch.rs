@@ -268,12 +268,12 @@ fn sum_runs<E: Executor>(exec: &E, out: &mut Merged, grads: &[f32], rules: Merge
         let base = runs[0];
         for (j, (sum, ok)) in sums.chunks_exact_mut(dim).zip(finite).enumerate() {
             let members = &mut order[runs[j] - base..runs[j + 1] - base];
-            if let [(_, k)] = *members {
-                if !rules.materialize {
-                    // Stays in the batch; checked above.
-                    *ok = row_finite[k];
-                    continue;
-                }
+            if let [(_, k)] = *members
+                && !rules.materialize
+            {
+                // Stays in the batch; checked above.
+                *ok = row_finite[k];
+                continue;
             }
             if members.len() > 1 {
                 members.sort_unstable_by(|a, b| cmp_rows(row(a.1), row(b.1)));

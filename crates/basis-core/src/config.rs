@@ -446,20 +446,20 @@ impl BasisConfig {
         if !(finite_pos(lo) && hi.is_finite() && lo <= 1.0 && hi >= 1.0) {
             return Err(ConfigError::ScalarClip);
         }
-        if let Some(c) = self.grad_clip {
-            if !finite_pos(c) {
-                return Err(ConfigError::GradClip);
-            }
+        if let Some(c) = self.grad_clip
+            && !finite_pos(c)
+        {
+            return Err(ConfigError::GradClip);
         }
-        if let ScalarLrSchedule::InverseFrequency { power } = self.scalar_lr_schedule {
-            if !finite_nonneg(power) {
-                return Err(ConfigError::FrequencyPower);
-            }
+        if let ScalarLrSchedule::InverseFrequency { power } = self.scalar_lr_schedule
+            && !finite_nonneg(power)
+        {
+            return Err(ConfigError::FrequencyPower);
         }
-        if let Accumulate::Ema { beta } = self.row_scale.accumulate {
-            if !beta_ok(beta) {
-                return Err(ConfigError::Beta);
-            }
+        if let Accumulate::Ema { beta } = self.row_scale.accumulate
+            && !beta_ok(beta)
+        {
+            return Err(ConfigError::Beta);
         }
         let pr = self.row_scale.profile;
         if !(pr.power.is_finite() && (0.0..=1.0).contains(&pr.power)) || pr.lead > self.dim {

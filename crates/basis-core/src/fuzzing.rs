@@ -27,12 +27,12 @@ pub fn config(sel: u8) -> BasisConfig {
         ScalarStorage::Bf16,
         ScalarStorage::LogU8,
     ][usize::from(sel / 4 % 3)];
-    let table_precision = if sel / 12 % 2 == 0 {
+    let table_precision = if (sel / 12).is_multiple_of(2) {
         TablePrecision::F32
     } else {
         TablePrecision::Bf16
     };
-    let row_index = if sel / 24 % 2 == 0 {
+    let row_index = if (sel / 24).is_multiple_of(2) {
         RowIndex::Sparse
     } else {
         RowIndex::Dense { rows: 6 }
@@ -117,7 +117,7 @@ pub fn import_bytes(data: &[u8]) {
 }
 
 fn optimizer(sel: u8) -> Box<dyn SparseOptimizer> {
-    let row_index = if sel % 2 == 0 {
+    let row_index = if sel.is_multiple_of(2) {
         RowIndex::Sparse
     } else {
         RowIndex::Dense { rows: 6 }

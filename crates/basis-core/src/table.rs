@@ -44,7 +44,7 @@ impl<'a> DenseTable<'a> {
         if dim == 0 {
             return Err(TableError::ZeroDim);
         }
-        if data.len() % dim != 0 {
+        if !data.len().is_multiple_of(dim) {
             return Err(TableError::Ragged {
                 len: data.len(),
                 dim,

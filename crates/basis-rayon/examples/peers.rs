@@ -23,14 +23,51 @@
 //! - `compress`: the fused error-feedback compressor alone (Full, RMS);
 //! - `pack`: `pack_signs_into`.
 //!
+//! `adam1`, `adam1_ds` and `adam2` take an optional `:KERNEL` suffix
+//! (`scalar`, `sse2`, `avx`, `avx512`) that runs them on that
+//! `onebit_adam::Kernel` instead of the detected one, for interleaved A/B
+//! runs of the kernels (`adam1:avx`, `adam1:avx512`, ...).
+//!
 //! `N` elements (default 64 Mi) can be set with the `PEERS_N` variable.
 
 use std::io::{BufRead, Write};
 use std::time::Instant;
 
 use basis_rayon::{par_adam_step, thread_pool};
-use onebit_adam::AdamW;
+use onebit_adam::{AdamW, Kernel};
 use onebit_codec::{Compressor, pack_signs_into, packed_len};
+use rayon::prelude::*;
+
+/// `basis_rayon::par_adam_step`'s block (elements per task).
+const BLOCK: usize = 1 << 18;
+
+/// `par_adam_step` on a chosen kernel (the library one always runs
+/// `Kernel::detect()`): the same blocks, the same pool.
+fn par_step_on(k: Kernel, h: &AdamW, x: &mut [f32], m: &mut [f32], v: &mut [f32], g: &[f32]) {
+    x.par_chunks_mut(BLOCK)
+        .zip(m.par_chunks_mut(BLOCK))
+        .zip(v.par_chunks_mut(BLOCK))
+        .zip(g.par_chunks(BLOCK))
+        .for_each(|(((x, m), v), g)| {
+            // Same-length blocks by construction: the call cannot fail.
+            let _ = h.step_scaled(k, x, m, v, g, 1.0, None);
+        });
+}
+
+fn kernel_named(name: &str) -> Result<Kernel, String> {
+    let k = match name {
+        "scalar" => Kernel::Scalar,
+        "sse2" => Kernel::Sse2,
+        "avx" => Kernel::Avx,
+        "avx512" => Kernel::Avx512,
+        other => return Err(format!("unknown kernel `{other}`")),
+    };
+    if k.is_available() {
+        Ok(k)
+    } else {
+        Err(format!("this CPU cannot run `{name}`"))
+    }
+}
 
 fn data(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed;
@@ -96,9 +133,15 @@ fn main() -> Result<(), Box<dyn core::error::Error>> {
     let mut out = std::io::stdout().lock();
     for line in stdin.lock().lines() {
         let line = line?;
-        let kernel = line.trim();
+        let (kernel, forced) = match line.trim().split_once(':') {
+            Some((kernel, k)) => (kernel, Some(kernel_named(k)?)),
+            None => (line.trim(), None),
+        };
         if kernel == "quit" {
             break;
+        }
+        if forced.is_some() && !matches!(kernel, "adam1" | "adam1_ds" | "adam2") {
+            return Err(format!("`{kernel}` takes no `:KERNEL` suffix").into());
         }
         t += 1;
         // torch.optim.Adam's defaults, bias correction on (its only mode).
@@ -118,10 +161,22 @@ fn main() -> Result<(), Box<dyn core::error::Error>> {
             "memcpy" => dst.copy_from_slice(&src),
             "sum" => sink += sum(&src),
             "sum4" => sink += sum4(&src),
-            "adam1" => h.step(&mut x, &mut m, &mut v, &g)?,
-            // 1-bit Adam's default (DeepSpeed): no bias correction.
-            "adam1_ds" => h.with_bias(None).step(&mut x, &mut m, &mut v, &g)?,
-            "adam2" => pool.install(|| par_adam_step(&h, &mut x, &mut m, &mut v, &g, 1.0))?,
+            "adam1" | "adam1_ds" => {
+                // `adam1_ds`: 1-bit Adam's default (DeepSpeed), no bias correction.
+                let h = if kernel == "adam1" {
+                    h
+                } else {
+                    h.with_bias(None)
+                };
+                match forced {
+                    Some(k) => h.step_scaled(k, &mut x, &mut m, &mut v, &g, 1.0, None)?,
+                    None => h.step(&mut x, &mut m, &mut v, &g)?,
+                }
+            }
+            "adam2" => match forced {
+                Some(k) => pool.install(|| par_step_on(k, &h, &mut x, &mut m, &mut v, &g)),
+                None => pool.install(|| par_adam_step(&h, &mut x, &mut m, &mut v, &g, 1.0))?,
+            },
             "onebit_local" => {
                 sink += comp.compress_blend_into(h.beta1, &m, 1.0 - h.beta1, &g, &mut signs)?;
             }

@@ -348,7 +348,7 @@ impl ParCompressor {
     /// sequential sum).
     fn step_full(&mut self, x: &[f32], signs_out: &mut [u8], scales_out: &mut [f32]) {
         let chunk = self.chunk;
-        let max_bits = if scales_out.len() > 1 && chunk % 64 == 0 {
+        let max_bits = if scales_out.len() > 1 && chunk.is_multiple_of(64) {
             self.full_by_chunk(x, signs_out, scales_out)
         } else {
             self.full_by_block(x, signs_out, scales_out)

@@ -3,7 +3,9 @@
 //! The step is element-wise (no sums), so splitting the tensors into blocks
 //! and running each block through the serial kernel gives the same bits for
 //! any split and any thread count; the block only has to be large enough to
-//! amortize a task and small enough to balance two threads.
+//! amortize a task and small enough to balance two threads. Each block runs
+//! on [`Kernel::detect`] (AVX-512 where the CPU has it); the block is a
+//! multiple of every vector width, so only the last block has a tail.
 
 use onebit_adam::{AdamW, Kernel};
 use rayon::prelude::*;

@@ -61,10 +61,10 @@ fn leftover_temps(dir: &Path) -> usize {
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if let [_, flag, dir] = &args[..] {
-        if flag == "--writer" {
-            writer(Path::new(dir));
-        }
+    if let [_, flag, dir] = &args[..]
+        && flag == "--writer"
+    {
+        writer(Path::new(dir));
     }
     // libtest-style arguments (filters, --list) are ignored: one test only.
     if args.iter().any(|a| a == "--list") {

@@ -14,11 +14,13 @@
 //!
 //! Every operation is a correctly rounded IEEE-754 add, multiply, divide or
 //! square root, never contracted into an FMA. The vector paths (SSE2, the
-//! x86_64 baseline; AVX, detected at run time) run the same operations in
-//! the same order on 4 or 8 lanes, so **every path gives the same bits** as
-//! the scalar reference ([`Kernel::Scalar`]); tests compare them on random
-//! inputs including subnormals, zeros and large values. `no_std`: detection
-//! reads `cpuid`/`xgetbv` directly (`onebit_codec::cpu`), once, cached.
+//! x86_64 baseline; AVX and AVX-512F, detected at run time) run the same
+//! operations in the same order on 4, 8 or 16 lanes, so **every path gives
+//! the same bits** as the scalar reference ([`Kernel::Scalar`]); tests
+//! compare them on random inputs including subnormals, zeros and large
+//! values, at every length (vector tails; AVX-512 does its tail as one
+//! masked vector). `no_std`: detection reads `cpuid`/`xgetbv` directly
+//! (`onebit_codec::cpu`), once, cached.
 
 use core::sync::atomic::{AtomicU8, Ordering};
 
@@ -99,24 +101,27 @@ pub enum Kernel {
     Sse2,
     /// 8 lanes, AVX (detected at run time).
     Avx,
+    /// 16 lanes, AVX-512F (detected at run time); the tail is one masked
+    /// vector instead of a scalar loop.
+    Avx512,
 }
 
 impl Kernel {
-    /// The fastest kernel this CPU runs (detected once, then cached).
+    /// Every kernel, slowest first.
+    const ALL: [Self; 4] = [Self::Scalar, Self::Sse2, Self::Avx, Self::Avx512];
+
+    /// The fastest kernel this CPU runs (detected once, then cached): the
+    /// widest available. On the Xeon this was tuned on AVX-512 measured
+    /// 1.04× AVX on one thread and at parity on two (under load;
+    /// docs/BENCHMARKS.md, "Dense kernels against PyTorch and numpy").
     pub fn detect() -> Self {
         static CACHE: AtomicU8 = AtomicU8::new(0);
         match CACHE.load(Ordering::Relaxed) {
-            1 => Self::Scalar,
-            2 => Self::Sse2,
-            3 => Self::Avx,
+            code @ 1..=4 => Self::ALL[usize::from(code - 1)],
             _ => {
-                let k = Self::probe();
-                let code = match k {
-                    Self::Scalar => 1,
-                    Self::Sse2 => 2,
-                    Self::Avx => 3,
-                };
-                CACHE.store(code, Ordering::Relaxed);
+                let k = Self::all_available().last().unwrap_or(Self::Scalar);
+                let code = Self::ALL.iter().position(|&a| a == k).unwrap_or(0);
+                CACHE.store(code as u8 + 1, Ordering::Relaxed);
                 k
             }
         }
@@ -124,33 +129,27 @@ impl Kernel {
 
     /// Whether this CPU can run `self` (`Scalar` always).
     pub fn is_available(self) -> bool {
-        match self {
-            Self::Scalar => true,
-            Self::Sse2 => cfg!(all(target_arch = "x86_64", target_feature = "sse2")),
-            Self::Avx => Self::probe() == Self::Avx,
-        }
+        cpu_has(self)
     }
 
     /// Every kernel this CPU runs, slowest first (for tests and benches).
     pub fn all_available() -> impl Iterator<Item = Self> {
-        [Self::Scalar, Self::Sse2, Self::Avx]
-            .into_iter()
-            .filter(|k| k.is_available())
+        Self::ALL.into_iter().filter(|k| k.is_available())
     }
+}
 
-    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-    fn probe() -> Self {
-        if crate::simd::has_avx() {
-            Self::Avx
-        } else {
-            Self::Sse2
-        }
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+fn cpu_has(k: Kernel) -> bool {
+    match k {
+        Kernel::Scalar | Kernel::Sse2 => true,
+        Kernel::Avx => crate::simd::has_avx(),
+        Kernel::Avx512 => crate::simd::has_avx512f(),
     }
+}
 
-    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-    fn probe() -> Self {
-        Self::Scalar
-    }
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+fn cpu_has(k: Kernel) -> bool {
+    k == Kernel::Scalar
 }
 
 /// The step's constants, derived once from [`AdamW`] (every path uses these
@@ -217,7 +216,8 @@ impl AdamW {
     /// of ranks or micro-batches summed into `g`), on kernel `kernel`
     /// ([`Kernel::detect`] unless comparing paths), and, with `zero`,
     /// `zero[i] &= (g[i]/div == 0)` (1-bit Adam's warm-up zero mask).
-    /// A kernel this CPU lacks falls back to the scalar loop (same bits).
+    /// A kernel this CPU lacks falls back to the next narrower one it has
+    /// (same bits).
     ///
     /// # Errors
     /// [`OneBitError::Length`] when a slice differs in length from `x`;
@@ -286,7 +286,8 @@ fn check_len(expected: usize, found: usize) -> Result<(), OneBitError> {
 }
 
 /// One element loop's tensors, handed to the vector dispatcher
-/// ([`vector`]): it runs the whole vectors, the scalar loop the rest.
+/// ([`vector`]): it runs the whole vectors (AVX-512: everything), the
+/// scalar loop the rest.
 #[cfg_attr(
     not(all(target_arch = "x86_64", target_feature = "sse2")),
     allow(dead_code, reason = "read by the x86_64 kernels only")
@@ -308,8 +309,9 @@ pub(crate) enum Job<'a> {
     },
 }
 
-/// Whole vectors of `job` on `kernel` (SSE2, or AVX when the CPU has it);
-/// returns how many elements were done (0 for [`Kernel::Scalar`]).
+/// `job` on `kernel` (SSE2, AVX or AVX-512 as the CPU has them): whole
+/// vectors, and on AVX-512 the tail too; returns how many elements were
+/// done (0 for [`Kernel::Scalar`]).
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 fn vector(kernel: Kernel, k: &Consts, f: Flags, job: Job<'_>) -> usize {
     crate::simd::run(kernel, k, f, job)
@@ -322,7 +324,7 @@ fn vector(_: Kernel, _: &Consts, _: Flags, _: Job<'_>) -> usize {
 }
 
 /// Full step on `kernel` (lengths checked): the vector kernel takes whole
-/// vectors, the scalar loop the rest.
+/// vectors (AVX-512: everything), the scalar loop the rest.
 #[allow(
     clippy::too_many_arguments,
     reason = "internal: the four tensors and options"

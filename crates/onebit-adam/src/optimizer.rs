@@ -190,10 +190,10 @@ impl Config {
         if self.error_reset_every == Some(0) {
             return Err(OneBitError::Config("error_reset_every"));
         }
-        if let Variant::DecayedGradient { beta, .. } = self.variant {
-            if !(0.0..=1.0).contains(&beta) {
-                return Err(OneBitError::Config("variant beta"));
-            }
+        if let Variant::DecayedGradient { beta, .. } = self.variant
+            && !(0.0..=1.0).contains(&beta)
+        {
+            return Err(OneBitError::Config("variant beta"));
         }
         Ok(())
     }
@@ -383,10 +383,10 @@ impl OneBitAdam {
         let mut start = 0;
         let mut states = Vec::with_capacity(groups.len());
         for &spec in groups {
-            if let Some(wd) = spec.weight_decay {
-                if !(wd.is_finite() && wd >= 0.0) {
-                    return Err(OneBitError::Config("group weight_decay"));
-                }
+            if let Some(wd) = spec.weight_decay
+                && !(wd.is_finite() && wd >= 0.0)
+            {
+                return Err(OneBitError::Config("group weight_decay"));
             }
             states.push(GroupState {
                 spec,
@@ -596,13 +596,13 @@ impl OneBitAdam {
         if count == 0 {
             return Err(OneBitError::NoGradient);
         }
-        if let Some((rank, size)) = self.bound {
-            if (rank, size) != (comm.rank(), comm.size()) {
-                return Err(OneBitError::StateShape {
-                    expected: size as u64,
-                    found: comm.size() as u64,
-                });
-            }
+        if let Some((rank, size)) = self.bound
+            && (rank, size) != (comm.rank(), comm.size())
+        {
+            return Err(OneBitError::StateShape {
+                expected: size as u64,
+                found: comm.size() as u64,
+            });
         }
         let inv = count as f32;
         self.scratch.clear();
@@ -679,10 +679,10 @@ impl OneBitAdam {
         self.step = t;
         if stage == Stage::Compressed {
             self.compressed_steps += 1;
-            if let Some(k) = self.config.error_reset_every {
-                if self.compressed_steps % k == 0 {
-                    self.reset_errors();
-                }
+            if let Some(k) = self.config.error_reset_every
+                && self.compressed_steps.is_multiple_of(k)
+            {
+                self.reset_errors();
             }
         }
         Ok(StepReport {

@@ -2,26 +2,31 @@
 //! `unsafe`.
 //!
 //! One generic loop body ([`step_body`], [`update_body`]) over a [`Vector`]
-//! of 4 (SSE2) or 8 (AVX) lanes, inlined into a `#[target_feature]` entry
-//! point per width, so each width compiles to packed `addps`/`mulps`/
-//! `divps`/`sqrtps` (checked in the release build's disassembly). The lane
-//! operations are exactly the scalar reference's, in its order, without FMA,
-//! so the results are bit-identical (tests compare every path). SSE2 is the
-//! x86_64 baseline (`cfg(target_feature = "sse2")`, compile time); AVX is
+//! of 4 (SSE2), 8 (AVX) or 16 (AVX-512F) lanes, inlined into a
+//! `#[target_feature]` entry point per width, so each width compiles to
+//! packed `addps`/`mulps`/`divps`/`sqrtps` (checked in the release build's
+//! disassembly, see [`run_avx512`]). The lane operations are exactly the
+//! scalar reference's, in its order, without FMA, so the results are
+//! bit-identical (tests compare every path). SSE2 is the x86_64 baseline
+//! (`cfg(target_feature = "sse2")`, compile time); AVX and AVX-512F are
 //! detected at run time (`onebit_codec::cpu`: `cpuid` and `xgetbv`, since
 //! `no_std` has no `is_x86_feature_detected!` and the OS must also save the
-//! YMM state).
+//! YMM/ZMM state). AVX-512 loads and stores take an opmask, so its loop
+//! ends with one masked partial vector instead of the scalar tail the
+//! narrower widths leave to `dense.rs`.
 #![allow(
     unsafe_code,
     reason = "SIMD intrinsics behind #[target_feature]; see SAFETY"
 )]
 
 use core::arch::x86_64::{
-    __m128, __m256, _CMP_EQ_OQ, _mm_add_ps, _mm_cmpeq_ps, _mm_div_ps, _mm_loadu_ps,
-    _mm_movemask_ps, _mm_mul_ps, _mm_set1_ps, _mm_setzero_ps, _mm_sqrt_ps, _mm_storeu_ps,
-    _mm_sub_ps, _mm256_add_ps, _mm256_cmp_ps, _mm256_div_ps, _mm256_loadu_ps, _mm256_movemask_ps,
-    _mm256_mul_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_sqrt_ps, _mm256_storeu_ps,
-    _mm256_sub_ps,
+    __m128, __m256, __m512, __mmask16, _CMP_EQ_OQ, _mm_add_ps, _mm_cmpeq_ps, _mm_div_ps,
+    _mm_loadu_ps, _mm_movemask_ps, _mm_mul_ps, _mm_set1_ps, _mm_setzero_ps, _mm_sqrt_ps,
+    _mm_storeu_ps, _mm_sub_ps, _mm256_add_ps, _mm256_cmp_ps, _mm256_div_ps, _mm256_loadu_ps,
+    _mm256_movemask_ps, _mm256_mul_ps, _mm256_set1_ps, _mm256_setzero_ps, _mm256_sqrt_ps,
+    _mm256_storeu_ps, _mm256_sub_ps, _mm512_add_ps, _mm512_cmp_ps_mask, _mm512_div_ps,
+    _mm512_loadu_ps, _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps, _mm512_mul_ps, _mm512_set1_ps,
+    _mm512_setzero_ps, _mm512_sqrt_ps, _mm512_storeu_ps, _mm512_sub_ps,
 };
 
 use crate::dense::{Consts, Flags, Job, Kernel};
@@ -32,14 +37,25 @@ pub(crate) fn has_avx() -> bool {
     onebit_codec::cpu::has_avx()
 }
 
+/// Whether the CPU has AVX-512F and the OS saves the opmask and ZMM
+/// registers (cached; the codec's `no_std` detection).
+pub(crate) fn has_avx512f() -> bool {
+    onebit_codec::cpu::has_avx512f()
+}
+
 /// One vector of `LANES` `f32`s and the operations the Adam loop needs.
 /// Every method is `unsafe`: it needs its width's CPU feature, which the
 /// `#[target_feature]` entry points below guarantee.
 trait Vector: Copy {
     const LANES: usize;
-    /// Load `LANES` floats from the start of `s` (`s.len() >= LANES`).
+    /// Whether [`Self::load`]/[`Self::store`] also take 1 to `LANES − 1`
+    /// floats (opmask): the loop then does the tail itself.
+    const MASKED: bool;
+    /// Load the first `LANES` floats of `s` (`s.len() >= LANES`); with
+    /// `MASKED` also a shorter non-empty `s`, the missing lanes `0.0`.
     unsafe fn load(s: &[f32]) -> Self;
-    /// Store to the start of `s` (`s.len() >= LANES`).
+    /// Store to the first `LANES` floats of `s` (`s.len() >= LANES`); with
+    /// `MASKED` to all of a shorter non-empty `s`, nothing past its end.
     unsafe fn store(self, s: &mut [f32]);
     unsafe fn splat(v: f32) -> Self;
     unsafe fn add(self, o: Self) -> Self;
@@ -52,28 +68,38 @@ trait Vector: Copy {
 }
 
 /// A [`Vector`] over one register type: the same methods for every width,
-/// only the intrinsics' names differ.
+/// only the intrinsics' names differ. `load`/`store` are given as
+/// expressions of the pointer and the slice length.
 macro_rules! vector {
-    ($name:ident, $reg:ty, $lanes:expr, $load:ident, $store:ident, $set1:ident, $add:ident,
-     $sub:ident, $mul:ident, $div:ident, $sqrt:ident, |$v:ident| $zero_mask:expr) => {
+    ($name:ident, $reg:ty, $lanes:expr, masked: $masked:expr,
+     load |$lp:ident, $llen:ident| $load:expr,
+     store |$sp:ident, $slen:ident, $sv:ident| $store:expr,
+     $set1:ident, $add:ident, $sub:ident, $mul:ident, $div:ident, $sqrt:ident,
+     |$v:ident| $zero_mask:expr) => {
         #[derive(Clone, Copy)]
         struct $name($reg);
 
         impl Vector for $name {
             const LANES: usize = $lanes;
+            const MASKED: bool = $masked;
             #[inline(always)]
             unsafe fn load(s: &[f32]) -> Self {
-                debug_assert!(s.len() >= $lanes);
-                // SAFETY: the caller passes at least LANES floats; `loadu` has
-                // no alignment requirement; the width's feature is enabled.
-                Self(unsafe { $load(s.as_ptr()) })
+                debug_assert!(s.len() >= Self::LANES || (Self::MASKED && !s.is_empty()));
+                let ($lp, $llen) = (s.as_ptr(), s.len());
+                // SAFETY: the caller passes at least LANES floats, or (masked
+                // widths) masks the load to the slice's length: masked-off
+                // lanes are not read and cannot fault; `loadu` has no
+                // alignment requirement; the width's feature is enabled.
+                Self(unsafe { $load })
             }
             #[inline(always)]
             unsafe fn store(self, s: &mut [f32]) {
-                debug_assert!(s.len() >= $lanes);
-                // SAFETY: at least LANES writable floats (caller); no
-                // alignment needed; the width's feature is enabled.
-                unsafe { $store(s.as_mut_ptr(), self.0) }
+                debug_assert!(s.len() >= Self::LANES || (Self::MASKED && !s.is_empty()));
+                let ($sp, $slen, $sv) = (s.as_mut_ptr(), s.len(), self.0);
+                // SAFETY: at least LANES writable floats, or (masked widths)
+                // the store is masked to the slice's length; no alignment
+                // needed; the width's feature is enabled.
+                unsafe { $store }
             }
             #[inline(always)]
             unsafe fn splat(v: f32) -> Self {
@@ -120,8 +146,9 @@ vector!(
     Sse2,
     __m128,
     4,
-    _mm_loadu_ps,
-    _mm_storeu_ps,
+    masked: false,
+    load |p, _len| _mm_loadu_ps(p),
+    store |p, _len, v| _mm_storeu_ps(p, v),
     _mm_set1_ps,
     _mm_add_ps,
     _mm_sub_ps,
@@ -135,8 +162,9 @@ vector!(
     Avx,
     __m256,
     8,
-    _mm256_loadu_ps,
-    _mm256_storeu_ps,
+    masked: false,
+    load |p, _len| _mm256_loadu_ps(p),
+    store |p, _len, v| _mm256_storeu_ps(p, v),
     _mm256_set1_ps,
     _mm256_add_ps,
     _mm256_sub_ps,
@@ -145,6 +173,39 @@ vector!(
     _mm256_sqrt_ps,
     |v| _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(v, _mm256_setzero_ps()))
 );
+
+// Whole vectors (`len >= 16`, a constant in the main loop after inlining)
+// use plain `vmovups`; the one partial vector at the end a masked one.
+vector!(
+    Avx512,
+    __m512,
+    16,
+    masked: true,
+    load |p, len| if len >= 16 {
+        _mm512_loadu_ps(p)
+    } else {
+        _mm512_maskz_loadu_ps(first_lanes(len), p)
+    },
+    store |p, len, v| if len >= 16 {
+        _mm512_storeu_ps(p, v)
+    } else {
+        _mm512_mask_storeu_ps(p, first_lanes(len), v)
+    },
+    _mm512_set1_ps,
+    _mm512_add_ps,
+    _mm512_sub_ps,
+    _mm512_mul_ps,
+    _mm512_div_ps,
+    _mm512_sqrt_ps,
+    |v| i32::from(_mm512_cmp_ps_mask::<_CMP_EQ_OQ>(v, _mm512_setzero_ps()))
+);
+
+/// The opmask of lanes `0..len` (`len < 16`).
+#[inline(always)]
+fn first_lanes(len: usize) -> __mmask16 {
+    debug_assert!(len < 16);
+    ((1u32 << len) - 1) as __mmask16
+}
 
 /// The step's constants as vectors.
 #[derive(Clone, Copy)]
@@ -197,8 +258,41 @@ impl<V: Vector> Splat<V> {
     }
 }
 
-/// Whole vectors of the full step; returns how many elements it did (the
-/// scalar loop does the rest). `zero`, when given, has `x.len()` entries.
+/// One vector of the full step: every slice (and `zero`) has `V::LANES`
+/// elements, or, on a masked width, 1 to `V::LANES − 1` (the tail).
+#[inline(always)]
+unsafe fn step_vec<V: Vector>(
+    s: &Splat<V>,
+    f: Flags,
+    x: &mut [f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    g: &[f32],
+    zero: Option<&mut [bool]>,
+) {
+    // SAFETY: the width's feature is enabled (the entry points); every
+    // slice is as long as the vector, or shorter on a masked width (the
+    // caller's contract), which is what `load`/`store` need.
+    unsafe {
+        let gv = V::load(g);
+        let gv = if f.scale { gv.div(s.div) } else { gv };
+        if let Some(z) = zero {
+            let zb = gv.zero_bits();
+            for (j, zj) in z.iter_mut().enumerate() {
+                *zj &= zb >> j & 1 != 0;
+            }
+        }
+        let mv = s.b1.mul(V::load(m)).add(s.c1.mul(gv));
+        let vv = s.b2.mul(V::load(v)).add(s.c2.mul(gv).mul(gv));
+        mv.store(m);
+        vv.store(v);
+        s.update(f.bias, V::load(x), mv, vv).store(x);
+    }
+}
+
+/// The full step over whole vectors, then, on a masked width, the tail as
+/// one partial vector; returns how many elements it did (the scalar loop
+/// in `dense.rs` does the rest). `zero`, when given, has `x.len()` entries.
 #[inline(always)]
 unsafe fn step_body<V: Vector>(
     k: &Consts,
@@ -212,33 +306,31 @@ unsafe fn step_body<V: Vector>(
     let w = V::LANES;
     let n = x.len().min(m.len()).min(v.len()).min(g.len());
     let whole = n / w * w;
-    // SAFETY: the width's feature is enabled (the entry points); every
-    // load/store is at `i..i + w` with `i + w <= whole <= len` of its slice.
+    // SAFETY: the width's feature is enabled (the entry points); the loop
+    // passes `w` elements of every slice (`i + w <= whole <= len`), so each
+    // `load`/`store` is a plain full-width one (the length is a constant
+    // after inlining); the tail call, on a masked width only, `1..w`.
     unsafe {
         let s = Splat::<V>::new(k);
         let mut i = 0;
         while i < whole {
-            let gv = V::load(&g[i..]);
-            let gv = if f.scale { gv.div(s.div) } else { gv };
-            if let Some(z) = zero.as_deref_mut() {
-                let zb = gv.zero_bits();
-                for (j, zj) in z[i..i + w].iter_mut().enumerate() {
-                    *zj &= zb >> j & 1 != 0;
-                }
-            }
-            let mv = s.b1.mul(V::load(&m[i..])).add(s.c1.mul(gv));
-            let vv = s.b2.mul(V::load(&v[i..])).add(s.c2.mul(gv).mul(gv));
-            mv.store(&mut m[i..]);
-            vv.store(&mut v[i..]);
-            s.update(f.bias, V::load(&x[i..]), mv, vv)
-                .store(&mut x[i..]);
-            i += w;
+            let e = i + w;
+            let z = zero.as_deref_mut().map(|z| &mut z[i..e]);
+            step_vec(&s, f, &mut x[i..e], &mut m[i..e], &mut v[i..e], &g[i..e], z);
+            i = e;
+        }
+        if V::MASKED && whole < n {
+            let z = zero.map(|z| &mut z[whole..n]);
+            let (x, m, v) = (&mut x[whole..n], &mut m[whole..n], &mut v[whole..n]);
+            step_vec(&s, f, x, m, v, &g[whole..n], z);
+            return n;
         }
     }
     whole
 }
 
-/// Whole vectors of the update alone (`v` frozen); returns elements done.
+/// The update alone (`v` frozen) over whole vectors and, on a masked width,
+/// the tail; returns elements done.
 #[inline(always)]
 unsafe fn update_body<V: Vector>(
     k: &Consts,
@@ -250,29 +342,49 @@ unsafe fn update_body<V: Vector>(
     let w = V::LANES;
     let n = x.len().min(m.len()).min(v.len());
     let whole = n / w * w;
-    // SAFETY: as in `step_body`: feature enabled, every access in bounds.
+    // SAFETY: as in `step_body`: feature enabled, slices of `w` elements in
+    // the loop, of `1..w` in the tail call (masked widths only).
     unsafe {
         let s = Splat::<V>::new(k);
         let mut i = 0;
         while i < whole {
-            s.update(f.bias, V::load(&x[i..]), V::load(&m[i..]), V::load(&v[i..]))
-                .store(&mut x[i..]);
-            i += w;
+            let e = i + w;
+            update_vec(&s, f, &mut x[i..e], &m[i..e], &v[i..e]);
+            i = e;
+        }
+        if V::MASKED && whole < n {
+            update_vec(&s, f, &mut x[whole..n], &m[whole..n], &v[whole..n]);
+            return n;
         }
     }
     whole
 }
 
-/// Whole vectors of `job` on `kernel`'s width; returns elements done (0
-/// for [`Kernel::Scalar`]). AVX without CPU support falls back to SSE2.
+/// One vector of the update (slices as for [`step_vec`]).
+#[inline(always)]
+unsafe fn update_vec<V: Vector>(s: &Splat<V>, f: Flags, x: &mut [f32], m: &[f32], v: &[f32]) {
+    // SAFETY: the width's feature is enabled; slice lengths as `load`/
+    // `store` need (the caller's contract).
+    unsafe {
+        s.update(f.bias, V::load(x), V::load(m), V::load(v))
+            .store(x);
+    }
+}
+
+/// `job` on `kernel`'s width; returns elements done (0 for
+/// [`Kernel::Scalar`], all of them for AVX-512, the whole vectors
+/// otherwise). A width without CPU support falls back to the next narrower
+/// one (same bits).
 pub(crate) fn run(kernel: Kernel, k: &Consts, f: Flags, job: Job<'_>) -> usize {
     match kernel {
         Kernel::Scalar => 0,
+        // SAFETY: AVX-512F support (CPU and OS) is checked in the guard.
+        Kernel::Avx512 if has_avx512f() => unsafe { run_avx512(k, f, job) },
         // SAFETY: AVX support (CPU and OS) is checked in the guard.
-        Kernel::Avx if has_avx() => unsafe { run_avx(k, f, job) },
+        Kernel::Avx | Kernel::Avx512 if has_avx() => unsafe { run_avx(k, f, job) },
         // SAFETY: SSE2 is part of the x86_64 baseline; `lib.rs` compiles
         // this module only with `target_feature = "sse2"`.
-        Kernel::Sse2 | Kernel::Avx => unsafe { body::<Sse2>(k, f, job) },
+        Kernel::Sse2 | Kernel::Avx | Kernel::Avx512 => unsafe { body::<Sse2>(k, f, job) },
     }
 }
 
@@ -281,6 +393,19 @@ pub(crate) fn run(kernel: Kernel, k: &Consts, f: Flags, job: Job<'_>) -> usize {
 unsafe fn run_avx(k: &Consts, f: Flags, job: Job<'_>) -> usize {
     // SAFETY: this function runs only with AVX enabled (its attribute).
     unsafe { body::<Avx>(k, f, job) }
+}
+
+/// [`body`] compiled with AVX-512F enabled (16 lanes, masked tail).
+///
+/// Checked in the release build's disassembly (`objdump -d` of the
+/// `peers` example, Rust 1.95): the main loops are packed `zmm`
+/// `vdivps`/`vsqrtps`/`vmulps`/`vaddps`/`vsubps` with plain `vmovups`, no
+/// FMA and no scalar arithmetic; the tail uses `vmovups` under a `k`
+/// opmask.
+#[target_feature(enable = "avx512f")]
+unsafe fn run_avx512(k: &Consts, f: Flags, job: Job<'_>) -> usize {
+    // SAFETY: this function runs only with AVX-512F enabled (its attribute).
+    unsafe { body::<Avx512>(k, f, job) }
 }
 
 /// The loop body of `job` on vectors `V` (inlined into each entry point,

@@ -292,7 +292,7 @@ proptest! {
                 s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
                 // Mix magnitudes and exact zeros.
                 let v = (s >> 33) as i32 as f32 / 1024.0;
-                if s % 7 == 0 { 0.0 } else { v }
+                if s.is_multiple_of(7) { 0.0 } else { v }
             }).collect()
         };
         let local: Vec<Vec<Vec<f32>>> = LocalComm::run(p, |mut c| {

@@ -272,10 +272,10 @@ impl Compressor {
     /// [`CodecError::InvalidBeta`] when `Decayed { beta }` has `beta` outside
     /// `[0, 1]` or not finite.
     pub fn with_config(n: usize, config: CompressorConfig) -> Result<Self, CodecError> {
-        if let ErrorFeedback::Decayed { beta } = config.feedback {
-            if !(0.0..=1.0).contains(&beta) {
-                return Err(CodecError::InvalidBeta);
-            }
+        if let ErrorFeedback::Decayed { beta } = config.feedback
+            && !(0.0..=1.0).contains(&beta)
+        {
+            return Err(CodecError::InvalidBeta);
         }
         Ok(Self::build(n, config))
     }
@@ -405,13 +405,13 @@ impl Compressor {
     ) -> Result<(), CodecError> {
         CodecError::check_packed(self.n, signs_out.len())?;
         CodecError::check_len(self.chunks(), scales_out.len())?;
-        if let Input::Blend(..) = x {
-            if !self.words_path() {
-                // Only the word path stages a blend block by block; the
-                // others take it materialised (same bits, one more pass).
-                let plain = x.to_vec();
-                return self.compress_input(Input::Plain(&plain), signs_out, scales_out);
-            }
+        if let Input::Blend(..) = x
+            && !self.words_path()
+        {
+            // Only the word path stages a blend block by block; the
+            // others take it materialised (same bits, one more pass).
+            let plain = x.to_vec();
+            return self.compress_input(Input::Plain(&plain), signs_out, scales_out);
         }
         let (mut signs, mut scales) = (
             core::mem::take(&mut self.spare_signs),
@@ -446,7 +446,7 @@ impl Compressor {
     /// Whether a `Full` step takes the word-at-a-time path (RMS or mean-abs
     /// scales on chunks that start on 64-element words).
     fn words_path(&self) -> bool {
-        let word_aligned = self.chunks() <= 1 || self.chunk % 64 == 0;
+        let word_aligned = self.chunks() <= 1 || self.chunk.is_multiple_of(64);
         self.config.feedback == ErrorFeedback::Full
             && word_aligned
             && matches!(self.config.scale, ScaleKind::Rms | ScaleKind::MeanAbs)

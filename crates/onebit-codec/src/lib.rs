@@ -49,7 +49,7 @@ pub mod stochastic;
 /// (`cpuid` + `xgetbv`, cached); shared with `onebit-adam`'s kernels.
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 pub mod cpu {
-    pub use crate::simd::{has_avx, has_avx2, has_fma};
+    pub use crate::simd::{has_avx, has_avx2, has_avx512f, has_fma};
 }
 pub mod wire;
 

@@ -11,7 +11,7 @@ use crate::CodecError;
 
 /// Bytes needed for `n` packed signs: `ceil(n / 8)`.
 pub const fn packed_len(n: usize) -> usize {
-    n / 8 + (n % 8 != 0) as usize
+    n / 8 + (!n.is_multiple_of(8)) as usize
 }
 
 /// The sign rule: `true` (bit 1, decoded `+1`) iff `!(v < 0)`, so `±0` and NaN

@@ -273,7 +273,7 @@ impl Accumulator {
         alpha: f32,
         signs: &mut [u8],
     ) -> bool {
-        if self.lanes.pos % 8 != 0 || x.len() % 64 != 0 {
+        if !self.lanes.pos.is_multiple_of(8) || !x.len().is_multiple_of(64) {
             return false;
         }
         match self.kind {
@@ -297,7 +297,7 @@ impl Accumulator {
         w: Words<'_>,
         store: impl Fn(&mut [f32], &[f32; 64]),
     ) -> Option<bool> {
-        if self.lanes.pos % 8 != 0 || w.x.len() % 64 != 0 {
+        if !self.lanes.pos.is_multiple_of(8) || !w.x.len().is_multiple_of(64) {
             return None;
         }
         match self.kind {
@@ -328,7 +328,7 @@ impl Accumulator {
             ScaleKind::MeanAbs => true,
             ScaleKind::MaxAbs | ScaleKind::Unit => return None,
         };
-        if self.lanes.pos % 8 != 0 {
+        if !self.lanes.pos.is_multiple_of(8) {
             return None;
         }
         let Lanes { lanes, pos } = &mut self.lanes;

@@ -191,11 +191,10 @@ proptest! {
                     })
                     .collect();
                 // Padding bits are 0, as `pack_signs` writes them.
-                if n % 8 != 0 {
-                    if let Some(last) = b.last_mut() {
+                if n % 8 != 0
+                    && let Some(last) = b.last_mut() {
                         *last &= 0xFFu8 << (8 - n % 8);
                     }
-                }
                 b
             })
             .collect();
