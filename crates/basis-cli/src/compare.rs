@@ -25,14 +25,15 @@ pub(crate) struct DataInfo {
 
 impl DataInfo {
     pub(crate) fn of(ds: &Dataset) -> Self {
+        let [train, valid, test] = ds.split_lens();
         Self {
             name: ds.name.clone(),
             fields: ds.fields.clone(),
             rows: ds.rows,
-            train: ds.train.len(),
-            valid: ds.valid.len(),
-            test: ds.test.len(),
-            train_positive_rate: ds.train.positive_rate(),
+            train,
+            valid,
+            test,
+            train_positive_rate: ds.train_positive_rate(),
             split: ds.split.clone(),
             load: ds.report.clone(),
         }
@@ -97,7 +98,7 @@ struct Output<'a> {
     results: &'a [Entry],
 }
 
-fn entry(spec: &OptSpec, lr_search: Vec<(f32, f64)>, runs: Vec<RunResult>) -> Entry {
+pub(crate) fn entry(spec: &OptSpec, lr_search: Vec<(f32, f64)>, runs: Vec<RunResult>) -> Entry {
     let first = &runs[0];
     Entry {
         optimizer: spec.label.clone(),
@@ -236,16 +237,19 @@ pub(crate) fn table(entries: &[Entry], seeds: usize) -> String {
 /// A one-paragraph description of the data.
 pub(crate) fn describe(ds: &Dataset) -> String {
     let r = &ds.report;
+    let [train, valid, test] = ds.split_lens();
     let mut s = format!(
-        "data: {}\n  {} rows (distinct training features), {} fields; train/valid/test = {}/{}/{} ({}), positive rate {:.3}\n",
+        "data: {}\n  {} rows ({}), {} fields; train/valid/test = {train}/{valid}/{test} ({}), positive rate {:.3}\n",
         ds.name,
         ds.rows,
+        if ds.stream.is_some() {
+            "estimated distinct training ids"
+        } else {
+            "distinct training features"
+        },
         ds.fields.len(),
-        ds.train.len(),
-        ds.valid.len(),
-        ds.test.len(),
         ds.split,
-        ds.train.positive_rate()
+        ds.train_positive_rate()
     );
     if r.malformed_count > 0 || r.blank > 0 || r.unseen_features > 0 {
         let _ = writeln!(
@@ -527,18 +531,42 @@ pub(crate) fn train_one(args: &TrainArgs, progress: bool) -> Result<(), String> 
     )?;
     let entries = [entry(&args.opt, Vec::new(), vec![r])];
     if !table_suppressed(&args.out) {
-        print!("{}", describe(&ds));
-        println!("| epoch | train loss | valid AUC | valid loss | test AUC | test loss |");
-        println!("|---:|---:|---:|---:|---:|---:|");
-        for p in &entries[0].runs[0].curve {
-            println!(
-                "| {} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} |",
-                p.epoch, p.train_loss, p.valid_auc, p.valid_loss, p.test_auc, p.test_loss
-            );
+        print!("{}", train_text(&ds, &entries[0]));
+    } else if crate::parallel::is_output_rank() {
+        // JSON on stdout: the warning still reaches the user.
+        if let Some(w) = skew_warning(&entries[0]) {
+            eprintln!("{w}");
         }
-        println!();
-        print!("{}", table(&entries, 1));
-        println!("model crc32: {:08x}", entries[0].runs[0].model_crc32);
     }
     write_outputs("train", &ds, &args.model, &args.out, &entries)
+}
+
+/// A sharded run's skew warning (`ShardReport::skew_warning`), if any.
+fn skew_warning(e: &Entry) -> Option<String> {
+    e.runs.first()?.sharded.as_ref()?.skew_warning()
+}
+
+/// `basis train`'s text output for the single run of `e`: the data, the
+/// per-epoch curve, the summary table, the model CRC, and a sharded run's
+/// skew warning.
+pub(crate) fn train_text(ds: &Dataset, e: &Entry) -> String {
+    let mut s = describe(ds);
+    s.push_str("| epoch | train loss | valid AUC | valid loss | test AUC | test loss |\n");
+    s.push_str("|---:|---:|---:|---:|---:|---:|\n");
+    for p in e.runs.iter().flat_map(|r| &r.curve) {
+        let _ = writeln!(
+            s,
+            "| {} | {:.4} | {:.4} | {:.4} | {:.4} | {:.4} |",
+            p.epoch, p.train_loss, p.valid_auc, p.valid_loss, p.test_auc, p.test_loss
+        );
+    }
+    s.push('\n');
+    s.push_str(&table(core::slice::from_ref(e), 1));
+    if let Some(r) = e.runs.first() {
+        let _ = writeln!(s, "model crc32: {:08x}", r.model_crc32);
+    }
+    if let Some(w) = skew_warning(e) {
+        let _ = writeln!(s, "{w}");
+    }
+    s
 }

@@ -171,6 +171,14 @@ impl Grads {
         }
     }
 
+    /// Make room for a model of `rows` rows (a buffer reused over batches
+    /// whose row count varies, as a shard's gathered rows do).
+    pub(crate) fn reserve_rows(&mut self, rows: usize) {
+        if self.slot.len() < rows {
+            self.slot.resize(rows, u32::MAX);
+        }
+    }
+
     /// Compute the gradients of the mean log-loss over `batch` (example indices),
     /// plus `l2·θ` for every row touched.
     ///

@@ -300,27 +300,51 @@ impl CriteoSynth {
     }
 }
 
-/// Largest held-out test slice of a stream (it is materialised per round
-/// of evaluation only, but every rank scores all of it).
-const MAX_STREAM_TEST: usize = 200_000;
+/// Largest held-out slice (validation or test) of a stream: it is
+/// generated per round of evaluation only, but every rank scores all of it.
+const MAX_STREAM_HELD_OUT: usize = 200_000;
+
+/// First stream index of the held-out test slice: training reads `0..n`,
+/// the test slice `TEST_FIRST + j` (disjoint for any `n ≤ 2^40`).
+pub(crate) const TEST_FIRST: u64 = 1 << 40;
+
+/// First stream index of the held-out validation slice, `VALID_FIRST + j`:
+/// disjoint from training (`n ≤ 2^40`) and from the test slice (`j <
+/// 200 000 ≪ 2^40`).
+pub(crate) const VALID_FIRST: u64 = 1 << 41;
 
 /// The streamed data set of `--stream`: no examples in memory, only the
-/// generator; training reads stream examples `0..cfg.examples`, the test
-/// split is the held-out slice `HELD_OUT + j`, `j < min(examples ·
-/// test_frac, 200 000)`, and there is no validation split. `rows` is an
-/// estimate of the distinct ids training will touch ([`estimate_rows`]),
-/// used only to size per-rank BASIS buckets.
+/// generator; training reads stream examples `0..cfg.examples`, the
+/// validation split is the held-out slice `VALID_FIRST + j`, `j <
+/// min(examples · valid_frac, 200 000)` (at least one when `valid_frac > 0`),
+/// and the test split the slice `TEST_FIRST + j`, `j < min(examples ·
+/// test_frac, 200 000)`: the same i.i.d. generator, indices training never
+/// reads. `rows` is an estimate of the distinct ids training will touch
+/// ([`pilot`]), used only to size per-rank BASIS buckets.
 ///
-/// Fails as [`CriteoSynth::new`], or on zero examples.
+/// Fails as [`CriteoSynth::new`], on zero examples, or on more than `2^40`
+/// (the held-out slices start there).
 pub(crate) fn stream_dataset(
     cfg: &CriteoSynthConfig,
+    valid_frac: f64,
     test_frac: f64,
 ) -> Result<super::Dataset, DataError> {
     if cfg.examples == 0 {
         return Err(DataError::Config("criteo-synth needs examples > 0".into()));
     }
+    if cfg.examples as u64 > TEST_FIRST {
+        return Err(DataError::Config(format!(
+            "--stream reads at most 2^40 training examples (the held-out slices start there); \
+             --synthetic-examples is {}",
+            cfg.examples
+        )));
+    }
     let g = CriteoSynth::new(cfg)?;
-    let test = ((cfg.examples as f64 * test_frac).round() as usize).clamp(1, MAX_STREAM_TEST);
+    let held_out = |frac: f64, min: usize| {
+        ((cfg.examples as f64 * frac).round() as usize).clamp(min, MAX_STREAM_HELD_OUT)
+    };
+    let test = held_out(test_frac, 1);
+    let valid = held_out(valid_frac, usize::from(valid_frac > 0.0));
     // Field ids only (no examples): the towers read the field count from them.
     let fields: Vec<u8> = (0..(INTS + CATS) as u8).collect();
     let shape = || super::Examples {
@@ -329,54 +353,80 @@ pub(crate) fn stream_dataset(
         dense_width: INTS,
         ..super::Examples::default()
     };
-    let rows = estimate_rows(&g, cfg.examples as u64);
+    let pilot = pilot(&g, cfg.examples as u64);
     Ok(super::Dataset {
         name: format!("criteo-synth stream ({})", g.describe()),
         fields: (1..=INTS)
             .map(|j| format!("I{j}"))
             .chain((1..=CATS).map(|c| format!("C{c}")))
             .collect(),
-        rows: usize::try_from(rows).unwrap_or(usize::MAX),
+        rows: usize::try_from(pilot.rows).unwrap_or(usize::MAX),
         row_counts: Vec::new(),
         train: shape(),
         valid: shape(),
         test: shape(),
         split: format!(
-            "streamed: train = examples 0..{}, test = {test} held-out examples from 2^40",
-            cfg.examples
+            "streamed: train = examples 0..{}, valid = {valid} held-out examples from 2^41, \
+             test = {test} held-out examples from 2^40; positive rate over the first {} \
+             training examples",
+            cfg.examples, pilot.examples
         ),
         report: super::LoadReport::default(),
         stream: Some(super::StreamSpec {
             generator: g,
             train: cfg.examples,
+            valid,
             test,
+            positive_rate: pilot.positive_rate,
         }),
     })
 }
 
-/// Distinct ids among the first `n` examples, estimated from two pilot
-/// prefixes (`m` and `2m` examples, `m ≤ 2^16`) by a power law
-/// `distinct(n) ≈ d(2m)·(n/2m)^a` (Zipf vocabularies grow as a power of the
-/// sample size), capped at `40·n`.
-pub(crate) fn estimate_rows(g: &CriteoSynth, n: u64) -> u64 {
+/// What a stream's first training examples tell before training.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Pilot {
+    /// Estimated distinct ids among all `n` training examples.
+    pub(crate) rows: u64,
+    /// Examples read (`min(n, 2m)`).
+    pub(crate) examples: u64,
+    /// Positive labels among them over `examples`.
+    pub(crate) positive_rate: f64,
+}
+
+/// Reads the first `min(n, 2m)` training examples (`m = min(n/2, 2^16)`,
+/// at least 1): their positive rate, and the distinct ids among all `n`,
+/// estimated from the two prefixes (`m` and `2m` examples) by a power law
+/// `distinct(n) ≈ d(2m)·(n/2m)^a` (Zipf vocabularies grow as a power of
+/// the sample size), capped at `40·n`.
+pub(crate) fn pilot(g: &CriteoSynth, n: u64) -> Pilot {
     let m = (n / 2).clamp(1, 1 << 16);
     let mut seen = std::collections::HashSet::new();
     let mut ex = SynthExample::default();
     let mut d = [0u64; 2];
+    let (mut read, mut positives) = (0u64, 0u64);
     for i in 0..(2 * m).min(n) {
         g.example(i, &mut ex);
         seen.extend(ex.feats.iter().map(|f| f.0));
+        read += 1;
+        positives += u64::from(ex.label > 0.5);
         if i + 1 == m {
             d[0] = seen.len() as u64;
         }
     }
     d[1] = seen.len() as u64;
-    if n <= 2 * m || d[0] == 0 {
-        return d[1];
+    let positive_rate = positives as f64 / read.max(1) as f64;
+    let rows = if n <= 2 * m || d[0] == 0 {
+        d[1]
+    } else {
+        let a = ((d[1] as f64 / d[0] as f64).ln() / 2f64.ln()).clamp(0.0, 1.0);
+        let est = d[1] as f64 * (n as f64 / (2 * m) as f64).powf(a);
+        (est as u64).min(40 * n)
+    };
+    Pilot {
+        rows,
+        examples: read,
+        positive_rate,
     }
-    let a = ((d[1] as f64 / d[0] as f64).ln() / 2f64.ln()).clamp(0.0, 1.0);
-    let est = d[1] as f64 * (n as f64 / (2 * m) as f64).powf(a);
-    (est as u64).min(40 * n)
 }
 
 /// Materialise examples `0..cfg.examples` for the in-memory loader (their

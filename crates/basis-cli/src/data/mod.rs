@@ -359,6 +359,25 @@ pub(crate) struct Dataset {
     pub(crate) stream: Option<StreamSpec>,
 }
 
+impl Dataset {
+    /// Examples in the training, validation and test splits (a stream's
+    /// lengths, though it holds no examples).
+    pub(crate) fn split_lens(&self) -> [usize; 3] {
+        match &self.stream {
+            Some(st) => [st.train, st.valid, st.test],
+            None => [self.train.len(), self.valid.len(), self.test.len()],
+        }
+    }
+
+    /// Positive rate of the training split (a stream's: over its first
+    /// examples, see [`criteo_synth::pilot`]).
+    pub(crate) fn train_positive_rate(&self) -> f64 {
+        self.stream
+            .as_ref()
+            .map_or_else(|| self.train.positive_rate(), |st| st.positive_rate)
+    }
+}
+
 /// A streamed data set (see [`criteo_synth::stream_dataset`]).
 #[derive(Debug, Clone)]
 pub(crate) struct StreamSpec {
@@ -366,8 +385,12 @@ pub(crate) struct StreamSpec {
     pub(crate) generator: criteo_synth::CriteoSynth,
     /// Training examples (stream indices `0..train`).
     pub(crate) train: usize,
-    /// Held-out test examples.
+    /// Held-out validation examples (stream indices `VALID_FIRST + j`).
+    pub(crate) valid: usize,
+    /// Held-out test examples (stream indices `TEST_FIRST + j`).
     pub(crate) test: usize,
+    /// Positive rate of the first training examples (the pilot's).
+    pub(crate) positive_rate: f64,
 }
 
 /// Options for loading.
@@ -426,7 +449,11 @@ pub(crate) fn load(opts: &LoadOptions) -> Result<Dataset, DataError> {
             format!("synthetic ({})", opts.synthetic.describe()),
         ),
         Format::CriteoSynth if opts.criteo_synth.stream => {
-            return criteo_synth::stream_dataset(&opts.criteo_synth, opts.test_frac);
+            return criteo_synth::stream_dataset(
+                &opts.criteo_synth,
+                opts.valid_frac,
+                opts.test_frac,
+            );
         }
         Format::CriteoSynth => {
             let (raw, what) = criteo_synth::generate(&opts.criteo_synth)?;

@@ -63,15 +63,10 @@ impl DeepFm {
         let input = fields
             .checked_mul(k)
             .ok_or_else(|| format!("--dim {k}: tower input overflows"))?;
-        if layers.last() != Some(&1) {
-            return Err(format!(
-                "--mlp: the last width must be 1 (the logit), got {layers:?}"
-            ));
-        }
         Ok(Self {
             k,
             fields,
-            mlp: Mlp::new(input, layers, "--mlp")?,
+            mlp: Mlp::logit(input, layers, "--mlp")?,
         })
     }
 
@@ -176,11 +171,14 @@ impl DeepFm {
     ) -> Result<(), String> {
         self.forward(dense, rows, batch, ws)?;
         let (k, d, n, width) = (self.k, self.k + 1, batch.len(), self.input());
-        out.rows.clear();
-        out.rows.resize(rows.len(), 0.0);
-        out.dense.clear();
-        out.dense.resize(dense.len(), 0.0);
-        out.loss = log_loss_and_deltas(&ws.logits[..n], &batch.labels, scale, &mut ws.delta);
+        out.begin(
+            rows.len(),
+            dense.len(),
+            &ws.logits[..n],
+            batch,
+            scale,
+            &mut ws.delta,
+        );
         out.dense[0] = ws.delta[..n].iter().sum();
         self.mlp.backward(
             &dense[1..],
@@ -236,21 +234,32 @@ pub(super) fn check_batch(
     Ok(())
 }
 
-/// The summed log-loss of `logits` against `labels`; `delta[e] = scale ·
-/// (σ(z_e) − y_e)`, the gradient of the scaled loss at each logit.
-pub(super) fn log_loss_and_deltas(
-    logits: &[f32],
-    labels: &[f32],
-    scale: f32,
-    delta: &mut [f32],
-) -> f64 {
-    let mut loss = 0.0;
-    for ((&z, &y), d) in logits.iter().zip(labels).zip(delta.iter_mut()) {
-        let zf = f64::from(z);
-        loss += zf.max(0.0) + (-zf.abs()).exp().ln_1p() - f64::from(y) * zf;
-        *d = (1.0 / (1.0 + (-z).exp()) - y) * scale;
+impl DeepGrads {
+    /// The start of either tower's backward pass: zeroed gradients for
+    /// `rows` row floats and `dense` parameters, the summed log-loss of
+    /// `logits` against `batch`'s labels, and `delta[e] = scale · (σ(z_e) −
+    /// y_e)`, the gradient of the scaled loss at each logit.
+    pub(super) fn begin(
+        &mut self,
+        rows: usize,
+        dense: usize,
+        logits: &[f32],
+        batch: &LocalBatch,
+        scale: f32,
+        delta: &mut [f32],
+    ) {
+        self.rows.clear();
+        self.rows.resize(rows, 0.0);
+        self.dense.clear();
+        self.dense.resize(dense, 0.0);
+        let mut loss = 0.0;
+        for ((&z, &y), d) in logits.iter().zip(&batch.labels).zip(delta.iter_mut()) {
+            let zf = f64::from(z);
+            loss += zf.max(0.0) + (-zf.abs()).exp().ln_1p() - f64::from(y) * zf;
+            *d = (1.0 / (1.0 + (-z).exp()) - y) * scale;
+        }
+        self.loss = loss;
     }
-    loss
 }
 
 #[cfg(test)]

@@ -65,11 +65,6 @@ impl Dlrm {
                 "--model dlrm needs dense features (only --format criteo-synth has them)".into(),
             );
         }
-        if top.last() != Some(&1) {
-            return Err(format!(
-                "--mlp: the last width must be 1 (the logit), got {top:?}"
-            ));
-        }
         let mut b = bottom.to_vec();
         b.push(k);
         let vectors = fields + 1;
@@ -77,12 +72,13 @@ impl Dlrm {
             .checked_mul(fields)
             .map(|p| p / 2 + k)
             .ok_or("--dim: DLRM interaction overflows")?;
+        let top = Mlp::logit(top_in, top, "--mlp")?;
         Ok(Self {
             k,
             fields,
             dense_width,
             bottom: Mlp::new(dense_width, &b, "--bottom-mlp")?,
-            top: Mlp::new(top_in, top, "--mlp")?,
+            top,
         })
     }
 
@@ -202,13 +198,11 @@ impl Dlrm {
         self.forward(dense, rows, batch, ws)?;
         let (k, d, n, v) = (self.k, self.k + 1, batch.len(), self.fields + 1);
         let top_in = k + v * (v - 1) / 2;
-        out.rows.clear();
-        out.rows.resize(rows.len(), 0.0);
-        out.dense.clear();
-        out.dense.resize(dense.len(), 0.0);
-        out.loss = super::deepfm::log_loss_and_deltas(
+        out.begin(
+            rows.len(),
+            dense.len(),
             &ws.logits[..n],
-            &batch.labels,
+            batch,
             scale,
             &mut ws.delta,
         );

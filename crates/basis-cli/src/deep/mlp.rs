@@ -64,6 +64,19 @@ impl Mlp {
         Ok(Self { widths })
     }
 
+    /// A tower that ends in the logit: as [`Mlp::new`], and the last width
+    /// must be 1.
+    ///
+    /// Fails with a message naming `option`.
+    pub(crate) fn logit(input: usize, layers: &[usize], option: &str) -> Result<Self, String> {
+        if layers.last() != Some(&1) {
+            return Err(format!(
+                "{option}: the last width must be 1 (the logit), got {layers:?}"
+            ));
+        }
+        Self::new(input, layers, option)
+    }
+
     /// Inputs, then every layer's width.
     #[cfg(test)]
     pub(crate) fn widths(&self) -> &[usize] {

@@ -25,6 +25,7 @@ mod route;
 mod source;
 mod table;
 
+use crate::cli::ModelArgs;
 use crate::data::Dataset;
 use crate::metrics::{auc, log_loss};
 use crate::model::{Fm, Grads};
@@ -35,6 +36,7 @@ use basis_core::RowIndex;
 use basis_std::local::LocalComm;
 use comm_traits::Communicator;
 use core::time::Duration;
+use onebit_adam::OneBitAdam;
 use std::time::Instant;
 
 pub(crate) use report::ShardReport;
@@ -91,7 +93,7 @@ pub(crate) fn train_local(
 }
 
 /// The options every rank must share, by name, as `u64`.
-fn options(ds: &Dataset, run: &Run<'_>, lens: [usize; 2]) -> Vec<(&'static str, u64)> {
+fn options(ds: &Dataset, run: &Run<'_>, lens: [usize; 3]) -> Vec<(&'static str, u64)> {
     let m = run.model;
     let label = balanced_hash::murmur3::x64_128(run.spec.label.as_bytes(), 0)[0];
     let data = balanced_hash::murmur3::x64_128(ds.name.as_bytes(), 0)[0];
@@ -117,7 +119,8 @@ fn options(ds: &Dataset, run: &Run<'_>, lens: [usize; 2]) -> Vec<(&'static str, 
         ("--dense-warmup", m.dense_warmup.to_bits()),
         ("data set", data),
         ("training examples", lens[0] as u64),
-        ("test examples", lens[1] as u64),
+        ("validation examples", lens[1] as u64),
+        ("test examples", lens[2] as u64),
     ]
 }
 
@@ -160,10 +163,104 @@ struct Rank {
     /// (positions in its sorted unique ids); `dense` and `tower` are the
     /// replicated dense part.
     model: Fm,
+    /// Bytes this rank sent in the sparse exchanges.
     sparse_bytes: u64,
+    /// Bytes this rank sent in the dense optimizer's all-reduces.
+    dense_bytes: u64,
+    /// Ids this rank served as an owner in training steps (all ranks'
+    /// requests, summed over steps): the load a skewed id stream puts on it.
+    ids_served: u64,
+    /// `--l2` (added by the owners).
+    l2: f32,
+    /// `--dense-opt` (named in its errors).
+    dense_kind: crate::deep::DenseOpt,
+}
+
+/// What one training step leaves behind.
+struct Step {
+    /// Summed log-loss of the whole batch (all-reduced).
+    loss: f64,
+    /// Rows this rank's sparse optimizer skipped as non-finite.
+    nonfinite: u64,
 }
 
 impl Rank {
+    /// An empty shard of `run`'s model for a group of `p` ranks: BASIS
+    /// buckets sized for this rank's expected share of `ds.rows`, the dense
+    /// parameters initialised as the single-process model's.
+    fn new(ds: &Dataset, run: &Run<'_>, p: usize) -> Result<Self, String> {
+        let m = run.model;
+        let d = m.dim + 1;
+        let opt = optim::build_indexed(
+            run.spec,
+            ds.rows.div_ceil(p),
+            RowIndex::Dense { rows: 0 },
+            d,
+            m.seed,
+        )?;
+        // The model without a table: rows live in the shard.
+        let mut model = Fm::new(0, m.dim, m.init_std, m.seed)?;
+        if let Some(tower) = crate::train::build_tower(ds, m)? {
+            model = model.with_tower(tower, m.seed)?;
+        }
+        Ok(Self {
+            table: ShardTable::new(d, m.init_std, m.seed),
+            opt,
+            model,
+            sparse_bytes: 0,
+            dense_bytes: 0,
+            ids_served: 0,
+            l2: m.l2,
+            dense_kind: m.dense_opt,
+        })
+    }
+
+    /// One training step on this rank's share `sh` of a batch of
+    /// `batch_len` examples: rows from their owners, forward/backward,
+    /// gradients to the owners and their sparse step, the dense step.
+    /// `grads` (reused across steps: the tower's buffers stay allocated) is
+    /// left holding this rank's gradients of its share's part of the
+    /// batch-mean loss, without `--l2` (`dense` before the all-reduce).
+    ///
+    /// The same update as the single-process step on the whole batch (only
+    /// float summation order differs; `tests::one_sharded_step_is_the_single_process_step`):
+    /// every share's gradients are of its part of the **batch** mean (scale
+    /// `1/batch_len`, not `1/share`), so they sum to the batch gradient
+    /// whatever the shares' sizes, and `--l2` is added by the owner once
+    /// per row after the shares' gradients are summed.
+    fn train_step(
+        &mut self,
+        comm: &mut dyn Communicator,
+        owner: Owner<'_>,
+        sh: &Share,
+        batch_len: usize,
+        dense_opt: &mut OneBitAdam,
+        grads: &mut Grads,
+    ) -> Result<Step, String> {
+        let (rank, p) = (comm.rank(), comm.size());
+        let (req, slots) = self.gather(comm, owner, sh, true)?;
+        let local = sh.local(&req.uniq);
+        grads.reserve_rows(req.uniq.len());
+        let positions: Vec<usize> = (0..local.len()).collect();
+        grads.compute_scaled(&self.model, &local, &positions, 0.0, batch_len)?;
+        let nonfinite = self.scatter(comm, &req, &slots, grads)?;
+        let before = comm.stats();
+        // The dense optimizer averages over ranks; the shares sum to the
+        // batch gradient, so each sends P times its share.
+        let dense_grad: Vec<f32> = grads.dense.iter().map(|g| g * p as f32).collect();
+        dense_opt
+            .step_with_grad(comm, &mut self.model.dense, &dense_grad)
+            .map_err(|e| format!("rank {rank}: {:?}: {e}", self.dense_kind))?;
+        self.dense_bytes += comm.stats().since(&before).bytes_sent;
+        let mut loss = [grads.loss as f32];
+        comm.all_reduce_sum(&mut loss)
+            .map_err(|e| format!("rank {rank}: {e}"))?;
+        Ok(Step {
+            loss: f64::from(loss[0]),
+            nonfinite,
+        })
+    }
+
     /// Steps 1–2: the unique rows of `batch`, fetched from their owners,
     /// into `self.model.table` (positions in `req.uniq`). Training
     /// (`train`) creates the owners' missing rows and returns their slots;
@@ -184,6 +281,7 @@ impl Rank {
         let d = self.model.dim();
         let mut serve = Vec::new();
         let slots = if train {
+            self.ids_served += req.received.len() as u64;
             let slots = self.table.slots_for(&req.received, &mut self.opt)?;
             serve.reserve(slots.len() * d);
             for &s in &slots {
@@ -208,7 +306,9 @@ impl Rank {
     }
 
     /// Steps 3–4 for the sparse rows: gradients (by position in `req.uniq`)
-    /// to the owners, summed per id in rank order, one optimizer step.
+    /// to the owners, summed per id in rank order, plus `l2·θ` once per
+    /// row (as the single process adds it once per row of the batch), one
+    /// optimizer step.
     fn scatter(
         &mut self,
         comm: &mut dyn Communicator,
@@ -216,6 +316,7 @@ impl Rank {
         slots: &[u32],
         grads: &Grads,
     ) -> Result<u64, String> {
+        let l2 = self.l2;
         let before = comm.stats();
         let d = self.model.dim();
         let mut by_pos = vec![0.0f32; req.uniq.len() * d];
@@ -249,8 +350,17 @@ impl Rank {
                 rows.extend_from_slice(g);
             }
         }
-        // Hashed by the global id, stored by slot: BASIS's buckets do not
-        // depend on P or on the order rows reached this shard.
+        if l2 > 0.0 {
+            for (slot, g) in ids.iter().zip(rows.chunks_exact_mut(d)) {
+                let theta = self.table.row(*slot as u32);
+                for (g, &t) in g.iter_mut().zip(theta) {
+                    *g += l2 * t;
+                }
+            }
+        }
+        // Hashed by the global id, stored by slot: a row's bucket does not
+        // depend on the order rows reached this shard (but the bucket
+        // count does depend on P, see docs/DISTRIBUTED.md).
         let rep = self
             .opt
             .step_rows_keyed(&keys, &ids, &rows, &mut self.table)?;
@@ -303,7 +413,8 @@ impl Rank {
 }
 
 /// The training, validation and test sources of `ds`: its splits, or its
-/// stream (training examples `0..train`, a held-out test slice).
+/// stream (training examples `0..train`, held-out validation and test
+/// slices).
 fn sources(ds: &Dataset) -> (Source<'_>, Source<'_>, Source<'_>) {
     match &ds.stream {
         None => (
@@ -317,9 +428,25 @@ fn sources(ds: &Dataset) -> (Source<'_>, Source<'_>, Source<'_>) {
                 first,
                 len,
             };
-            (at(0, st.train), at(0, 0), at(source::HELD_OUT, st.test))
+            (
+                at(0, st.train),
+                at(source::VALID_FIRST, st.valid),
+                at(source::TEST_FIRST, st.test),
+            )
         }
     }
+}
+
+/// The dense optimizer of `me`'s dense parameters for a run of `n`
+/// training examples per epoch.
+fn dense_optimizer(me: &Rank, m: &ModelArgs, n: usize) -> Result<OneBitAdam, String> {
+    let steps_total = (n.div_ceil(m.batch) * m.epochs as usize) as u64;
+    m.dense_opt.build(
+        me.model.dense.len(),
+        m.dense_lr,
+        steps_total,
+        m.dense_warmup,
+    )
 }
 
 /// One rank's whole run over any [`Communicator`]; every rank returns the
@@ -344,39 +471,15 @@ fn rank_main_with(
     let start = Instant::now();
     let stats_before = comm.stats();
     let (train_src, valid_src, test_src) = sources(ds);
-    let opts = options(ds, run, [train_src.len(), test_src.len()]);
+    let opts = options(ds, run, [train_src.len(), valid_src.len(), test_src.len()]);
     agree(comm, &opts)?;
     let m = run.model;
     let (rank, p) = (comm.rank(), comm.size());
     let d = m.dim + 1;
-    // Buckets are sized for this rank's expected share of the rows.
-    let opt = optim::build_indexed(
-        run.spec,
-        ds.rows.div_ceil(p),
-        RowIndex::Dense { rows: 0 },
-        d,
-        m.seed,
-    )?;
-    // The model without a table: rows live in the shard.
-    let mut model = Fm::new(0, m.dim, m.init_std, m.seed)?;
-    if let Some(tower) = crate::train::build_tower(ds, m)? {
-        model = model.with_tower(tower, m.seed)?;
-    }
-    let mut me = Rank {
-        table: ShardTable::new(d, m.init_std, m.seed),
-        opt,
-        model,
-        sparse_bytes: 0,
-    };
+    let mut me = Rank::new(ds, run, p)?;
     let n = train_src.len();
-    let steps_total = (n.div_ceil(m.batch) * m.epochs as usize) as u64;
-    let mut dense_opt = m.dense_opt.build(
-        me.model.dense.len(),
-        m.dense_lr,
-        steps_total,
-        m.dense_warmup,
-    )?;
-    let mut dense_bytes = 0u64;
+    let mut dense_opt = dense_optimizer(&me, m, n)?;
+    let mut grads = Grads::new(&me.model, 0);
     let mut progress = resume::Progress {
         epoch: 0,
         rng: Rng::derive(m.seed, 0x0DE5),
@@ -428,25 +531,10 @@ fn rank_main_with(
                 in_order = range.collect();
                 &in_order
             };
-            let mine = share(batch, rank, p);
-            let sh = train_src.share(&mine);
-            let (req, slots) = me.gather(comm, owner, &sh, true)?;
-            let local = sh.local(&req.uniq);
-            let mut grads = Grads::new(&me.model, req.uniq.len());
-            let positions: Vec<usize> = (0..mine.len()).collect();
-            grads.compute_scaled(&me.model, &local, &positions, m.l2, batch.len())?;
-            progress.nonfinite += me.scatter(comm, &req, &slots, &grads)?;
-            let before = comm.stats();
-            // 1-bit Adam averages over ranks; the shares sum to the batch mean.
-            let dense_grad: Vec<f32> = grads.dense.iter().map(|g| g * p as f32).collect();
-            dense_opt
-                .step_with_grad(comm, &mut me.model.dense, &dense_grad)
-                .map_err(|e| format!("rank {rank}: {:?}: {e}", m.dense_opt))?;
-            dense_bytes += comm.stats().since(&before).bytes_sent;
-            let mut loss = [grads.loss as f32];
-            comm.all_reduce_sum(&mut loss)
-                .map_err(|e| format!("rank {rank}: {e}"))?;
-            loss_sum += f64::from(loss[0]);
+            let sh = train_src.share(&share(batch, rank, p));
+            let step = me.train_step(comm, owner, &sh, batch.len(), &mut dense_opt, &mut grads)?;
+            progress.nonfinite += step.nonfinite;
+            loss_sum += step.loss;
             bar.inc(1);
         }
         bar.finish_and_clear();
@@ -471,7 +559,7 @@ fn rank_main_with(
         curve, nonfinite, ..
     } = progress;
     let sent = comm.stats().since(&stats_before).bytes_sent;
-    let mut shard = report::gather(comm, &me.table, &me.opt, me.sparse_bytes, dense_bytes)?;
+    let mut shard = report::gather(comm, &me)?;
     shard.train_secs = train_secs;
     shard.examples_per_sec = (n as f64 * f64::from(m.epochs - first_epoch)) / train_secs.max(1e-9);
     let crc = report::model_crc(comm, &me.table, &me.model.dense)?;
@@ -489,7 +577,7 @@ fn rank_main_with(
         Some(crate::train::CommBytes {
             total: sent,
             sparse: me.sparse_bytes,
-            dense: dense_bytes,
+            dense: me.dense_bytes,
         }),
     );
     out.model_crc32 = crc;

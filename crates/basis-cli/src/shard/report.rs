@@ -1,9 +1,10 @@
-//! What a sharded run reports per rank (rows, bytes sent split sparse and
-//! dense, resident memory, state and index bytes per row), gathered to every
-//! rank, and the model checksum over all shards.
+//! What a sharded run reports per rank (rows, ids served, bytes sent split
+//! sparse and dense, resident memory, state and index bytes per row),
+//! gathered to every rank, the warning a skewed id stream earns, and the
+//! model checksum over all shards.
 
+use super::Rank;
 use super::table::ShardTable;
-use crate::optim::Optimizer;
 use comm_traits::Communicator;
 use serde::Serialize;
 
@@ -27,6 +28,10 @@ pub(crate) struct RankReport {
     pub(crate) state_bytes: u64,
     /// Bytes of the shard's id index (its hash map).
     pub(crate) index_bytes: u64,
+    /// Ids this rank served as an owner in training steps (every rank's
+    /// requests, summed over steps): the rows it looked up, returned and
+    /// stepped.
+    pub(crate) ids_served: u64,
 }
 
 /// The sharded run's per-rank figures and their summary.
@@ -37,6 +42,9 @@ pub(crate) struct ShardReport {
     /// Most rows on one rank over the mean (1 = perfectly even; `P` = all
     /// rows on one rank).
     pub(crate) row_skew: f64,
+    /// Most ids served by one rank over the mean (the request load; 1 =
+    /// even, `P` = one rank serves every request).
+    pub(crate) served_skew: f64,
     /// All optimizer state over all rows.
     pub(crate) state_bytes_per_row: f64,
     /// All index bytes over all rows.
@@ -67,25 +75,60 @@ fn status_kb(key: &str) -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-const FIELDS: usize = 7;
+const FIELDS: usize = 8;
+
+/// Row or request skew above which a run warns: one rank then holds or
+/// serves half as much again as the mean, and the job runs at that rank's
+/// pace (with the even hash, measured skews are 1.00–1.02).
+pub(crate) const SKEW_WARNING: f64 = 1.5;
+
+/// Most over mean of `xs` (1 = even; 0 rows everywhere counts as even).
+fn skew(xs: impl Iterator<Item = u64> + Clone) -> f64 {
+    let (n, total) = xs.clone().fold((0u64, 0u64), |(n, t), x| (n + 1, t + x));
+    let max = xs.max().unwrap_or(0);
+    if total == 0 {
+        1.0
+    } else {
+        max as f64 * n as f64 / total as f64
+    }
+}
+
+impl ShardReport {
+    /// A one-line warning when the rows or the requests are skewed beyond
+    /// [`SKEW_WARNING`] (naming the busiest rank and its share), else `None`.
+    pub(crate) fn skew_warning(&self) -> Option<String> {
+        if self.row_skew <= SKEW_WARNING && self.served_skew <= SKEW_WARNING {
+            return None;
+        }
+        let busiest = self.ranks.iter().max_by_key(|r| (r.ids_served, r.rows))?;
+        let served: u64 = self.ranks.iter().map(|r| r.ids_served).sum();
+        let pct = |x: u64, of: u64| 100.0 * x as f64 / of.max(1) as f64;
+        Some(format!(
+            "warning: skewed id stream over {} ranks: row skew {:.2}, request skew {:.2} \
+             (max/mean, warning above {SKEW_WARNING}); rank {} owns {:.1} % of the rows \
+             and served {:.1} % of the ids requested; the job runs at its pace",
+            self.ranks.len(),
+            self.row_skew,
+            self.served_skew,
+            busiest.rank,
+            pct(busiest.rows, self.rows),
+            pct(busiest.ids_served, served),
+        ))
+    }
+}
 
 /// All-gather every rank's figures.
-pub(crate) fn gather(
-    comm: &mut dyn Communicator,
-    table: &ShardTable,
-    opt: &Optimizer,
-    sparse: u64,
-    dense: u64,
-) -> Result<ShardReport, String> {
-    let mem = opt.memory();
+pub(crate) fn gather(comm: &mut dyn Communicator, me: &Rank) -> Result<ShardReport, String> {
+    let mem = me.opt.memory();
     let mine: [u64; FIELDS] = [
-        table.len() as u64,
-        sparse,
-        dense,
+        me.table.len() as u64,
+        me.sparse_bytes,
+        me.dense_bytes,
         rss_bytes(),
         (mem.total_bytes - mem.scratch) as u64,
-        table.index_bytes() as u64,
+        me.table.index_bytes() as u64,
         status_kb("VmHWM:"),
+        me.ids_served,
     ];
     let bytes: Vec<u8> = mine.iter().flat_map(|x| x.to_le_bytes()).collect();
     let mut all = vec![0u8; bytes.len() * comm.size()];
@@ -105,14 +148,15 @@ pub(crate) fn gather(
                 state_bytes: f(4),
                 index_bytes: f(5),
                 peak_rss_bytes: f(6),
+                ids_served: f(7),
             }
         })
         .collect();
     let rows: u64 = ranks.iter().map(|r| r.rows).sum();
     let per_row = |x: u64| x as f64 / rows.max(1) as f64;
-    let max = ranks.iter().map(|r| r.rows).max().unwrap_or(0);
     Ok(ShardReport {
-        row_skew: max as f64 * ranks.len() as f64 / rows.max(1) as f64,
+        row_skew: skew(ranks.iter().map(|r| r.rows)),
+        served_skew: skew(ranks.iter().map(|r| r.ids_served)),
         state_bytes_per_row: per_row(ranks.iter().map(|r| r.state_bytes).sum()),
         index_bytes_per_row: per_row(ranks.iter().map(|r| r.index_bytes).sum()),
         ranks,

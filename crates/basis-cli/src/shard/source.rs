@@ -13,9 +13,7 @@ use crate::data::Examples;
 use crate::data::criteo_synth::{CriteoSynth, SynthExample};
 use crate::hashing::field_of;
 
-/// Index of the first held-out example of a stream: training reads
-/// `0..n`, evaluation `HELD_OUT + j` (disjoint for any `n < 2^40`).
-pub(crate) const HELD_OUT: u64 = 1 << 40;
+pub(crate) use crate::data::criteo_synth::{TEST_FIRST, VALID_FIRST};
 
 /// A source of examples, addressed by position `0..len()`.
 #[derive(Debug, Clone, Copy)]
@@ -132,7 +130,7 @@ mod tests {
         let g = CriteoSynth::new(&CriteoSynthConfig::default()).unwrap();
         let src = Source::Stream {
             generator: &g,
-            first: HELD_OUT,
+            first: TEST_FIRST,
             len: 10,
         };
         let positions = [7, 0, 3, 7];
@@ -140,7 +138,7 @@ mod tests {
         let mut at = 0;
         let mut ex = SynthExample::default();
         for (k, &e) in positions.iter().enumerate() {
-            g.example(HELD_OUT + e as u64, &mut ex);
+            g.example(TEST_FIRST + e as u64, &mut ex);
             let (a, b) = (sh.ex.offsets[k], sh.ex.offsets[k + 1]);
             assert_eq!(a, at);
             let keys: Vec<u64> = ex.feats.iter().map(|f| f.0).collect();
@@ -218,7 +216,7 @@ mod tests {
             keys.extend(ex.feats.iter().map(|f| f.0));
         }
         let mut unseen = 0;
-        for i in HELD_OUT..HELD_OUT + test as u64 {
+        for i in TEST_FIRST..TEST_FIRST + test as u64 {
             g.example(i, &mut ex);
             unseen += ex.feats.iter().filter(|f| !keys.contains(&f.0)).count();
         }
@@ -226,11 +224,68 @@ mod tests {
         let shard = a.sharded.as_ref().unwrap();
         assert_eq!(shard.rows, keys.len() as u64);
         assert!(shard.examples_per_sec > 0.0);
-        // It learns: the held-out slice scores well above chance.
-        assert!(
-            a.final_metrics.test_auc > 0.6,
-            "{}",
-            a.final_metrics.test_auc
+        // It learns: both held-out slices score well above chance (the
+        // validation slice is real: 600 examples, not the empty 0.5).
+        let f = &a.final_metrics;
+        assert!(f.test_auc > 0.6, "{}", f.test_auc);
+        assert!(f.valid_auc > 0.6, "{}", f.valid_auc);
+        assert_ne!(f.valid_auc.to_bits(), f.test_auc.to_bits());
+    }
+
+    #[test]
+    fn a_stream_has_disjoint_held_out_validation_and_test_slices() {
+        use crate::data::criteo_synth::stream_dataset;
+        let cfg = CriteoSynthConfig {
+            examples: 5000,
+            ids: 100_000,
+            stream: true,
+            ..CriteoSynthConfig::default()
+        };
+        let ds = stream_dataset(&cfg, 0.1, 0.2).unwrap();
+        assert_eq!(ds.split_lens(), [5000, 500, 1000]);
+        let (train, valid, test) = super::super::sources(&ds);
+        let range = |s: &Source<'_>| match s {
+            Source::Stream { first, len, .. } => *first..*first + *len as u64,
+            Source::Memory(_) => unreachable!("a stream"),
+        };
+        let (a, v, t) = (range(&train), range(&valid), range(&test));
+        assert_eq!(
+            (a.start, a.end, v.start, t.start),
+            (0, 5000, VALID_FIRST, TEST_FIRST)
         );
+        assert!(a.end <= t.start && t.end <= v.start, "{a:?} {t:?} {v:?}");
+        // Validation position j is generator example VALID_FIRST + j.
+        let g = CriteoSynth::new(&cfg).unwrap();
+        let sh = valid.share(&[0, 499]);
+        let mut ex = SynthExample::default();
+        for (k, j) in [0u64, 499].into_iter().enumerate() {
+            g.example(VALID_FIRST + j, &mut ex);
+            let keys: Vec<u64> = ex.feats.iter().map(|f| f.0).collect();
+            assert_eq!(sh.ids[sh.ex.offsets[k]..sh.ex.offsets[k + 1]], keys[..]);
+            assert_eq!(sh.ex.labels[k], ex.label);
+        }
+        // The data line's positive rate: the first 5000 training examples'
+        // (the pilot reads min(n, 2^17)), counted here one by one.
+        let pos = (0..5000)
+            .filter(|&i| {
+                g.example(i, &mut ex);
+                ex.label > 0.5
+            })
+            .count();
+        let rate = ds.train_positive_rate();
+        assert_eq!(rate, pos as f64 / 5000.0);
+        assert!(rate > 0.0 && rate < 1.0, "{rate}");
+        let line = crate::compare::describe(&ds);
+        assert!(line.contains("train/valid/test = 5000/500/1000"), "{line}");
+        assert!(line.contains(&format!("positive rate {rate:.3}")), "{line}");
+        // No validation slice when asked for none; a stream longer than
+        // the held-out offset is refused, not silently overlapped.
+        assert_eq!(stream_dataset(&cfg, 0.0, 0.2).unwrap().split_lens()[1], 0);
+        let big = CriteoSynthConfig {
+            examples: (1usize << 40) + 1,
+            ..cfg
+        };
+        let e = stream_dataset(&big, 0.1, 0.1).unwrap_err().to_string();
+        assert!(e.contains("2^40"), "{e}");
     }
 }
