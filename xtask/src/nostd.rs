@@ -39,6 +39,7 @@ struct NoStdCrate {
     features: &'static [&'static str],
 }
 
+/// Every crate that promises `no_std`.
 const NO_STD_CRATES: &[NoStdCrate] = &[
     NoStdCrate {
         dir: "balanced-hash",
