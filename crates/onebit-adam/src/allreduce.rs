@@ -54,6 +54,7 @@ pub struct ErrorNorms {
 ///
 /// ```
 /// use basis_std::local::LocalComm;
+/// use onebit_adam::comm_traits::Communicator;
 /// use onebit_adam::{AllReduceState, compressed_allreduce, compressed_allreduce_bytes};
 ///
 /// // Two ranks average 20 values each.
