@@ -43,8 +43,9 @@ pub(crate) fn run(_args: &[String]) -> Result<(), String> {
             "warnings",
         ]))
     })?;
-    // Optional features (serde derives, std, mpi) are off in every other
-    // step; a derive that does not compile once landed unseen.
+    // Optional features (serde derives, std, mpi) are off in the other
+    // steps but `nostd` (which builds each `serde` alone, without `std`); a
+    // derive that does not compile once landed unseen.
     step("features", &mut || {
         util::run(cargo().args(["check", "--workspace", "--all-features", "--all-targets"]))
     })?;

@@ -13,6 +13,13 @@
 //!
 //! The proof is shown to bite every time: the same binary with a deliberately
 //! leaking dependency (a crate with `extern crate std`) must fail to build.
+//!
+//! 3. Every optional feature of a `no_std` crate, alone: each crate is built
+//!    with `--no-default-features --features serde`, and the facade with
+//!    `--features serde` (for `x86_64-unknown-none` when available, else
+//!    checked on the host). Elsewhere `serde` is only compiled next to crates
+//!    that turn on `serde/std`, which hides a derive that needs `std` or
+//!    `alloc` the crate does not ask for.
 
 use crate::util::{self, cargo, root, run_with_timeout};
 use std::fs;
@@ -20,14 +27,50 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-/// The crates that promise `no_std` (directory under `crates/`, package
-/// name, library name).
-const NO_STD_CRATES: &[(&str, &str, &str)] = &[
-    ("balanced-hash", "basisopt-balanced-hash", "balanced_hash"),
-    ("basis-core", "basisopt-core", "basis_core"),
-    ("onebit-codec", "basisopt-onebit-codec", "onebit_codec"),
-    ("comm-traits", "basisopt-comm-traits", "comm_traits"),
-    ("onebit-adam", "basisopt-onebit-adam", "onebit_adam"),
+/// A crate that promises `no_std`.
+struct NoStdCrate {
+    /// Directory under `crates/`.
+    dir: &'static str,
+    /// Package name.
+    package: &'static str,
+    /// Library name.
+    lib: &'static str,
+    /// Optional features that must build without `std` too.
+    features: &'static [&'static str],
+}
+
+/// Every crate that promises `no_std`.
+const NO_STD_CRATES: &[NoStdCrate] = &[
+    NoStdCrate {
+        dir: "balanced-hash",
+        package: "basisopt-balanced-hash",
+        lib: "balanced_hash",
+        features: &[],
+    },
+    NoStdCrate {
+        dir: "basis-core",
+        package: "basisopt-core",
+        lib: "basis_core",
+        features: &["serde"],
+    },
+    NoStdCrate {
+        dir: "onebit-codec",
+        package: "basisopt-onebit-codec",
+        lib: "onebit_codec",
+        features: &["serde"],
+    },
+    NoStdCrate {
+        dir: "comm-traits",
+        package: "basisopt-comm-traits",
+        lib: "comm_traits",
+        features: &["serde"],
+    },
+    NoStdCrate {
+        dir: "onebit-adam",
+        package: "basisopt-onebit-adam",
+        lib: "onebit_adam",
+        features: &["serde"],
+    },
 ];
 
 pub(crate) const CROSS_TARGET: &str = "x86_64-unknown-none";
@@ -41,7 +84,8 @@ pub(crate) fn run(_args: &[String]) -> Result<(), String> {
     let target_dir = root().join("target").join("nostd-target");
 
     // Proof 1: a target without std, when we can have it.
-    if cross_target_available() {
+    let cross = cross_target_available();
+    if cross {
         util::run(check_build(&dir, &target_dir).args(["--target", CROSS_TARGET]))?;
         eprintln!("nostd: cross-build for {CROSS_TARGET} passed");
     } else {
@@ -49,6 +93,13 @@ pub(crate) fn run(_args: &[String]) -> Result<(), String> {
             "nostd: target {CROSS_TARGET} unavailable (offline?); using the freestanding host link"
         );
     }
+
+    // Proof 3: each optional feature alone, without `std`.
+    let built = feature_builds(cross, &target_dir)?;
+    eprintln!(
+        "nostd: {built} optional-feature builds (serde without std) passed ({})",
+        if cross { CROSS_TARGET } else { "host check" }
+    );
 
     // Proof 2: freestanding host binary, linked. The explicit `--target`
     // keeps RUSTFLAGS off build scripts and proc-macros (they are normal
@@ -78,6 +129,39 @@ pub(crate) fn run(_args: &[String]) -> Result<(), String> {
     }
     eprintln!("nostd: self-test ok (a dependency that links std is rejected: duplicate lang item)");
     Ok(())
+}
+
+/// `cargo build -p <crate> --no-default-features --features <f>` for every
+/// optional feature of every `no_std` crate, then the facade's `serde` on
+/// top of its (`no_std`) defaults; for [`CROSS_TARGET`] when `cross`, else a
+/// host `cargo check` (the same code, without the proof that no `std` is
+/// reachable). Returns the number of builds.
+fn feature_builds(cross: bool, target_dir: &Path) -> Result<usize, String> {
+    let mut builds: Vec<Vec<&str>> = Vec::new();
+    for krate in NO_STD_CRATES {
+        for feature in krate.features {
+            builds.push(vec![
+                "-p",
+                krate.package,
+                "--no-default-features",
+                "--features",
+                feature,
+            ]);
+        }
+    }
+    builds.push(vec!["-p", "basisopt", "--features", "serde"]);
+    for args in &builds {
+        let mut cmd = cargo();
+        cmd.arg(if cross { "build" } else { "check" })
+            .arg("--quiet")
+            .args(args)
+            .env("CARGO_TARGET_DIR", target_dir);
+        if cross {
+            cmd.args(["--target", CROSS_TARGET]);
+        }
+        util::run(&mut cmd)?;
+    }
+    Ok(builds.len())
 }
 
 fn check_build(dir: &Path, target_dir: &Path) -> Command {
@@ -125,7 +209,13 @@ fn write_check_crate(dir: &Path) -> Result<(), String> {
     fs::create_dir_all(leaky.join("src")).map_err(|e| e.to_string())?;
     let mut deps = String::new();
     let mut externs = String::new();
-    for (dir, pkg, lib) in NO_STD_CRATES {
+    for NoStdCrate {
+        dir,
+        package: pkg,
+        lib,
+        ..
+    } in NO_STD_CRATES
+    {
         let path = root.join("crates").join(dir);
         deps.push_str(&format!(
             "{dir} = {{ package = \"{pkg}\", path = {:?}, default-features = false }}\n",

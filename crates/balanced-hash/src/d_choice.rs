@@ -13,6 +13,7 @@ type ChoiceMap = HashMap<u64, u8, BuildHasherDefault<ahash::AHasher>>;
 
 /// What a bucket's load counts, and so what d-choice balances.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Weighting {
     /// Each key adds its weight once, when it is first assigned
     /// (`assign` = weight 1: loads count distinct keys). The default.

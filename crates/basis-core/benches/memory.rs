@@ -1,5 +1,5 @@
 //! Optimizer-state memory per row (the caller's table excluded), d = 64,
-//! one-choice hashing unless stated: prints the table for docs/benchmarks.
+//! one-choice hashing unless stated: prints the memory table.
 //! Figures come from each optimizer's exact `memory()` report on dense row
 //! state (sparse state adds the hash-map index: shown on the last line).
 //! Fresh optimizers hold no step buffers; the last line subtracts them.

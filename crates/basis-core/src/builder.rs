@@ -40,17 +40,17 @@ pub struct LearnedScalarBuilder(BasisConfig);
 /// [`BasisConfig::row_scaled`]. It has no scalar options, because this mode
 /// ignores them:
 ///
-/// ```compile_fail
+/// ```compile_fail,E0599
 /// // Does not compile: RowScaled has no learned scalar to give a rate.
 /// let config = basis_core::BasisConfig::row_scaled(8).scalar_lr(0.1).build();
 /// ```
 ///
-/// ```compile_fail
+/// ```compile_fail,E0599
 /// // Does not compile: RowScaled keeps no Adam moments.
 /// let config = basis_core::BasisConfig::row_scaled(8).betas(0.9, 0.99).build();
 /// ```
 ///
-/// ```compile_fail
+/// ```compile_fail,E0599
 /// // Does not compile: only RowScaled reads the row-scale options.
 /// use basis_core::{Accumulate, BasisConfig};
 /// let config = BasisConfig::shared(8).accumulate(Accumulate::Sum).build();

@@ -1,5 +1,5 @@
-//! Entry points of the fuzz targets in `fuzz/` (one library call per target),
-//! also replayed by the regression tests.
+//! Entry points of the cargo-fuzz targets, kept outside this package (one
+//! library call per target), also replayed by the regression tests.
 //!
 //! They panic when an invariant breaks: that is how a fuzzer reports a bug.
 

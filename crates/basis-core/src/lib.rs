@@ -85,6 +85,9 @@ pub use config::{
     RowScaleConfig, ScalarLrSchedule, ScalarRule, ScalarStorage, TablePrecision,
 };
 pub use error::{ConfigError, GrowError, StateError, StateField, StepError, TableError};
+/// The `half` crate whose `bf16` [`bf16_stochastic`] returns, so users name
+/// it without pinning a version of their own.
+pub use half;
 pub use optimizer::SparseOptimizer;
 pub use quant::{LogCode, bf16_stochastic};
 pub use report::{Diagnostics, HISTOGRAM_BINS, MemoryReport, StepReport};

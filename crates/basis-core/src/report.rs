@@ -4,6 +4,21 @@
 use alloc::vec::Vec;
 
 /// The outcome of one successful step.
+///
+/// ```
+/// use basis_core::{Basis, BasisConfig, DenseTable, OneChoice, RowIndex, SparseOptimizer};
+///
+/// let config = BasisConfig::row_scaled(2).row_index(RowIndex::Dense { rows: 8 }).build()?;
+/// let mut opt = Basis::new(config, OneChoice::new(4, 1)?)?;
+/// let mut table = vec![0.0f32; 8 * 2];
+/// // Row 3 twice (its gradients are summed) and row 5 once.
+/// let grads = [1.0, 1.0, 1.0, 1.0, -1.0, 0.5];
+/// let report = opt.step(&[3, 3, 5], &grads, &mut DenseTable::new(&mut table, 2)?)?;
+/// assert_eq!(report.rows_updated, 2);
+/// assert_eq!(report.rows_skipped_nonfinite, 0);
+/// assert!((1..=2).contains(&report.buckets_touched));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
@@ -19,6 +34,19 @@ pub struct StepReport {
 /// Exact bytes of optimizer state held, broken down. The caller's embedding
 /// table is never included. Every figure counts allocated capacity, so it is
 /// what the allocator handed out, not an estimate.
+///
+/// ```
+/// use basis_core::{Basis, BasisConfig, OneChoice, RowIndex};
+///
+/// let config = BasisConfig::row_scaled(16).row_index(RowIndex::Dense { rows: 1000 }).build()?;
+/// let opt = Basis::new(config, OneChoice::new(64, 1)?)?;
+/// let memory = opt.memory();
+/// assert_eq!(memory.total_bytes, memory.fixed_bytes() + memory.per_row_bytes() + memory.scratch);
+/// assert_eq!(memory.row_index, 0); // dense rows need no id index
+/// // Far below Adam's 2·d f32 per row (128 B/row here).
+/// assert!(memory.bytes_per_row(1000) < 16.0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
@@ -86,6 +114,22 @@ pub const HISTOGRAM_BINS: usize = 16;
 
 /// Numbers worth watching during training: the scalar
 /// distribution, bucket loads and update counts, non-finite rows skipped.
+///
+/// ```
+/// use basis_core::{Basis, BasisConfig, DenseTable, HISTOGRAM_BINS, OneChoice, RowIndex};
+/// use basis_core::SparseOptimizer;
+///
+/// let config = BasisConfig::row_scaled(2).row_index(RowIndex::Dense { rows: 8 }).build()?;
+/// let mut opt = Basis::new(config, OneChoice::new(4, 1)?)?;
+/// let mut table = vec![0.0f32; 8 * 2];
+/// opt.step(&[1, 6], &[0.5, -0.5, 2.0, 1.0], &mut DenseTable::new(&mut table, 2)?)?;
+/// let d = opt.diagnostics();
+/// assert_eq!(d.steps, 1);
+/// assert_eq!(d.histogram_edges.len(), HISTOGRAM_BINS + 1);
+/// assert_eq!(d.bucket_loads.len(), 4);
+/// assert_eq!(d.nonfinite_rows, 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone, PartialEq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]

@@ -8,6 +8,37 @@ use crate::error::TableError;
 /// applies a step. `row_mut` returns `None` for an id the table does not hold;
 /// the step then fails with [`StepError::MissingRow`](crate::StepError::MissingRow)
 /// before anything changes.
+///
+/// A table of your own, here rows kept in a map by id:
+///
+/// ```
+/// use std::collections::BTreeMap;
+/// use basis_core::{Basis, BasisConfig, OneChoice, RowAccess, RowIndex, SparseOptimizer};
+///
+/// struct MapTable {
+///     dim: usize,
+///     rows: BTreeMap<u64, Vec<f32>>,
+/// }
+///
+/// impl RowAccess for MapTable {
+///     fn dim(&self) -> usize {
+///         self.dim
+///     }
+///     fn row_mut(&mut self, id: u64) -> Option<&mut [f32]> {
+///         self.rows.get_mut(&id).map(Vec::as_mut_slice)
+///     }
+/// }
+///
+/// let mut table = MapTable { dim: 2, rows: BTreeMap::new() };
+/// table.rows.insert(1 << 40, vec![1.0, -1.0]);
+/// let config = BasisConfig::row_scaled(2).row_index(RowIndex::Sparse).build()?;
+/// let mut opt = Basis::new(config, OneChoice::new(8, 3)?)?;
+/// opt.step(&[1 << 40], &[0.5, -0.5], &mut table)?;
+/// assert!(table.rows[&(1 << 40)][0] < 1.0);
+/// // An id the table does not hold is an error, and nothing changes.
+/// assert!(opt.step(&[7], &[0.5, -0.5], &mut table).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub trait RowAccess {
     /// Number of `f32` values per row.
     fn dim(&self) -> usize;

@@ -280,7 +280,7 @@ fn loss_of(results: &[Outcome], name: &str) -> f64 {
 }
 
 /// Modes asserted to beat plain SGD. `basis-shared` and `basis-signed` are
-/// not: on these problems they do not earn their memory (see docs/BASIS.md).
+/// not: on these problems they do not earn their memory (measured by this test).
 const EARNS_ITS_MEMORY: [&str; 5] = [
     "basis-own-gradient",
     "basis-own-gradient-u8",
@@ -331,8 +331,7 @@ fn learning_balanced_dimensions() {
 }
 
 /// The large-σ dimensions dominate the loss: a single row-wise step size is
-/// what matters. Here `RowScaled` is worse than row-wise AdaGrad (reported,
-/// see docs/BASIS.md); `OwnGradient` must stay within the margin.
+/// what matters. Here `RowScaled` is worse than row-wise AdaGrad (reported); `OwnGradient` must stay within the margin.
 #[test]
 fn learning_unit_weights() {
     let results = run_all(false);

@@ -1,4 +1,4 @@
-//! Reduction property (SPEC.md § BASIS): with an injective bucket map
+//! Reduction property of BASIS: with an injective bucket map
 //! (B ≥ N), scalar learning rate 0 and every row in every batch, BASIS is
 //! Adam. `Shared` and `Signed` must equal [`ExactAdam`]; `OwnGradient` must
 //! equal `ExactAdam` with β1 = 0. `RowScaled` with `d = 1` (a flat profile) is

@@ -1,6 +1,6 @@
-//! Our side of `cargo xtask bench --peers`: a timing server for the dense
-//! kernels, driven line by line over stdin so the xtask can interleave it
-//! with the PyTorch/numpy peer (`xtask/peers.py`) round by round.
+//! A timing server for the dense kernels, driven line by line over stdin so
+//! a harness can interleave it round by round with a PyTorch/numpy peer
+//! (the workspace's `cargo xtask bench --peers` does).
 //!
 //! Protocol: each input line names one kernel; the server runs it once on
 //! its resident 64 Mi-element tensors and answers one line with the

@@ -5,7 +5,7 @@
 //! `d`-vectors `M_b`, `V_b`. Many threads update it at once through `&self`,
 //! without a global step (Hogwild): each call is one row's update of its
 //! bucket, applied atomically per coordinate (lock-free table) or per bucket
-//! (striped table). See `docs/CONCURRENCY.md` for the guarantees.
+//! (striped table). Each table's page states its guarantees.
 
 use crate::Error;
 

@@ -45,6 +45,7 @@ use agree::Proposal;
 
 /// How [`Communicator::all_reduce_sum`] is carried out on an [`MpiComm`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AllReduceAlgorithm {
     /// Reduce-scatter as an `MPI_Alltoallv` of contiguous chunks, a sum of
     /// each chunk in rank order `((x₀ + x₁) + x₂) + …` on the rank that owns

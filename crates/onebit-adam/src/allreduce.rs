@@ -51,6 +51,26 @@ pub struct ErrorNorms {
 }
 
 /// What one [`compressed_allreduce`] did on this rank.
+///
+/// ```
+/// use basis_std::local::LocalComm;
+/// use onebit_adam::comm_traits::Communicator;
+/// use onebit_adam::{AllReduceState, compressed_allreduce, compressed_allreduce_bytes};
+///
+/// // Two ranks average 20 values each.
+/// let reports = LocalComm::run(2, |mut comm| {
+///     let mut buf = vec![comm.rank() as f32 + 1.0; 20];
+///     compressed_allreduce(&mut comm, &mut buf, &mut AllReduceState::new())
+/// });
+/// for report in reports {
+///     let report = report.unwrap()?;
+///     // Padded to a multiple of 8·P = 16.
+///     assert_eq!((report.len, report.padded_len), (20, 32));
+///     assert_eq!(report.bytes.bytes_sent, compressed_allreduce_bytes(20, 2));
+///     assert!(report.worker_scale > 0.0);
+/// }
+/// # Ok::<(), onebit_adam::OneBitError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]

@@ -93,7 +93,9 @@ impl Default for AdamW {
 }
 
 /// Which implementation runs the element loop. All give the same bits.
+/// `#[non_exhaustive]`: kernels for more instruction sets will be added.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Kernel {
     /// One element at a time (the reference; every target).
     Scalar,

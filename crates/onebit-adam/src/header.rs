@@ -1,4 +1,4 @@
-//! The header exchanged before every collective of this crate (SPEC step 5):
+//! The header exchanged before every collective of this crate:
 //! every rank all-gathers `magic, op, dtype, status, n, step, layout` and checks all
 //! of them, so a disagreement is an error on every rank instead of a hang or
 //! silently mixed buffers.

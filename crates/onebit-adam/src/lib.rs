@@ -21,6 +21,11 @@ mod state;
 #[doc(hidden)]
 pub mod testing;
 
+/// The crate of [`comm_traits::Communicator`], whose types appear in this
+/// crate's API ([`OneBitError::Comm`], the reports' byte counts), so users
+/// name them without pinning a version of their own.
+pub use comm_traits;
+
 pub use allreduce::{
     AllReduceReport, AllReduceState, ErrorNorms, compressed_allreduce, compressed_allreduce_bytes,
     padded_len,

@@ -263,6 +263,21 @@ pub enum Stage {
 }
 
 /// What one [`OneBitAdam::step`] did on this rank.
+///
+/// ```
+/// use onebit_adam::comm_traits::SingleRank;
+/// use onebit_adam::{Config, OneBitAdam, Stage};
+///
+/// let mut opt = OneBitAdam::new(2, Config::default().with_freeze_step(1))?;
+/// let mut comm = SingleRank::default();
+/// let mut x = [1.0f32, -1.0];
+/// let first = opt.step_with_grad(&mut comm, &mut x, &[0.5, -0.5])?;
+/// assert_eq!((first.step, first.stage), (1, Stage::Warmup));
+/// let second = opt.step_with_grad(&mut comm, &mut x, &[0.5, -0.5])?;
+/// assert_eq!((second.step, second.stage), (2, Stage::Compressed));
+/// assert_eq!(second.bytes.bytes_sent, 0); // one rank sends nothing
+/// # Ok::<(), onebit_adam::OneBitError>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]

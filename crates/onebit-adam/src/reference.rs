@@ -1,7 +1,7 @@
 //! A plain, single-threaded simulation of [`crate::compressed_allreduce`] on
 //! `P` ranks: the obviously-correct slow path the tests (and the MPI backend's
 //! tests) compare against bit for bit. No packing, no communicator: every
-//! rank's buffer and error vectors are ordinary `Vec`s, and each SPEC step is
+//! rank's buffer and error vectors are ordinary `Vec`s, and each algorithm step is
 //! a loop written the way the math reads. Only the scale comes from
 //! [`onebit_codec::scale::rms`], whose reduction order is part of the codec's
 //! documented contract.
@@ -47,7 +47,7 @@ fn signed(v: f32, alpha: f32) -> f32 {
 /// test-support function: shapes are the caller's contract).
 #[allow(
     clippy::needless_range_loop,
-    reason = "index loops read like the SPEC's formulas; this is the slow reference"
+    reason = "index loops read like the paper's formulas; this is the slow reference"
 )]
 pub fn simulate_allreduce(bufs: &mut [Vec<f32>], state: &mut ReferenceState) {
     let p = bufs.len();

@@ -112,7 +112,7 @@ fn policy_byte(p: Policy) -> u8 {
 impl OneBitAdam {
     /// Serialise this rank's state (moments, zero mask, accumulated gradient,
     /// counters, and every error buffer) as a versioned, CRC-32-checked record
-    /// (layout in the module docs of `state.rs` and in `docs/ONEBIT_ADAM.md`).
+    /// (layout in the module docs of this crate's `src/state.rs`).
     /// Hyper-parameters are not stored: the caller rebuilds the optimizer
     /// with its config and groups, then imports.
     pub fn export_state(&self) -> Vec<u8> {

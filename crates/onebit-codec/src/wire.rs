@@ -41,7 +41,7 @@ pub const CHECKSUM_LEN: usize = 4;
 /// CRC-32C (Castagnoli, the iSCSI polynomial) of `bytes`.
 pub fn crc32c(bytes: &[u8]) -> u32 {
     // Slice-by-16 tables (16 KiB, built at compile time): measured at about
-    // 1.5 % of compress + encode at 64 MiB (docs/WIRE_FORMAT.md).
+    // 1.5 % of compress + encode at 64 MiB when v2 was introduced.
     const CRC32C: crc::Crc<u32, crc::Table<16>> =
         crc::Crc::<u32, crc::Table<16>>::new(&crc::CRC_32_ISCSI);
     CRC32C.checksum(bytes)

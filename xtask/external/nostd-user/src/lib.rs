@@ -53,8 +53,8 @@ from!(
 /// gradient the row itself (minimising ‖w‖²); returns the table.
 pub fn train_basis(rows: u64, dim: usize, steps: usize) -> Result<Vec<f32>, Error> {
     let config = BasisConfig::default()
-.with_dim(dim)
-.with_row_index(RowIndex::Dense { rows });
+        .with_dim(dim)
+        .with_row_index(RowIndex::Dense { rows });
     let mut opt = Basis::new(config, OneChoice::new(4, 7)?)?;
     let ids: Vec<u64> = (0..rows).collect();
     let mut weights = vec![1.0f32; ids.len() * dim];
