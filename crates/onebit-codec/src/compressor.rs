@@ -286,7 +286,7 @@ impl Compressor {
             n,
             config,
             chunk,
-            buf: vec![0.0; n],
+            buf: written_zeros(n),
             alphas: vec![0.0; n.div_ceil(chunk)],
             spare: Vec::new(),
             spare_signs: Vec::new(),
@@ -892,4 +892,21 @@ impl ChunkWalk {
             s = e;
         }
     }
+}
+
+/// `n` zeros whose pages are really written. `vec![0.0; n]` may come from
+/// `calloc`/`mmap` and map the shared zero page until first written; the
+/// first step that writes this buffer is then the *second* step (after the
+/// buffers swap), and it takes a page fault per 4 KiB — on a VM each one a
+/// TLB shoot-down: 0.4 s per rank at 64 MiB, 8× the whole all-reduce
+/// (onebit-adam's `allreduce` bench, 2026-12-02). Writing one float per
+/// page (through `black_box`, so the store is not elided as a no-op)
+/// commits the pages here, at construction.
+fn written_zeros(n: usize) -> Vec<f32> {
+    let mut v = vec![0.0f32; n];
+    // 1024 floats = 4 KiB, the smallest page size.
+    for x in v.iter_mut().step_by(1024) {
+        *core::hint::black_box(x) = 0.0;
+    }
+    v
 }
