@@ -1,6 +1,6 @@
-// The facade's own page: the repository's README.md speaks of files and
-// commands a crates.io user does not get.
 #![doc = include_str!("README.md")]
+// The facade's own page (above): the repository's README.md speaks of
+// files and commands a crates.io user does not get.
 // docs.rs (nightly) marks feature-gated items; see `[package.metadata.docs.rs]`.
 #![cfg_attr(basis_doc_cfg, feature(doc_cfg))]
 #![no_std]
