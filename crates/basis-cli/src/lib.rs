@@ -18,6 +18,7 @@ mod metrics;
 mod model;
 mod optim;
 mod parallel;
+mod partition;
 mod plot;
 mod progress;
 mod rng;

@@ -1,5 +1,6 @@
 //! Building `basis-core` optimizers from an [`OptSpec`] and reading their telemetry.
 
+use crate::partition::Partitioned;
 use crate::spec::{Kind, Mode, OptSpec, Storage};
 use balanced_hash::{Bucketer, DChoice, LoadStats, OneChoice};
 use basis_core::{
@@ -20,6 +21,9 @@ pub(crate) enum Optimizer {
     Sgd(Sgd),
     /// BASIS with one-choice hashing.
     Basis1(Box<Basis<OneChoice>>),
+    /// BASIS on one rank's part of the single process's one-choice buckets
+    /// (a row-sharded run, `crate::partition`).
+    BasisPart(Box<Basis<Partitioned>>),
     /// BASIS with d-choice hashing, and what rebuilding its bucketer needs.
     BasisD {
         /// The optimizer.
@@ -98,6 +102,98 @@ pub(crate) fn build(
     build_indexed(spec, rows, RowIndex::Dense { rows: rows as u64 }, dim, seed)
 }
 
+/// The message of a rejected configuration; state sized by the table names
+/// the option that sized it (`dim` is the row dimension k + 1).
+fn config_err(spec: &OptSpec, rows: usize, dim: usize) -> impl Fn(ConfigError) -> String + '_ {
+    move |e| match e {
+        ConfigError::AllocationFailed { bytes } => format!(
+            "--dim {}: optimizer `{}` needs {bytes} bytes of state for {rows} rows, more than can be allocated",
+            dim.saturating_sub(1),
+            spec.label
+        ),
+        other => format!("{}: {other}", spec.label),
+    }
+}
+
+/// Whether `spec` is BASIS over one-choice buckets, whose bucket table a
+/// row-sharded run splits over the ranks (`crate::partition`).
+pub(crate) fn splits_buckets(spec: &OptSpec) -> bool {
+    matches!(spec.kind, Kind::Basis | Kind::Countsketch) && spec.choices <= 1
+}
+
+/// The one-choice bucketer BASIS `spec` uses for a table of `rows` rows
+/// under `seed` (the single process's; a sharded run partitions it).
+pub(crate) fn one_choice(spec: &OptSpec, rows: usize, seed: u64) -> Result<OneChoice, String> {
+    OneChoice::new(spec.buckets_for(rows), hash_seed(seed))
+        .map_err(|e| format!("{}: {e}", spec.label))
+}
+
+/// The bucket hash seed of a run seeded `seed`.
+fn hash_seed(seed: u64) -> u64 {
+    0xB0C4_E75E ^ seed
+}
+
+/// The sparse optimizer of rank `rank` of a `p`-rank row-sharded run of a
+/// `rows`-row table (a growing shard store, stepped keyed by global ids).
+/// One-choice BASIS gets its part of the single process's buckets; every
+/// other optimizer its own state, BASIS buckets sized for `rows/p` rows.
+pub(crate) fn build_shard(
+    spec: &OptSpec,
+    rows: usize,
+    (rank, p): (usize, usize),
+    dim: usize,
+    seed: u64,
+) -> Result<Optimizer, String> {
+    let index = RowIndex::Dense { rows: 0 };
+    if !splits_buckets(spec) {
+        return build_indexed(spec, rows.div_ceil(p), index, dim, seed);
+    }
+    let h = Partitioned::new(one_choice(spec, rows, seed)?, p, rank)?;
+    let config = basis_config(spec, index, dim, seed);
+    Ok(Optimizer::BasisPart(Box::new(
+        Basis::new(config, h).map_err(config_err(spec, rows, dim))?,
+    )))
+}
+
+/// The `basis-core` configuration of BASIS `spec`.
+fn basis_config(spec: &OptSpec, row_index: RowIndex, dim: usize, seed: u64) -> BasisConfig {
+    let defaults = BasisConfig::default();
+    defaults
+        .with_dim(dim)
+        .with_lr(spec.lr())
+        .with_direction(match spec.mode {
+            Mode::RowScaled => Direction::RowScaled,
+            Mode::Shared => Direction::Shared,
+            Mode::Signed => Direction::Signed,
+            Mode::Own => Direction::OwnGradient,
+        })
+        .with_scalar_rule(if spec.hypergradient {
+            ScalarRule::Hypergradient
+        } else {
+            ScalarRule::Normalized
+        })
+        .with_scalar_lr(spec.scalar_lr.unwrap_or(defaults.scalar_lr))
+        .with_scalar_storage(match spec.storage() {
+            Storage::F32 => ScalarStorage::F32,
+            Storage::Bf16 => ScalarStorage::Bf16,
+            Storage::U8 => ScalarStorage::LogU8,
+        })
+        // Only RowScaled reads these (basis-core refuses them elsewhere).
+        .with_row_scale(if spec.mode == Mode::RowScaled {
+            defaults
+                .row_scale
+                .with_accumulate(
+                    spec.ema
+                        .map_or(Accumulate::Sum, |beta| Accumulate::Ema { beta }),
+                )
+                .with_profile(profile_of(spec))
+        } else {
+            defaults.row_scale
+        })
+        .with_row_index(row_index)
+        .with_seed(defaults.seed ^ seed)
+}
+
 /// [`build`] with an explicit row index (`Dense { rows: 0 }` for a table
 /// that grows, such as a shard store; `rows` then only sizes the buckets).
 pub(crate) fn build_indexed(
@@ -108,16 +204,7 @@ pub(crate) fn build_indexed(
     seed: u64,
 ) -> Result<Optimizer, String> {
     let err = |e: &dyn core::fmt::Display| format!("{}: {e}", spec.label);
-    // State sized by the table: name the option that sized it (`dim` is the
-    // row dimension k + 1).
-    let config_err = |e: ConfigError| match e {
-        ConfigError::AllocationFailed { bytes } => format!(
-            "--dim {}: optimizer `{}` needs {bytes} bytes of state for {rows} rows, more than can be allocated",
-            dim.saturating_sub(1),
-            spec.label
-        ),
-        other => err(&other),
-    };
+    let config_err = config_err(spec, rows, dim);
     let lr = spec.lr();
     Ok(match spec.kind {
         Kind::Adam => Optimizer::Adam(
@@ -140,45 +227,9 @@ pub(crate) fn build_indexed(
         ),
         Kind::Sgd => Optimizer::Sgd(Sgd::new(dim, lr).map_err(config_err)?),
         Kind::Basis | Kind::Countsketch => {
-            let defaults = BasisConfig::default();
-            let config = defaults
-                .with_dim(dim)
-                .with_lr(lr)
-                .with_direction(match spec.mode {
-                    Mode::RowScaled => Direction::RowScaled,
-                    Mode::Shared => Direction::Shared,
-                    Mode::Signed => Direction::Signed,
-                    Mode::Own => Direction::OwnGradient,
-                })
-                .with_scalar_rule(if spec.hypergradient {
-                    ScalarRule::Hypergradient
-                } else {
-                    ScalarRule::Normalized
-                })
-                .with_scalar_lr(spec.scalar_lr.unwrap_or(defaults.scalar_lr))
-                .with_scalar_storage(match spec.storage() {
-                    Storage::F32 => ScalarStorage::F32,
-                    Storage::Bf16 => ScalarStorage::Bf16,
-                    Storage::U8 => ScalarStorage::LogU8,
-                })
-                // Only RowScaled reads these (basis-core refuses them elsewhere).
-                .with_row_scale(if spec.mode == Mode::RowScaled {
-                    defaults
-                        .row_scale
-                        .with_accumulate(
-                            spec.ema
-                                .map_or(Accumulate::Sum, |beta| Accumulate::Ema { beta }),
-                        )
-                        .with_profile(profile_of(spec))
-                } else {
-                    defaults.row_scale
-                })
-                .with_row_index(row_index)
-                .with_seed(defaults.seed ^ seed);
-            let b = spec.buckets_for(rows);
-            let hash_seed = 0xB0C4_E75E ^ seed;
+            let config = basis_config(spec, row_index, dim, seed);
             if spec.choices <= 1 {
-                let h = OneChoice::new(b, hash_seed).map_err(|e| err(&e))?;
+                let h = one_choice(spec, rows, seed)?;
                 Optimizer::Basis1(Box::new(Basis::new(config, h).map_err(config_err)?))
             } else {
                 // A growable (`Dense { rows: 0 }`, a shard store, stepping
@@ -188,6 +239,7 @@ pub(crate) fn build_indexed(
                     RowIndex::Dense { rows: n } if n > 0 => Some(rows as u64),
                     _ => None,
                 };
+                let (b, hash_seed) = (spec.buckets_for(rows), hash_seed(seed));
                 let h = d_choice(dense_keys, b, spec.choices, hash_seed).map_err(|e| err(&e))?;
                 Optimizer::BasisD {
                     opt: Box::new(Basis::new(config, h).map_err(config_err)?),
@@ -221,6 +273,7 @@ impl Optimizer {
             Self::Adagrad(o) => o,
             Self::Sgd(o) => o,
             Self::Basis1(o) => o.as_mut(),
+            Self::BasisPart(o) => o.as_mut(),
             Self::BasisD { opt, .. } => opt.as_mut(),
         }
     }
@@ -231,6 +284,7 @@ impl Optimizer {
             Self::Adagrad(o) => o,
             Self::Sgd(o) => o,
             Self::Basis1(o) => o.as_ref(),
+            Self::BasisPart(o) => o.as_ref(),
             Self::BasisD { opt, .. } => opt.as_ref(),
         }
     }
@@ -336,6 +390,7 @@ impl Optimizer {
     pub(crate) fn telemetry(&self) -> Option<Telemetry> {
         match self {
             Self::Basis1(b) => Some(Telemetry::from_diagnostics(&b.diagnostics())),
+            Self::BasisPart(b) => Some(Telemetry::from_diagnostics(&b.diagnostics())),
             Self::BasisD { opt, .. } => Some(Telemetry::from_diagnostics(&opt.diagnostics())),
             _ => None,
         }

@@ -1,7 +1,10 @@
 //! Row-sharded training (`--shard rows --workers P`): each rank owns the
-//! rows whose id hashes to it (`route::hashed_owner`) and only their
-//! optimizer state, in a [`table::ShardTable`]; the dense parameters are
-//! data-parallel with 1-bit Adam. One step, on every rank:
+//! rows whose id hashes to it ([`owner_of`]) and only their optimizer state,
+//! in a [`table::ShardTable`]; the dense parameters are data-parallel with
+//! 1-bit Adam. One-choice BASIS rows go to the rank of their bucket, so the
+//! ranks hold the single process's bucket state, partitioned
+//! (`crate::partition`); other optimizers' rows go by `route::hashed_owner`.
+//! One step, on every rank:
 //!
 //! 1. take this rank's share of the batch (positions `r, r+P, …`), collect
 //!    its unique ids and send them to their owners (`all_to_all_counts`,
@@ -32,7 +35,6 @@ use crate::model::{Fm, Grads};
 use crate::optim::{self, Optimizer};
 use crate::rng::Rng;
 use crate::train::{EpochPoint, Run, RunResult, finish};
-use basis_core::RowIndex;
 use basis_std::local::LocalComm;
 use comm_traits::Communicator;
 use core::time::Duration;
@@ -51,7 +53,7 @@ const EVAL_CHUNK: usize = 4096;
 /// `mpirun` (`mpi` feature), threads over `LocalComm` otherwise.
 pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
     let p = run.model.workers.max(1);
-    let owner = route::hashed_owner(p, run.model.seed)?;
+    let owner = owner_of(ds, run, p)?;
     #[cfg(feature = "mpi")]
     if let Some(r) = crate::parallel::mpi::with_comm(|comm| {
         if comm.size() != p {
@@ -60,11 +62,28 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
                 comm.size()
             ));
         }
-        rank_main(ds, run, comm, &owner)
+        rank_main(ds, run, comm, &*owner)
     }) {
         return r;
     }
-    train_local(ds, run, p, &owner)
+    train_local(ds, run, p, &*owner)
+}
+
+/// The owner function of `run` on `p` ranks. One-choice BASIS: the rank of
+/// the row's bucket in the single process's bucketer (`g(id) mod P`, see
+/// `crate::partition`), which every rank's optimizer is built to match
+/// ([`Rank::new`]). Any other optimizer (its state is per row, or d-choice
+/// buckets that cannot be split): `route::hashed_owner`.
+pub(crate) fn owner_of(
+    ds: &Dataset,
+    run: &Run<'_>,
+    p: usize,
+) -> Result<Box<dyn Fn(u64) -> usize + Sync>, String> {
+    if optim::splits_buckets(run.spec) {
+        let g = optim::one_choice(run.spec, ds.rows, run.model.seed)?;
+        return Ok(Box::new(move |id| crate::partition::owner(&g, p, id)));
+    }
+    Ok(Box::new(route::hashed_owner(p, run.model.seed)?))
 }
 
 /// The `LocalComm` run: one thread per rank; rank 0's result.
@@ -185,19 +204,14 @@ struct Step {
 }
 
 impl Rank {
-    /// An empty shard of `run`'s model for a group of `p` ranks: BASIS
-    /// buckets sized for this rank's expected share of `ds.rows`, the dense
-    /// parameters initialised as the single-process model's.
-    fn new(ds: &Dataset, run: &Run<'_>, p: usize) -> Result<Self, String> {
+    /// An empty shard of `run`'s model for rank `rank` of a group of `p`:
+    /// the sparse optimizer of `optim::build_shard` (one-choice BASIS: this
+    /// rank's part of the single process's buckets, matching [`owner_of`]),
+    /// the dense parameters initialised as the single-process model's.
+    fn new(ds: &Dataset, run: &Run<'_>, rank: usize, p: usize) -> Result<Self, String> {
         let m = run.model;
         let d = m.dim + 1;
-        let opt = optim::build_indexed(
-            run.spec,
-            ds.rows.div_ceil(p),
-            RowIndex::Dense { rows: 0 },
-            d,
-            m.seed,
-        )?;
+        let opt = optim::build_shard(run.spec, ds.rows, (rank, p), d, m.seed)?;
         // The model without a table: rows live in the shard.
         let mut model = Fm::new(0, m.dim, m.init_std, m.seed)?;
         if let Some(tower) = crate::train::build_tower(ds, m)? {
@@ -476,7 +490,7 @@ fn rank_main_with(
     let m = run.model;
     let (rank, p) = (comm.rank(), comm.size());
     let d = m.dim + 1;
-    let mut me = Rank::new(ds, run, p)?;
+    let mut me = Rank::new(ds, run, rank, p)?;
     let n = train_src.len();
     let mut dense_opt = dense_optimizer(&me, m, n)?;
     let mut grads = Grads::new(&me.model, 0);
