@@ -305,6 +305,34 @@ struct Ptrs {
     signs: *mut u8,
 }
 
+impl Ptrs {
+    /// Software prefetch [`PREFETCH`] elements ahead of element `i` on the
+    /// read streams (`b` only with `BLEND`), for both fused kernels: the
+    /// hardware prefetcher stops at page boundaries, and one core reaches
+    /// memory bandwidth only with more fills in flight.
+    ///
+    /// # Safety
+    /// The streams are valid for `n` floats, `n % 64 == 0` and `i % 64 == 0`
+    /// (so every prefetched offset is below `n`).
+    #[inline(always)]
+    unsafe fn prefetch_ahead<const BLEND: bool>(self, i: usize, n: usize) {
+        if i + PREFETCH < n {
+            for l in 0..4 {
+                let k = i + PREFETCH + 16 * l;
+                // SAFETY: `k + 15 < n` by the contract; a prefetch never
+                // faults, and SSE is the x86_64 baseline.
+                unsafe {
+                    _mm_prefetch::<_MM_HINT_T0>(self.a.add(k).cast());
+                    _mm_prefetch::<_MM_HINT_T0>(self.old.add(k).cast());
+                    if BLEND {
+                        _mm_prefetch::<_MM_HINT_T0>(self.b.add(k).cast());
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The fused kernel for the flags `(ABS, BLEND, STREAM)`: AVX-512F's
 /// ([`fused_x16_avx512`]) when the CPU has it, else AVX2's; one place that
 /// turns run-time flags into the const-generic instances.
@@ -386,19 +414,7 @@ unsafe fn fused_x8_avx2<const ABS: bool, const BLEND: bool, const STREAM: bool>(
         let mut bad = _mm256_setzero_si256();
         let mut i = 0;
         while i < n {
-            // Software prefetch a few pages ahead on the read streams: the
-            // hardware prefetcher stops at page boundaries, and one core
-            // reaches memory bandwidth only with more fills in flight.
-            if i + PREFETCH < n {
-                for l in 0..4 {
-                    let k = i + PREFETCH + 16 * l;
-                    _mm_prefetch::<_MM_HINT_T0>(p.a.add(k).cast());
-                    _mm_prefetch::<_MM_HINT_T0>(p.old.add(k).cast());
-                    if BLEND {
-                        _mm_prefetch::<_MM_HINT_T0>(p.b.add(k).cast());
-                    }
-                }
-            }
+            p.prefetch_ahead::<BLEND>(i, n);
             let mut lsb_first = 0u64;
             for j in 0..8 {
                 let k = i + 8 * j;
@@ -484,17 +500,7 @@ unsafe fn fused_x16_avx512<const ABS: bool, const BLEND: bool, const STREAM: boo
         let mut bad: __mmask16 = 0;
         let mut i = 0;
         while i < n {
-            // Prefetch as the AVX2 kernel does (see there).
-            if i + PREFETCH < n {
-                for l in 0..4 {
-                    let k = i + PREFETCH + 16 * l;
-                    _mm_prefetch::<_MM_HINT_T0>(p.a.add(k).cast());
-                    _mm_prefetch::<_MM_HINT_T0>(p.old.add(k).cast());
-                    if BLEND {
-                        _mm_prefetch::<_MM_HINT_T0>(p.b.add(k).cast());
-                    }
-                }
-            }
+            p.prefetch_ahead::<BLEND>(i, n);
             let mut lsb_first = 0u64;
             for j in 0..4 {
                 let k = i + 16 * j;
