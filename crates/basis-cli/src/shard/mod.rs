@@ -193,6 +193,20 @@ struct Rank {
     l2: f32,
     /// `--dense-opt` (named in its errors).
     dense_kind: crate::deep::DenseOpt,
+    /// The sparse optimizer's label (named when the loss diverges).
+    label: String,
+}
+
+/// Where a training step is, for its errors.
+#[derive(Debug, Clone, Copy)]
+struct StepAt {
+    /// Examples in the whole batch (every share's gradients are of the
+    /// batch mean).
+    batch_len: usize,
+    /// 1-based epoch.
+    epoch: u32,
+    /// 1-based step within the epoch.
+    step: usize,
 }
 
 /// What one training step leaves behind.
@@ -226,6 +240,7 @@ impl Rank {
             ids_served: 0,
             l2: m.l2,
             dense_kind: m.dense_opt,
+            label: run.spec.label.clone(),
         })
     }
 
@@ -247,7 +262,7 @@ impl Rank {
         comm: &mut dyn Communicator,
         owner: Owner<'_>,
         sh: &Share,
-        batch_len: usize,
+        at: StepAt,
         dense_opt: &mut OneBitAdam,
         grads: &mut Grads,
     ) -> Result<Step, String> {
@@ -256,7 +271,14 @@ impl Rank {
         let local = sh.local(&req.uniq);
         grads.reserve_rows(req.uniq.len());
         let positions: Vec<usize> = (0..local.len()).collect();
-        grads.compute_scaled(&self.model, &local, &positions, 0.0, batch_len)?;
+        grads.compute_scaled(&self.model, &local, &positions, 0.0, at.batch_len)?;
+        // The batch loss first, on every rank: a non-finite one stops the
+        // job everywhere before any optimizer has seen its gradients (as
+        // the single process stops), with the same message on every rank.
+        let mut loss = [grads.loss as f32];
+        comm.all_reduce_sum(&mut loss)
+            .map_err(|e| format!("rank {rank}: {e}"))?;
+        crate::validate::finite_loss(f64::from(loss[0]), at.epoch, at.step, &self.label)?;
         let nonfinite = self.scatter(comm, &req, &slots, grads)?;
         let before = comm.stats();
         // The dense optimizer averages over ranks; the shares sum to the
@@ -266,9 +288,6 @@ impl Rank {
             .step_with_grad(comm, &mut self.model.dense, &dense_grad)
             .map_err(|e| format!("rank {rank}: {:?}: {e}", self.dense_kind))?;
         self.dense_bytes += comm.stats().since(&before).bytes_sent;
-        let mut loss = [grads.loss as f32];
-        comm.all_reduce_sum(&mut loss)
-            .map_err(|e| format!("rank {rank}: {e}"))?;
         Ok(Step {
             loss: f64::from(loss[0]),
             nonfinite,
@@ -546,7 +565,12 @@ fn rank_main_with(
                 &in_order
             };
             let sh = train_src.share(&share(batch, rank, p));
-            let step = me.train_step(comm, owner, &sh, batch.len(), &mut dense_opt, &mut grads)?;
+            let at = StepAt {
+                batch_len: batch.len(),
+                epoch: epoch + 1,
+                step: b + 1,
+            };
+            let step = me.train_step(comm, owner, &sh, at, &mut dense_opt, &mut grads)?;
             progress.nonfinite += step.nonfinite;
             loss_sum += step.loss;
             bar.inc(1);

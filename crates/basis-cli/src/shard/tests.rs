@@ -214,7 +214,11 @@ fn one_sharded_step_is_the_single_process_step() {
                         &mut c,
                         &*owner,
                         &sh,
-                        batch.len(),
+                        StepAt {
+                            batch_len: batch.len(),
+                            epoch: 1,
+                            step: 1,
+                        },
                         &mut dense_opt,
                         &mut grads,
                     )
@@ -522,5 +526,32 @@ fn resume_is_bit_identical_and_bad_files_fail_every_rank() {
             &["different epochs", "rank 0 has epoch 1, rank 2 has epoch 2"],
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+/// A sharded run whose loss turns non-finite stops on every rank with the
+/// single process's message (epoch, step, optimizer) before any optimizer
+/// sees the gradients. Before: the dense optimizer's "non-finite value at
+/// index 0", after the sparse step had skipped the rows.
+#[test]
+fn a_diverging_sharded_run_stops_every_rank_naming_epoch_and_step() {
+    for extra in [
+        &["--opt", "sgd:lr=1e30"][..],
+        &["--opt", "sgd:lr=1e30", "--dense-opt", "adam"],
+        &["--opt", "sgd:lr=1e30", "--model", "deepfm", "--mlp", "8,1"],
+    ] {
+        let a = sharded(3, extra);
+        let ds = load(&a);
+        let run = run_of(&a);
+        let owner = owner_of(&ds, &run, 3).unwrap();
+        let out: Vec<Result<RunResult, String>> =
+            LocalComm::run(3, |mut c| rank_main_with(&ds, &run, &mut c, &*owner, None))
+                .into_iter()
+                .map(|r| r.unwrap_or_else(|_| Err("panic".into())))
+                .collect();
+        all_fail_with(
+            &out,
+            &["training diverged", "epoch 1, step ", "`sgd:lr=1e30`"],
+        );
     }
 }
