@@ -155,9 +155,8 @@ pub(crate) fn rank_main(
             let rep = opt.step(&ids, &rows, &mut fm.table, d)?;
             nonfinite += rep.rows_skipped_nonfinite as u64;
             // Dense: 1-bit Adam averages over ranks; our shares sum to the batch mean.
-            let dense_grad: Vec<f32> = grads.dense.iter().map(|g| g * p as f32).collect();
             let rep = dense_opt
-                .step_with_grad(comm, &mut fm.dense, &dense_grad)
+                .step_with_grad_scaled(comm, &mut fm.dense, &grads.dense, p as f32)
                 .map_err(|e| format!("rank {rank}: {:?}: {e}", m.dense_opt))?;
             bytes.dense += rep.bytes.bytes_sent;
             let mut loss = [grads.loss as f32];

@@ -545,7 +545,51 @@ impl OneBitAdam {
         params: &mut [f32],
         grad: &[f32],
     ) -> Result<StepReport, OneBitError> {
-        self.step_inner(comm, params, Some(grad))
+        self.step_inner(comm, params, Some((grad, 1.0)))
+    }
+
+    /// [`Self::step_with_grad`] with `factor · grad` as this rank's
+    /// gradient, scaled in the pass that reads `grad` in (the caller makes no
+    /// scaled copy). A data-parallel rank whose `grad` is its share of the
+    /// *batch* gradient passes `factor = P`, so that the ranks' mean is the
+    /// batch gradient. The same bits as `step_with_grad` on the product.
+    ///
+    /// # Errors
+    /// As [`Self::step`]; a non-finite `factor` is
+    /// [`OneBitError::Config`], and a product that overflows is
+    /// [`OneBitError::NonFinite`] like a NaN/±Inf in `grad`.
+    ///
+    /// ```
+    /// use basis_std::local::LocalComm;
+    /// use onebit_adam::comm_traits::Communicator;
+    /// use onebit_adam::{Config, OneBitAdam};
+    ///
+    /// // Each rank holds half of a batch gradient: ×2 makes the ranks'
+    /// // mean the whole batch's, as one process stepping on it would see.
+    /// let halves = [[0.5f32, -0.25, 0.0], [0.25, -0.25, 0.0]];
+    /// let out = LocalComm::run(2, |mut comm| {
+    ///     let mut opt = OneBitAdam::new(3, Config::default())?;
+    ///     let mut x = [1.0f32; 3];
+    ///     let g = halves[comm.rank()];
+    ///     opt.step_with_grad_scaled(&mut comm, &mut x, &g, 2.0)?;
+    ///     Ok::<_, onebit_adam::OneBitError>(x)
+    /// });
+    /// let mut xs = Vec::new();
+    /// for rank in out {
+    ///     xs.push(rank.unwrap()?);
+    /// }
+    /// assert_eq!(xs[0], xs[1]);
+    /// assert!(xs[0][0] < 1.0 && xs[0][1] > 1.0 && xs[0][2] == 1.0);
+    /// # Ok::<(), onebit_adam::OneBitError>(())
+    /// ```
+    pub fn step_with_grad_scaled(
+        &mut self,
+        comm: &mut dyn Communicator,
+        params: &mut [f32],
+        grad: &[f32],
+        factor: f32,
+    ) -> Result<StepReport, OneBitError> {
+        self.step_inner(comm, params, Some((grad, factor)))
     }
 
     /// One optimizer step on `params` with the averaged accumulated gradient.
@@ -596,7 +640,7 @@ impl OneBitAdam {
         &mut self,
         comm: &dyn Communicator,
         params: &[f32],
-        extra: Option<&[f32]>,
+        extra: Option<(&[f32], f32)>,
     ) -> Result<(), OneBitError> {
         if params.len() != self.len {
             return Err(OneBitError::Length {
@@ -604,8 +648,16 @@ impl OneBitAdam {
                 found: params.len(),
             });
         }
-        if let Some(g) = extra {
-            self.check_grad(g)?;
+        if let Some((g, factor)) = extra {
+            if g.len() != self.len {
+                return Err(OneBitError::Length {
+                    expected: self.len,
+                    found: g.len(),
+                });
+            }
+            if !factor.is_finite() {
+                return Err(OneBitError::Config("gradient factor is not finite"));
+            }
         }
         let count = self.grad_count + u32::from(extra.is_some());
         if count == 0 {
@@ -621,18 +673,20 @@ impl OneBitAdam {
         }
         let inv = count as f32;
         self.scratch.clear();
+        // One pass forms the mean gradient (the finiteness check below reads
+        // the result, so a NaN/±Inf in `grad` or an overflowing product is
+        // found at its index). `g · 1.0` is `g`, so `step_with_grad` keeps
+        // its bits.
         match extra {
             // Nothing accumulated (the usual case): `grad_sum` is all +0.0
-            // and `count` is 1, so `(s + g) / 1` is `g + 0.0` (−0.0 becomes
-            // +0.0, as in the sum); same bits in one pass, and `g` was
-            // checked finite above, so the mean is too.
-            Some(g) if self.grad_count == 0 => {
-                self.scratch.extend(g.iter().map(|&g| g + 0.0));
-                return Ok(());
+            // and `count` is 1, so `(s + f·g) / 1` is `f·g + 0.0` (−0.0
+            // becomes +0.0, as in the sum): same bits, one pass.
+            Some((g, f)) if self.grad_count == 0 => {
+                self.scratch.extend(g.iter().map(|&g| g * f + 0.0));
             }
-            Some(g) => self
+            Some((g, f)) => self
                 .scratch
-                .extend(self.grad_sum.iter().zip(g).map(|(s, g)| (s + g) / inv)),
+                .extend(self.grad_sum.iter().zip(g).map(|(s, g)| (s + g * f) / inv)),
             None => self.scratch.extend(self.grad_sum.iter().map(|s| s / inv)),
         }
         onebit_codec::check_finite(&self.scratch).map_err(|_| OneBitError::NonFinite {
@@ -648,7 +702,7 @@ impl OneBitAdam {
         &mut self,
         comm: &mut dyn Communicator,
         params: &mut [f32],
-        extra: Option<&[f32]>,
+        extra: Option<(&[f32], f32)>,
     ) -> Result<StepReport, OneBitError> {
         let before = comm.stats();
         let local = self.prepare(comm, params, extra);

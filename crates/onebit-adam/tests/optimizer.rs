@@ -677,3 +677,84 @@ fn preconditioned_momentum_matches_the_plain_recipe() {
         }
     }
 }
+
+/// `step_with_grad_scaled(g, f)` is `step_with_grad(f·g)` bit for bit, in
+/// both stages, with dead coordinates (exact zeros) and after an
+/// accumulated micro-batch; at P = 3, so `f` is not a power of two.
+#[test]
+fn a_scaled_gradient_step_is_the_step_on_the_product() {
+    let n = 4096 + 37;
+    let grad = |rank: usize, step: u64| -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                if i % 97 == 5 {
+                    return if i % 2 == 0 { 0.0 } else { -0.0 };
+                }
+                let h = (i as u64 + 1)
+                    .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                    .wrapping_add(step * 1_000_003 + rank as u64 * 7919);
+                ((h >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 1e-2
+            })
+            .collect()
+    };
+    let run = |scaled: bool| {
+        LocalComm::run(3, |mut c| {
+            let cfg = Config::default()
+                .with_freeze_step(4)
+                .with_variant(Variant::PreconditionedMomentum);
+            let mut opt = OneBitAdam::new(n, cfg).unwrap();
+            let mut x = vec![0.5f32; n];
+            for t in 0..10u64 {
+                let g = grad(c.rank(), t);
+                if t == 6 {
+                    opt.accumulate(&grad(c.rank(), 100)).unwrap();
+                }
+                if scaled {
+                    opt.step_with_grad_scaled(&mut c, &mut x, &g, 3.0).unwrap();
+                } else {
+                    let product: Vec<f32> = g.iter().map(|v| v * 3.0).collect();
+                    opt.step_with_grad(&mut c, &mut x, &product).unwrap();
+                }
+            }
+            (bits(&x), opt.export_state())
+        })
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect::<Vec<_>>()
+    };
+    assert_eq!(run(true), run(false));
+}
+
+/// A non-finite factor is a configuration error, an overflowing product a
+/// non-finite gradient at its index; both fail every rank, nothing changes.
+#[test]
+fn a_bad_gradient_factor_fails_every_rank() {
+    for (factor, big, local) in [
+        (
+            f32::NAN,
+            1.0,
+            OneBitError::Config("gradient factor is not finite"),
+        ),
+        (1e30, 1e10, OneBitError::NonFinite { index: 7 }),
+    ] {
+        let out: Vec<_> = LocalComm::run(2, |mut c| {
+            let mut opt = OneBitAdam::new(16, Config::default()).unwrap();
+            let mut x = vec![1.0f32; 16];
+            let mut g = vec![0.5f32; 16];
+            let f = if c.rank() == 1 {
+                g[7] = big;
+                factor
+            } else {
+                1.0
+            };
+            let err = opt.step_with_grad_scaled(&mut c, &mut x, &g, f);
+            assert_eq!(bits(&x), bits(&[1.0; 16]));
+            err.map(|_| ())
+        })
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+        assert_eq!(out[1], Err(local.clone()));
+        assert_eq!(out[0], Err(OneBitError::RemoteInput { rank: 1 }));
+    }
+}

@@ -236,7 +236,8 @@ pub(super) fn check_batch(
 
 impl DeepGrads {
     /// The start of either tower's backward pass: zeroed gradients for
-    /// `rows` row floats and `dense` parameters, the summed log-loss of
+    /// `rows` row floats, `dense` parameter gradients (not zeroed: the
+    /// tower's backward writes every one), the summed log-loss of
     /// `logits` against `batch`'s labels, and `delta[e] = scale · (σ(z_e) −
     /// y_e)`, the gradient of the scaled loss at each logit.
     pub(super) fn begin(
@@ -250,8 +251,12 @@ impl DeepGrads {
     ) {
         self.rows.clear();
         self.rows.resize(rows, 0.0);
-        self.dense.clear();
-        self.dense.resize(dense, 0.0);
+        // The dense gradient is as large as the tower (10^6+ floats) and
+        // fully overwritten: zeroing it would be one more pass per step.
+        if self.dense.len() != dense {
+            self.dense.clear();
+            self.dense.resize(dense, 0.0);
+        }
         let mut loss = 0.0;
         for ((&z, &y), d) in logits.iter().zip(&batch.labels).zip(delta.iter_mut()) {
             let zf = f64::from(z);
@@ -370,6 +375,10 @@ mod tests {
         let scale = 1.0 / b.len() as f32;
         let mut ws = m.workspace(b.len()).unwrap();
         let mut g = DeepGrads::default();
+        // A used buffer: the backward pass must overwrite every gradient
+        // (the dense part is not zeroed between batches).
+        m.forward_backward(&dense, &rows, &b, 7.0, &mut ws, &mut g)
+            .unwrap();
         m.forward_backward(&dense, &rows, &b, scale, &mut ws, &mut g)
             .unwrap();
         crate::deep::assert_matches_finite_differences(

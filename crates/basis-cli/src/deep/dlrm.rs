@@ -339,6 +339,10 @@ mod tests {
         let scale = 0.25;
         let mut ws = Workspace::default();
         let mut g = DeepGrads::default();
+        // A used buffer: the backward pass must overwrite every gradient
+        // (the dense part is not zeroed between batches).
+        m.forward_backward(&dense, &rows, &b, 7.0, &mut ws, &mut g)
+            .unwrap();
         m.forward_backward(&dense, &rows, &b, scale, &mut ws, &mut g)
             .unwrap();
         crate::deep::assert_matches_finite_differences(

@@ -157,9 +157,10 @@ impl Mlp {
     }
 
     /// Backward pass after [`Mlp::forward`] on the same `acts`: from
-    /// `d_out` (`batch × outputs` values, `∂L/∂output`) accumulate the parameter
-    /// gradient into `grad` (same layout as the parameters) and write
-    /// `∂L/∂input` (`batch × widths[0]`) into `acts.d_input(batch)`.
+    /// `d_out` (`batch × outputs` values, `∂L/∂output`) write the parameter
+    /// gradient into `grad` (same layout as the parameters; every element is
+    /// written, so it need not be zeroed) and `∂L/∂input`
+    /// (`batch × widths[0]`) into `acts.d_input(batch)`.
     pub(crate) fn backward(
         &self,
         params: &[f32],
@@ -175,12 +176,14 @@ impl Mlp {
             let g = &acts.g[..batch * l.out];
             let x = &acts.h[i][..batch * l.inp];
             let (gw, gb) = grad[l.w..l.b + l.out].split_at_mut(l.inp * l.out);
+            // `∂W` overwritten (β = 0: the product does not read `gw`).
             matmul(
                 Mat::new(x, batch, l.inp).t(),
                 Mat::new(g, batch, l.out),
                 gw,
-                true,
+                false,
             );
+            gb.fill(0.0);
             for row in g.chunks_exact(l.out) {
                 for (b, &v) in gb.iter_mut().zip(row) {
                     *b += v;

@@ -282,10 +282,10 @@ impl Rank {
         let nonfinite = self.scatter(comm, &req, &slots, grads)?;
         let before = comm.stats();
         // The dense optimizer averages over ranks; the shares sum to the
-        // batch gradient, so each sends P times its share.
-        let dense_grad: Vec<f32> = grads.dense.iter().map(|g| g * p as f32).collect();
+        // batch gradient, so each sends P times its share (scaled as the
+        // optimizer reads it in: no scaled copy).
         dense_opt
-            .step_with_grad(comm, &mut self.model.dense, &dense_grad)
+            .step_with_grad_scaled(comm, &mut self.model.dense, &grads.dense, p as f32)
             .map_err(|e| format!("rank {rank}: {:?}: {e}", self.dense_kind))?;
         self.dense_bytes += comm.stats().since(&before).bytes_sent;
         Ok(Step {
