@@ -79,7 +79,7 @@ pub(crate) struct Entry {
     state_bytes: usize,
     fixed_bytes: usize,
     /// Bytes that grow with the rows, per row (`bytes_per_row` minus the fixed part).
-    growing_per_row: f64,
+    pub(crate) growing_per_row: f64,
     bytes_per_row: f64,
     compression_vs_adam: f64,
     /// One record per seed.
@@ -98,6 +98,15 @@ struct Output<'a> {
     results: &'a [Entry],
 }
 
+/// The rows `run.memory` describes: the whole table in one process; in a
+/// sharded run `memory` is rank 0's optimizer, so rank 0's rows.
+fn memory_rows(run: &RunResult) -> usize {
+    run.sharded
+        .as_ref()
+        .and_then(|s| s.ranks.first())
+        .map_or(run.rows, |r| usize::try_from(r.rows).unwrap_or(usize::MAX))
+}
+
 pub(crate) fn entry(spec: &OptSpec, lr_search: Vec<(f32, f64)>, runs: Vec<RunResult>) -> Entry {
     let first = &runs[0];
     Entry {
@@ -111,7 +120,7 @@ pub(crate) fn entry(spec: &OptSpec, lr_search: Vec<(f32, f64)>, runs: Vec<RunRes
         wall_secs: Stat::of(runs.iter().map(|r| r.wall_secs)),
         state_bytes: first.memory.total,
         fixed_bytes: first.memory.fixed,
-        growing_per_row: first.memory.growing as f64 / first.rows.max(1) as f64,
+        growing_per_row: first.memory.growing as f64 / memory_rows(first).max(1) as f64,
         bytes_per_row: first.bytes_per_row,
         compression_vs_adam: first.compression_vs_adam,
         runs,

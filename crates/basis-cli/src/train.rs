@@ -67,7 +67,8 @@ pub(crate) struct RunResult {
     pub(crate) lr: f32,
     /// Seed.
     pub(crate) seed: u64,
-    /// Table rows.
+    /// Table rows (for a stream, the estimated vocabulary; a sharded run's
+    /// rows held are `sharded.rows`).
     pub(crate) rows: usize,
     /// Row dimension (k + 1).
     pub(crate) row_dim: usize,
@@ -75,11 +76,12 @@ pub(crate) struct RunResult {
     pub(crate) final_metrics: EpochPoint,
     /// Per-epoch metrics.
     pub(crate) curve: Vec<EpochPoint>,
-    /// Optimizer-state bytes.
+    /// Optimizer-state bytes (sharded: rank 0's optimizer).
     pub(crate) memory: Memory,
-    /// `memory.total / rows`.
+    /// `memory.total / rows` (sharded: all ranks' state over the rows held).
     pub(crate) bytes_per_row: f64,
-    /// Exact Adam's state for the same table (`rows · d · 8`) over ours.
+    /// Exact Adam's state for the same table (`rows · d · 8`) over ours
+    /// (sharded: for the rows held, over all ranks' state).
     pub(crate) compression_vs_adam: f64,
     /// Wall-clock seconds of training and evaluation (this process only).
     pub(crate) wall_secs: f64,

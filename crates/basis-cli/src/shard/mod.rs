@@ -619,7 +619,16 @@ fn rank_main_with(
         }),
     );
     out.model_crc32 = crc;
+    // `finish` sized the memory ratios by the data's row count (for a
+    // stream, the estimated vocabulary) and one optimizer; the job holds
+    // `shard.rows` rows in all ranks' state.
     out.bytes_per_row = shard.state_bytes_per_row;
+    let state: u64 = shard.ranks.iter().map(|r| r.state_bytes).sum();
+    out.compression_vs_adam = if state == 0 {
+        f64::INFINITY
+    } else {
+        shard.rows as f64 * d as f64 * 8.0 / state as f64
+    };
     out.sharded = Some(shard);
     Ok(out)
 }

@@ -70,13 +70,29 @@ fn auc_within(tol: f64, opt: &str, extra: &[&str], ps: &[usize]) {
     let (x, one) = test_auc(&ds, &single);
     assert!(x > 0.6, "{opt} single process learned nothing: {x}");
     for &p in ps {
-        let (y, r) = test_auc(&ds, &sharded(p, &extra));
+        let sa = sharded(p, &extra);
+        let (y, r) = test_auc(&ds, &sa);
         assert!((x - y).abs() < tol, "{opt} P={p}: single {x}, sharded {y}");
         assert_eq!(r.dense_params, one.dense_params);
         let s = r.sharded.as_ref().unwrap();
         assert_eq!(s.ranks.iter().map(|k| k.rows).sum::<u64>(), ds.rows as u64);
         if opt == "basis" {
             assert!(s.state_bytes_per_row <= 1.5, "{}", s.state_bytes_per_row);
+        }
+        // The ratio is of the rows the job holds and all ranks' state:
+        // Adam's state is Adam's (it was rank 0's state over every row).
+        let entry = crate::compare::entry(&sa.opt, Vec::new(), vec![r.clone()]);
+        if opt == "adam" {
+            assert!(
+                (r.compression_vs_adam - 1.0).abs() < 0.01,
+                "{}",
+                r.compression_vs_adam
+            );
+            assert!((entry.growing_per_row - 8.0 * r.row_dim as f64).abs() < 0.5);
+        }
+        if opt == "basis" {
+            assert!(r.compression_vs_adam > 8.0 * r.row_dim as f64 / 1.5);
+            assert!(entry.growing_per_row <= 1.5, "{}", entry.growing_per_row);
         }
     }
 }
