@@ -279,6 +279,84 @@ impl AdamW {
     }
 }
 
+/// Values packed run after run over a group's live coordinates.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PackedRuns<'a> {
+    /// The live runs (group-relative, in order).
+    pub(crate) live: &'a [core::ops::Range<usize>],
+    /// The reduced preconditioned momentum.
+    pub(crate) u: &'a [f32],
+    /// The frozen denominators `√(v/bc2) + ε`.
+    pub(crate) d: &'a [f32],
+}
+
+impl AdamW {
+    /// The 1-bit stage's `PreconditionedMomentum` finish, fused: on each
+    /// live run `m = u·d` (`u` the reduced preconditioned momentum, `d` the
+    /// frozen `√(v/bc2) + ε`, both packed run after run) and the update
+    /// divides by `d` itself, which is the update's own denominator bit for
+    /// bit; the dead coordinates between runs get [`AdamW::update`]. The
+    /// bits of `m[run] = u·d` followed by `update(x, m, v)`, in one pass
+    /// that neither reads `m` back nor takes a `√` per element.
+    pub(crate) fn update_preconditioned(
+        &self,
+        kernel: Kernel,
+        x: &mut [f32],
+        m: &mut [f32],
+        v: &[f32],
+        packed: PackedRuns<'_>,
+    ) -> Result<(), OneBitError> {
+        let PackedRuns { live, u, d } = packed;
+        check_len(x.len(), m.len())?;
+        check_len(x.len(), v.len())?;
+        check_len(u.len(), d.len())?;
+        let count = live.iter().map(ExactSizeIterator::len).sum();
+        check_len(count, u.len())?;
+        if live.last().is_some_and(|r| r.end > x.len()) {
+            return Err(OneBitError::Length {
+                expected: x.len(),
+                found: live.last().map_or(0, |r| r.end),
+            });
+        }
+        let k = Consts::new(self, 1.0);
+        let flags = Flags {
+            bias: self.bias.is_some(),
+            scale: false,
+        };
+        let (mut at, mut packed) = (0, 0);
+        for r in live {
+            let gap = at..r.start;
+            run_update(
+                kernel,
+                &k,
+                flags,
+                &mut x[gap.clone()],
+                &m[gap.clone()],
+                &v[gap],
+            );
+            let (u, d) = (&u[packed..packed + r.len()], &d[packed..packed + r.len()]);
+            for (((x, m), &u), &d) in x[r.clone()].iter_mut().zip(&mut m[r.clone()]).zip(u).zip(d) {
+                *m = u * d;
+                // `update_elem` with `√(v/bc2) + ε` = `d`.
+                let mh = if flags.bias { *m / k.bc1 } else { *m };
+                *x -= k.lr * (mh / d + k.wd * *x);
+            }
+            packed += r.len();
+            at = r.end;
+        }
+        let rest = at..x.len();
+        run_update(
+            kernel,
+            &k,
+            flags,
+            &mut x[rest.clone()],
+            &m[rest.clone()],
+            &v[rest],
+        );
+        Ok(())
+    }
+}
+
 fn check_len(expected: usize, found: usize) -> Result<(), OneBitError> {
     if expected == found {
         Ok(())

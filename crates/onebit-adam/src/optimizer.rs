@@ -30,7 +30,7 @@ use onebit_codec::{Compressor, CompressorConfig, ErrorFeedback, ScaleKind};
 
 use crate::OneBitError;
 use crate::allreduce::{self, AllReduceState, ErrorNorms};
-use crate::dense::{AdamW, Kernel};
+use crate::dense::{AdamW, Kernel, PackedRuns};
 use crate::header::{self, Op};
 
 /// How a parameter group communicates after the freeze.
@@ -731,7 +731,7 @@ impl OneBitAdam {
             let range = self.groups[gi].range.clone();
             if one_bit {
                 self.one_bit_group(comm, gi, &mut g[range.clone()])?;
-                self.update(gi, t, &mut params[range])?;
+                self.finish_one_bit(gi, t, &mut params[range])?;
             } else {
                 let warmup = stage == Stage::Warmup;
                 self.full_group(
@@ -843,15 +843,10 @@ impl OneBitAdam {
                         *o = (b1 * m + (1.0 - b1) * g) / d;
                     }
                 });
+                // `m = u·d` is formed by `finish_one_bit`, in the update's
+                // pass; `packed` holds `u` until then.
                 let state = &mut self.groups[gi].allreduce;
-                let r = allreduce::reduce_counted(comm, &mut packed, None, state);
-                r.map(|_| {
-                    for_runs_at(runs, &mut packed, |r, k, u| {
-                        for ((m, &u), &d) in m[r].iter_mut().zip(&*u).zip(&d[k..]) {
-                            *m = u * d;
-                        }
-                    });
-                })
+                allreduce::reduce_counted(comm, &mut packed, None, state).map(|_| ())
             }
             Variant::DecayedGradient { beta, scale } => {
                 for_runs(runs, &mut packed, |r, out| out.copy_from_slice(&g[r]));
@@ -948,6 +943,31 @@ impl OneBitAdam {
             eps: c.eps,
             weight_decay: group.spec.weight_decay.unwrap_or(c.weight_decay),
             bias,
+        }
+    }
+
+    /// The update after [`Self::one_bit_group`]: for
+    /// `PreconditionedMomentum` the fused `m = u·d` and update over the
+    /// reduced `u` still in `scratch_packed` (the frozen denominators are
+    /// the update's own), else [`Self::update`].
+    fn finish_one_bit(&mut self, gi: usize, t: u64, x: &mut [f32]) -> Result<(), OneBitError> {
+        let group = &self.groups[gi];
+        match (&self.config.variant, &group.frozen) {
+            (Variant::PreconditionedMomentum, Some(f)) => {
+                let range = group.range.clone();
+                self.hyper(gi, t).update_preconditioned(
+                    Kernel::detect(),
+                    x,
+                    &mut self.m[range.clone()],
+                    &self.v[range],
+                    PackedRuns {
+                        live: &f.live,
+                        u: &self.scratch_packed,
+                        d: &f.denom,
+                    },
+                )
+            }
+            _ => self.update(gi, t, x),
         }
     }
 
