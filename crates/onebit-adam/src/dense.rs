@@ -277,20 +277,7 @@ impl AdamW {
         run_update(kernel, &k, flags, x, m, v);
         Ok(())
     }
-}
 
-/// Values packed run after run over a group's live coordinates.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PackedRuns<'a> {
-    /// The live runs (group-relative, in order).
-    pub(crate) live: &'a [core::ops::Range<usize>],
-    /// The reduced preconditioned momentum.
-    pub(crate) u: &'a [f32],
-    /// The frozen denominators `√(v/bc2) + ε`.
-    pub(crate) d: &'a [f32],
-}
-
-impl AdamW {
     /// The 1-bit stage's `PreconditionedMomentum` finish, fused: on each
     /// live run `m = u·d` (`u` the reduced preconditioned momentum, `d` the
     /// frozen `√(v/bc2) + ε`, both packed run after run) and the update
@@ -323,8 +310,11 @@ impl AdamW {
             bias: self.bias.is_some(),
             scale: false,
         };
+        // The empty run at `x.len()` sends the tail after the last live
+        // run through the plain update too.
+        let end = x.len()..x.len();
         let (mut at, mut packed) = (0, 0);
-        for r in live {
+        for r in live.iter().chain(core::iter::once(&end)) {
             let gap = at..r.start;
             run_update(
                 kernel,
@@ -344,17 +334,19 @@ impl AdamW {
             packed += r.len();
             at = r.end;
         }
-        let rest = at..x.len();
-        run_update(
-            kernel,
-            &k,
-            flags,
-            &mut x[rest.clone()],
-            &m[rest.clone()],
-            &v[rest],
-        );
         Ok(())
     }
+}
+
+/// Values packed run after run over a group's live coordinates.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PackedRuns<'a> {
+    /// The live runs (group-relative, in order).
+    pub(crate) live: &'a [core::ops::Range<usize>],
+    /// The reduced preconditioned momentum.
+    pub(crate) u: &'a [f32],
+    /// The frozen denominators `√(v/bc2) + ε`.
+    pub(crate) d: &'a [f32],
 }
 
 fn check_len(expected: usize, found: usize) -> Result<(), OneBitError> {

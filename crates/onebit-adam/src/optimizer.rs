@@ -523,15 +523,21 @@ impl OneBitAdam {
     }
 
     fn check_grad(&self, grad: &[f32]) -> Result<(), OneBitError> {
-        if grad.len() != self.len {
-            return Err(OneBitError::Length {
-                expected: self.len,
-                found: grad.len(),
-            });
-        }
+        self.check_grad_len(grad)?;
         onebit_codec::check_finite(grad).map_err(|_| OneBitError::NonFinite {
             index: grad.iter().position(|g| !g.is_finite()).unwrap_or(0),
         })
+    }
+
+    fn check_grad_len(&self, grad: &[f32]) -> Result<(), OneBitError> {
+        if grad.len() == self.len {
+            Ok(())
+        } else {
+            Err(OneBitError::Length {
+                expected: self.len,
+                found: grad.len(),
+            })
+        }
     }
 
     /// `accumulate(grad)` then `step`, as one collective call: a NaN/±Inf in
@@ -649,12 +655,8 @@ impl OneBitAdam {
             });
         }
         if let Some((g, factor)) = extra {
-            if g.len() != self.len {
-                return Err(OneBitError::Length {
-                    expected: self.len,
-                    found: g.len(),
-                });
-            }
+            // Finiteness is checked on the mean below, in the pass after it.
+            self.check_grad_len(g)?;
             if !factor.is_finite() {
                 return Err(OneBitError::Config("gradient factor is not finite"));
             }
