@@ -72,7 +72,10 @@ fn bench(c: &mut Criterion) {
         let mut comm = SingleRank::default();
         opt.step_with_grad(&mut comm, &mut x, &g).unwrap();
         group.bench_function("warmup_p1", |b| {
-            b.iter(|| opt.step_with_grad(&mut comm, black_box(&mut x), &g).unwrap());
+            b.iter(|| {
+                opt.step_with_grad(&mut comm, black_box(&mut x), &g)
+                    .unwrap()
+            });
         });
     }
     {
@@ -84,7 +87,10 @@ fn bench(c: &mut Criterion) {
         opt.step_with_grad(&mut comm, &mut x, &g).unwrap();
         opt.step_with_grad(&mut comm, &mut x, &g).unwrap();
         group.bench_function("onebit_p1", |b| {
-            b.iter(|| opt.step_with_grad(&mut comm, black_box(&mut x), &g).unwrap());
+            b.iter(|| {
+                opt.step_with_grad(&mut comm, black_box(&mut x), &g)
+                    .unwrap()
+            });
         });
     }
     group.finish();

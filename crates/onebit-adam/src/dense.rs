@@ -168,6 +168,8 @@ pub(crate) struct Consts {
     pub(crate) eps: f32,
     pub(crate) wd: f32,
     pub(crate) lr: f32,
+    /// The factor of [`Flags::pre`].
+    pub(crate) pre: f32,
 }
 
 impl Consts {
@@ -184,6 +186,7 @@ impl Consts {
             eps: h.eps,
             wd: h.weight_decay,
             lr: h.lr,
+            pre: 1.0,
         }
     }
 }
@@ -196,6 +199,10 @@ pub(crate) struct Flags {
     /// Divide `g` by `div` (skipped for `div == 1`: `g/1 = g` exactly, and a
     /// division is the loop's most expensive operation).
     pub(crate) scale: bool,
+    /// First form `g ← g·pre + 0.0` (the optimizer reading the caller's
+    /// gradient directly: the bits its mean-gradient copy would hold, `−0`
+    /// becoming `+0`), before `/div`.
+    pub(crate) pre: bool,
 }
 
 impl AdamW {
@@ -249,6 +256,45 @@ impl AdamW {
         let flags = Flags {
             bias: self.bias.is_some(),
             scale: div != 1.0,
+            pre: false,
+        };
+        run(kernel, &k, flags, x, m, v, g, zero);
+        Ok(())
+    }
+
+    /// [`Self::step_scaled`] on the gradient `g·factor + 0.0` formed in the
+    /// step's own pass (`div` 1): the optimizer's warm-up step on one rank
+    /// reads the caller's gradient without a mean-gradient copy. The bits of
+    /// `step_scaled` on the copy `g.map(|g| g * factor + 0.0)`.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the optimizer's four tensors plus options"
+    )]
+    pub(crate) fn step_prescaled(
+        &self,
+        kernel: Kernel,
+        x: &mut [f32],
+        m: &mut [f32],
+        v: &mut [f32],
+        g: &[f32],
+        factor: f32,
+        zero: Option<&mut [bool]>,
+    ) -> Result<(), OneBitError> {
+        let n = x.len();
+        for len in [m.len(), v.len(), g.len()]
+            .into_iter()
+            .chain(zero.as_ref().map(|z| z.len()))
+        {
+            check_len(n, len)?;
+        }
+        let k = Consts {
+            pre: factor,
+            ..Consts::new(self, 1.0)
+        };
+        let flags = Flags {
+            bias: self.bias.is_some(),
+            scale: false,
+            pre: true,
         };
         run(kernel, &k, flags, x, m, v, g, zero);
         Ok(())
@@ -273,6 +319,7 @@ impl AdamW {
         let flags = Flags {
             bias: self.bias.is_some(),
             scale: false,
+            pre: false,
         };
         run_update(kernel, &k, flags, x, m, v);
         Ok(())
@@ -309,6 +356,7 @@ impl AdamW {
         let flags = Flags {
             bias: self.bias.is_some(),
             scale: false,
+            pre: false,
         };
         // The empty run at `x.len()` sends the tail after the last live
         // run through the plain update too.
@@ -451,6 +499,7 @@ fn scalar_step(
     match zero {
         Some(z) => {
             for ((((x, m), v), &g), z) in x.iter_mut().zip(m).zip(v).zip(g).zip(z) {
+                let g = if f.pre { g * k.pre + 0.0 } else { g };
                 let g = if f.scale { g / k.div } else { g };
                 *z &= g == 0.0;
                 moments_elem(k, m, v, g);
@@ -459,6 +508,7 @@ fn scalar_step(
         }
         None => {
             for (((x, m), v), &g) in x.iter_mut().zip(m).zip(v).zip(g) {
+                let g = if f.pre { g * k.pre + 0.0 } else { g };
                 let g = if f.scale { g / k.div } else { g };
                 moments_elem(k, m, v, g);
                 update_elem(k, f.bias, x, *m, *v);

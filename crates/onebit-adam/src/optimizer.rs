@@ -674,30 +674,54 @@ impl OneBitAdam {
             });
         }
         let inv = count as f32;
-        self.scratch.clear();
-        // One pass forms the mean gradient (the finiteness check below reads
-        // the result, so a NaN/±Inf in `grad` or an overflowing product is
-        // found at its index). `g · 1.0` is `g`, so `step_with_grad` keeps
-        // its bits.
-        match extra {
+        let n = self.len;
+        if self.direct(comm, extra) {
+            // The kernel forms `f·g + 0.0` itself: only the check here, one
+            // read of `g` (the products must be finite too).
+            let (g, f) = extra.unwrap_or((&[], 1.0));
+            return check_products(g, f);
+        }
+        // Every value is written below: size once, no per-step clear/fill.
+        self.scratch.resize(n, 0.0);
+        // One pass forms the mean gradient and checks it (a NaN/±Inf in
+        // `grad`, or an overflowing product, is found at its index). `g · 1.0`
+        // is `g`, so `step_with_grad` keeps its bits.
+        let bad = match extra {
             // Nothing accumulated (the usual case): `grad_sum` is all +0.0
             // and `count` is 1, so `(s + f·g) / 1` is `f·g + 0.0` (−0.0
             // becomes +0.0, as in the sum): same bits, one pass.
             Some((g, f)) if self.grad_count == 0 => {
-                self.scratch.extend(g.iter().map(|&g| g * f + 0.0));
+                fill_checked(&mut self.scratch, g.iter().map(|&g| g * f + 0.0))
             }
-            Some((g, f)) => self
-                .scratch
-                .extend(self.grad_sum.iter().zip(g).map(|(s, g)| (s + g * f) / inv)),
-            None => self.scratch.extend(self.grad_sum.iter().map(|s| s / inv)),
+            Some((g, f)) => fill_checked(
+                &mut self.scratch,
+                self.grad_sum.iter().zip(g).map(|(s, g)| (s + g * f) / inv),
+            ),
+            None => fill_checked(&mut self.scratch, self.grad_sum.iter().map(|s| s / inv)),
+        };
+        if bad {
+            return Err(OneBitError::NonFinite {
+                index: self
+                    .scratch
+                    .iter()
+                    .position(|g| !g.is_finite())
+                    .unwrap_or(0),
+            });
         }
-        onebit_codec::check_finite(&self.scratch).map_err(|_| OneBitError::NonFinite {
-            index: self
-                .scratch
-                .iter()
-                .position(|g| !g.is_finite())
-                .unwrap_or(0),
-        })
+        Ok(())
+    }
+
+    /// Whether this step's kernels read the caller's gradient directly
+    /// (no mean-gradient copy): one rank (its all-reduce is the identity),
+    /// nothing accumulated, and no 1-bit group compresses this step (the
+    /// compressors read the copy).
+    fn direct(&self, comm: &dyn Communicator, extra: Option<(&[f32], f32)>) -> bool {
+        let t = self.step + 1;
+        extra.is_some()
+            && self.grad_count == 0
+            && comm.size() == 1
+            && (self.stage_of(t) != Stage::Compressed
+                || self.groups.iter().all(|g| g.spec.policy != Policy::OneBit))
     }
 
     fn step_inner(
@@ -708,6 +732,7 @@ impl OneBitAdam {
     ) -> Result<StepReport, OneBitError> {
         let before = comm.stats();
         let local = self.prepare(comm, params, extra);
+        let direct = self.direct(comm, extra);
         header::exchange(
             comm,
             Op::OptimizerStep,
@@ -736,14 +761,11 @@ impl OneBitAdam {
                 self.finish_one_bit(gi, t, &mut params[range])?;
             } else {
                 let warmup = stage == Stage::Warmup;
-                self.full_group(
-                    comm,
-                    gi,
-                    t,
-                    &mut g[range.clone()],
-                    &mut params[range],
-                    warmup,
-                )?;
+                let source = match extra {
+                    Some((grad, f)) if direct => Grad::Direct(&grad[range.clone()], f),
+                    _ => Grad::Mean(&mut g[range.clone()]),
+                };
+                self.full_group(comm, gi, t, source, &mut params[range], warmup)?;
             }
         }
         self.scratch = g;
@@ -765,17 +787,34 @@ impl OneBitAdam {
 
     /// Mean all-reduce of the gradient, then one fused dense Adam(W) pass
     /// ([`AdamW::step_scaled`]): `m`, `v`, the zero mask during warm-up, and
-    /// the parameters.
+    /// the parameters. A [`Grad::Direct`] gradient (one rank) skips the
+    /// all-reduce, the identity there, and is scaled in the kernel's pass.
     fn full_group(
         &mut self,
         comm: &mut dyn Communicator,
         gi: usize,
         t: u64,
-        g: &mut [f32],
+        g: Grad<'_>,
         x: &mut [f32],
         warmup: bool,
     ) -> Result<(), OneBitError> {
-        comm.all_reduce_sum(g)?;
+        let g = match g {
+            Grad::Mean(g) => {
+                comm.all_reduce_sum(g)?;
+                g
+            }
+            Grad::Direct(g, f) => {
+                self.groups[gi].v_updates += 1;
+                let h = self.hyper(gi, t);
+                let range = self.groups[gi].range.clone();
+                let (m, v, z) = (
+                    &mut self.m[range.clone()],
+                    &mut self.v[range.clone()],
+                    &mut self.zero[range],
+                );
+                return h.step_prescaled(Kernel::detect(), x, m, v, g, f, warmup.then_some(z));
+            }
+        };
         let pf = comm.size() as f32;
         self.groups[gi].v_updates += 1;
         let h = self.hyper(gi, t);
@@ -979,6 +1018,46 @@ impl OneBitAdam {
         self.hyper(gi, t)
             .update(Kernel::detect(), x, &self.m[range.clone()], &self.v[range])
     }
+}
+
+/// Where a full-precision group's gradient comes from.
+enum Grad<'a> {
+    /// The mean-gradient copy (all-reduced in place, then divided by P).
+    Mean(&'a mut [f32]),
+    /// The caller's gradient and factor, read by the kernel (one rank).
+    Direct(&'a [f32], f32),
+}
+
+/// Write `values` into `out` (same length) and say whether any is NaN/±Inf,
+/// in the same pass (an integer OR over the exponent bits, which
+/// vectorises; no second read of `out`).
+fn fill_checked(out: &mut [f32], values: impl Iterator<Item = f32>) -> bool {
+    let mut bad = 0u32;
+    for (o, v) in out.iter_mut().zip(values) {
+        *o = v;
+        bad |= u32::from(v.to_bits() & 0x7f80_0000 == 0x7f80_0000);
+    }
+    bad != 0
+}
+
+/// `Err(NonFinite)` at the first `i` where `g[i]·f` is NaN/±Inf (one read
+/// of `g`; for `f = 1` the codec's vector check).
+fn check_products(g: &[f32], f: f32) -> Result<(), OneBitError> {
+    let bad = if f == 1.0 {
+        onebit_codec::check_finite(g).is_err()
+    } else {
+        let mut bad = 0u32;
+        for &g in g {
+            bad |= u32::from((g * f).to_bits() & 0x7f80_0000 == 0x7f80_0000);
+        }
+        bad != 0
+    };
+    if bad {
+        return Err(OneBitError::NonFinite {
+            index: g.iter().position(|&g| !(g * f).is_finite()).unwrap_or(0),
+        });
+    }
+    Ok(())
 }
 
 /// `f(run, packed values of that run)` for every run of live coordinates,

@@ -220,6 +220,8 @@ struct Splat<V> {
     eps: V,
     wd: V,
     lr: V,
+    pre: V,
+    zero: V,
 }
 
 impl<V: Vector> Splat<V> {
@@ -238,6 +240,8 @@ impl<V: Vector> Splat<V> {
                 eps: V::splat(k.eps),
                 wd: V::splat(k.wd),
                 lr: V::splat(k.lr),
+                pre: V::splat(k.pre),
+                zero: V::splat(0.0),
             }
         }
     }
@@ -275,6 +279,7 @@ unsafe fn step_vec<V: Vector>(
     // caller's contract), which is what `load`/`store` need.
     unsafe {
         let gv = V::load(g);
+        let gv = if f.pre { gv.mul(s.pre).add(s.zero) } else { gv };
         let gv = if f.scale { gv.div(s.div) } else { gv };
         if let Some(z) = zero {
             let zb = gv.zero_bits();

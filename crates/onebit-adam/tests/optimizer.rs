@@ -758,3 +758,66 @@ fn a_bad_gradient_factor_fails_every_rank() {
         assert_eq!(out[0], Err(OneBitError::RemoteInput { rank: 1 }));
     }
 }
+
+/// One rank reads the caller's gradient in the kernel's own pass (no
+/// mean-gradient copy, no all-reduce): the bits of the copy path
+/// (`accumulate` then `step`, which always copies), with signed zeros, a
+/// factor, bias correction, weight decay, a full-precision group, across the
+/// freeze and the final stage; and a bad product is still refused with its
+/// index before anything changes.
+#[test]
+fn one_rank_direct_step_matches_the_copy_path() {
+    let n = 1000 + 13;
+    let grad = |step: u64| -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                if i % 31 == 3 {
+                    return if i % 2 == 0 { 0.0 } else { -0.0 };
+                }
+                let h = (i as u64 + 1)
+                    .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                    .wrapping_add(step * 1_000_003);
+                ((h >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 1e-2
+            })
+            .collect()
+    };
+    for groups in [
+        vec![GroupSpec::one_bit(600), GroupSpec::full_precision(n - 600)],
+        vec![GroupSpec::full_precision(n)],
+    ] {
+        let cfg = Config::default()
+            .with_freeze_step(3)
+            .with_final_full_after(Some(6))
+            .with_bias_correction(true)
+            .with_weight_decay(0.01);
+        let run = |direct: bool| {
+            let mut opt = OneBitAdam::with_groups(&groups, cfg).unwrap();
+            let mut comm = SingleRank::default();
+            let mut x = vec![0.5f32; n];
+            for t in 0..9u64 {
+                let g = grad(t);
+                if direct {
+                    opt.step_with_grad_scaled(&mut comm, &mut x, &g, 3.0)
+                        .unwrap();
+                } else {
+                    let product: Vec<f32> = g.iter().map(|v| v * 3.0).collect();
+                    opt.accumulate(&product).unwrap();
+                    opt.step(&mut comm, &mut x).unwrap();
+                }
+            }
+            (bits(&x), opt.export_state())
+        };
+        assert_eq!(run(true), run(false));
+    }
+    let mut opt = OneBitAdam::new(16, Config::default()).unwrap();
+    let mut x = vec![1.0f32; 16];
+    let mut g = vec![0.5f32; 16];
+    g[9] = 1e10;
+    let err = opt.step_with_grad_scaled(&mut SingleRank::default(), &mut x, &g, 1e30);
+    assert_eq!(err, Err(OneBitError::NonFinite { index: 9 }));
+    g[9] = f32::NAN;
+    let err = opt.step_with_grad(&mut SingleRank::default(), &mut x, &g);
+    assert_eq!(err, Err(OneBitError::NonFinite { index: 9 }));
+    assert_eq!(bits(&x), bits(&[1.0; 16]));
+    assert_eq!(opt.steps(), 0);
+}
