@@ -529,3 +529,77 @@ fn update_elem(k: &Consts, bias: bool, x: &mut f32, m: f32, v: f32) {
     let u = mh / (Float::sqrt(vh) + k.eps) + k.wd * *x;
     *x -= k.lr * u;
 }
+
+#[cfg(test)]
+mod tests {
+    use alloc::vec::Vec;
+
+    use super::{AdamW, Kernel};
+
+    /// `step_prescaled` (the optimizer's one-rank warm-up, reading the
+    /// caller's gradient) gives, on every kernel this CPU runs and at every
+    /// length 0–40 (vector bodies and tails), the bits of `step_scaled` on
+    /// the copy `g·f + 0.0` on the scalar reference — signed zeros,
+    /// subnormals, large values, with and without bias correction.
+    #[test]
+    fn prescaled_step_is_the_step_on_the_copy_on_every_kernel() {
+        let edge = [
+            0.0f32,
+            -0.0,
+            f32::from_bits(1),
+            -f32::MIN_POSITIVE,
+            1e-3,
+            -2.5,
+            3e15,
+            -7e-20,
+        ];
+        let value = |i: usize, salt: u32| -> f32 {
+            let h = (i as u32 + 1).wrapping_mul(0x9E37_79B9) ^ salt;
+            if h.is_multiple_of(5) {
+                edge[(h / 5) as usize % edge.len()]
+            } else {
+                ((h >> 8) as f32 / (1u32 << 24) as f32 - 0.5) * 0.1
+            }
+        };
+        for bias in [None, Some((0.19f32, 0.002f32))] {
+            for factor in [1.0f32, 3.0, -0.5] {
+                let adam = AdamW::default().with_weight_decay(0.01).with_bias(bias);
+                for n in 0..=40 {
+                    let g: Vec<f32> = (0..n).map(|i| value(i, 1)).collect();
+                    let start: Vec<f32> = (0..n).map(|i| value(i, 2)).collect();
+                    // `m = −0` where `g` is a zero: only `g·f + 0.0` (not
+                    // `g·f`) then gives the copy's `+0` momentum.
+                    let m0: Vec<f32> = (0..n)
+                        .map(|i| if g[i] == 0.0 { -0.0 } else { value(i, 3) })
+                        .collect();
+                    let v0: Vec<f32> = (0..n).map(|i| value(i, 4).abs()).collect();
+                    let copy: Vec<f32> = g.iter().map(|&g| g * factor + 0.0).collect();
+                    let (mut x, mut m, mut v) = (start.clone(), m0.clone(), v0.clone());
+                    let mut z = alloc::vec![true; n];
+                    adam.step_scaled(
+                        Kernel::Scalar,
+                        &mut x,
+                        &mut m,
+                        &mut v,
+                        &copy,
+                        1.0,
+                        Some(&mut z),
+                    )
+                    .unwrap();
+                    let want = (bits(&x), bits(&m), bits(&v), z);
+                    for k in Kernel::all_available() {
+                        let (mut x, mut m, mut v) = (start.clone(), m0.clone(), v0.clone());
+                        let mut z = alloc::vec![true; n];
+                        adam.step_prescaled(k, &mut x, &mut m, &mut v, &g, factor, Some(&mut z))
+                            .unwrap();
+                        assert_eq!((bits(&x), bits(&m), bits(&v), z), want, "{k:?} n={n}");
+                    }
+                }
+            }
+        }
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+}
