@@ -9,7 +9,7 @@
 //! | `countsketch` | as `basis`, with `mode=signed` fixed |
 //! | `partial-rowwise-adam` (`pra`) | `lr` |
 //! | `rowstep-adam` (`adam-rowstep`) | `lr` |
-//! | `ftrl` | `lr` (α), `beta` (β, default 1), `l1`, `l2` (default 0) |
+//! | `ftrl` | `lr` (α), `beta` (β), `l1`, `l2` (defaults: `basis-core`'s `FtrlConfig`) |
 //! | `adam8bit` (`adam-8bit`) | `lr`, `block` (values per absmax, default 256) |
 //!
 //! `mode` is `rowscaled` (default), `shared`, `signed` or `own`; `ratio` is
@@ -135,7 +135,7 @@ impl OptSpec {
     pub(crate) fn default_lr(&self) -> f32 {
         match self.kind {
             Kind::Adam | Kind::PartialRowwiseAdam | Kind::RowStepAdam | Kind::Adam8bit => 0.001,
-            Kind::Ftrl => FTRL_LR,
+            Kind::Ftrl => basis_core::FtrlConfig::default().alpha,
             Kind::RowwiseAdagrad => 0.03,
             Kind::Sgd => 3.0,
             Kind::Basis | Kind::Countsketch => match self.mode {
@@ -406,10 +406,6 @@ pub(crate) const DEFAULT_PROFILE: f32 = 1.0;
 /// a much larger step than row-wise AdaGrad does, and that cost 0.007 test
 /// AUC on the synthetic data (docs/BASIS.md, ablation).
 pub(crate) const DEFAULT_LEAD: usize = 1;
-
-/// FTRL's default α (`ftrl`'s `lr`): chosen on the synthetic data's
-/// validation split with the default β = 1 (docs/RESULTS.md).
-pub(crate) const FTRL_LR: f32 = 0.05;
 
 /// The optimizers `basis compare` runs when none is named.
 pub(crate) const DEFAULT_COMPARE: &[&str] = &[
