@@ -4,9 +4,10 @@ use crate::partition::Partitioned;
 use crate::spec::{Kind, Mode, OptSpec, Storage};
 use balanced_hash::{Bucketer, DChoice, LoadStats, OneChoice};
 use basis_core::{
-    Accumulate, AdagradConfig, AdamConfig, Basis, BasisConfig, ConfigError, DenseTable,
-    Diagnostics, Direction, ExactAdam, MemoryReport, Profile, RowIndex, RowwiseAdagrad, ScalarRule,
-    ScalarStorage, Sgd, SparseOptimizer, StateError, StepReport,
+    Accumulate, AdagradConfig, Adam8bit, AdamConfig, Basis, BasisConfig, ConfigError, DenseTable,
+    Diagnostics, Direction, ExactAdam, Ftrl, FtrlConfig, MemoryReport, PartialRowwiseAdam, Profile,
+    RowIndex, RowStepAdam, RowwiseAdagrad, ScalarRule, ScalarStorage, Sgd, SparseOptimizer,
+    StateError, StepReport,
 };
 use serde::Serialize;
 
@@ -19,6 +20,14 @@ pub(crate) enum Optimizer {
     Adagrad(RowwiseAdagrad),
     /// SGD.
     Sgd(Sgd),
+    /// FBGEMM's partial row-wise Adam.
+    PartialRowwiseAdam(PartialRowwiseAdam),
+    /// Adam with per-row bias correction.
+    RowStepAdam(RowStepAdam),
+    /// FTRL-Proximal.
+    Ftrl(Ftrl),
+    /// Adam with 8-bit block-wise moments.
+    Adam8bit(Box<Adam8bit>),
     /// BASIS with one-choice hashing.
     Basis1(Box<Basis<OneChoice>>),
     /// BASIS on one rank's part of the single process's one-choice buckets
@@ -226,6 +235,9 @@ pub(crate) fn build_indexed(
             .map_err(config_err)?,
         ),
         Kind::Sgd => Optimizer::Sgd(Sgd::new(dim, lr).map_err(config_err)?),
+        Kind::PartialRowwiseAdam | Kind::RowStepAdam | Kind::Adam8bit | Kind::Ftrl => {
+            baseline(spec, row_index, dim).map_err(config_err)?
+        }
         Kind::Basis | Kind::Countsketch => {
             let config = basis_config(spec, row_index, dim, seed);
             if spec.choices <= 1 {
@@ -252,6 +264,34 @@ pub(crate) fn build_indexed(
     })
 }
 
+/// The baseline optimizer of `spec` (one of the per-row-state kinds): the
+/// core defaults with the spec's rate and keys.
+fn baseline(spec: &OptSpec, row_index: RowIndex, dim: usize) -> Result<Optimizer, ConfigError> {
+    let adam = AdamConfig::default()
+        .with_dim(dim)
+        .with_lr(spec.lr())
+        .with_row_index(row_index);
+    Ok(match spec.kind {
+        Kind::PartialRowwiseAdam => Optimizer::PartialRowwiseAdam(PartialRowwiseAdam::new(adam)?),
+        Kind::RowStepAdam => Optimizer::RowStepAdam(RowStepAdam::new(adam)?),
+        Kind::Adam8bit => Optimizer::Adam8bit(Box::new(Adam8bit::new(
+            adam,
+            spec.block.unwrap_or(basis_core::DEFAULT_BLOCK),
+        )?)),
+        _ => {
+            let d = FtrlConfig::default();
+            Optimizer::Ftrl(Ftrl::new(
+                d.with_dim(dim)
+                    .with_alpha(spec.lr())
+                    .with_beta(spec.ftrl_beta.unwrap_or(d.beta))
+                    .with_l1(spec.l1.unwrap_or(d.l1))
+                    .with_l2(spec.l2.unwrap_or(d.l2))
+                    .with_row_index(row_index),
+            )?)
+        }
+    })
+}
+
 /// A d-choice bucketer remembering keys `0..rows` densely, or any key
 /// sparsely (`None`).
 fn d_choice(
@@ -272,6 +312,10 @@ impl Optimizer {
             Self::Adam(o) => o,
             Self::Adagrad(o) => o,
             Self::Sgd(o) => o,
+            Self::PartialRowwiseAdam(o) => o,
+            Self::RowStepAdam(o) => o,
+            Self::Ftrl(o) => o,
+            Self::Adam8bit(o) => o.as_mut(),
             Self::Basis1(o) => o.as_mut(),
             Self::BasisPart(o) => o.as_mut(),
             Self::BasisD { opt, .. } => opt.as_mut(),
@@ -283,6 +327,10 @@ impl Optimizer {
             Self::Adam(o) => o,
             Self::Adagrad(o) => o,
             Self::Sgd(o) => o,
+            Self::PartialRowwiseAdam(o) => o,
+            Self::RowStepAdam(o) => o,
+            Self::Ftrl(o) => o,
+            Self::Adam8bit(o) => o.as_ref(),
             Self::Basis1(o) => o.as_ref(),
             Self::BasisPart(o) => o.as_ref(),
             Self::BasisD { opt, .. } => opt.as_ref(),
@@ -429,6 +477,10 @@ mod tests {
             "basis:choices=2,ratio=10",
             "basis:choices=3,storage=bf16,ratio=20",
             "countsketch",
+            "pra",
+            "rowstep-adam",
+            "ftrl:beta=0.5,l1=0.001,l2=0.01",
+            "adam8bit:block=2",
         ] {
             let spec: OptSpec = text.parse().unwrap();
             let mut a = build(&spec, 200, 3, 9).unwrap();

@@ -150,6 +150,49 @@ fn compare_lists_every_optimizer_and_json_parses() {
     assert!(basis["runs"][0]["telemetry"]["buckets"].as_u64().unwrap() >= 1);
 }
 
+/// The baseline optimizers parse, train and report their exact state,
+/// in one process and row-sharded over two ranks (each rank's state grows
+/// with its rows through `grow_rows` and steps keyed by global ids).
+#[test]
+fn baselines_train_in_compare_single_and_sharded() {
+    let names = [
+        "pra",
+        "rowstep-adam",
+        "ftrl:beta=0.5,l1=0.0001",
+        "adam8bit:block=2",
+        "adam",
+    ];
+    for sharded in [false, true] {
+        let mut args = vec!["compare"];
+        args.extend_from_slice(SMALL);
+        for n in names {
+            args.extend(["--opt", n]);
+        }
+        if sharded {
+            args.extend(["--workers", "2", "--shard", "rows"]);
+        }
+        let v = json(&args);
+        let results = v["results"].as_array().unwrap();
+        assert_eq!(results.len(), names.len());
+        let mut bytes = Vec::new();
+        for (r, n) in results.iter().zip(names) {
+            assert_eq!(r["optimizer"], n);
+            let auc = r["runs"][0]["final_metrics"]["test_auc"].as_f64().unwrap();
+            assert!(auc > 0.5 && auc < 1.0, "{n} sharded={sharded}: {auc}");
+            bytes.push(r["state_bytes"].as_f64().unwrap());
+        }
+        // dim 4 → rows of d = 5: Adam 8d = 40 B/row; PRA 4d+4 = 24; the
+        // row counter adds 4; FTRL 8d; 8-bit 2d + 8·⌈d/2⌉ = 34 (+ 2 KiB maps).
+        let (pra, rowstep, ftrl, q8, adam) = (bytes[0], bytes[1], bytes[2], bytes[3], bytes[4]);
+        assert!(pra < adam && adam < rowstep && q8 < adam, "{bytes:?}");
+        assert!((ftrl - adam).abs() <= 0.05 * adam, "{bytes:?}");
+    }
+    let e = err(&["compare", "-q", "--opt", "pra:block=2"]);
+    assert!(e.contains("takes only `lr`"), "{e}");
+    let e = err(&["compare", "-q", "--opt", "ftrl:beta=0"]);
+    assert!(e.contains("beta must be > 0"), "{e}");
+}
+
 #[test]
 fn plot_writes_a_valid_png() {
     let dir = tmp("plot");

@@ -53,6 +53,10 @@ pub enum ConfigError {
         /// so an overflowing size is still reported).
         bytes: u128,
     },
+    /// FTRL's β is not finite and > 0, or λ1 / λ2 is negative or not finite.
+    Ftrl,
+    /// A quantization block size of 0.
+    BlockSize,
 }
 
 impl fmt::Display for ConfigError {
@@ -77,6 +81,8 @@ impl fmt::Display for ConfigError {
             Self::RowScaleRange => "row-scale log2 range must be finite with min < max",
             Self::Profile => "row-scale profile power must be in [0, 1] and lead <= dim",
             Self::NoBuckets => "the bucketer must have at least one bucket",
+            Self::Ftrl => "FTRL needs beta finite and > 0, l1 and l2 finite and >= 0",
+            Self::BlockSize => "the quantization block size must be at least 1",
         };
         f.write_str(msg)
     }
@@ -338,6 +344,8 @@ pub enum StateField {
     BucketerChoices,
     /// The bucketer's hash seed.
     BucketerSeed,
+    /// The quantization block size (values per absmax).
+    BlockSize,
 }
 
 impl fmt::Display for StateField {
@@ -360,6 +368,7 @@ impl fmt::Display for StateField {
             Self::BucketerKind => "bucketer kind",
             Self::BucketerChoices => "number of bucketer choices",
             Self::BucketerSeed => "bucketer seed",
+            Self::BlockSize => "quantization block size",
         })
     }
 }

@@ -4,7 +4,10 @@
 //!
 //! Module map: [`config`] (hyper-parameters), [`kernel`] (the step's phases,
 //! for parallel adapters), [`exec`] (how planning's data-parallel pieces run), the optimizers [`Basis`], [`ExactAdam`],
-//! [`RowwiseAdagrad`], [`Sgd`] behind the object-safe [`SparseOptimizer`].
+//! [`RowwiseAdagrad`], [`Sgd`] behind the object-safe [`SparseOptimizer`], and
+//! the baselines users would otherwise pick: [`PartialRowwiseAdam`]
+//! (FBGEMM), [`RowStepAdam`] (per-row bias correction), [`Ftrl`]
+//! (FTRL-Proximal) and [`Adam8bit`] (bitsandbytes' 8-bit block-wise state).
 #![no_std]
 #![forbid(unsafe_code)]
 #![cfg_attr(test, allow(clippy::unwrap_used))]
@@ -50,20 +53,25 @@ macro_rules! adam_setters {
 
 mod adagrad;
 mod adam;
+mod adam8bit;
 mod basis;
 mod batch;
 mod builder;
 pub mod config;
 mod error;
 pub mod exec;
+mod ftrl;
 // Entry points of the fuzz targets: test support, not API.
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod kernel;
 mod keys;
 mod optimizer;
+mod partial_rowwise_adam;
 mod quant;
 mod report;
+mod rows;
+mod rowstep_adam;
 mod sgd;
 pub mod state;
 mod store;
@@ -74,6 +82,7 @@ pub mod workload;
 
 pub use adagrad::{AdagradConfig, RowwiseAdagrad};
 pub use adam::{AdamConfig, ExactAdam};
+pub use adam8bit::{Adam8bit, DEFAULT_BLOCK, dynamic_map};
 /// The bucketers [`Basis`] is generic over, re-exported so users need no
 /// separate `balanced-hash` dependency (and cannot mismatch its version).
 pub use balanced_hash::{Bucketer, DChoice, OneChoice};
@@ -85,12 +94,15 @@ pub use config::{
     RowScaleConfig, ScalarLrSchedule, ScalarRule, ScalarStorage, TablePrecision,
 };
 pub use error::{ConfigError, GrowError, StateError, StateField, StepError, TableError};
+pub use ftrl::{Ftrl, FtrlConfig};
 /// The `half` crate whose `bf16` [`bf16_stochastic`] returns, so users name
 /// it without pinning a version of their own.
 pub use half;
 pub use optimizer::SparseOptimizer;
+pub use partial_rowwise_adam::PartialRowwiseAdam;
 pub use quant::{LogCode, bf16_stochastic};
 pub use report::{Diagnostics, HISTOGRAM_BINS, MemoryReport, StepReport};
+pub use rowstep_adam::RowStepAdam;
 pub use sgd::Sgd;
 pub use store::{IdBuildHasher, IdHasher};
 pub use table::{DenseTable, RowAccess};

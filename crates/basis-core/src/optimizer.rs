@@ -18,12 +18,22 @@ use crate::table::RowAccess;
 /// training loop can hold any of them:
 ///
 /// ```
-/// use basis_core::{AdagradConfig, AdamConfig, DenseTable, ExactAdam, RowwiseAdagrad, SparseOptimizer};
+/// use basis_core::{
+///     Adam8bit, AdagradConfig, AdamConfig, DenseTable, ExactAdam, Ftrl, FtrlConfig,
+///     PartialRowwiseAdam, RowStepAdam, RowwiseAdagrad, SparseOptimizer,
+/// };
 ///
 /// let dim = 4;
+/// let adam = AdamConfig::default().with_dim(dim);
 /// let mut opts: Vec<Box<dyn SparseOptimizer>> = vec![
-///     Box::new(ExactAdam::new(AdamConfig::default().with_dim(dim))?),
+///     Box::new(ExactAdam::new(adam)?),
 ///     Box::new(RowwiseAdagrad::new(AdagradConfig::default().with_dim(dim))?),
+///     // The baselines: FBGEMM's PARTIAL_ROWWISE_ADAM, Adam with per-row
+///     // bias correction, FTRL-Proximal, 8-bit block-wise Adam state.
+///     Box::new(PartialRowwiseAdam::new(adam)?),
+///     Box::new(RowStepAdam::new(adam)?),
+///     Box::new(Ftrl::new(FtrlConfig::default().with_dim(dim))?),
+///     Box::new(Adam8bit::new(adam, basis_core::DEFAULT_BLOCK)?),
 /// ];
 /// for opt in &mut opts {
 ///     let mut rows = vec![0.5f32; 10 * dim]; // 10 rows

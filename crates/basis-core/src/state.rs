@@ -28,6 +28,10 @@ pub(crate) mod kind {
     pub(crate) const ADAM: u8 = 2;
     pub(crate) const ADAGRAD: u8 = 3;
     pub(crate) const SGD: u8 = 4;
+    pub(crate) const PARTIAL_ROWWISE_ADAM: u8 = 5;
+    pub(crate) const ROWSTEP_ADAM: u8 = 6;
+    pub(crate) const FTRL: u8 = 7;
+    pub(crate) const ADAM8BIT: u8 = 8;
 }
 
 /// Appends little-endian values.

@@ -13,8 +13,9 @@ use alloc::collections::BTreeMap;
 
 use balanced_hash::{DChoice, OneChoice};
 use basis_core::{
-    AdagradConfig, AdamConfig, Basis, BasisConfig, DenseTable, ExactAdam, RowAccess, RowIndex,
-    RowwiseAdagrad, ScalarStorage, Sgd, SparseOptimizer, StepError, TablePrecision,
+    AdagradConfig, Adam8bit, AdamConfig, Basis, BasisConfig, DenseTable, ExactAdam, Ftrl,
+    FtrlConfig, PartialRowwiseAdam, RowAccess, RowIndex, RowStepAdam, RowwiseAdagrad,
+    ScalarStorage, Sgd, SparseOptimizer, StepError, TablePrecision,
 };
 use common::{Rng, grads};
 use proptest::prelude::*;
@@ -37,6 +38,11 @@ fn optimizers(index: RowIndex) -> Vec<(&'static str, Box<dyn SparseOptimizer>)> 
     };
     let one = || OneChoice::new(BUCKETS, 3).unwrap();
     let basis = |c| -> Box<dyn SparseOptimizer> { Box::new(Basis::new(c, one()).unwrap()) };
+    let adam = AdamConfig::default()
+        .with_dim(DIM)
+        .with_lr(0.01)
+        .with_weight_decay(0.1)
+        .with_row_index(index);
     vec![
         (
             "basis f32",
@@ -87,6 +93,25 @@ fn optimizers(index: RowIndex) -> Vec<(&'static str, Box<dyn SparseOptimizer>)> 
             ),
         ),
         ("sgd", Box::new(Sgd::new(DIM, 0.1).unwrap())),
+        (
+            "partial-rowwise-adam",
+            Box::new(PartialRowwiseAdam::new(adam).unwrap()),
+        ),
+        ("rowstep-adam", Box::new(RowStepAdam::new(adam).unwrap())),
+        (
+            "ftrl",
+            Box::new(
+                Ftrl::new(
+                    FtrlConfig::default()
+                        .with_dim(DIM)
+                        .with_l1(0.01)
+                        .with_row_index(index),
+                )
+                .unwrap(),
+            ),
+        ),
+        // Blocks of 2 over d = 3: two blocks per row, the last one short.
+        ("adam8bit", Box::new(Adam8bit::new(adam, 2).unwrap())),
     ]
 }
 
