@@ -1,6 +1,8 @@
 //! Tidy checks over the whole repository (run as a test, matklad style):
 //! every Rust source file opens with a `//!` doc comment, no `dbg!`, no
-//! `todo!`/`unimplemented!` left in non-test code, and no should-panic tests.
+//! `todo!`/`unimplemented!` left in non-test code, no should-panic tests, and
+//! one MSRV: every mention in the Markdown files is the workspace's
+//! `rust-version`.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -78,4 +80,121 @@ fn no_debug_leftovers() {
         }
     }
     assert!(hits.is_empty(), "leftovers:\n{}", hits.join("\n"));
+}
+
+/// Every `*.md` of the repository (not build outputs, fetched data or fuzz corpora).
+fn markdown_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if path.is_dir() {
+            if !(name.starts_with("target")
+                || name.starts_with('.')
+                || name == "data"
+                || name == "corpus"
+                || name == "artifacts")
+            {
+                markdown_files(&path, out);
+            }
+        } else if name.ends_with(".md") {
+            out.push(path);
+        }
+    }
+}
+
+/// The Rust versions (`1.NN`, as whole tokens) in `text`.
+fn rust_versions(text: &str) -> Vec<&str> {
+    let b = text.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while let Some(at) = text[i..].find("1.").map(|k| i + k) {
+        let end = at
+            + 2
+            + b[at + 2..]
+                .iter()
+                .take_while(|c| c.is_ascii_digit())
+                .count();
+        let before_ok = at == 0 || !(b[at - 1].is_ascii_digit() || b[at - 1] == b'.');
+        // A sentence may end right after it; `1.9.0` is another crate's version.
+        let dotted = b.get(end) == Some(&b'.') && b.get(end + 1).is_some_and(u8::is_ascii_digit);
+        let after_ok = end == b.len() || !(b[end].is_ascii_digit() || dotted);
+        if end > at + 2 && before_ok && after_ok {
+            out.push(&text[at..end]);
+        }
+        i = at + 2;
+    }
+    out
+}
+
+/// The MSRV is written in one place (`[workspace.package] rust-version`);
+/// every Markdown line that says `MSRV` with a version (or a `MSRV` heading
+/// and the first paragraph under it) must say that version. Another
+/// project's minimum Rust is written without the word "MSRV".
+#[test]
+fn every_msrv_mention_is_the_workspace_rust_version() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = fs::read_to_string(root.join("Cargo.toml")).unwrap_or_default();
+    let msrv = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .unwrap_or_else(|| panic!("no `rust-version = \"..\"` in Cargo.toml"));
+    assert_eq!(rust_versions(msrv), [msrv], "odd rust-version {msrv}");
+    let mut files = Vec::new();
+    markdown_files(root, &mut files);
+    let (mut seen, mut wrong) = (0, Vec::new());
+    for p in files {
+        let text = fs::read_to_string(&p).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            if !line.contains("MSRV") {
+                continue;
+            }
+            let mut said = rust_versions(line);
+            if line.starts_with('#') {
+                // A heading: its version is in the first paragraph below it.
+                let para = lines[i + 1..]
+                    .iter()
+                    .skip_while(|l| l.trim().is_empty())
+                    .take_while(|l| !l.trim().is_empty())
+                    .copied()
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                said = rust_versions(&para).into_iter().take(1).collect();
+                seen += said.len();
+                wrong.extend(
+                    said.iter()
+                        .filter(|v| **v != msrv)
+                        .map(|v| format!("{}:{}: heading, then {v}", p.display(), i + 1)),
+                );
+                continue;
+            }
+            seen += said.len();
+            wrong.extend(
+                said.iter()
+                    .filter(|v| **v != msrv)
+                    .map(|v| format!("{}:{}: {v} in {:?}", p.display(), i + 1, line.trim())),
+            );
+        }
+    }
+    // README.md, src/README.md and two crate READMEs state it today.
+    assert!(seen >= 4, "found only {seen} MSRV mentions");
+    assert!(
+        wrong.is_empty(),
+        "MSRV mentions other than rust-version {msrv}:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn rust_versions_are_whole_tokens() {
+    assert_eq!(
+        rust_versions("MSRV 1.89; crc 3.1.2, 11.5 s, v1.10 and 1.9.0"),
+        ["1.89", "1.10"]
+    );
+    assert_eq!(rust_versions("MSRV: Rust 1.85. Licence"), ["1.85"]);
+    assert_eq!(rust_versions("Rust **1.85**."), ["1.85"]);
 }
