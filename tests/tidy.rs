@@ -32,8 +32,14 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The repository: this package is its `tests/` directory.
+fn repo_root() -> &'static Path {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.parent().unwrap_or(here)
+}
+
 fn files() -> Vec<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = repo_root();
     let mut out = Vec::new();
     for sub in [
         "src", "tests", "crates", "xtask", "fuzz", "benches", "examples",
@@ -135,7 +141,7 @@ fn rust_versions(text: &str) -> Vec<&str> {
 /// project's minimum Rust is written without the word "MSRV".
 #[test]
 fn every_msrv_mention_is_the_workspace_rust_version() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let root = repo_root();
     let manifest = fs::read_to_string(root.join("Cargo.toml")).unwrap_or_default();
     let msrv = manifest
         .lines()
@@ -197,4 +203,30 @@ fn rust_versions_are_whole_tokens() {
     );
     assert_eq!(rust_versions("MSRV: Rust 1.85. Licence"), ["1.85"]);
     assert_eq!(rust_versions("Rust **1.85**."), ["1.85"]);
+}
+
+/// `tests/Cargo.toml` lists its test binaries (`autotests = false`, so the
+/// facade package does not pick them up): every `tests/*.rs` must be listed,
+/// or it would silently never run.
+#[test]
+fn every_workspace_test_file_is_a_declared_test_target() {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = fs::read_to_string(here.join("Cargo.toml")).unwrap_or_default();
+    let declared: Vec<&str> = manifest
+        .lines()
+        .filter_map(|l| l.strip_prefix("path = \""))
+        .filter_map(|l| l.strip_suffix('"'))
+        .collect();
+    let mut missing = Vec::new();
+    for entry in fs::read_dir(here).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.ends_with(".rs") && !declared.contains(&name.as_str()) {
+            missing.push(name);
+        }
+    }
+    assert!(declared.len() >= 7, "found only {declared:?}");
+    assert!(
+        missing.is_empty(),
+        "tests/*.rs without a [[test]] in tests/Cargo.toml: {missing:?}"
+    );
 }
