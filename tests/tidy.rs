@@ -230,3 +230,72 @@ fn every_workspace_test_file_is_a_declared_test_target() {
         "tests/*.rs without a [[test]] in tests/Cargo.toml: {missing:?}"
     );
 }
+
+/// A user adds a package, not a directory: every package's README (its
+/// crates.io page and crate docs) is titled by the package name, and a
+/// published one opens with its `[dependencies]` line (the short name as
+/// the key, `package = "basisopt-…"`) and a `use` line of its library.
+#[test]
+fn every_readme_is_titled_by_its_package_and_opens_with_its_dependency_line() {
+    let root = repo_root();
+    let mut manifests = vec![(root.join("Cargo.toml"), root.join("src/README.md"))];
+    for entry in fs::read_dir(root.join("crates"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        manifests.push((
+            entry.path().join("Cargo.toml"),
+            entry.path().join("README.md"),
+        ));
+    }
+    let mut wrong = Vec::new();
+    for (manifest, readme) in &manifests {
+        let toml = fs::read_to_string(manifest).unwrap_or_default();
+        let Some(name) = toml
+            .lines()
+            .skip_while(|l| l.trim() != "[package]")
+            .find_map(|l| l.strip_prefix("name = \""))
+            .and_then(|n| n.strip_suffix('"'))
+        else {
+            continue;
+        };
+        let text = fs::read_to_string(readme).unwrap_or_default();
+        let title = text.lines().next().unwrap_or("");
+        if !(title == format!("# {name}") || title.starts_with(&format!("# {name} "))) {
+            wrong.push(format!(
+                "{}: title {title:?}, package {name}",
+                readme.display()
+            ));
+        }
+        if toml.contains("publish = false") {
+            continue;
+        }
+        let head: String = text.lines().take(12).collect::<Vec<_>>().join("\n");
+        let lib = toml
+            .lines()
+            .skip_while(|l| l.trim() != "[lib]")
+            .find_map(|l| l.strip_prefix("name = \""))
+            .and_then(|n| n.strip_suffix('"'))
+            .map(str::to_owned)
+            .unwrap_or_else(|| {
+                // Cargo's default library name: the directory's, with `_`.
+                let dir = manifest.parent().and_then(Path::file_name);
+                dir.map_or(String::new(), |d| d.to_string_lossy().replace('-', "_"))
+            });
+        for want in [
+            "```toml\n[dependencies]".to_owned(),
+            format!("package = \"{name}\", version = \"0.1\""),
+            format!("use {lib}::"),
+        ] {
+            if !head.contains(&want) {
+                wrong.push(format!(
+                    "{}: no {want:?} in its first lines",
+                    readme.display()
+                ));
+            }
+        }
+    }
+    assert!(manifests.len() >= 10, "found {manifests:?}");
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
