@@ -32,8 +32,9 @@ fn assert_buckets_finite<H: Bucketer>(opt: &Basis<H>, what: &str) {
 }
 
 fn regressions(target: &str) -> Vec<PathBuf> {
+    // This package is the repository's `tests/` directory.
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fuzz/regressions")
+        .join("../fuzz/regressions")
         .join(target);
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap()

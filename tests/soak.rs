@@ -7,7 +7,8 @@
 //!
 //! `BASIS_SOAK_UPDATES` sets the number of row updates per phase (default
 //! 1 000 000, a few seconds in CI); e.g. `BASIS_SOAK_UPDATES=200000000 cargo
-//! test --release --test soak -- --nocapture` for a long run. One `#[test]`
+//! test --release -p basisopt-workspace-tests --test soak -- --nocapture`
+//! for a long run. One `#[test]`
 //! only, so no other test in this binary allocates while RSS is sampled.
 
 #![allow(

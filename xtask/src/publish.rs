@@ -27,14 +27,15 @@ use std::path::Path;
 use std::time::Instant;
 
 /// Publishable packages: directory under the root (`.` is the facade) and
-/// package name. The order is the dependency order (cargo checks it too).
+/// package name. The order is the publishing order: dependencies, dev ones
+/// included, first (docs/ARCHITECTURE.md, "Publishing"; cargo checks it too).
 pub(crate) const PACKAGES: &[(&str, &str)] = &[
     ("crates/balanced-hash", "basisopt-balanced-hash"),
     ("crates/comm-traits", "basisopt-comm-traits"),
     ("crates/onebit-codec", "basisopt-onebit-codec"),
     ("crates/basis-core", "basisopt-core"),
-    ("crates/onebit-adam", "basisopt-onebit-adam"),
     ("crates/basis-std", "basisopt-std"),
+    ("crates/onebit-adam", "basisopt-onebit-adam"),
     ("crates/basis-rayon", "basisopt-rayon"),
     ("crates/comm-mpi", "basisopt-comm-mpi"),
     (".", "basisopt"),

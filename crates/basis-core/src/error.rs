@@ -249,8 +249,17 @@ impl core::error::Error for StepError {}
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StateError {
-    /// Shorter than the fixed header and trailer.
-    Truncated,
+    /// The blob ends before the state does: `found` bytes of the `needed`
+    /// its header announces (or, when even the header is cut, of the
+    /// smallest possible blob: header and trailer). Checked before the
+    /// checksum, so a cut blob is named as such; a corrupted length field
+    /// that announces more than the blob holds is reported here too.
+    Truncated {
+        /// Bytes the blob needs.
+        needed: u64,
+        /// Bytes present.
+        found: u64,
+    },
     /// The magic bytes are wrong: not an exported optimizer state.
     BadMagic,
     /// A format version this build does not read.
@@ -260,7 +269,8 @@ pub enum StateError {
     },
     /// The CRC-32 over the blob does not match its trailer.
     Checksum,
-    /// The blob was exported by another optimizer kind.
+    /// The blob was exported by another optimizer kind (the message names
+    /// both: BASIS 1, exact Adam 2, row-wise AdaGrad 3, SGD 4).
     WrongKind {
         /// Kind tag expected.
         expected: u8,
@@ -281,18 +291,21 @@ pub enum StateError {
 impl fmt::Display for StateError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Truncated => f.write_str("state blob is truncated"),
+            Self::Truncated { needed, found } => write!(
+                f,
+                "state blob is truncated: {found} bytes present, {needed} needed"
+            ),
             Self::BadMagic => f.write_str("not an exported optimizer state (bad magic)"),
             Self::UnsupportedVersion { found } => {
                 write!(f, "unsupported state format version {found}")
             }
             Self::Checksum => f.write_str("state blob checksum mismatch (corrupted)"),
-            Self::WrongKind { expected, found } => {
-                write!(
-                    f,
-                    "state blob is of optimizer kind {found}, expected {expected}"
-                )
-            }
+            Self::WrongKind { expected, found } => write!(
+                f,
+                "state blob is {} (kind {found}), expected {} (kind {expected})",
+                kind_name(*found),
+                kind_name(*expected)
+            ),
             Self::ConfigMismatch { field } => write!(
                 f,
                 "state blob was exported with another {field} than this optimizer's"
@@ -303,6 +316,18 @@ impl fmt::Display for StateError {
 }
 
 impl core::error::Error for StateError {}
+
+/// What a state blob's optimizer kind tag means, for messages.
+fn kind_name(tag: u8) -> &'static str {
+    use crate::state::kind;
+    match tag {
+        kind::BASIS => "a BASIS state",
+        kind::ADAM => "an exact Adam state",
+        kind::ADAGRAD => "a row-wise AdaGrad state",
+        kind::SGD => "an SGD state",
+        _ => "of an unknown optimizer kind",
+    }
+}
 
 /// A setting recorded in exported state, named by
 /// [`StateError::ConfigMismatch`] when the importer's differs.

@@ -86,11 +86,22 @@ pub(crate) struct Reader<'a> {
 impl<'a> Reader<'a> {
     /// Checks header, length and CRC of `blob`, returns a reader over its payload.
     pub(crate) fn open(blob: &'a [u8], expected_kind: u8) -> Result<Self, StateError> {
-        if blob.len() < HEADER + TRAILER {
-            return Err(StateError::Truncated);
-        }
-        if blob[..4] != MAGIC {
+        // Magic, then length, then CRC: a cut blob fails its CRC too, but
+        // "truncated: n of m bytes" says what happened.
+        let seen = blob.len().min(MAGIC.len());
+        if blob[..seen] != MAGIC[..seen] {
             return Err(StateError::BadMagic);
+        }
+        let needed = match blob.get(8..HEADER) {
+            Some(len) => u64::from_le_bytes(len.try_into().map_err(|_| StateError::Malformed)?)
+                .saturating_add((HEADER + TRAILER) as u64),
+            None => (HEADER + TRAILER) as u64,
+        };
+        if (blob.len() as u64) < needed {
+            return Err(StateError::Truncated {
+                needed,
+                found: blob.len() as u64,
+            });
         }
         let (body, tail) = blob.split_at(blob.len() - TRAILER);
         let mut crc_bytes = [0u8; 4];
@@ -117,7 +128,8 @@ impl<'a> Reader<'a> {
         len.copy_from_slice(&blob[8..16]);
         let len = u64::from_le_bytes(len);
         if len != (body.len() - HEADER) as u64 {
-            return Err(StateError::Truncated);
+            // Shorter was refused above; longer with a valid CRC is not ours.
+            return Err(StateError::Malformed);
         }
         Ok(Self {
             buf: &body[HEADER..],

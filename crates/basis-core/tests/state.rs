@@ -122,10 +122,18 @@ fn corruption_is_detected(opt: &mut dyn SparseOptimizer) {
             );
         }
     }
+    // A cut blob is reported as cut (not as a checksum mismatch), with the
+    // length its header announces once the header is there (16 bytes; the
+    // smallest blob is header + CRC = 20).
     for len in 0..blob.len() {
-        assert!(
-            opt.import_state(&blob[..len]).is_err(),
-            "truncation to {len} accepted"
+        let needed = if len < 16 { 20 } else { blob.len() as u64 };
+        assert_eq!(
+            opt.import_state(&blob[..len]),
+            Err(StateError::Truncated {
+                needed,
+                found: len as u64
+            }),
+            "truncation to {len}"
         );
     }
     let mut longer = blob.clone();
@@ -144,6 +152,43 @@ fn every_single_byte_corruption_is_detected() {
     corruption_is_detected(&mut ExactAdam::new(AdamConfig::default().with_dim(DIM)).unwrap());
     corruption_is_detected(
         &mut RowwiseAdagrad::new(AdagradConfig::default().with_dim(DIM)).unwrap(),
+    );
+}
+
+/// The messages a user reads name what happened: the optimizer kinds by
+/// name, a cut blob's lengths.
+#[test]
+fn state_error_messages_explain_themselves() {
+    let c = BasisConfig::default().with_dim(DIM);
+    let mut basis = Basis::new(c, OneChoice::new(4, 1).unwrap()).unwrap();
+    let adagrad = RowwiseAdagrad::new(AdagradConfig::default().with_dim(DIM)).unwrap();
+    let err = basis.import_state(&adagrad.export_state()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "state blob is a row-wise AdaGrad state (kind 3), expected a BASIS state (kind 1)"
+    );
+    let mut adam = ExactAdam::new(AdamConfig::default().with_dim(DIM)).unwrap();
+    let err = adam.import_state(&Sgd::new(DIM, 0.1).unwrap().export_state());
+    assert_eq!(
+        err.unwrap_err().to_string(),
+        "state blob is an SGD state (kind 4), expected an exact Adam state (kind 2)"
+    );
+    assert_eq!(
+        StateError::WrongKind {
+            expected: 1,
+            found: 200
+        }
+        .to_string(),
+        "state blob is of an unknown optimizer kind (kind 200), expected a BASIS state (kind 1)"
+    );
+    let blob = basis.export_state();
+    let cut = blob.len() - 3;
+    assert_eq!(
+        basis.import_state(&blob[..cut]).unwrap_err().to_string(),
+        format!(
+            "state blob is truncated: {cut} bytes present, {} needed",
+            blob.len()
+        )
     );
 }
 
@@ -181,7 +226,21 @@ fn foreign_and_mismatched_blobs_are_typed_errors() {
         basis.import_state(b"not a blob at all, really"),
         Err(StateError::BadMagic)
     );
-    assert_eq!(basis.import_state(b"BSIS"), Err(StateError::Truncated));
+    assert_eq!(
+        basis.import_state(b"BSIS"),
+        Err(StateError::Truncated {
+            needed: 20,
+            found: 4
+        })
+    );
+    assert_eq!(
+        basis.import_state(b"BS"),
+        Err(StateError::Truncated {
+            needed: 20,
+            found: 2
+        })
+    );
+    assert_eq!(basis.import_state(b"BX"), Err(StateError::BadMagic));
     // A blob with a valid checksum but a future version.
     let mut blob = basis.export_state();
     blob[4] = 9;

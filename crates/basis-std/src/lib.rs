@@ -7,3 +7,9 @@
 pub mod checkpoint;
 pub mod fault;
 pub mod local;
+
+// What a `LocalComm` user calls (`comm.rank()`, `comm.all_reduce_sum(..)`
+// are `Communicator` methods: the trait must be in scope), without a
+// separate `comm-traits` dependency.
+pub use comm_traits::{self, Collective, CommError, CommStats, Communicator};
+pub use local::LocalComm;

@@ -152,6 +152,17 @@ fn every_truncation_is_reported_as_truncated() {
             other => panic!("length {len}: {other:?}"),
         }
     }
+    // The message says what happened, with both lengths and the file.
+    let cut = good.len() - 3;
+    fs::write(&path, &good[..cut]).unwrap();
+    assert_eq!(
+        checkpoint::load(&path).unwrap_err().to_string(),
+        format!(
+            "checkpoint {}: truncated: {cut} bytes present, {} expected",
+            path.display(),
+            good.len()
+        )
+    );
 }
 
 #[test]

@@ -170,6 +170,50 @@ impl CommStats {
     }
 }
 
+/// Totals over several ranks or runs: `a + b` adds each counter.
+///
+/// ```
+/// use comm_traits::{Collective, CommStats};
+///
+/// let mut per_rank = [CommStats::default(); 3];
+/// for s in &mut per_rank {
+///     s.record(Collective::AllGather, 3, 10); // 10 bytes to 2 others
+/// }
+/// let total: CommStats = per_rank.iter().sum();
+/// assert_eq!((total.bytes_sent, total.calls), (60, 3));
+/// let mut acc = per_rank[0];
+/// acc += per_rank[1];
+/// assert_eq!(acc, per_rank[0] + per_rank[1]);
+/// ```
+impl core::ops::Add for CommStats {
+    type Output = CommStats;
+    fn add(self, other: CommStats) -> CommStats {
+        CommStats {
+            bytes_sent: self.bytes_sent + other.bytes_sent,
+            bytes_received: self.bytes_received + other.bytes_received,
+            calls: self.calls + other.calls,
+        }
+    }
+}
+
+impl core::ops::AddAssign for CommStats {
+    fn add_assign(&mut self, other: CommStats) {
+        *self = *self + other;
+    }
+}
+
+impl core::iter::Sum for CommStats {
+    fn sum<I: Iterator<Item = CommStats>>(iter: I) -> CommStats {
+        iter.fold(CommStats::default(), |a, b| a + b)
+    }
+}
+
+impl<'a> core::iter::Sum<&'a CommStats> for CommStats {
+    fn sum<I: Iterator<Item = &'a CommStats>>(iter: I) -> CommStats {
+        iter.copied().sum()
+    }
+}
+
 /// Collective communication among `size()` ranks. Object-safe: algorithms take
 /// `&mut dyn Communicator` (or a generic `C: Communicator + ?Sized`).
 ///
@@ -437,6 +481,46 @@ mod tests {
         assert_eq!(CommStats::allreduce_f32_bytes(2, 1000), 4000);
         // 4·10 = 40 bytes over 3 ranks → chunks of 14 bytes, 2·2·14.
         assert_eq!(CommStats::allreduce_f32_bytes(3, 10), 56);
+    }
+
+    #[test]
+    fn stats_add_sum_and_add_assign_agree_with_field_sums() {
+        let parts = [
+            CommStats {
+                bytes_sent: 1,
+                bytes_received: 20,
+                calls: 300,
+            },
+            CommStats {
+                bytes_sent: 4000,
+                bytes_received: 50_000,
+                calls: 6,
+            },
+            CommStats {
+                bytes_sent: 70,
+                bytes_received: 8,
+                calls: 90_000,
+            },
+        ];
+        let want = CommStats {
+            bytes_sent: 4071,
+            bytes_received: 50_028,
+            calls: 90_306,
+        };
+        assert_eq!(parts[0] + parts[1] + parts[2], want);
+        assert_eq!(parts.iter().sum::<CommStats>(), want);
+        assert_eq!(parts.into_iter().sum::<CommStats>(), want);
+        let mut acc = CommStats::default();
+        for p in parts {
+            acc += p;
+        }
+        assert_eq!(acc, want);
+        // `since` undoes `+`, and the empty sum is zero.
+        assert_eq!((want + parts[1]).since(&parts[1]), want);
+        assert_eq!(
+            core::iter::empty::<CommStats>().sum::<CommStats>(),
+            CommStats::default()
+        );
     }
 
     #[test]

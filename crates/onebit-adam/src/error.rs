@@ -84,8 +84,17 @@ impl From<CommError> for OneBitError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum StateError {
-    /// The bytes end before the record does.
-    Truncated,
+    /// The bytes end before the record does: `found` bytes of the `needed`
+    /// that the record's own length fields announce (a lower bound when the
+    /// cut falls inside the fields that size it). Checked before the
+    /// checksum, so a cut record is named as such; a corrupted length
+    /// field that announces more than is there is reported here too.
+    Truncated {
+        /// Bytes the record needs (at least).
+        needed: u64,
+        /// Bytes present.
+        found: u64,
+    },
     /// Not a 1-bit Adam state record.
     BadMagic,
     /// A format version this build cannot read.
@@ -102,14 +111,17 @@ pub enum StateError {
     Shape(&'static str),
     /// A stored float is NaN or ±Inf.
     NonFinite,
-    /// Bytes follow the end of the record.
+    /// Bytes follow the end of the record its length fields announce.
     TrailingBytes,
 }
 
 impl fmt::Display for StateError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::Truncated => write!(f, "state record is truncated"),
+            Self::Truncated { needed, found } => write!(
+                f,
+                "state record is truncated: {found} bytes present, {needed} needed"
+            ),
             Self::BadMagic => write!(f, "not a 1-bit Adam state record"),
             Self::UnsupportedVersion(v) => write!(f, "unsupported state version {v}"),
             Self::Checksum { stored, computed } => write!(
@@ -118,7 +130,10 @@ impl fmt::Display for StateError {
             ),
             Self::Shape(what) => write!(f, "state does not match this optimizer: {what}"),
             Self::NonFinite => write!(f, "state holds a non-finite value"),
-            Self::TrailingBytes => write!(f, "trailing bytes after the state record"),
+            Self::TrailingBytes => write!(
+                f,
+                "trailing bytes after the state record (longer than its length fields announce)"
+            ),
         }
     }
 }

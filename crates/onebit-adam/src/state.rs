@@ -50,12 +50,19 @@ impl Writer {
 
 struct Reader<'a> {
     b: &'a [u8],
+    /// Bytes of the whole record (for [`StateError::Truncated`]).
+    total: usize,
 }
 
 impl Reader<'_> {
     fn take(&mut self, n: usize) -> Result<&[u8], StateError> {
         if self.b.len() < n {
-            return Err(StateError::Truncated);
+            // Unreachable after `announced_len` agreed with the length;
+            // kept so a reader bug is an error, not a panic.
+            return Err(StateError::Truncated {
+                needed: (self.total - self.b.len()).saturating_add(n) as u64,
+                found: self.total as u64,
+            });
         }
         let (head, rest) = self.b.split_at(n);
         self.b = rest;
@@ -80,7 +87,10 @@ impl Reader<'_> {
         let bytes = usize::try_from(n)
             .ok()
             .and_then(|n| n.checked_mul(4))
-            .ok_or(StateError::Truncated)?;
+            .ok_or(StateError::Truncated {
+                needed: u64::MAX,
+                found: self.total as u64,
+            })?;
         let raw = self.take(bytes)?;
         let mut out = Vec::with_capacity(raw.len() / 4);
         for w in raw.chunks_exact(4) {
@@ -100,6 +110,92 @@ impl Reader<'_> {
         }
         self.floats(n)
     }
+}
+
+/// The length of a record as its own fields announce it, read from the
+/// bytes present (which may be cut short, or corrupted: nothing here is
+/// trusted, it only sizes the record).
+#[derive(Debug, PartialEq, Eq)]
+enum Announced {
+    /// Every length field was present: the record is this long.
+    Exact(u64),
+    /// The bytes end inside the fields that size the record: it is at least
+    /// this long (more than the bytes present).
+    AtLeast(u64),
+    /// An unknown error-buffer kind or an overflowing size: the checksum and
+    /// the parser will name the problem.
+    Unknown,
+}
+
+/// Walks the layout in the module docs, skipping the float arrays by their
+/// announced lengths.
+fn announced_len(bytes: &[u8]) -> Announced {
+    /// Reads the fields that size the record; `rest` is what is known to
+    /// follow the current field (the CRC, then also the tail arrays).
+    struct Walk<'a> {
+        bytes: &'a [u8],
+        rest: u64,
+    }
+    impl Walk<'_> {
+        /// The little-endian `n`-byte field at `at`.
+        fn field(&self, at: u64, n: u64) -> Result<u64, Announced> {
+            let end = at.checked_add(n).ok_or(Announced::Unknown)?;
+            let got = usize::try_from(at)
+                .ok()
+                .zip(usize::try_from(end).ok())
+                .and_then(|(a, e)| self.bytes.get(a..e));
+            match got {
+                Some(b) => Ok(b
+                    .iter()
+                    .rev()
+                    .fold(0u64, |acc, &x| (acc << 8) | u64::from(x))),
+                None => Err(Announced::AtLeast(end.saturating_add(self.rest))),
+            }
+        }
+    }
+    fn add(a: u64, b: u64) -> Result<u64, Announced> {
+        a.checked_add(b).ok_or(Announced::Unknown)
+    }
+    fn floats(n: u64) -> Result<u64, Announced> {
+        n.checked_mul(4).ok_or(Announced::Unknown)
+    }
+    let walk = || -> Result<u64, Announced> {
+        let mut w = Walk { bytes, rest: 4 };
+        // magic, version, rank, size: 16 bytes; then len u64, groups u32.
+        let len = w.field(16, 8)?;
+        // After the groups: m, v, grad_sum (f32×len each), the zero mask
+        // (⌈len/8⌉ bytes) and the CRC.
+        w.rest = add(
+            floats(len)?.checked_mul(3).ok_or(Announced::Unknown)?,
+            len.div_ceil(8) + 4,
+        )?;
+        let groups = w.field(24, 4)?;
+        // step u64, compressed_steps u64, grad_count u32.
+        let mut at: u64 = 28 + 8 + 8 + 4;
+        for _ in 0..groups {
+            // len u64, policy u8, v_updates u64, kind u8.
+            let kind = w.field(add(at, 17)?, 1)?;
+            at = add(at, 18)?;
+            match kind {
+                0 => {}
+                1 => {
+                    // calls u64, L u64, N u64, e_w f32×N, M u64, e_s f32×M.
+                    let n = w.field(add(at, 16)?, 8)?;
+                    at = add(add(at, 24)?, floats(n)?)?;
+                    let m = w.field(at, 8)?;
+                    at = add(add(at, 8)?, floats(m)?)?;
+                }
+                2 => {
+                    // L u64, e f32×L.
+                    let l = w.field(at, 8)?;
+                    at = add(add(at, 8)?, floats(l)?)?;
+                }
+                _ => return Err(Announced::Unknown),
+            }
+        }
+        add(at, w.rest)
+    };
+    walk().map_or_else(|a| a, Announced::Exact)
 }
 
 fn policy_byte(p: Policy) -> u8 {
@@ -173,28 +269,48 @@ impl OneBitAdam {
     /// built with the same groups (and config). On error `self` is unchanged.
     ///
     /// # Errors
-    /// [`StateError::Truncated`], [`StateError::BadMagic`],
-    /// [`StateError::UnsupportedVersion`], [`StateError::Checksum`],
-    /// [`StateError::Shape`] (other parameter count, groups, policies or
-    /// variant), [`StateError::NonFinite`], [`StateError::TrailingBytes`].
+    /// [`StateError::BadMagic`], [`StateError::UnsupportedVersion`],
+    /// [`StateError::Truncated`] / [`StateError::TrailingBytes`] (fewer or
+    /// more bytes than the record's length fields announce, checked before
+    /// the checksum), [`StateError::Checksum`], [`StateError::Shape`] (other
+    /// parameter count, groups, policies or variant),
+    /// [`StateError::NonFinite`].
     pub fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
-        if bytes.len() < 12 {
-            return Err(StateError::Truncated);
-        }
-        if bytes[..4] != MAGIC {
+        let seen = bytes.len().min(MAGIC.len());
+        if bytes[..seen] != MAGIC[..seen] {
             return Err(StateError::BadMagic);
         }
-        let version = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
-        if version != VERSION {
-            return Err(StateError::UnsupportedVersion(version));
+        if let Some(v) = bytes.get(4..8) {
+            let version = u32::from_le_bytes([v[0], v[1], v[2], v[3]]);
+            if version != VERSION {
+                return Err(StateError::UnsupportedVersion(version));
+            }
         }
-        let (body, tail) = bytes.split_at(bytes.len() - 4);
+        let found = bytes.len() as u64;
+        match announced_len(bytes) {
+            Announced::Exact(needed) | Announced::AtLeast(needed) if found < needed => {
+                return Err(StateError::Truncated { needed, found });
+            }
+            Announced::Exact(needed) if found > needed => {
+                return Err(StateError::TrailingBytes);
+            }
+            _ => {}
+        }
+        // Shorter than magic + version + CRC was refused above (the walk
+        // needs 28 bytes); checked again so this split cannot panic.
+        let Some(cut) = bytes.len().checked_sub(4).filter(|&c| c >= 8) else {
+            return Err(StateError::Truncated { needed: 12, found });
+        };
+        let (body, tail) = bytes.split_at(cut);
         let stored = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
         let computed = crc32fast::hash(body);
         if stored != computed {
             return Err(StateError::Checksum { stored, computed });
         }
-        let mut r = Reader { b: &body[8..] };
+        let mut r = Reader {
+            b: &body[8..],
+            total: bytes.len(),
+        };
         let mut next = self.clone();
         let (rank, size) = (r.u32()?, r.u32()?);
         next.bound = match (rank, size) {

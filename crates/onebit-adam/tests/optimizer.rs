@@ -161,7 +161,13 @@ fn import_rejects_bad_records_and_changes_nothing() {
         opt.import_state(&flipped),
         Err(StateError::Checksum { .. })
     ));
-    assert_eq!(opt.import_state(&good[..6]), Err(StateError::Truncated));
+    assert_eq!(
+        opt.import_state(&good[..6]),
+        Err(StateError::Truncated {
+            needed: 28,
+            found: 6
+        })
+    );
     let mut other = OneBitAdam::new(11, Config::default()).unwrap();
     assert_eq!(
         other.import_state(&good),

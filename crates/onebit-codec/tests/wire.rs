@@ -117,6 +117,14 @@ fn truncation_and_extension_give_size_errors() {
             "cut {cut}"
         );
     }
+    // Reported as cut, with both lengths (not as a checksum mismatch).
+    assert_eq!(
+        decode(&wire[..total - 3]).unwrap_err().to_string(),
+        format!(
+            "payload truncated: needs {total} bytes, found {}",
+            total - 3
+        )
+    );
     let mut longer = wire.clone();
     longer.push(0);
     assert_eq!(
