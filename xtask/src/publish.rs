@@ -37,6 +37,7 @@ pub(crate) const PACKAGES: &[(&str, &str)] = &[
     ("crates/basis-std", "basisopt-std"),
     ("crates/basis-rayon", "basisopt-rayon"),
     ("crates/comm-mpi", "basisopt-comm-mpi"),
+    ("crates/basis-shard", "basisopt-shard"),
     (".", "basisopt"),
 ];
 
