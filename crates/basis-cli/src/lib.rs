@@ -18,7 +18,6 @@ mod metrics;
 mod model;
 mod optim;
 mod parallel;
-mod partition;
 mod plot;
 mod progress;
 mod rng;

@@ -4,7 +4,6 @@
 //! model checksum over all shards.
 
 use super::Rank;
-use super::table::ShardTable;
 use comm_traits::Communicator;
 use serde::Serialize;
 
@@ -123,16 +122,17 @@ impl ShardReport {
 
 /// All-gather every rank's figures.
 pub(crate) fn gather(comm: &mut dyn Communicator, me: &Rank) -> Result<ShardReport, String> {
-    let mem = me.opt.memory();
+    let mem = me.table.memory();
+    let stats = me.table.stats();
     let mine: [u64; FIELDS] = [
-        me.table.len() as u64,
-        me.sparse_bytes,
+        mem.rows,
+        stats.bytes_sent,
         me.dense_bytes,
         rss_bytes(),
-        (mem.total_bytes - mem.scratch) as u64,
-        me.table.index_bytes() as u64,
+        mem.state_bytes as u64,
+        mem.index_bytes as u64,
         status_kb("VmHWM:"),
-        me.ids_served,
+        stats.ids_served,
     ];
     let bytes: Vec<u8> = mine.iter().flat_map(|x| x.to_le_bytes()).collect();
     let mut all = vec![0u8; bytes.len() * comm.size()];
@@ -170,15 +170,15 @@ pub(crate) fn gather(comm: &mut dyn Communicator, me: &Rank) -> Result<ShardRepo
     })
 }
 
-/// CRC-32 over every rank's shard CRC (in rank order) and the dense
-/// parameters: equal iff the runs are bit-identical (same `P`).
+/// CRC-32 over every rank's shard checksum `mine` (in rank order) and the
+/// dense parameters: equal iff the runs are bit-identical (same `P`).
 pub(crate) fn model_crc(
     comm: &mut dyn Communicator,
-    table: &ShardTable,
+    mine: u32,
     dense: &[f32],
 ) -> Result<u32, String> {
     let mut all = vec![0u8; 4 * comm.size()];
-    comm.all_gather(&table.crc().to_le_bytes(), &mut all)
+    comm.all_gather(&mine.to_le_bytes(), &mut all)
         .map_err(|e| format!("rank {}: {e}", comm.rank()))?;
     let mut h = crc32fast::Hasher::new();
     h.update(&all);
