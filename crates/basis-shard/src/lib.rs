@@ -4,6 +4,7 @@
 
 extern crate alloc;
 
+mod boxed;
 mod checkpoint;
 mod error;
 mod index;
@@ -12,6 +13,7 @@ mod owner;
 pub mod route;
 mod table;
 
+pub use boxed::BoxedOptimizer;
 pub use checkpoint::{SHARD_FORMAT, TableSnapshot, decode as decode_checkpoint, rank_path};
 pub use error::ShardError;
 pub use init::RowInit;

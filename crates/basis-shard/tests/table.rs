@@ -8,7 +8,9 @@ use basis_core::{
     AdagradConfig, AdamConfig, Basis, BasisConfig, ExactAdam, OneChoice, RowAccess, RowIndex,
     RowwiseAdagrad, Sgd, SparseOptimizer,
 };
-use basis_shard::{OwnerRule, RowInit, ShardError, ShardedTable, TableConfig};
+use basis_shard::{
+    BoxedOptimizer as Dyn, OwnerRule, RowInit, ShardError, ShardedTable, TableConfig,
+};
 use basis_std::fault::ExitsAt;
 use basis_std::local::LocalComm;
 use comm_traits::Communicator;
@@ -93,44 +95,6 @@ fn build(
 
 fn global() -> OneChoice {
     OneChoice::new(BUCKETS, 9).unwrap()
-}
-
-/// A boxed optimizer as a `SparseOptimizer` (the table is generic).
-struct Dyn(Box<dyn SparseOptimizer + Send>);
-
-impl SparseOptimizer for Dyn {
-    fn dim(&self) -> usize {
-        self.0.dim()
-    }
-    fn step(
-        &mut self,
-        ids: &[u64],
-        grads: &[f32],
-        table: &mut dyn RowAccess,
-    ) -> Result<basis_core::StepReport, basis_core::StepError> {
-        self.0.step(ids, grads, table)
-    }
-    fn step_keyed(
-        &mut self,
-        keys: &[u64],
-        slots: &[u64],
-        grads: &[f32],
-        table: &mut dyn RowAccess,
-    ) -> Result<basis_core::StepReport, basis_core::StepError> {
-        self.0.step_keyed(keys, slots, grads, table)
-    }
-    fn grow_rows(&mut self, rows: u64) -> Result<(), basis_core::GrowError> {
-        self.0.grow_rows(rows)
-    }
-    fn memory(&self) -> basis_core::MemoryReport {
-        self.0.memory()
-    }
-    fn export_state(&self) -> Vec<u8> {
-        self.0.export_state()
-    }
-    fn import_state(&mut self, bytes: &[u8]) -> Result<(), basis_core::StateError> {
-        self.0.import_state(bytes)
-    }
 }
 
 fn owner_for(kind: Kind, p: usize) -> OwnerRule {

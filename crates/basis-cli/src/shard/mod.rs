@@ -32,7 +32,7 @@ use crate::metrics::{auc, log_loss};
 use crate::model::{Fm, Grads};
 use crate::optim::{self, Optimizer};
 use crate::rng::Rng;
-use crate::train::{EpochPoint, Run, RunResult, finish};
+use crate::run::{EpochPoint, Run, RunResult, finish};
 use basis_shard::{Batch, OwnerRule, RowInit, ShardedTable, TableConfig};
 use basis_std::local::LocalComm;
 use comm_traits::Communicator;
@@ -40,7 +40,6 @@ use core::time::Duration;
 use onebit_adam::OneBitAdam;
 use std::time::Instant;
 
-pub(crate) use report::ShardReport;
 use source::{Share, Source};
 
 /// Examples per evaluation round (each rank scores its share of them).
@@ -217,7 +216,7 @@ impl Rank {
         let table = ShardedTable::new(config, opt).map_err(|e| e.to_string())?;
         // The model without a table: rows live in the shard.
         let mut model = Fm::new(0, m.dim, m.init_std, m.seed)?;
-        if let Some(tower) = crate::train::build_tower(ds, m)? {
+        if let Some(tower) = crate::run::build_tower(ds, m)? {
             model = model.with_tower(tower, m.seed)?;
         }
         Ok(Self {
@@ -537,7 +536,7 @@ fn rank_main_with(
         final_metrics,
         nonfinite,
         start,
-        Some(crate::train::CommBytes {
+        Some(crate::run::CommBytes {
             total: sent,
             sparse: me.table.stats().bytes_sent,
             dense: me.dense_bytes,

@@ -15,7 +15,7 @@
 use super::Rank;
 use crate::checkpoint::{self, Checkpoint, ShardSections};
 use crate::rng::Rng;
-use crate::train::EpochPoint;
+use crate::run::EpochPoint;
 use basis_shard::TableSnapshot;
 use comm_traits::Communicator;
 use onebit_adam::OneBitAdam;

@@ -200,7 +200,7 @@ fn one_sharded_step_is_the_single_process_step() {
             let n = ds.train.len();
             let batch: Vec<usize> = (0..m.batch).map(|i| (i * 7919) % n).collect();
             // The single-process step (what `train::train` does per batch).
-            let mut fm = crate::train::build_model(&ds, m).unwrap();
+            let mut fm = crate::run::build_model(&ds, m).unwrap();
             let d = fm.dim();
             let start = fm.table.clone();
             let mut g = Grads::new(&fm, ds.rows);
