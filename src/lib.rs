@@ -12,6 +12,8 @@ pub use balanced_hash as hash;
 pub use basis_core as core;
 #[cfg(feature = "rayon")]
 pub use basis_rayon as rayon;
+#[cfg(feature = "shard")]
+pub use basis_shard as shard;
 #[cfg(feature = "std")]
 pub use basis_std as std;
 #[cfg(feature = "mpi")]

@@ -6,7 +6,9 @@
 //!   with `mpirun --oversubscribe -np N` for N = 2, 3, 4 (every rank checks
 //!   its MPI results against `LocalComm` bit for bit), then runs its
 //!   `mismatch` mode and asserts that every rank reported the error and the
-//!   job exited non-zero before the timeout; then a row-sharded
+//!   job exited non-zero before the timeout; `basis-shard`'s
+//!   `custom_loop_mpi` example on 2 and 3 ranks must equal its `LocalComm`
+//!   loop bit for bit; then a row-sharded
 //!   `basis train` under `mpirun -np N` must equal the `LocalComm` run bit
 //!   for bit (`mpi/shard.rs`), a killed-and-resumed one must equal an
 //!   uninterrupted one, and one whose rank exits mid-step must end the job
@@ -109,7 +111,38 @@ fn check() -> Result<(), String> {
         );
     }
     mismatch(&exe, 3)?;
+    shard_crate()?;
     shard::check()
+}
+
+/// `basis-shard`'s `custom_loop_mpi` example on 2 and 3 ranks: every rank's
+/// model over MPI must equal the same loop over `LocalComm`, bit for bit.
+fn shard_crate() -> Result<(), String> {
+    util::run(cargo().args([
+        "build",
+        "-p",
+        "basisopt-shard",
+        "--features",
+        "mpi",
+        "--example",
+        "custom_loop_mpi",
+        "--profile",
+        "test",
+    ]))?;
+    let exe = target_dir().join("debug/examples/custom_loop_mpi");
+    for np in [2, 3] {
+        let t = Instant::now();
+        let mut cmd = mpirun(np, Transport::ShmPortable, Some(CHECK_TIMEOUT));
+        cmd.arg(&exe);
+        if !util::run_with_timeout(&mut cmd, outer(CHECK_TIMEOUT))? {
+            return Err(format!("custom_loop_mpi on {np} ranks failed or timed out"));
+        }
+        eprintln!(
+            "  basis-shard custom_loop_mpi on {np} ranks: MPI == LocalComm ({:.1}s)",
+            t.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
 }
 
 /// Run the `mismatch` mode on `np` ranks: the job must exit non-zero before

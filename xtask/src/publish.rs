@@ -38,6 +38,7 @@ pub(crate) const PACKAGES: &[(&str, &str)] = &[
     ("crates/onebit-adam", "basisopt-onebit-adam"),
     ("crates/basis-rayon", "basisopt-rayon"),
     ("crates/comm-mpi", "basisopt-comm-mpi"),
+    ("crates/basis-shard", "basisopt-shard"),
     (".", "basisopt"),
 ];
 

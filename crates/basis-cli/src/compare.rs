@@ -2,8 +2,9 @@
 
 use crate::cli::{CompareArgs, ModelArgs, OutputArgs, TrainArgs};
 use crate::data::{Dataset, LoadReport};
+use crate::run::{Run, RunResult};
 use crate::spec::{DEFAULT_COMPARE, OptSpec};
-use crate::train::{Run, RunResult, train};
+use crate::train::train;
 use crate::tune::{Progress, Search, TuneLr};
 use core::fmt::Write as _;
 use serde::Serialize;

@@ -1,6 +1,5 @@
 //! Building `basis-core` optimizers from an [`OptSpec`] and reading their telemetry.
 
-use crate::partition::Partitioned;
 use crate::spec::{Kind, Mode, OptSpec, Storage};
 use balanced_hash::{Bucketer, DChoice, LoadStats, OneChoice};
 use basis_core::{
@@ -9,6 +8,7 @@ use basis_core::{
     RowIndex, RowStepAdam, RowwiseAdagrad, ScalarRule, ScalarStorage, Sgd, SparseOptimizer,
     StateError, StepReport,
 };
+use basis_shard::{OwnerRule, PartitionedBuckets};
 use serde::Serialize;
 
 /// A built optimizer (concrete types, so BASIS telemetry stays readable).
@@ -31,8 +31,8 @@ pub(crate) enum Optimizer {
     /// BASIS with one-choice hashing.
     Basis1(Box<Basis<OneChoice>>),
     /// BASIS on one rank's part of the single process's one-choice buckets
-    /// (a row-sharded run, `crate::partition`).
-    BasisPart(Box<Basis<Partitioned>>),
+    /// (a row-sharded run under `OwnerRule::buckets`).
+    BasisPart(Box<Basis<PartitionedBuckets>>),
     /// BASIS with d-choice hashing, and what rebuilding its bucketer needs.
     BasisD {
         /// The optimizer.
@@ -125,14 +125,14 @@ fn config_err(spec: &OptSpec, rows: usize, dim: usize) -> impl Fn(ConfigError) -
 }
 
 /// Whether `spec` is BASIS over one-choice buckets, whose bucket table a
-/// row-sharded run splits over the ranks (`crate::partition`).
-pub(crate) fn splits_buckets(spec: &OptSpec) -> bool {
+/// row-sharded run splits over the ranks (`basis_shard::OwnerRule::buckets`).
+fn splits_buckets(spec: &OptSpec) -> bool {
     matches!(spec.kind, Kind::Basis | Kind::Countsketch) && spec.choices <= 1
 }
 
 /// The one-choice bucketer BASIS `spec` uses for a table of `rows` rows
 /// under `seed` (the single process's; a sharded run partitions it).
-pub(crate) fn one_choice(spec: &OptSpec, rows: usize, seed: u64) -> Result<OneChoice, String> {
+fn one_choice(spec: &OptSpec, rows: usize, seed: u64) -> Result<OneChoice, String> {
     OneChoice::new(spec.buckets_for(rows), hash_seed(seed))
         .map_err(|e| format!("{}: {e}", spec.label))
 }
@@ -142,26 +142,46 @@ fn hash_seed(seed: u64) -> u64 {
     0xB0C4_E75E ^ seed
 }
 
-/// The sparse optimizer of rank `rank` of a `p`-rank row-sharded run of a
-/// `rows`-row table (a growing shard store, stepped keyed by global ids).
-/// One-choice BASIS gets its part of the single process's buckets; every
-/// other optimizer its own state, BASIS buckets sized for `rows/p` rows.
+/// The owner rule of a `p`-rank row-sharded run of `spec` on a `rows`-row
+/// table: one-choice BASIS partitions the single process's buckets (a row
+/// goes to the rank of its bucket); any other optimizer (per-row state, or
+/// d-choice buckets that cannot be split) spreads ids by a hash.
+pub(crate) fn owner_rule(
+    spec: &OptSpec,
+    rows: usize,
+    p: usize,
+    seed: u64,
+) -> Result<OwnerRule, String> {
+    let rule = if splits_buckets(spec) {
+        OwnerRule::buckets(one_choice(spec, rows, seed)?, p)
+    } else {
+        OwnerRule::hashed(p, seed)
+    };
+    rule.map_err(|e| e.to_string())
+}
+
+/// The sparse optimizer of rank `rank` of a row-sharded run of a `rows`-row
+/// table under `owner` (a growing shard store, stepped keyed by global ids).
+/// Under a bucket-partitioning rule, BASIS gets this rank's part of the
+/// single process's buckets; every other optimizer (and BASIS under any
+/// other rule) its own state, BASIS buckets sized for `rows/p` rows.
 pub(crate) fn build_shard(
     spec: &OptSpec,
     rows: usize,
-    (rank, p): (usize, usize),
+    (rank, owner): (usize, &OwnerRule),
     dim: usize,
     seed: u64,
 ) -> Result<Optimizer, String> {
     let index = RowIndex::Dense { rows: 0 };
-    if !splits_buckets(spec) {
-        return build_indexed(spec, rows.div_ceil(p), index, dim, seed);
+    match owner.partition(rank).map_err(|e| e.to_string())? {
+        Some(h) if splits_buckets(spec) => {
+            let config = basis_config(spec, index, dim, seed);
+            Ok(Optimizer::BasisPart(Box::new(
+                Basis::new(config, h).map_err(config_err(spec, rows, dim))?,
+            )))
+        }
+        _ => build_indexed(spec, rows.div_ceil(owner.ranks()), index, dim, seed),
     }
-    let h = Partitioned::new(one_choice(spec, rows, seed)?, p, rank)?;
-    let config = basis_config(spec, index, dim, seed);
-    Ok(Optimizer::BasisPart(Box::new(
-        Basis::new(config, h).map_err(config_err(spec, rows, dim))?,
-    )))
 }
 
 /// The `basis-core` configuration of BASIS `spec`.
@@ -351,26 +371,6 @@ impl Optimizer {
             .map_err(|e| e.to_string())
     }
 
-    /// One keyed step on any [`RowAccess`](basis_core::RowAccess) table:
-    /// rows hashed by `keys` (global ids), stored at `slots` (see
-    /// `SparseOptimizer::step_keyed`).
-    pub(crate) fn step_rows_keyed(
-        &mut self,
-        keys: &[u64],
-        slots: &[u64],
-        grads: &[f32],
-        table: &mut dyn basis_core::RowAccess,
-    ) -> Result<StepReport, String> {
-        self.inner()
-            .step_keyed(keys, slots, grads, table)
-            .map_err(|e| e.to_string())
-    }
-
-    /// Grow a dense row range to `rows` (see `SparseOptimizer::grow_rows`).
-    pub(crate) fn grow_rows(&mut self, rows: u64) -> Result<(), String> {
-        self.inner().grow_rows(rows).map_err(|e| e.to_string())
-    }
-
     /// Exact bytes of optimizer state.
     pub(crate) fn memory(&self) -> MemoryReport {
         self.inner_ref().memory()
@@ -429,6 +429,12 @@ impl Optimizer {
             return Err(bad());
         }
         let mut fresh = Basis::new(*opt.config(), h).map_err(|e| e.to_string())?;
+        // A shard store's growable range: the fresh optimizer has the rows
+        // the current one was grown to (the state is checked against them).
+        if opt.config().row_index == (RowIndex::Dense { rows: 0 }) {
+            let rows = opt.memory().rows_with_state;
+            fresh.grow_rows(rows).map_err(|e| e.to_string())?;
+        }
         fresh.import_state(core).map_err(|e| e.to_string())?;
         **opt = fresh;
         Ok(())
@@ -442,6 +448,54 @@ impl Optimizer {
             Self::BasisD { opt, .. } => Some(Telemetry::from_diagnostics(&opt.diagnostics())),
             _ => None,
         }
+    }
+}
+
+/// The table of a row-sharded run (`basis_shard::ShardedTable`) steps any
+/// `SparseOptimizer`: this one's checkpoint blob carries a d-choice
+/// bucketer's choices too ([`Optimizer::export_state`]).
+impl SparseOptimizer for Optimizer {
+    fn dim(&self) -> usize {
+        self.inner_ref().dim()
+    }
+
+    fn step(
+        &mut self,
+        ids: &[u64],
+        grads: &[f32],
+        table: &mut dyn basis_core::RowAccess,
+    ) -> Result<StepReport, basis_core::StepError> {
+        self.inner().step(ids, grads, table)
+    }
+
+    fn step_keyed(
+        &mut self,
+        keys: &[u64],
+        slots: &[u64],
+        grads: &[f32],
+        table: &mut dyn basis_core::RowAccess,
+    ) -> Result<StepReport, basis_core::StepError> {
+        self.inner().step_keyed(keys, slots, grads, table)
+    }
+
+    fn grow_rows(&mut self, rows: u64) -> Result<(), basis_core::GrowError> {
+        self.inner().grow_rows(rows)
+    }
+
+    fn memory(&self) -> MemoryReport {
+        self.inner_ref().memory()
+    }
+
+    fn export_state(&self) -> Vec<u8> {
+        Optimizer::export_state(self)
+    }
+
+    /// A d-choice bucket map that does not parse is `Malformed`.
+    fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
+        if !matches!(self, Self::BasisD { .. }) {
+            return self.inner().import_state(bytes);
+        }
+        Optimizer::import_state(self, bytes).map_err(|_| StateError::Malformed)
     }
 }
 

@@ -27,7 +27,7 @@ use crate::data::Dataset;
 use crate::model::Grads;
 use crate::optim;
 use crate::rng::Rng;
-use crate::train::{CommBytes, EpochPoint, Run, RunResult, evaluate, finish};
+use crate::run::{CommBytes, EpochPoint, Run, RunResult, evaluate, finish};
 use basis_std::local::LocalComm;
 use comm_traits::Communicator;
 use core::time::Duration;
@@ -85,7 +85,7 @@ pub(crate) fn rank_main(
     let m = run.model;
     let (rank, p) = (comm.rank(), comm.size());
     let start = Instant::now();
-    let mut fm = crate::train::build_model(ds, m)?;
+    let mut fm = crate::run::build_model(ds, m)?;
     let d = fm.dim();
     let mut opt = optim::build(run.spec, ds.rows, d, m.seed)?;
     let n = ds.train.len();
@@ -212,7 +212,7 @@ pub(crate) fn is_output_rank() -> bool {
 pub(crate) mod mpi {
     use super::rank_main;
     use crate::data::Dataset;
-    use crate::train::{Run, RunResult};
+    use crate::run::{Run, RunResult};
     use comm_mpi::MpiComm;
     use comm_traits::Communicator;
     use core::cell::RefCell;

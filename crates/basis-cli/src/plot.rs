@@ -345,7 +345,7 @@ fn panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
     title: &str,
     entries: &[Entry],
-    metric: fn(&crate::train::EpochPoint) -> f64,
+    metric: fn(&crate::run::EpochPoint) -> f64,
 ) -> Result<(), String> {
     let series: Vec<Vec<(f64, f64)>> = entries
         .iter()

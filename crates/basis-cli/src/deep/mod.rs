@@ -259,7 +259,7 @@ mod tests {
         };
         assert_eq!(a.model.dense_lr, 0.001);
         let ds = crate::data::load(&a.data.options(false)).unwrap();
-        let run = crate::train::Run {
+        let run = crate::run::Run {
             spec: &a.opt,
             model: &a.model,
             checkpoint: None,

@@ -1,9 +1,9 @@
 //! Row-sharded training (`--shard rows --workers P`): each rank owns the
-//! rows whose id hashes to it ([`owner_of`]) and only their optimizer state,
-//! in a [`table::ShardTable`]; the dense parameters are data-parallel with
-//! 1-bit Adam. One-choice BASIS rows go to the rank of their bucket, so the
-//! ranks hold the single process's bucket state, partitioned
-//! (`crate::partition`); other optimizers' rows go by `route::hashed_owner`.
+//! rows its [`OwnerRule`] gives it ([`owner_of`]) and only their optimizer
+//! state, in a `basis_shard::ShardedTable`; the dense parameters are
+//! data-parallel with 1-bit Adam. One-choice BASIS rows go to the rank of
+//! their bucket, so the ranks hold the single process's bucket state,
+//! partitioned (`OwnerRule::buckets`); other optimizers' rows go by a hash.
 //! One step, on every rank:
 //!
 //! 1. take this rank's share of the batch (positions `r, r+P, …`), collect
@@ -24,9 +24,7 @@
 mod fault;
 mod report;
 mod resume;
-mod route;
 mod source;
-mod table;
 
 use crate::cli::ModelArgs;
 use crate::data::Dataset;
@@ -34,17 +32,15 @@ use crate::metrics::{auc, log_loss};
 use crate::model::{Fm, Grads};
 use crate::optim::{self, Optimizer};
 use crate::rng::Rng;
-use crate::train::{EpochPoint, Run, RunResult, finish};
+use crate::run::{EpochPoint, Run, RunResult, finish};
+use basis_shard::{Batch, OwnerRule, RowInit, ShardedTable, TableConfig};
 use basis_std::local::LocalComm;
 use comm_traits::Communicator;
 use core::time::Duration;
 use onebit_adam::OneBitAdam;
 use std::time::Instant;
 
-pub(crate) use report::ShardReport;
-use route::{Owner, Request};
 use source::{Share, Source};
-use table::ShardTable;
 
 /// Examples per evaluation round (each rank scores its share of them).
 const EVAL_CHUNK: usize = 4096;
@@ -62,28 +58,19 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
                 comm.size()
             ));
         }
-        rank_main(ds, run, comm, &*owner)
+        rank_main(ds, run, comm, &owner)
     }) {
         return r;
     }
-    train_local(ds, run, p, &*owner)
+    train_local(ds, run, p, &owner)
 }
 
-/// The owner function of `run` on `p` ranks. One-choice BASIS: the rank of
-/// the row's bucket in the single process's bucketer (`g(id) mod P`, see
-/// `crate::partition`), which every rank's optimizer is built to match
-/// ([`Rank::new`]). Any other optimizer (its state is per row, or d-choice
-/// buckets that cannot be split): `route::hashed_owner`.
-pub(crate) fn owner_of(
-    ds: &Dataset,
-    run: &Run<'_>,
-    p: usize,
-) -> Result<Box<dyn Fn(u64) -> usize + Sync>, String> {
-    if optim::splits_buckets(run.spec) {
-        let g = optim::one_choice(run.spec, ds.rows, run.model.seed)?;
-        return Ok(Box::new(move |id| crate::partition::owner(&g, p, id)));
-    }
-    Ok(Box::new(route::hashed_owner(p, run.model.seed)?))
+/// The owner rule of `run` on `p` ranks (`optim::owner_rule`): one-choice
+/// BASIS partitions the single process's buckets, which every rank's
+/// optimizer is built to match ([`Rank::new`]); any other optimizer spreads
+/// ids by a hash.
+pub(crate) fn owner_of(ds: &Dataset, run: &Run<'_>, p: usize) -> Result<OwnerRule, String> {
+    optim::owner_rule(run.spec, ds.rows, p, run.model.seed)
 }
 
 /// The `LocalComm` run: one thread per rank; rank 0's result.
@@ -91,7 +78,7 @@ pub(crate) fn train_local(
     ds: &Dataset,
     run: &Run<'_>,
     p: usize,
-    owner: Owner<'_>,
+    owner: &OwnerRule,
 ) -> Result<RunResult, String> {
     let comms = LocalComm::group_with_timeout(p, Duration::from_secs(300));
     let results: Vec<Result<RunResult, String>> = std::thread::scope(|s| {
@@ -173,24 +160,17 @@ fn share(batch: &[usize], rank: usize, p: usize) -> Vec<usize> {
     batch.iter().skip(rank).step_by(p).copied().collect()
 }
 
-/// One rank's state: its shard, the optimizer over its slots, the dense
-/// parameters (replicated) and the byte counters.
+/// One rank's state: its shard of the table (with the sparse optimizer over
+/// its rows and the sparse byte counters), the dense parameters
+/// (replicated) and the dense byte counter.
 struct Rank {
-    table: ShardTable,
-    opt: Optimizer,
+    table: ShardedTable<Optimizer>,
     /// The model with `table` = the rows gathered for the current batch
     /// (positions in its sorted unique ids); `dense` and `tower` are the
     /// replicated dense part.
     model: Fm,
-    /// Bytes this rank sent in the sparse exchanges.
-    sparse_bytes: u64,
     /// Bytes this rank sent in the dense optimizer's all-reduces.
     dense_bytes: u64,
-    /// Ids this rank served as an owner in training steps (all ranks'
-    /// requests, summed over steps): the load a skewed id stream puts on it.
-    ids_served: u64,
-    /// `--l2` (added by the owners).
-    l2: f32,
     /// `--dense-opt` (named in its errors).
     dense_kind: crate::deep::DenseOpt,
     /// The sparse optimizer's label (named when the loss diverges).
@@ -218,27 +198,31 @@ struct Step {
 }
 
 impl Rank {
-    /// An empty shard of `run`'s model for rank `rank` of a group of `p`:
-    /// the sparse optimizer of `optim::build_shard` (one-choice BASIS: this
+    /// An empty shard of `run`'s model for rank `rank` under `owner`: the
+    /// sparse optimizer of `optim::build_shard` (one-choice BASIS: this
     /// rank's part of the single process's buckets, matching [`owner_of`]),
-    /// the dense parameters initialised as the single-process model's.
-    fn new(ds: &Dataset, run: &Run<'_>, rank: usize, p: usize) -> Result<Self, String> {
+    /// rows starting as the single-process model's ([`init_row`]), the dense
+    /// parameters initialised as the single-process model's.
+    fn new(ds: &Dataset, run: &Run<'_>, rank: usize, owner: &OwnerRule) -> Result<Self, String> {
         let m = run.model;
         let d = m.dim + 1;
-        let opt = optim::build_shard(run.spec, ds.rows, (rank, p), d, m.seed)?;
+        let opt = optim::build_shard(run.spec, ds.rows, (rank, owner), d, m.seed)?;
+        let (std, seed) = (m.init_std, m.seed);
+        let config = TableConfig::new(d, owner.clone(), rank)
+            .with_init(RowInit::from_fn(move |id, row| {
+                init_row(row, std, seed, id)
+            }))
+            .with_l2(m.l2);
+        let table = ShardedTable::new(config, opt).map_err(|e| e.to_string())?;
         // The model without a table: rows live in the shard.
         let mut model = Fm::new(0, m.dim, m.init_std, m.seed)?;
-        if let Some(tower) = crate::train::build_tower(ds, m)? {
+        if let Some(tower) = crate::run::build_tower(ds, m)? {
             model = model.with_tower(tower, m.seed)?;
         }
         Ok(Self {
-            table: ShardTable::new(d, m.init_std, m.seed),
-            opt,
+            table,
             model,
-            sparse_bytes: 0,
             dense_bytes: 0,
-            ids_served: 0,
-            l2: m.l2,
             dense_kind: m.dense_opt,
             label: run.spec.label.clone(),
         })
@@ -260,16 +244,15 @@ impl Rank {
     fn train_step(
         &mut self,
         comm: &mut dyn Communicator,
-        owner: Owner<'_>,
         sh: &Share,
         at: StepAt,
         dense_opt: &mut OneBitAdam,
         grads: &mut Grads,
     ) -> Result<Step, String> {
         let (rank, p) = (comm.rank(), comm.size());
-        let (req, slots) = self.gather(comm, owner, sh, true)?;
-        let local = sh.local(&req.uniq);
-        grads.reserve_rows(req.uniq.len());
+        let batch = self.gather(comm, sh, true)?;
+        let local = sh.local(&batch.ids);
+        grads.reserve_rows(batch.ids.len());
         let positions: Vec<usize> = (0..local.len()).collect();
         grads.compute_scaled(&self.model, &local, &positions, 0.0, at.batch_len)?;
         // The batch loss first, on every rank: a non-finite one stops the
@@ -279,7 +262,7 @@ impl Rank {
         comm.all_reduce_sum(&mut loss)
             .map_err(|e| format!("rank {rank}: {e}"))?;
         crate::validate::finite_loss(f64::from(loss[0]), at.epoch, at.step, &self.label)?;
-        let nonfinite = self.scatter(comm, &req, &slots, grads)?;
+        let nonfinite = self.scatter(comm, &batch, grads)?;
         let before = comm.stats();
         // The dense optimizer averages over ranks; the shares sum to the
         // batch gradient, so each sends P times its share (scaled as the
@@ -294,109 +277,52 @@ impl Rank {
         })
     }
 
-    /// Steps 1–2: the unique rows of `batch`, fetched from their owners,
-    /// into `self.model.table` (positions in `req.uniq`). Training
-    /// (`train`) creates the owners' missing rows and returns their slots;
-    /// evaluation reads only (unseen ids get their initial rows, nothing is
-    /// inserted) and returns no slots.
+    /// Steps 1–2: the unique rows of `share`, fetched from their owners
+    /// (`ShardedTable::lookup`), into `self.model.table` (positions in the
+    /// batch's sorted unique ids). Training (`train`) creates the owners'
+    /// missing rows; evaluation reads only (`lookup_eval`: unseen ids get
+    /// their initial rows, nothing is inserted).
     fn gather(
         &mut self,
         comm: &mut dyn Communicator,
-        owner: Owner<'_>,
         share: &Share,
         train: bool,
-    ) -> Result<(Request, Vec<u32>), String> {
-        let before = comm.stats();
+    ) -> Result<Batch, String> {
         let rank = comm.rank();
-        let err = |e: comm_traits::CommError| format!("rank {rank}: {e}");
-        let wanted = share.ids.clone();
-        let req = route::request(comm, owner, wanted).map_err(err)?;
-        let d = self.model.dim();
-        let mut serve = Vec::new();
-        let slots = if train {
-            self.ids_served += req.received.len() as u64;
-            let slots = self.table.slots_for(&req.received, &mut self.opt)?;
-            serve.reserve(slots.len() * d);
-            for &s in &slots {
-                serve.extend_from_slice(self.table.row(s));
-            }
-            slots
+        let batch = if train {
+            self.table.lookup(comm, &share.ids)
         } else {
-            self.table.lookup(&req.received, &mut serve)?;
-            Vec::new()
-        };
-        let rows = route::exchange_f32(comm, &serve, &req.per_rank, &req.per_owner, d)
-            .map_err(|e| format!("rank {}: {e}", comm.rank()))?;
+            self.table.lookup_eval(comm, &share.ids)
+        }
+        .map_err(|e| format!("rank {rank}: {e}"))?;
         let gathered = &mut self.model.table;
         gathered.clear();
-        gathered.resize(req.uniq.len() * d, 0.0);
-        for (k, &id) in req.sent.iter().enumerate() {
-            let pos = req.uniq.binary_search(&id).unwrap_or(0);
-            gathered[pos * d..(pos + 1) * d].copy_from_slice(&rows[k * d..(k + 1) * d]);
-        }
-        self.sparse_bytes += comm.stats().since(&before).bytes_sent;
-        Ok((req, slots))
+        gathered.extend_from_slice(&batch.rows);
+        Ok(batch)
     }
 
-    /// Steps 3–4 for the sparse rows: gradients (by position in `req.uniq`)
-    /// to the owners, summed per id in rank order, plus `l2·θ` once per
-    /// row (as the single process adds it once per row of the batch), one
-    /// optimizer step.
+    /// Steps 3–4 for the sparse rows: gradients (by position in
+    /// `batch.ids`) to the owners, who sum them per id in rank order, add
+    /// `l2·θ` once per row (as the single process adds it once per row of
+    /// the batch) and step (`ShardedTable::apply`). Returns the rows the
+    /// owner's optimizer skipped as non-finite.
     fn scatter(
         &mut self,
         comm: &mut dyn Communicator,
-        req: &Request,
-        slots: &[u32],
+        batch: &Batch,
         grads: &Grads,
     ) -> Result<u64, String> {
-        let l2 = self.l2;
-        let before = comm.stats();
         let d = self.model.dim();
-        let mut by_pos = vec![0.0f32; req.uniq.len() * d];
+        let mut by_pos = vec![0.0f32; batch.ids.len() * d];
         for (k, &pos) in grads.ids.iter().enumerate() {
             let pos = pos as usize;
             by_pos[pos * d..(pos + 1) * d].copy_from_slice(&grads.rows[k * d..(k + 1) * d]);
         }
-        let mut send = Vec::with_capacity(req.sent.len() * d);
-        for id in &req.sent {
-            let pos = req.uniq.binary_search(id).unwrap_or(0);
-            send.extend_from_slice(&by_pos[pos * d..(pos + 1) * d]);
-        }
-        let got = route::exchange_f32(comm, &send, &req.per_owner, &req.per_rank, d)
-            .map_err(|e| format!("rank {}: {e}", comm.rank()))?;
-        self.sparse_bytes += comm.stats().since(&before).bytes_sent;
-        // Sum duplicates (one id sent by several ranks) in rank order: a
-        // stable sort by slot keeps the rank order within a slot.
-        let mut order: Vec<usize> = (0..slots.len()).collect();
-        order.sort_by_key(|&k| slots[k]);
-        let (mut keys, mut ids, mut rows) = (Vec::new(), Vec::new(), Vec::new());
-        for &k in &order {
-            let g = &got[k * d..(k + 1) * d];
-            if ids.last() == Some(&u64::from(slots[k])) {
-                let at = rows.len() - d;
-                for (a, b) in rows[at..].iter_mut().zip(g) {
-                    *a += *b;
-                }
-            } else {
-                ids.push(u64::from(slots[k]));
-                keys.push(req.received[k]);
-                rows.extend_from_slice(g);
-            }
-        }
-        if l2 > 0.0 {
-            for (slot, g) in ids.iter().zip(rows.chunks_exact_mut(d)) {
-                let theta = self.table.row(*slot as u32);
-                for (g, &t) in g.iter_mut().zip(theta) {
-                    *g += l2 * t;
-                }
-            }
-        }
-        // Hashed by the global id, stored by slot: a row's bucket does not
-        // depend on the order rows reached this shard (but the bucket
-        // count does depend on P, see docs/DISTRIBUTED.md).
+        let rank = comm.rank();
         let rep = self
-            .opt
-            .step_rows_keyed(&keys, &ids, &rows, &mut self.table)?;
+            .table
+            .apply(comm, batch, &by_pos)
+            .map_err(|e| format!("rank {rank}: {e}"))?;
         Ok(rep.rows_skipped_nonfinite as u64)
     }
 
@@ -405,7 +331,6 @@ impl Rank {
     fn evaluate(
         &mut self,
         comm: &mut dyn Communicator,
-        owner: Owner<'_>,
         src: Source<'_>,
     ) -> Result<(f64, f64), String> {
         let (rank, p) = (comm.rank(), comm.size());
@@ -415,8 +340,8 @@ impl Rank {
         for chunk in all.chunks(EVAL_CHUNK) {
             let mine = share(chunk, rank, p);
             let sh = src.share(&mine);
-            let (req, _) = self.gather(comm, owner, &sh, false)?;
-            let z = self.model.predict(&sh.local(&req.uniq));
+            let batch = self.gather(comm, &sh, false)?;
+            let z = self.model.predict(&sh.local(&batch.ids));
             // Every rank needs every label too (a stream's are generated).
             let whole = src.share(chunk);
             for (k, &e) in chunk.iter().enumerate() {
@@ -425,7 +350,7 @@ impl Rank {
             // Everyone sends its logits to everyone.
             let counts: Vec<usize> = (0..p).map(|r| share(chunk, r, p).len()).collect();
             let send: Vec<f32> = (0..p).flat_map(|_| z.iter().copied()).collect();
-            let zs = route::exchange_f32(comm, &send, &vec![z.len(); p], &counts, 1)
+            let zs = basis_shard::route::exchange_f32(comm, &send, &vec![z.len(); p], &counts, 1)
                 .map_err(|e| format!("rank {rank}: {e}"))?;
             let mut at = 0;
             for r in 0..p {
@@ -488,7 +413,7 @@ pub(crate) fn rank_main(
     ds: &Dataset,
     run: &Run<'_>,
     comm: &mut dyn Communicator,
-    owner: Owner<'_>,
+    owner: &OwnerRule,
 ) -> Result<RunResult, String> {
     rank_main_with(ds, run, comm, owner, fault::Fault::from_env()?)
 }
@@ -498,7 +423,7 @@ fn rank_main_with(
     ds: &Dataset,
     run: &Run<'_>,
     comm: &mut dyn Communicator,
-    owner: Owner<'_>,
+    owner: &OwnerRule,
     fault: Option<fault::Fault>,
 ) -> Result<RunResult, String> {
     let start = Instant::now();
@@ -509,7 +434,7 @@ fn rank_main_with(
     let m = run.model;
     let (rank, p) = (comm.rank(), comm.size());
     let d = m.dim + 1;
-    let mut me = Rank::new(ds, run, rank, p)?;
+    let mut me = Rank::new(ds, run, rank, owner)?;
     let n = train_src.len();
     let mut dense_opt = dense_optimizer(&me, m, n)?;
     let mut grads = Grads::new(&me.model, 0);
@@ -520,8 +445,7 @@ fn rank_main_with(
         curve: Vec::new(),
     };
     if let (true, Some(base)) = (run.resume, &run.checkpoint) {
-        let shape = (d, m.init_std, m.seed);
-        let local = resume::restore(base, (rank, p), &opts, &mut me, &mut dense_opt, shape);
+        let local = resume::restore(base, (rank, p), &opts, &mut me, &mut dense_opt);
         let epoch = local.as_ref().map(|r| r.epoch).map_err(Clone::clone);
         resume::agree_ok(comm, "resume", epoch)?;
         progress = local?;
@@ -570,15 +494,15 @@ fn rank_main_with(
                 epoch: epoch + 1,
                 step: b + 1,
             };
-            let step = me.train_step(comm, owner, &sh, at, &mut dense_opt, &mut grads)?;
+            let step = me.train_step(comm, &sh, at, &mut dense_opt, &mut grads)?;
             progress.nonfinite += step.nonfinite;
             loss_sum += step.loss;
             bar.inc(1);
         }
         bar.finish_and_clear();
         train_secs += epoch_start.elapsed().as_secs_f64();
-        let (valid_auc, valid_loss) = me.evaluate(comm, owner, valid_src)?;
-        let (test_auc, test_loss) = me.evaluate(comm, owner, test_src)?;
+        let (valid_auc, valid_loss) = me.evaluate(comm, valid_src)?;
+        let (test_auc, test_loss) = me.evaluate(comm, test_src)?;
         progress.curve.push(EpochPoint {
             epoch: epoch + 1,
             train_loss: loss_sum / n.max(1) as f64,
@@ -600,21 +524,21 @@ fn rank_main_with(
     let mut shard = report::gather(comm, &me)?;
     shard.train_secs = train_secs;
     shard.examples_per_sec = (n as f64 * f64::from(m.epochs - first_epoch)) / train_secs.max(1e-9);
-    let crc = report::model_crc(comm, &me.table, &me.model.dense)?;
+    let crc = report::model_crc(comm, me.table.checksum(), &me.model.dense)?;
     let final_metrics = curve.last().cloned().ok_or("no epochs were run")?;
     me.model.table = Vec::new();
     let mut out = finish(
         ds,
         run,
         &me.model,
-        &me.opt,
+        me.table.optimizer(),
         curve,
         final_metrics,
         nonfinite,
         start,
-        Some(crate::train::CommBytes {
+        Some(crate::run::CommBytes {
             total: sent,
-            sparse: me.sparse_bytes,
+            sparse: me.table.stats().bytes_sent,
             dense: me.dense_bytes,
         }),
     );
@@ -631,6 +555,18 @@ fn rank_main_with(
     };
     out.sharded = Some(shard);
     Ok(out)
+}
+
+/// Row `id`'s initial value `[0, N(0, std²) …]`, drawn from `(seed, id)`
+/// alone: the values `Fm::new` gives row `id` (its stream, skipped to the
+/// row; Box–Muller draws two numbers per value).
+fn init_row(row: &mut [f32], std: f32, seed: u64, id: u64) {
+    let mut rng = Rng::derive(seed, 0x1417);
+    rng.skip(id.wrapping_mul(2 * (row.len() as u64 - 1)));
+    row[0] = 0.0;
+    for x in &mut row[1..] {
+        *x = std * rng.normal() as f32;
+    }
 }
 
 #[cfg(test)]

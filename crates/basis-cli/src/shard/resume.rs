@@ -13,19 +13,17 @@
 //! message naming that rank — nobody waits for a rank that gave up.
 
 use super::Rank;
-use super::table::ShardTable;
 use crate::checkpoint::{self, Checkpoint, ShardSections};
 use crate::rng::Rng;
-use crate::train::EpochPoint;
+use crate::run::EpochPoint;
+use basis_shard::TableSnapshot;
 use comm_traits::Communicator;
 use onebit_adam::OneBitAdam;
 use std::path::{Path, PathBuf};
 
 /// The file of `rank` for `--checkpoint base`.
 pub(super) fn rank_path(base: &Path, rank: usize) -> PathBuf {
-    let mut s = base.as_os_str().to_owned();
-    s.push(format!(".rank{rank}"));
-    PathBuf::from(s)
+    basis_shard::rank_path(base, rank)
 }
 
 /// `(fingerprint, option=value lines)` of a rank's file: the options every
@@ -65,18 +63,23 @@ pub(super) fn save(
     progress: &Progress,
 ) -> Result<(), String> {
     let (fingerprint, options) = fingerprint(opts, p, rank);
-    let (ids, rows) = me.table.parts();
+    let TableSnapshot {
+        ids,
+        rows,
+        optimizer,
+        ..
+    } = me.table.snapshot();
     let c = Checkpoint {
         fingerprint,
         epoch: progress.epoch,
         rng_state: progress.rng.state(),
         nonfinite: progress.nonfinite,
-        table: rows.to_vec(),
+        table: rows,
         dense: me.model.dense.clone(),
         dense_m: Vec::new(),
         dense_v: Vec::new(),
         dense_t: 0,
-        optimizer: me.opt.export_state(),
+        optimizer,
         history: serde_json::to_string(&progress.curve).map_err(|e| e.to_string())?,
         options,
         shard: Some(ShardSections {
@@ -95,7 +98,6 @@ pub(super) fn restore(
     opts: &[(&'static str, u64)],
     me: &mut Rank,
     dense_opt: &mut OneBitAdam,
-    (dim, init_std, seed): (usize, f32, u64),
 ) -> Result<Progress, String> {
     let path = rank_path(base, rank);
     let (fp, options) = fingerprint(opts, p, rank);
@@ -112,14 +114,21 @@ pub(super) fn restore(
     if c.dense.len() != me.model.dense.len() {
         return Err(at("dense parameters", &c.dense.len()));
     }
-    me.table = ShardTable::from_parts(dim, init_std, seed, &sh.ids, c.table)
-        .map_err(|e| at("shard rows", &e))?;
-    me.opt
-        .grow_rows(sh.ids.len() as u64)
-        .map_err(|e| at("sparse optimizer", &e))?;
-    me.opt
-        .import_state(&c.optimizer)
-        .map_err(|e| at("sparse optimizer state", &e))?;
+    // The file's fingerprint (checked by `load`) covers P, the rank and
+    // every option the owner rule and the rows depend on.
+    let t = &me.table;
+    let snapshot = TableSnapshot {
+        rank: t.rank() as u64,
+        ranks: t.owner().ranks() as u64,
+        dim: t.dim() as u64,
+        owner: t.owner().identity(),
+        ids: sh.ids,
+        rows: c.table,
+        optimizer: c.optimizer,
+    };
+    me.table
+        .restore_snapshot(snapshot)
+        .map_err(|e| at("shard", &e))?;
     dense_opt
         .import_state(&sh.dense_opt)
         .map_err(|e| at("dense optimizer state", &e))?;

@@ -157,7 +157,7 @@ mod tests {
         }
     }
 
-    fn streamed(extra: &[&str]) -> (crate::train::RunResult, usize) {
+    fn streamed(extra: &[&str]) -> (crate::run::RunResult, usize) {
         let mut argv = vec![
             "basis",
             "train",
@@ -184,7 +184,7 @@ mod tests {
             unreachable!("a train command")
         };
         let ds = crate::data::load(&a.data.options(false)).unwrap();
-        let run = crate::train::Run {
+        let run = crate::run::Run {
             spec: &a.opt,
             model: &a.model,
             checkpoint: None,

@@ -135,7 +135,7 @@ fn repeated_runs_are_bit_identical_and_every_rank_agrees() {
     let runs: Vec<Vec<RunResult>> = (0..2)
         .map(|_| {
             LocalComm::run(3, |mut c| {
-                rank_main(&ds, &run_of(&a), &mut c, &*owner).unwrap()
+                rank_main(&ds, &run_of(&a), &mut c, &owner).unwrap()
             })
             .into_iter()
             .map(|r| r.unwrap())
@@ -175,7 +175,7 @@ fn max_abs(a: &[f32]) -> f32 {
 /// Compared: the shares' dense gradients summed over the ranks against the
 /// single process's, every row the step touched, and the dense parameters.
 /// One-choice BASIS too: the ranks hold the single process's buckets,
-/// partitioned (`crate::partition`), so a bucket's moments see the same
+/// partitioned (`OwnerRule::buckets`), so a bucket's moments see the same
 /// rows' gradients as in the single process.
 #[test]
 fn one_sharded_step_is_the_single_process_step() {
@@ -200,7 +200,7 @@ fn one_sharded_step_is_the_single_process_step() {
             let n = ds.train.len();
             let batch: Vec<usize> = (0..m.batch).map(|i| (i * 7919) % n).collect();
             // The single-process step (what `train::train` does per batch).
-            let mut fm = crate::train::build_model(&ds, m).unwrap();
+            let mut fm = crate::run::build_model(&ds, m).unwrap();
             let d = fm.dim();
             let start = fm.table.clone();
             let mut g = Grads::new(&fm, ds.rows);
@@ -222,13 +222,12 @@ fn one_sharded_step_is_the_single_process_step() {
                 let run = run_of(&a);
                 let owner = owner_of(&ds, &run, p).unwrap();
                 let out = LocalComm::run(p, |mut c| {
-                    let mut me = Rank::new(&ds, &run, c.rank(), p).unwrap();
+                    let mut me = Rank::new(&ds, &run, c.rank(), &owner).unwrap();
                     let mut dense_opt = dense_optimizer(&me, m, n).unwrap();
                     let mut grads = Grads::new(&me.model, 0);
                     let sh = Source::Memory(&ds.train).share(&share(&batch, c.rank(), p));
                     me.train_step(
                         &mut c,
-                        &*owner,
                         &sh,
                         StepAt {
                             batch_len: batch.len(),
@@ -239,8 +238,8 @@ fn one_sharded_step_is_the_single_process_step() {
                         &mut grads,
                     )
                     .unwrap();
-                    let (ids, rows) = me.table.parts();
-                    (grads.dense, ids, rows.to_vec(), me.model.dense.clone())
+                    let snap = me.table.snapshot();
+                    (grads.dense, snap.ids, snap.rows, me.model.dense.clone())
                 });
                 let out: Vec<_> = out.into_iter().map(Result::unwrap).collect();
                 // Dense gradient: the shares sum to the batch's.
@@ -331,7 +330,8 @@ fn requested_ids(ds: &Dataset, a: &TrainArgs, p: usize) -> u64 {
 fn all_ids_on_one_rank_is_reported_as_skew_not_a_crash() {
     let a = sharded(3, &[]);
     let ds = load(&a);
-    let r = train_local(&ds, &run_of(&a), 3, &|_| 0).unwrap();
+    let all_to_0 = OwnerRule::custom(3, 0, |_| 0).unwrap();
+    let r = train_local(&ds, &run_of(&a), 3, &all_to_0).unwrap();
     let s = r.sharded.clone().unwrap();
     assert_eq!(s.ranks[0].rows, ds.rows as u64);
     assert_eq!(s.ranks[1].rows + s.ranks[2].rows, 0);
@@ -358,7 +358,7 @@ fn all_ids_on_one_rank_is_reported_as_skew_not_a_crash() {
     // The default owner (BASIS: by bucket) spreads the same requests
     // evenly: no warning.
     let owner = owner_of(&ds, &run_of(&a), 3).unwrap();
-    let even = train_local(&ds, &run_of(&a), 3, &*owner).unwrap();
+    let even = train_local(&ds, &run_of(&a), 3, &owner).unwrap();
     let e = even.sharded.clone().unwrap();
     assert_eq!(e.ranks.iter().map(|k| k.ids_served).sum::<u64>(), requested);
     assert!(e.row_skew < 1.1 && e.served_skew < 1.1, "{e:?}");
@@ -373,7 +373,7 @@ fn ranks_that_disagree_on_an_option_all_fail_naming_it() {
     let a = sharded(2, &["--batch", "256"]);
     let b = sharded(2, &["--batch", "128"]);
     let ds = load(&a);
-    let owner = route::hashed_owner(2, 1).unwrap();
+    let owner = OwnerRule::hashed(2, 1).unwrap();
     let out = LocalComm::run(2, |mut c| {
         let mine = if c.rank() == 0 { &a } else { &b };
         rank_main(&ds, &run_of(mine), &mut c, &owner).map(|_| ())
@@ -398,7 +398,7 @@ fn a_rank_that_dies_mid_step_fails_every_rank_without_a_hang() {
         std::thread::scope(|s| {
             let ds = &ds;
             let a = &a;
-            let owner = &*owner;
+            let owner = &owner;
             s.spawn(move || {
                 let out: Vec<Result<(), String>> = LocalComm::run(3, |c| {
                     let die = (c.rank() == 1).then_some(die_at);
@@ -442,7 +442,7 @@ fn with_checkpoint(
         step,
         exit: false,
     });
-    LocalComm::run(p, |mut c| rank_main_with(ds, &run, &mut c, &*owner, fault))
+    LocalComm::run(p, |mut c| rank_main_with(ds, &run, &mut c, &owner, fault))
         .into_iter()
         .map(|r| r.unwrap_or_else(|_| Err("panic".into())))
         .collect()
@@ -561,7 +561,7 @@ fn a_diverging_sharded_run_stops_every_rank_naming_epoch_and_step() {
         let run = run_of(&a);
         let owner = owner_of(&ds, &run, 3).unwrap();
         let out: Vec<Result<RunResult, String>> =
-            LocalComm::run(3, |mut c| rank_main_with(&ds, &run, &mut c, &*owner, None))
+            LocalComm::run(3, |mut c| rank_main_with(&ds, &run, &mut c, &owner, None))
                 .into_iter()
                 .map(|r| r.unwrap_or_else(|_| Err("panic".into())))
                 .collect();
@@ -569,5 +569,85 @@ fn a_diverging_sharded_run_stops_every_rank_naming_epoch_and_step() {
             &out,
             &["training diverged", "epoch 1, step ", "`sgd:lr=1e30`"],
         );
+    }
+}
+
+/// A new row starts as the single-process model's row of that id, so a
+/// sharded run and the single process start from the same model.
+#[test]
+fn rows_start_as_the_single_process_model_does() {
+    let fm = crate::model::Fm::new(50, 4, 0.1, 3).unwrap();
+    for id in [49u64, 0, 17] {
+        let mut row = vec![9.0f32; 5];
+        init_row(&mut row, 0.1, 3, id);
+        assert_eq!(row, &fm.table[id as usize * 5..(id as usize + 1) * 5]);
+    }
+}
+
+/// Every optimizer the CLI builds (d-choice BASIS, whose checkpoint blob
+/// carries its choices, and the row-scaled mode included) steps through the
+/// sharded table as it steps a table by id: the reference is the same
+/// optimizer with its own sparse id index, over a `BTreeMap` table.
+#[test]
+fn the_cli_optimizers_step_through_the_table_as_by_id() {
+    use alloc::collections::BTreeMap;
+    use basis_core::{RowAccess, RowIndex, SparseOptimizer};
+    struct ById(BTreeMap<u64, Vec<f32>>);
+    impl RowAccess for ById {
+        fn dim(&self) -> usize {
+            5
+        }
+        fn row_mut(&mut self, id: u64) -> Option<&mut [f32]> {
+            self.0.get_mut(&id).map(Vec::as_mut_slice)
+        }
+    }
+    let dim = 5;
+    for spec in [
+        "adam",
+        "adagrad",
+        "sgd",
+        "basis",
+        "basis:mode=rowscaled",
+        "basis:storage=u8,choices=2",
+    ] {
+        let spec: crate::spec::OptSpec = spec.parse().unwrap();
+        let owner = optim::owner_rule(&spec, 100, 1, 3).unwrap();
+        let opt = optim::build_shard(&spec, 100, (0, &owner), dim, 3).unwrap();
+        let init = RowInit::from_fn(|id, row| init_row(row, 0.1, 9, id));
+        let config = TableConfig::new(dim, owner, 0).with_init(init.clone());
+        let mut table = ShardedTable::new(config, opt).unwrap();
+        let mut reference = optim::build_indexed(&spec, 100, RowIndex::Sparse, dim, 3).unwrap();
+        let mut by_id = ById(BTreeMap::new());
+        let mut comm = LocalComm::group(1).pop().unwrap();
+        let mut rng = Rng::new(5);
+        for step in 0..40 {
+            let ids: Vec<u64> = (0..12)
+                .map(|_| crate::rng::mix64(rng.below(30 + step) as u64) >> 3)
+                .collect();
+            let batch = table.lookup(&mut comm, &ids).unwrap();
+            let grads: Vec<f32> = (0..batch.rows.len())
+                .map(|_| rng.normal() as f32 * 0.1)
+                .collect();
+            for &id in &batch.ids {
+                by_id.0.entry(id).or_insert_with(|| {
+                    let mut r = vec![0.0; dim];
+                    init.fill(id, &mut r);
+                    r
+                });
+            }
+            table.apply(&mut comm, &batch, &grads).unwrap();
+            SparseOptimizer::step(&mut reference, &batch.ids, &grads, &mut by_id).unwrap();
+        }
+        assert_eq!(table.len(), by_id.0.len());
+        for (id, row) in table.sorted_rows() {
+            assert_eq!(row, by_id.0[&id].as_slice(), "{} row {id}", spec.label);
+        }
+        // The checkpoint blob (d-choice: with its choices) restores.
+        let snap = table.snapshot();
+        let owner = optim::owner_rule(&spec, 100, 1, 3).unwrap();
+        let opt = optim::build_shard(&spec, 100, (0, &owner), dim, 3).unwrap();
+        let mut back = ShardedTable::new(TableConfig::new(dim, owner, 0), opt).unwrap();
+        back.restore_snapshot(snap.clone()).unwrap();
+        assert_eq!(back.snapshot(), snap, "{}", spec.label);
     }
 }

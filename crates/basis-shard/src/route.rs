@@ -1,23 +1,16 @@
-//! Moving ids and rows between ranks: which rank owns an id, and the three
-//! `all_to_all_v` exchanges of a step (ids to owners, rows back, gradients
-//! to owners) in a fixed order, so every backend delivers the same bytes.
+//! Moving ids and rows between ranks: the `all_to_all_v` exchanges of a step
+//! (ids to owners, rows back, gradients to owners) in a fixed order, so every
+//! backend delivers the same bytes.
 
+use alloc::vec;
+use alloc::vec::Vec;
 use comm_traits::{CommError, Communicator};
 
-/// The owner rank of an id: a `balanced-hash` one-choice hash over `p`
-/// "buckets" (ranks), seeded independently of everything else.
-pub(crate) type Owner<'a> = &'a (dyn Fn(u64) -> usize + Sync);
+use crate::OwnerRule;
 
-/// The default owner function for `p` ranks under `seed`.
-pub(crate) fn hashed_owner(p: usize, seed: u64) -> Result<impl Fn(u64) -> usize + Sync, String> {
-    let h = balanced_hash::OneChoice::new(p as u32, 0x0A7E_5EED ^ seed)
-        .map_err(|e| format!("owner hash: {e}"))?;
-    Ok(move |id| balanced_hash::Bucketer::bucket(&h, id) as usize)
-}
-
-/// What a rank asked of the owners this step: its sorted unique ids, and
-/// the same ids grouped by owner (rank order, sorted within each).
-#[derive(Debug, Default)]
+/// What a rank asked of the owners: its sorted unique ids, and the same ids
+/// grouped by owner (rank order, sorted within each).
+#[derive(Debug, Default, Clone)]
 pub(crate) struct Request {
     /// Sorted unique ids this rank needs.
     pub(crate) uniq: Vec<u64>,
@@ -39,9 +32,14 @@ fn scaled(counts: &[usize], unit: usize) -> Vec<usize> {
     counts.iter().map(|&c| c * unit).collect()
 }
 
-/// Exchange f32 payloads of `unit` values per id: `send` in the order
-/// `send_counts` describes, received in the order of `recv_counts`.
-pub(crate) fn exchange_f32(
+/// Exchange `f32` payloads of `unit` values per item over `comm`'s
+/// `all_to_all_v`: `send` in the order `send_counts` describes (items for
+/// rank 0 first), received in the order of `recv_counts`. Little-endian on
+/// the wire, so MPI and in-process ranks deliver the same bits.
+///
+/// # Errors
+/// What `all_to_all_v` returns (a lost peer, mismatched counts).
+pub fn exchange_f32(
     comm: &mut dyn Communicator,
     send: &[f32],
     send_counts: &[usize],
@@ -62,7 +60,7 @@ pub(crate) fn exchange_f32(
 /// ids): after this every rank knows what it must serve and to whom.
 pub(crate) fn request(
     comm: &mut dyn Communicator,
-    owner: Owner<'_>,
+    owner: &OwnerRule,
     mut wanted: Vec<u64>,
 ) -> Result<Request, CommError> {
     let p = comm.size();
@@ -70,8 +68,7 @@ pub(crate) fn request(
     wanted.dedup();
     let mut groups: Vec<Vec<u64>> = vec![Vec::new(); p];
     for &id in &wanted {
-        // An owner outside 0..p would be a bug of the owner function; fold it.
-        groups[owner(id) % p].push(id);
+        groups[owner.owner(id) % p].push(id);
     }
     let per_owner: Vec<usize> = groups.iter().map(Vec::len).collect();
     let sent: Vec<u64> = groups.concat();
@@ -104,7 +101,7 @@ mod tests {
     #[test]
     fn owners_receive_exactly_the_ids_they_own() {
         let p = 3;
-        let owner = hashed_owner(p, 1).unwrap();
+        let owner = OwnerRule::hashed(p, 1).unwrap();
         let out = LocalComm::run(p, |mut c| {
             let r = c.rank() as u64;
             let wanted: Vec<u64> = (0..50).map(|k| (k * 7 + r * 3) % 40).collect();
@@ -116,7 +113,7 @@ mod tests {
             // Reference: every rank's unique ids owned by `me`, in rank order.
             let want: Vec<u64> = out
                 .iter()
-                .flat_map(|(uniq, _)| uniq.iter().copied().filter(|&id| owner(id) == me))
+                .flat_map(|(uniq, _)| uniq.iter().copied().filter(|&id| owner.owner(id) == me))
                 .collect();
             assert_eq!(received, &want);
         }

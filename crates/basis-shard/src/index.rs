@@ -1,0 +1,69 @@
+//! The shard's `u64 id → u32 slot` index, behind one small type so another
+//! index (a compact open-addressing one) can replace hashbrown here without
+//! touching the table: [`IdSlots`] is all the table uses.
+
+use basis_core::IdBuildHasher;
+use hashbrown::HashMap;
+
+use crate::ShardError;
+
+/// Id → slot, slots numbered `0..len()` in insertion order.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct IdSlots {
+    map: HashMap<u64, u32, IdBuildHasher>,
+}
+
+impl IdSlots {
+    /// Ids held.
+    pub(crate) fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// The slot of `id`, if held.
+    pub(crate) fn get(&self, id: u64) -> Option<u32> {
+        self.map.get(&id).copied()
+    }
+
+    /// Room for `more` ids without reallocating (fallible).
+    pub(crate) fn try_reserve(&mut self, more: usize) -> Result<(), ShardError> {
+        let rows = self.len().saturating_add(more);
+        self.map
+            .try_reserve(more)
+            .map_err(|_| ShardError::OutOfMemory { rows })
+    }
+
+    /// The slot of `id`, inserting it as slot `len()` when missing; `true`
+    /// when it was inserted. Slots must stay below `u32::MAX` (checked by
+    /// the caller's reservation).
+    pub(crate) fn get_or_insert(&mut self, id: u64) -> (u32, bool) {
+        let next = self.map.len() as u32;
+        let slot = *self.map.entry(id).or_insert(next);
+        (slot, slot == next)
+    }
+
+    /// Insert `id` as the next slot; `false` when it was already held.
+    pub(crate) fn insert_new(&mut self, id: u64) -> bool {
+        let next = self.map.len() as u32;
+        match self.map.entry(id) {
+            hashbrown::hash_map::Entry::Occupied(_) => false,
+            hashbrown::hash_map::Entry::Vacant(v) => {
+                v.insert(next);
+                true
+            }
+        }
+    }
+
+    /// The id of every slot, in slot order.
+    pub(crate) fn ids_by_slot(&self) -> alloc::vec::Vec<u64> {
+        let mut ids = alloc::vec![0u64; self.len()];
+        for (&id, &s) in &self.map {
+            ids[s as usize] = id;
+        }
+        ids
+    }
+
+    /// Exact bytes of the index's allocation.
+    pub(crate) fn bytes(&self) -> usize {
+        self.map.allocation_size()
+    }
+}

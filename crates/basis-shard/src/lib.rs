@@ -1,0 +1,21 @@
+#![doc = include_str!("../README.md")]
+#![cfg_attr(basis_doc_cfg, feature(doc_cfg))]
+#![forbid(unsafe_code)]
+
+extern crate alloc;
+
+mod boxed;
+mod checkpoint;
+mod error;
+mod index;
+mod init;
+mod owner;
+pub mod route;
+mod table;
+
+pub use boxed::BoxedOptimizer;
+pub use checkpoint::{SHARD_FORMAT, TableSnapshot, decode as decode_checkpoint, rank_path};
+pub use error::ShardError;
+pub use init::RowInit;
+pub use owner::{OwnerRule, PartitionedBuckets};
+pub use table::{Batch, MemoryUse, ShardedTable, TableConfig, TableStats};

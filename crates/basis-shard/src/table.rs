@@ -1,0 +1,599 @@
+//! [`ShardedTable`]: one rank's part of a row-sharded embedding table, and
+//! the collective calls of a training step (`lookup`, `apply`) and of
+//! evaluation (`lookup_eval`).
+
+use alloc::vec;
+use alloc::vec::Vec;
+use basis_core::{RowAccess, SparseOptimizer, StepReport};
+use comm_traits::Communicator;
+
+use crate::index::IdSlots;
+use crate::route::{self, Request};
+use crate::{OwnerRule, RowInit, ShardError};
+
+/// What a table is, independent of any communicator: its row dimension,
+/// owner rule, this rank, how rows start, and the L2 term owners add.
+#[derive(Debug, Clone)]
+pub struct TableConfig {
+    /// Values per row.
+    pub dim: usize,
+    /// Which rank owns each id (also fixes the group size).
+    pub owner: OwnerRule,
+    /// This rank, in `0..owner.ranks()`.
+    pub rank: usize,
+    /// The value a new row starts as.
+    pub init: RowInit,
+    /// `l2`: owners add `l2 · θ` once per row to the rank-summed gradient
+    /// of a step (as a single process adds it once per row of a batch); 0
+    /// adds nothing.
+    pub l2: f32,
+}
+
+impl TableConfig {
+    /// Rows of `dim` values owned by `owner`, this table being rank `rank`;
+    /// zero initial rows, no L2.
+    pub fn new(dim: usize, owner: OwnerRule, rank: usize) -> Self {
+        Self {
+            dim,
+            owner,
+            rank,
+            init: RowInit::zeros(),
+            l2: 0.0,
+        }
+    }
+
+    /// With `init` for new rows.
+    #[must_use]
+    pub fn with_init(mut self, init: RowInit) -> Self {
+        self.init = init;
+        self
+    }
+
+    /// With the L2 term `l2`.
+    #[must_use]
+    pub fn with_l2(mut self, l2: f32) -> Self {
+        self.l2 = l2;
+        self
+    }
+}
+
+/// Rows fetched by [`ShardedTable::lookup`] / [`lookup_eval`](ShardedTable::lookup_eval):
+/// the sorted unique ids asked for and their rows, in that order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Batch {
+    /// Sorted unique ids.
+    pub ids: Vec<u64>,
+    /// `ids.len() × dim` values: row `k` belongs to `ids[k]`.
+    pub rows: Vec<f32>,
+    /// The training lookup this is (0: an evaluation lookup).
+    generation: u64,
+}
+
+impl Batch {
+    /// Row of `ids[k]`.
+    pub fn row(&self, k: usize) -> &[f32] {
+        let d = self.rows.len() / self.ids.len().max(1);
+        &self.rows[k * d..(k + 1) * d]
+    }
+
+    /// Position of `id` in [`ids`](Self::ids), if asked for.
+    pub fn position(&self, id: u64) -> Option<usize> {
+        self.ids.binary_search(&id).ok()
+    }
+}
+
+/// Bytes one rank holds, split by what holds them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MemoryUse {
+    /// Rows held.
+    pub rows: u64,
+    /// The id → slot index (its allocation, slack included).
+    pub index_bytes: usize,
+    /// Row values (`capacity × 4`).
+    pub row_bytes: usize,
+    /// Sparse optimizer state, scratch buffers excluded.
+    pub state_bytes: usize,
+}
+
+/// Counters of one rank's traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TableStats {
+    /// Ids this rank served as an owner in training lookups (every rank's
+    /// requests summed): the load a skewed id stream puts on it.
+    pub ids_served: u64,
+    /// Bytes this rank sent in the table's exchanges (ids, rows, gradients;
+    /// training and evaluation).
+    pub bytes_sent: u64,
+}
+
+/// The rows, slot-major: what the optimizer steps (by slot).
+#[derive(Debug, Default)]
+struct Rows {
+    dim: usize,
+    values: Vec<f32>,
+}
+
+impl RowAccess for Rows {
+    fn dim(&self) -> usize {
+        self.dim
+    }
+
+    fn row_mut(&mut self, slot: u64) -> Option<&mut [f32]> {
+        let s = usize::try_from(slot).ok()?.checked_mul(self.dim)?;
+        self.values.get_mut(s..s.checked_add(self.dim)?)
+    }
+}
+
+impl Rows {
+    fn row(&self, slot: u32) -> &[f32] {
+        let s = slot as usize * self.dim;
+        &self.values[s..s + self.dim]
+    }
+}
+
+/// The routing of the latest training lookup, kept for its `apply`.
+#[derive(Debug)]
+struct Pending {
+    generation: u64,
+    req: Request,
+    /// Slot of every received id (`req.received` order).
+    slots: Vec<u32>,
+}
+
+/// One rank's part of a row-sharded embedding table: the rows this rank
+/// owns (by the [`OwnerRule`]), their sparse optimizer's state, and the
+/// exchanges that bring rows to the ranks that need them and gradients back.
+///
+/// See the [crate documentation](crate) for the data flow and an example.
+#[derive(Debug)]
+pub struct ShardedTable<O> {
+    dim: usize,
+    rank: usize,
+    owner: OwnerRule,
+    init: RowInit,
+    l2: f32,
+    index: IdSlots,
+    rows: Rows,
+    opt: O,
+    /// Rows the optimizer's dense state has been grown to (never shrinks).
+    opt_rows: u64,
+    pending: Option<Pending>,
+    generation: u64,
+    stats: TableStats,
+}
+
+impl<O: SparseOptimizer> ShardedTable<O> {
+    /// An empty table for rank `config.rank`, stepping its rows with `opt`.
+    ///
+    /// `opt` must keep its per-row state dense and growable
+    /// (`RowIndex::Dense { rows: 0 }` in its configuration): the table owns
+    /// the only id → slot map and grows the optimizer with it. For
+    /// one-choice BASIS under [`OwnerRule::buckets`], build it over
+    /// [`OwnerRule::partition`]`(rank)`.
+    ///
+    /// # Errors
+    /// [`ShardError::BadConfig`] for `dim == 0`, a rank outside the owner
+    /// rule's group, or an optimizer of another dimension.
+    pub fn new(config: TableConfig, opt: O) -> Result<Self, ShardError> {
+        if config.dim == 0 {
+            return Err(ShardError::BadConfig("rows need at least one value"));
+        }
+        if config.rank >= config.owner.ranks() {
+            return Err(ShardError::BadConfig("rank outside the owner rule's group"));
+        }
+        if opt.dim() != config.dim {
+            return Err(ShardError::BadConfig(
+                "the optimizer's dimension is not the table's",
+            ));
+        }
+        Ok(Self {
+            dim: config.dim,
+            rank: config.rank,
+            owner: config.owner,
+            init: config.init,
+            l2: config.l2,
+            index: IdSlots::default(),
+            rows: Rows {
+                dim: config.dim,
+                values: Vec::new(),
+            },
+            opt,
+            opt_rows: 0,
+            pending: None,
+            generation: 0,
+            stats: TableStats::default(),
+        })
+    }
+
+    /// Values per row.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The owner rule.
+    pub fn owner(&self) -> &OwnerRule {
+        &self.owner
+    }
+
+    /// Rows held by this rank.
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether this rank holds no row.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The sparse optimizer (its telemetry).
+    pub fn optimizer(&self) -> &O {
+        &self.opt
+    }
+
+    /// Traffic counters.
+    pub fn stats(&self) -> TableStats {
+        self.stats
+    }
+
+    /// Row `id` if this rank holds it.
+    pub fn get(&self, id: u64) -> Option<&[f32]> {
+        self.index.get(id).map(|s| self.rows.row(s))
+    }
+
+    /// Bytes held: index, rows and optimizer state, separately.
+    pub fn memory(&self) -> MemoryUse {
+        let m = self.opt.memory();
+        MemoryUse {
+            rows: self.len() as u64,
+            index_bytes: self.index.bytes(),
+            row_bytes: self.rows.values.capacity() * 4,
+            state_bytes: m.total_bytes - m.scratch,
+        }
+    }
+
+    /// `(id, row)` of every row held, in id order.
+    pub fn sorted_rows(&self) -> Vec<(u64, &[f32])> {
+        let mut v: Vec<(u64, &[f32])> = self
+            .index
+            .ids_by_slot()
+            .into_iter()
+            .enumerate()
+            .map(|(s, id)| (id, self.rows.row(s as u32)))
+            .collect();
+        v.sort_unstable_by_key(|p| p.0);
+        v
+    }
+
+    /// CRC-32 of this rank's rows in id order (ids and values): equal on
+    /// two runs iff they hold the same rows, bit for bit.
+    pub fn checksum(&self) -> u32 {
+        let mut h = crc32fast::Hasher::new();
+        for (id, row) in self.sorted_rows() {
+            h.update(&id.to_le_bytes());
+            for x in row {
+                h.update(&x.to_le_bytes());
+            }
+        }
+        h.finalize()
+    }
+
+    fn check_group(&self, comm: &dyn Communicator) -> Result<(), ShardError> {
+        if comm.rank() != self.rank || comm.size() != self.owner.ranks() {
+            return Err(ShardError::GroupMismatch {
+                table: (self.rank, self.owner.ranks()),
+                comm: (comm.rank(), comm.size()),
+            });
+        }
+        Ok(())
+    }
+
+    /// Forward, collective (every rank calls it once per step, with its own
+    /// ids, possibly none): the unique ids of `ids` go to their owners
+    /// (`all_to_all_counts`, `all_to_all_v`), owners create the rows they
+    /// do not hold yet from [`RowInit`] (growing the optimizer's state with
+    /// them), and the rows come back (`all_to_all_v`). The returned batch is
+    /// what [`apply`](Self::apply) takes the gradients of.
+    ///
+    /// # Errors
+    /// [`ShardError::GroupMismatch`], [`ShardError::Comm`],
+    /// [`ShardError::OutOfMemory`] / [`ShardError::Grow`] when the owner
+    /// cannot grow (allocation is fallible: the table is unchanged).
+    pub fn lookup(
+        &mut self,
+        comm: &mut dyn Communicator,
+        ids: &[u64],
+    ) -> Result<Batch, ShardError> {
+        self.check_group(comm)?;
+        self.pending = None;
+        let before = comm.stats();
+        let req = route::request(comm, &self.owner, ids.to_vec())?;
+        let slots = self.slots_for(&req.received)?;
+        self.stats.ids_served += req.received.len() as u64;
+        let d = self.dim;
+        let mut serve = Vec::new();
+        serve
+            .try_reserve_exact(slots.len() * d)
+            .map_err(|_| ShardError::OutOfMemory { rows: self.len() })?;
+        for &s in &slots {
+            serve.extend_from_slice(self.rows.row(s));
+        }
+        let rows = self.answer(comm, &req, &serve)?;
+        self.generation += 1;
+        self.stats.bytes_sent += comm.stats().since(&before).bytes_sent;
+        self.pending = Some(Pending {
+            generation: self.generation,
+            req: Request {
+                received: req.received,
+                sent: req.sent,
+                per_owner: req.per_owner,
+                per_rank: req.per_rank,
+                uniq: Vec::new(),
+            },
+            slots,
+        });
+        Ok(Batch {
+            ids: req.uniq,
+            rows,
+            generation: self.generation,
+        })
+    }
+
+    /// Evaluation, collective: like [`lookup`](Self::lookup) but read only.
+    /// Owners return the rows they hold and, for an id no rank holds yet,
+    /// the row it **would start as** ([`RowInit`]) without inserting it —
+    /// so evaluating unseen ids neither grows the table nor differs from a
+    /// single-process model that holds every row from its start. The batch
+    /// cannot be applied.
+    ///
+    /// # Errors
+    /// [`ShardError::GroupMismatch`], [`ShardError::Comm`],
+    /// [`ShardError::OutOfMemory`].
+    pub fn lookup_eval(
+        &mut self,
+        comm: &mut dyn Communicator,
+        ids: &[u64],
+    ) -> Result<Batch, ShardError> {
+        self.check_group(comm)?;
+        let before = comm.stats();
+        let req = route::request(comm, &self.owner, ids.to_vec())?;
+        let d = self.dim;
+        let mut serve = Vec::new();
+        serve
+            .try_reserve_exact(req.received.len() * d)
+            .map_err(|_| ShardError::OutOfMemory { rows: self.len() })?;
+        let mut fresh = vec![0.0f32; d];
+        for &id in &req.received {
+            match self.index.get(id) {
+                Some(s) => serve.extend_from_slice(self.rows.row(s)),
+                None => {
+                    self.init.fill(id, &mut fresh);
+                    serve.extend_from_slice(&fresh);
+                }
+            }
+        }
+        let rows = self.answer(comm, &req, &serve)?;
+        self.stats.bytes_sent += comm.stats().since(&before).bytes_sent;
+        Ok(Batch {
+            ids: req.uniq,
+            rows,
+            generation: 0,
+        })
+    }
+
+    /// Send `serve` (rows of `req.received`) back and lay the rows this rank
+    /// asked for out in `req.uniq` order.
+    fn answer(
+        &self,
+        comm: &mut dyn Communicator,
+        req: &Request,
+        serve: &[f32],
+    ) -> Result<Vec<f32>, ShardError> {
+        let d = self.dim;
+        let got = route::exchange_f32(comm, serve, &req.per_rank, &req.per_owner, d)?;
+        let mut rows = vec![0.0f32; req.uniq.len() * d];
+        for (k, id) in req.sent.iter().enumerate() {
+            let pos = req.uniq.binary_search(id).unwrap_or(0);
+            rows[pos * d..(pos + 1) * d].copy_from_slice(&got[k * d..(k + 1) * d]);
+        }
+        Ok(rows)
+    }
+
+    /// The slot of every id in `ids`, creating the missing ones in the order
+    /// given (so slot numbers are a function of the id sequence) and growing
+    /// the optimizer's dense state with them. Fallible allocation: on error
+    /// the table is unchanged except for reserved capacity.
+    fn slots_for(&mut self, ids: &[u64]) -> Result<Vec<u32>, ShardError> {
+        let want = self.len().saturating_add(ids.len());
+        let oom = ShardError::OutOfMemory { rows: want };
+        if want > u32::MAX as usize {
+            return Err(oom);
+        }
+        let mut out = Vec::new();
+        out.try_reserve_exact(ids.len())
+            .map_err(|_| ShardError::OutOfMemory { rows: want })?;
+        self.index.try_reserve(ids.len())?;
+        let values = ids
+            .len()
+            .checked_mul(self.dim)
+            .ok_or(ShardError::OutOfMemory { rows: want })?;
+        self.rows
+            .values
+            .try_reserve(values)
+            .map_err(|_| ShardError::OutOfMemory { rows: want })?;
+        // Grow the optimizer to the most rows this call can reach first, so
+        // a failure there leaves the index and rows untouched.
+        let before = self.len();
+        // Distinct new ids (several ranks may ask for the same new id).
+        let mut missing: Vec<u64> = Vec::new();
+        missing
+            .try_reserve_exact(ids.len())
+            .map_err(|_| ShardError::OutOfMemory { rows: want })?;
+        missing.extend(ids.iter().filter(|&&id| self.index.get(id).is_none()));
+        missing.sort_unstable();
+        missing.dedup();
+        let new = missing.len();
+        let after = (before + new) as u64;
+        if after > self.opt_rows {
+            self.opt.grow_rows(after).map_err(ShardError::Grow)?;
+            self.opt_rows = after;
+        }
+        let mut fresh = vec![0.0f32; self.dim];
+        for &id in ids {
+            let (slot, inserted) = self.index.get_or_insert(id);
+            if inserted {
+                self.init.fill(id, &mut fresh);
+                self.rows.values.extend_from_slice(&fresh);
+            }
+            out.push(slot);
+        }
+        Ok(out)
+    }
+
+    /// Backward, collective (every rank calls it after its `lookup`):
+    /// `grads` (`batch.ids.len() × dim`, row `k` the gradient of
+    /// `batch.ids[k]`) go to the owners (`all_to_all_v`); an owner sums an
+    /// id's gradients **in rank order**, adds `l2 · θ` once per row, and
+    /// steps its optimizer over its slots, keyed by the global ids (BASIS
+    /// hashes ids, not slots). Returns the owner's step report.
+    ///
+    /// # Errors
+    /// [`ShardError::GradLength`], [`ShardError::StaleBatch`] (checked
+    /// before any exchange), [`ShardError::Comm`], [`ShardError::Step`].
+    pub fn apply(
+        &mut self,
+        comm: &mut dyn Communicator,
+        batch: &Batch,
+        grads: &[f32],
+    ) -> Result<StepReport, ShardError> {
+        self.check_group(comm)?;
+        let d = self.dim;
+        if grads.len() != batch.ids.len() * d {
+            return Err(ShardError::GradLength {
+                expected: batch.ids.len() * d,
+                got: grads.len(),
+            });
+        }
+        let pending = match self.pending.take() {
+            Some(p) if batch.generation != 0 && p.generation == batch.generation => p,
+            other => {
+                self.pending = other;
+                return Err(ShardError::StaleBatch);
+            }
+        };
+        let before = comm.stats();
+        let req = &pending.req;
+        let mut send = Vec::with_capacity(req.sent.len() * d);
+        for id in &req.sent {
+            let pos = batch.ids.binary_search(id).unwrap_or(0);
+            send.extend_from_slice(&grads[pos * d..(pos + 1) * d]);
+        }
+        let got = route::exchange_f32(comm, &send, &req.per_owner, &req.per_rank, d)?;
+        self.stats.bytes_sent += comm.stats().since(&before).bytes_sent;
+        let slots = &pending.slots;
+        // Sum duplicates (one id sent by several ranks) in rank order: a
+        // stable sort by slot keeps the rank order within a slot.
+        let mut order: Vec<usize> = (0..slots.len()).collect();
+        order.sort_by_key(|&k| slots[k]);
+        let (mut keys, mut ids, mut rows) = (Vec::new(), Vec::new(), Vec::new());
+        for &k in &order {
+            let g = &got[k * d..(k + 1) * d];
+            if ids.last() == Some(&u64::from(slots[k])) {
+                let at = rows.len() - d;
+                for (a, b) in rows[at..].iter_mut().zip(g) {
+                    *a += *b;
+                }
+            } else {
+                ids.push(u64::from(slots[k]));
+                keys.push(req.received[k]);
+                rows.extend_from_slice(g);
+            }
+        }
+        if self.l2 > 0.0 {
+            for (slot, g) in ids.iter().zip(rows.chunks_exact_mut(d)) {
+                let theta = self.rows.row(*slot as u32);
+                for (g, &t) in g.iter_mut().zip(theta) {
+                    *g += self.l2 * t;
+                }
+            }
+        }
+        self.opt
+            .step_keyed(&keys, &ids, &rows, &mut self.rows)
+            .map_err(ShardError::Step)
+    }
+
+    /// This rank's whole state: ids and rows in slot order, the optimizer's
+    /// exported state, and what identifies the table (what a checkpoint
+    /// holds; [`restore_snapshot`](Self::restore_snapshot) reads it back).
+    pub fn snapshot(&self) -> crate::TableSnapshot {
+        crate::TableSnapshot {
+            rank: self.rank as u64,
+            ranks: self.owner.ranks() as u64,
+            dim: self.dim as u64,
+            owner: self.owner.identity(),
+            ids: self.index.ids_by_slot(),
+            rows: self.rows.values.clone(),
+            optimizer: self.opt.export_state(),
+        }
+    }
+
+    /// Replace this (empty) table's rows and optimizer state by `snap`'s.
+    ///
+    /// # Errors
+    /// [`ShardError::NotEmpty`]; [`ShardError::Mismatch`] for a snapshot of
+    /// another rank, group size, dimension or owner rule;
+    /// [`ShardError::Corrupt`] for row values that are not `ids × dim` or a
+    /// repeated id; [`ShardError::OutOfMemory`] / [`ShardError::Grow`];
+    /// [`ShardError::State`] when the optimizer refuses the state. On any
+    /// error the table still holds no row (the optimizer may have grown
+    /// never-updated rows, which new rows then use).
+    pub fn restore_snapshot(&mut self, snap: crate::TableSnapshot) -> Result<(), ShardError> {
+        if !self.is_empty() {
+            return Err(ShardError::NotEmpty);
+        }
+        let expect = [
+            ("rank", self.rank as u64, snap.rank),
+            ("group size", self.owner.ranks() as u64, snap.ranks),
+            ("row dimension", self.dim as u64, snap.dim),
+            ("owner rule", self.owner.identity(), snap.owner),
+        ];
+        for (what, expected, found) in expect {
+            if expected != found {
+                return Err(ShardError::Mismatch {
+                    what,
+                    expected,
+                    found,
+                });
+            }
+        }
+        if Some(snap.rows.len()) != snap.ids.len().checked_mul(self.dim) {
+            return Err(ShardError::Corrupt("row values are not ids × dim"));
+        }
+        let n = snap.ids.len();
+        if n > u32::MAX as usize {
+            return Err(ShardError::OutOfMemory { rows: n });
+        }
+        let mut index = IdSlots::default();
+        index.try_reserve(n)?;
+        for &id in &snap.ids {
+            if !index.insert_new(id) {
+                return Err(ShardError::Corrupt("an id appears twice"));
+            }
+        }
+        if n as u64 > self.opt_rows {
+            self.opt.grow_rows(n as u64).map_err(ShardError::Grow)?;
+            self.opt_rows = n as u64;
+        }
+        self.opt
+            .import_state(&snap.optimizer)
+            .map_err(ShardError::State)?;
+        self.index = index;
+        self.rows.values = snap.rows;
+        self.pending = None;
+        Ok(())
+    }
+}

@@ -1,0 +1,519 @@
+//! The sharded table against an obviously correct single-process reference
+//! (a `BTreeMap` of rows stepped by id), and every fault of a sharded run:
+//! a communicator of another group, a rank that dies, skewed ids, out of
+//! memory while growing, stale batches, corrupt and mixed checkpoints.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use basis_core::{
+    AdagradConfig, AdamConfig, Basis, BasisConfig, ExactAdam, OneChoice, RowAccess, RowIndex,
+    RowwiseAdagrad, Sgd, SparseOptimizer,
+};
+use basis_shard::{
+    BoxedOptimizer as Dyn, OwnerRule, RowInit, ShardError, ShardedTable, TableConfig,
+};
+use basis_std::fault::ExitsAt;
+use basis_std::local::LocalComm;
+use comm_traits::Communicator;
+extern crate alloc;
+use alloc::collections::BTreeMap;
+use core::time::Duration;
+
+const DIM: usize = 4;
+const L2: f32 = 0.25;
+
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Rank `r`'s ids at `step` (repeats within and across ranks, ids from the
+/// whole u64 space) and a gradient per unique id, as a function of
+/// `(step, r, id)` only.
+fn ids_of(step: u64, r: usize) -> Vec<u64> {
+    (0..9)
+        .map(|k| mix(mix(step * 31 + r as u64 * 7 + k) % (12 + step)) >> 1)
+        .collect()
+}
+
+fn grad_of(step: u64, r: usize, id: u64) -> [f32; DIM] {
+    let mut g = [0.0; DIM];
+    for (j, x) in g.iter_mut().enumerate() {
+        let u = mix(id ^ step.wrapping_mul(0x1234_5678) ^ ((r as u64) << 40) ^ j as u64);
+        *x = ((u >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.2;
+    }
+    g
+}
+
+/// The optimizers under test (dense growable state for the table, a sparse
+/// index for the by-id reference), BASIS over `part` when given.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Adam,
+    Adagrad,
+    Sgd,
+    Basis,
+}
+
+const BUCKETS: u32 = 5;
+
+fn build(
+    kind: Kind,
+    index: RowIndex,
+    part: Option<basis_shard::PartitionedBuckets>,
+) -> Box<dyn SparseOptimizer + Send> {
+    match kind {
+        Kind::Adam => Box::new(
+            ExactAdam::new(
+                AdamConfig::default()
+                    .with_dim(DIM)
+                    .with_lr(0.05)
+                    .with_row_index(index),
+            )
+            .unwrap(),
+        ),
+        Kind::Adagrad => Box::new(
+            RowwiseAdagrad::new(
+                AdagradConfig::default()
+                    .with_dim(DIM)
+                    .with_lr(0.05)
+                    .with_row_index(index),
+            )
+            .unwrap(),
+        ),
+        Kind::Sgd => Box::new(Sgd::new(DIM, 0.5).unwrap()),
+        Kind::Basis => {
+            let config = BasisConfig::default().with_dim(DIM).with_row_index(index);
+            match part {
+                Some(p) => Box::new(Basis::new(config, p).unwrap()),
+                None => Box::new(Basis::new(config, global()).unwrap()),
+            }
+        }
+    }
+}
+
+fn global() -> OneChoice {
+    OneChoice::new(BUCKETS, 9).unwrap()
+}
+
+fn owner_for(kind: Kind, p: usize) -> OwnerRule {
+    match kind {
+        Kind::Basis => OwnerRule::buckets(global(), p).unwrap(),
+        _ => OwnerRule::hashed(p, 5).unwrap(),
+    }
+}
+
+fn table(kind: Kind, owner: &OwnerRule, rank: usize) -> ShardedTable<Dyn> {
+    let part = owner.partition(rank).unwrap();
+    let opt = build(kind, RowIndex::Dense { rows: 0 }, part);
+    let config = TableConfig::new(DIM, owner.clone(), rank)
+        .with_init(RowInit::uniform(1, 0.1))
+        .with_l2(L2);
+    ShardedTable::new(config, Dyn(opt)).unwrap()
+}
+
+/// `steps` steps from `from` on this rank's table.
+fn run_steps(
+    t: &mut ShardedTable<Dyn>,
+    comm: &mut dyn Communicator,
+    steps: core::ops::Range<u64>,
+) -> Result<(), ShardError> {
+    let r = comm.rank();
+    for step in steps {
+        let batch = t.lookup(comm, &ids_of(step, r))?;
+        let grads: Vec<f32> = batch
+            .ids
+            .iter()
+            .flat_map(|&id| grad_of(step, r, id))
+            .collect();
+        t.apply(comm, &batch, &grads)?;
+    }
+    Ok(())
+}
+
+struct Reference {
+    rows: BTreeMap<u64, Vec<f32>>,
+}
+
+impl RowAccess for Reference {
+    fn dim(&self) -> usize {
+        DIM
+    }
+    fn row_mut(&mut self, id: u64) -> Option<&mut [f32]> {
+        self.rows.get_mut(&id).map(Vec::as_mut_slice)
+    }
+}
+
+/// The single process: every id's gradients summed in rank order, `l2·θ`
+/// once per row, one step by id.
+fn reference(kind: Kind, p: usize, steps: u64) -> BTreeMap<u64, Vec<f32>> {
+    let init = RowInit::uniform(1, 0.1);
+    let mut opt = build(kind, RowIndex::Sparse, None);
+    let mut table = Reference {
+        rows: BTreeMap::new(),
+    };
+    for step in 0..steps {
+        let mut sum: BTreeMap<u64, [f32; DIM]> = BTreeMap::new();
+        for r in 0..p {
+            let mut uniq = ids_of(step, r);
+            uniq.sort_unstable();
+            uniq.dedup();
+            for id in uniq {
+                let g = grad_of(step, r, id);
+                match sum.get_mut(&id) {
+                    Some(s) => s.iter_mut().zip(g).for_each(|(a, b)| *a += b),
+                    None => {
+                        sum.insert(id, g);
+                    }
+                }
+            }
+        }
+        let ids: Vec<u64> = sum.keys().copied().collect();
+        let mut grads = Vec::new();
+        for (id, g) in &sum {
+            let row = table.rows.entry(*id).or_insert_with(|| {
+                let mut v = vec![0.0; DIM];
+                init.fill(*id, &mut v);
+                v
+            });
+            grads.extend(g.iter().zip(row.iter()).map(|(g, t)| g + L2 * t));
+        }
+        opt.step(&ids, &grads, &mut table).unwrap();
+    }
+    table.rows
+}
+
+fn group(p: usize) -> Vec<LocalComm> {
+    LocalComm::group_with_timeout(p, Duration::from_secs(20))
+}
+
+/// Every rank's `f(comm)` on its own thread.
+fn on_ranks<T: Send>(p: usize, f: impl Fn(LocalComm) -> T + Sync) -> Vec<T> {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = group(p).into_iter().map(|c| s.spawn(|| f(c))).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+#[test]
+fn sharded_table_equals_the_single_process_bit_for_bit() {
+    let steps = 12;
+    for kind in [Kind::Adam, Kind::Adagrad, Kind::Sgd, Kind::Basis] {
+        for p in 1..=4 {
+            let want = reference(kind, p, steps);
+            let owner = owner_for(kind, p);
+            let got = on_ranks(p, |mut c| {
+                let mut t = table(kind, &owner, c.rank());
+                run_steps(&mut t, &mut c, 0..steps).unwrap();
+                let rows: Vec<(u64, Vec<f32>)> = t
+                    .sorted_rows()
+                    .into_iter()
+                    .map(|(id, r)| (id, r.to_vec()))
+                    .collect();
+                // Each id lives on its owner only.
+                assert!(rows.iter().all(|(id, _)| owner.owner(*id) == c.rank()));
+                rows
+            });
+            let got: BTreeMap<u64, Vec<f32>> = got.into_iter().flatten().collect();
+            assert_eq!(got.len(), want.len(), "{kind:?} P={p}");
+            for (id, row) in &want {
+                assert_eq!(&got[id], row, "{kind:?} P={p} row {id}");
+            }
+        }
+    }
+}
+
+#[test]
+fn evaluation_reads_without_creating_rows() {
+    let owner = OwnerRule::hashed(2, 3).unwrap();
+    let out = on_ranks(2, |mut c| {
+        let mut t = table(Kind::Sgd, &owner, c.rank());
+        run_steps(&mut t, &mut c, 0..2).unwrap();
+        let held = t.len();
+        let unseen = [u64::MAX - 1, 5 << 50];
+        let seen = ids_of(1, c.rank());
+        let mut ask = seen.clone();
+        ask.extend(unseen);
+        let b = t.lookup_eval(&mut c, &ask).unwrap();
+        assert_eq!(t.len(), held, "evaluation created rows");
+        // An unseen id comes back as its initial row.
+        for id in unseen {
+            let mut want = vec![0.0; DIM];
+            RowInit::uniform(1, 0.1).fill(id, &mut want);
+            assert_eq!(b.row(b.position(id).unwrap()), &want[..]);
+        }
+        // An evaluation batch cannot be applied.
+        let g = vec![0.0; b.rows.len()];
+        assert!(matches!(
+            t.apply(&mut c, &b, &g),
+            Err(ShardError::StaleBatch)
+        ));
+        (b, seen)
+    });
+    // A held id reads the same as a training lookup of it would.
+    let owner2 = owner.clone();
+    let again = on_ranks(2, |mut c| {
+        let mut t = table(Kind::Sgd, &owner2, c.rank());
+        run_steps(&mut t, &mut c, 0..2).unwrap();
+        let r = c.rank();
+        t.lookup(&mut c, &out[r].1).unwrap()
+    });
+    for (r, (b, seen)) in out.iter().enumerate() {
+        for id in seen {
+            let a = &again[r];
+            assert_eq!(
+                b.row(b.position(*id).unwrap()),
+                a.row(a.position(*id).unwrap())
+            );
+        }
+    }
+}
+
+#[test]
+fn stale_batches_and_wrong_lengths_are_refused_before_any_exchange() {
+    let owner = OwnerRule::hashed(1, 3).unwrap();
+    let mut c = group(1).pop().unwrap();
+    let mut t = table(Kind::Adam, &owner, 0);
+    let b = t.lookup(&mut c, &[1, 2]).unwrap();
+    let short = vec![0.0; DIM];
+    assert!(matches!(
+        t.apply(&mut c, &b, &short),
+        Err(ShardError::GradLength {
+            expected: 8,
+            got: 4
+        })
+    ));
+    let g = vec![0.1; 2 * DIM];
+    t.apply(&mut c, &b, &g).unwrap();
+    assert!(matches!(
+        t.apply(&mut c, &b, &g),
+        Err(ShardError::StaleBatch)
+    ));
+}
+
+#[test]
+fn a_communicator_of_another_group_is_refused() {
+    let owner = OwnerRule::hashed(2, 3).unwrap();
+    let mut t = table(Kind::Sgd, &owner, 0);
+    let mut c = group(3).into_iter().next().unwrap();
+    let e = t.lookup(&mut c, &[1]).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ShardError::GroupMismatch {
+                table: (0, 2),
+                comm: (0, 3)
+            }
+        ),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_rank_that_dies_fails_every_other_rank_without_a_hang() {
+    for die_at in [0u64, 1, 2, 3, 7] {
+        let owner = OwnerRule::hashed(3, 3).unwrap();
+        let out = on_ranks(3, |c| {
+            let rank = c.rank();
+            let mut c = ExitsAt::new(c, (rank == 1).then_some(die_at));
+            let mut t = table(Kind::Adam, &owner, rank);
+            run_steps(&mut t, &mut c, 0..5)
+        });
+        for (r, o) in out.iter().enumerate() {
+            assert!(
+                matches!(o, Err(ShardError::Comm(_))),
+                "die_at {die_at} rank {r}: {o:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn all_ids_on_one_rank_still_train_correctly_and_show_in_the_stats() {
+    let p = 3;
+    let skewed = OwnerRule::custom(p, 1, |_| 0).unwrap();
+    let want = reference(Kind::Adam, p, 6);
+    let out = on_ranks(p, |mut c| {
+        let mut t = table(Kind::Adam, &skewed, c.rank());
+        run_steps(&mut t, &mut c, 0..6).unwrap();
+        let rows: Vec<(u64, Vec<f32>)> = t
+            .sorted_rows()
+            .into_iter()
+            .map(|(id, r)| (id, r.to_vec()))
+            .collect();
+        (rows, t.stats().ids_served)
+    });
+    assert!(out[1].0.is_empty() && out[2].0.is_empty());
+    assert_eq!(out[1].1 + out[2].1, 0);
+    assert!(out[0].1 > 0);
+    let got: BTreeMap<u64, Vec<f32>> = out[0].0.iter().cloned().collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn out_of_memory_while_growing_is_a_typed_error_and_changes_nothing() {
+    // Rows of 2^60 values cannot be reserved (the size overflows).
+    let dim = 1usize << 60;
+    let owner = OwnerRule::hashed(1, 0).unwrap();
+    let mut t =
+        ShardedTable::new(TableConfig::new(dim, owner, 0), Sgd::new(dim, 0.1).unwrap()).unwrap();
+    let mut c = group(1).pop().unwrap();
+    let e = t.lookup(&mut c, &[3, 4]).unwrap_err();
+    assert!(matches!(e, ShardError::OutOfMemory { rows: 2 }), "{e}");
+    assert_eq!(t.len(), 0);
+    assert!(e.to_string().contains("out of memory"));
+}
+
+#[test]
+fn memory_reports_index_rows_and_state_apart() {
+    let owner = OwnerRule::hashed(1, 0).unwrap();
+    let mut c = group(1).pop().unwrap();
+    let mut t = table(Kind::Adam, &owner, 0);
+    let ids: Vec<u64> = (0..1000).map(mix).collect();
+    let b = t.lookup(&mut c, &ids).unwrap();
+    t.apply(&mut c, &b, &vec![0.1; b.rows.len()]).unwrap();
+    let m = t.memory();
+    assert_eq!(m.rows, 1000);
+    // hashbrown: 16-byte (id, slot) entries + 1 control byte each.
+    assert!(m.index_bytes >= 17 * 1000, "{m:?}");
+    assert!(m.row_bytes >= 1000 * DIM * 4, "{m:?}");
+    // Adam: m and v, DIM f32 each, per row.
+    assert!(
+        m.state_bytes >= 1000 * DIM * 8 && m.state_bytes < 1000 * DIM * 8 * 2,
+        "{m:?}"
+    );
+}
+
+fn temp_dir(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("basis-shard-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn checkpoint_and_restore_continue_bit_for_bit() {
+    let dir = temp_dir("resume");
+    for kind in [Kind::Adam, Kind::Basis] {
+        let p = 3;
+        let owner = owner_for(kind, p);
+        let base = dir.join(format!("{kind:?}"));
+        let straight = on_ranks(p, |mut c| {
+            let mut t = table(kind, &owner, c.rank());
+            run_steps(&mut t, &mut c, 0..8).unwrap();
+            t.checksum()
+        });
+        on_ranks(p, |mut c| {
+            let mut t = table(kind, &owner, c.rank());
+            run_steps(&mut t, &mut c, 0..4).unwrap();
+            t.checkpoint(&basis_shard::rank_path(&base, c.rank()))
+                .unwrap();
+        });
+        let resumed = on_ranks(p, |mut c| {
+            let mut t = table(kind, &owner, c.rank());
+            t.restore(&basis_shard::rank_path(&base, c.rank())).unwrap();
+            run_steps(&mut t, &mut c, 4..8).unwrap();
+            t.checksum()
+        });
+        assert_eq!(resumed, straight, "{kind:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn corrupt_and_mixed_checkpoints_are_refused_with_typed_errors() {
+    let dir = temp_dir("bad");
+    let base = dir.join("t");
+    let owner = OwnerRule::hashed(2, 3).unwrap();
+    on_ranks(2, |mut c| {
+        let mut t = table(Kind::Adam, &owner, c.rank());
+        run_steps(&mut t, &mut c, 0..3).unwrap();
+        t.checkpoint(&basis_shard::rank_path(&base, c.rank()))
+            .unwrap();
+    });
+    let f0 = basis_shard::rank_path(&base, 0);
+    let f1 = basis_shard::rank_path(&base, 1);
+    // Rank 1's file offered to rank 0: mixed files.
+    let e = table(Kind::Adam, &owner, 0).restore(&f1).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ShardError::Mismatch {
+                what: "rank",
+                expected: 0,
+                found: 1
+            }
+        ),
+        "{e}"
+    );
+    // Another group size / owner rule / dimension.
+    let other = OwnerRule::hashed(2, 4).unwrap();
+    let e = table(Kind::Adam, &other, 0).restore(&f0).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ShardError::Mismatch {
+                what: "owner rule",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let three = OwnerRule::hashed(3, 3).unwrap();
+    let e = table(Kind::Adam, &three, 0).restore(&f0).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ShardError::Mismatch {
+                what: "group size",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // Another optimizer's state: refused by the optimizer, table empty.
+    let mut t = table(Kind::Adagrad, &owner, 0);
+    let e = t.restore(&f0).unwrap_err();
+    assert!(matches!(e, ShardError::State(_)), "{e}");
+    assert!(t.is_empty());
+    // A flipped byte anywhere: the container's CRC.
+    let bytes = std::fs::read(&f0).unwrap();
+    for at in [0, 20, bytes.len() / 2, bytes.len() - 1] {
+        let mut b = bytes.clone();
+        b[at] ^= 0x10;
+        let bad = dir.join("flipped");
+        std::fs::write(&bad, &b).unwrap();
+        let e = table(Kind::Adam, &owner, 0).restore(&bad).unwrap_err();
+        assert!(matches!(e, ShardError::Checkpoint(_)), "byte {at}: {e}");
+        assert!(basis_shard::decode_checkpoint(&b).is_err());
+    }
+    // Valid container, malformed sections.
+    let good = basis_shard::decode_checkpoint(&bytes).unwrap();
+    let mut c = good.to_checkpoint();
+    c.remove("shard.ids");
+    assert!(matches!(
+        basis_shard::decode_checkpoint(&c.encode()),
+        Err(ShardError::Corrupt(_))
+    ));
+    let mut dup = good.clone();
+    if dup.ids.len() >= 2 {
+        dup.ids[1] = dup.ids[0];
+    }
+    let e = table(Kind::Adam, &owner, 0)
+        .restore_snapshot(dup)
+        .unwrap_err();
+    assert!(
+        matches!(e, ShardError::Corrupt("an id appears twice")),
+        "{e}"
+    );
+    // Restore into a table that holds rows.
+    let mut used = table(Kind::Adam, &OwnerRule::hashed(1, 3).unwrap(), 0);
+    let mut c1 = group(1).pop().unwrap();
+    used.lookup(&mut c1, &[1]).unwrap();
+    assert!(matches!(
+        used.restore_snapshot(good),
+        Err(ShardError::NotEmpty)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+}
