@@ -7,6 +7,8 @@ use hashbrown::{HashMap, hash_map::Entry};
 
 use crate::{Bucketer, HashError, mix::GOLDEN, mix::SeededMix, reduce};
 
+mod saved;
+
 /// Sparse choice map: `ahash` with its fixed default keys (no runtime RNG, `no_std`).
 type ChoiceMap = HashMap<u64, u8, BuildHasherDefault<ahash::AHasher>>;
 
@@ -479,6 +481,28 @@ impl Bucketer for DChoice {
             choices: self.d,
             seed: self.seed,
         }
+    }
+
+    /// `true`: the remembered choices and the loads decide where keys land.
+    fn has_state(&self) -> bool {
+        true
+    }
+
+    /// The remembered choices, the loads and the counters, in a layout that is
+    /// the same on every target (dense: the code words; sparse: pairs in key
+    /// order).
+    fn save_state(&self, out: &mut Vec<u8>) {
+        self.save(out);
+    }
+
+    /// Restores what [`DChoice::save_state`](Bucketer::save_state) wrote, so
+    /// that every later `assign` and `bucket` is the saving bucketer's.
+    ///
+    /// # Errors
+    /// [`HashError::StateMismatch`] when another `d`, `B`, seed, weighting or
+    /// key store saved it; [`HashError::MalformedState`] for damaged bytes.
+    fn load_state(&mut self, bytes: &[u8]) -> Result<(), HashError> {
+        self.load(bytes)
     }
 }
 
