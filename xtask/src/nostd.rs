@@ -20,6 +20,22 @@
 //!    checked on the host). Elsewhere `serde` is only compiled next to crates
 //!    that turn on `serde/std`, which hides a derive that needs `std` or
 //!    `alloc` the crate does not ask for.
+//! 4. The 32-bit and wasm targets users embed the crates in:
+//!    every `no_std` crate (without and with each optional feature) and the
+//!    facade (default features, and `serde`) are built for each of
+//!    [`EMBEDDED_TARGETS`] (32-bit pointers: a `usize`-sized assumption or a
+//!    64-bit-only dependency impl fails here, not in a user's build). The
+//!    targets are installed with `rustup target add` when missing; a machine
+//!    that cannot fetch them fails the check rather than skipping it.
+//! 5. Same results there: `crates/basis-core/tests/portable/digest.rs` (CRCs
+//!    over d-choice saved state, and over BASIS blobs, after fixed workloads,
+//!    pinned by that crate's `tests/portable.rs` on the host) is built into a
+//!    wasm32 module and run under Node.js (installed from Debian's `nodejs`
+//!    when missing); its d-choice digest must equal the pinned one. wasm32
+//!    has 32-bit pointers, so a saved layout or placement that hangs on
+//!    pointer width fails here. The BASIS digest is printed next to the
+//!    host's: it differs today (libm vs the platform's `exp2`/`log2`, see
+//!    `BASIS_DIGEST_HOST`).
 
 use crate::util::{self, cargo, root, run_with_timeout};
 use std::fs;
@@ -75,6 +91,10 @@ const NO_STD_CRATES: &[NoStdCrate] = &[
 
 pub(crate) const CROSS_TARGET: &str = "x86_64-unknown-none";
 
+/// 32-bit targets without an OS the crates must build for: an ARM Cortex-M4F
+/// microcontroller and WebAssembly.
+pub(crate) const EMBEDDED_TARGETS: &[&str] = &["thumbv7em-none-eabihf", "wasm32-unknown-unknown"];
+
 /// The host triple (this tool only runs on x86_64 Linux in CI).
 const HOST_TARGET: &str = env!("XTASK_HOST");
 
@@ -99,6 +119,32 @@ pub(crate) fn run(_args: &[String]) -> Result<(), String> {
     eprintln!(
         "nostd: {built} optional-feature builds (serde without std) passed ({})",
         if cross { CROSS_TARGET } else { "host check" }
+    );
+
+    // Proof 4: the 32-bit and wasm targets.
+    for target in EMBEDDED_TARGETS {
+        if !target_available(target) {
+            return Err(format!(
+                "target {target} is not installed and `rustup target add {target}` failed: \
+                 cannot show the no_std crates build for it"
+            ));
+        }
+        let built = embedded_builds(target, &target_dir)?;
+        eprintln!("nostd: {built} builds for {target} passed");
+    }
+
+    // Proof 5: the same digest on wasm32 as pinned on the host.
+    let (bucketers, basis, basis_host) = wasm_digest(&target_dir)?;
+    eprintln!(
+        "nostd: wasm32 d-choice state digest {bucketers:#010x} equals the host's pinned value"
+    );
+    eprintln!(
+        "nostd: wasm32 BASIS digest {basis:#010x}, host {basis_host:#010x}{}",
+        if basis == basis_host {
+            ""
+        } else {
+            " (differs: libm vs the platform's exp2/log2; not yet required)"
+        }
     );
 
     // Proof 2: freestanding host binary, linked. The explicit `--target`
@@ -164,6 +210,148 @@ fn feature_builds(cross: bool, target_dir: &Path) -> Result<usize, String> {
     Ok(builds.len())
 }
 
+/// Every `no_std` crate with no features and with each optional feature
+/// alone, the facade with its defaults and with `serde`, built for `target`.
+/// Returns the number of builds.
+fn embedded_builds(target: &str, target_dir: &Path) -> Result<usize, String> {
+    let mut builds: Vec<Vec<&str>> = Vec::new();
+    for krate in NO_STD_CRATES {
+        builds.push(vec!["-p", krate.package, "--no-default-features"]);
+        for feature in krate.features {
+            builds.push(vec![
+                "-p",
+                krate.package,
+                "--no-default-features",
+                "--features",
+                feature,
+            ]);
+        }
+    }
+    builds.push(vec!["-p", "basisopt"]);
+    builds.push(vec!["-p", "basisopt", "--features", "serde"]);
+    for args in &builds {
+        util::run(
+            cargo()
+                .args(["build", "--quiet", "--lib", "--target", target])
+                .args(args)
+                .env("CARGO_TARGET_DIR", target_dir),
+        )?;
+    }
+    Ok(builds.len())
+}
+
+/// Builds the portable digest (see proof 5) for `wasm32-unknown-unknown`,
+/// runs it under Node.js and checks the d-choice digest against the pinned
+/// value; returns it, the wasm32 BASIS digest and the host's.
+fn wasm_digest(target_dir: &Path) -> Result<(u32, u32, u32), String> {
+    const WASM: &str = "wasm32-unknown-unknown";
+    let root = root();
+    let dir = root.join("target").join("portable-digest");
+    fs::create_dir_all(dir.join("src")).map_err(|e| e.to_string())?;
+    let crates = root.join("crates");
+    let manifest = format!(
+        r#"[package]
+name = "portable-digest"
+version = "0.0.0"
+edition = "2024"
+publish = false
+
+[workspace]
+
+[lib]
+crate-type = ["cdylib"]
+
+[dependencies]
+balanced-hash = {{ package = "basisopt-balanced-hash", path = {:?} }}
+basis-core = {{ package = "basisopt-core", path = {:?}, default-features = false }}
+
+[profile.release]
+panic = "abort"
+"#,
+        crates.join("balanced-hash"),
+        crates.join("basis-core"),
+    );
+    let lib = format!(
+        r#"//! The portable digests as a wasm module: `part(i)` computed here, `pinned(i)` on the host.
+extern crate alloc;
+
+#[path = {:?}]
+mod portable;
+
+/// Digest `i` (0: d-choice state, 1: BASIS) computed on this target.
+#[unsafe(no_mangle)]
+pub extern "C" fn part(i: u32) -> u32 {{
+    portable::digests()[(i & 1) as usize]
+}}
+
+/// Digest `i` as pinned on the host.
+#[unsafe(no_mangle)]
+pub extern "C" fn pinned(i: u32) -> u32 {{
+    [portable::BUCKETER_DIGEST, portable::BASIS_DIGEST_HOST][(i & 1) as usize]
+}}
+"#,
+        crates.join("basis-core/tests/portable/digest.rs")
+    );
+    let write = |p: &Path, s: &str| fs::write(p, s).map_err(|e| format!("{}: {e}", p.display()));
+    write(&dir.join("Cargo.toml"), &manifest)?;
+    write(&dir.join("src").join("lib.rs"), &lib)?;
+    let lock = root.join("Cargo.lock");
+    if lock.exists() {
+        fs::copy(&lock, dir.join("Cargo.lock")).map_err(|e| e.to_string())?;
+    }
+    util::run(
+        cargo()
+            .args([
+                "build",
+                "--quiet",
+                "--release",
+                "--target",
+                WASM,
+                "--manifest-path",
+            ])
+            .arg(dir.join("Cargo.toml"))
+            .env("CARGO_TARGET_DIR", target_dir),
+    )?;
+    let module = target_dir
+        .join(WASM)
+        .join("release")
+        .join("portable_digest.wasm");
+    if !util::have("node") {
+        util::ensure_apt(&["nodejs"])?;
+    }
+    let script = format!(
+        "const m = new WebAssembly.Module(require('fs').readFileSync({:?})); \
+         const e = new WebAssembly.Instance(m, {{}}).exports; \
+         console.log([0, 1].map(i => (e.part(i) >>> 0) + ' ' + (e.pinned(i) >>> 0)).join(' '));",
+        module
+    );
+    let out = Command::new("node")
+        .args(["-e", &script])
+        .output()
+        .map_err(|e| format!("node: {e}"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        return Err(format!(
+            "the wasm32 digest module failed under node:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let numbers: Vec<u32> = stdout
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    match numbers[..] {
+        [got, pinned, basis, basis_host] if got == pinned => Ok((got, basis, basis_host)),
+        [got, pinned, ..] => Err(format!(
+            "wasm32 computes d-choice state digest {got:#010x}, the host pinned {pinned:#010x}: \
+             the saved layout or the placement differs between targets"
+        )),
+        _ => Err(format!(
+            "unexpected output from the wasm32 digest: {stdout:?}"
+        )),
+    }
+}
+
 fn check_build(dir: &Path, target_dir: &Path) -> Command {
     let mut cmd = cargo();
     cmd.current_dir(dir)
@@ -181,8 +369,15 @@ fn freestanding_build(dir: &Path, target_dir: &Path) -> Command {
     cmd
 }
 
+/// Whether [`CROSS_TARGET`] is installed (installing it if it can).
 pub(crate) fn cross_target_available() -> bool {
-    let installed = |s: &str| s.lines().any(|l| l.trim() == CROSS_TARGET);
+    target_available(CROSS_TARGET)
+}
+
+/// Whether `target`'s standard library is installed, after trying
+/// `rustup target add` (with a time limit) if it is not.
+pub(crate) fn target_available(target: &str) -> bool {
+    let installed = |s: &str| s.lines().any(|l| l.trim() == target);
     let list = Command::new("rustup")
         .args(["target", "list", "--installed"])
         .output();
@@ -195,8 +390,8 @@ pub(crate) fn cross_target_available() -> bool {
     }
     // Try to install it, briefly: machines without internet say no quickly.
     let added = run_with_timeout(
-        Command::new("rustup").args(["target", "add", CROSS_TARGET]),
-        Duration::from_secs(60),
+        Command::new("rustup").args(["target", "add", target]),
+        Duration::from_secs(120),
     );
     matches!(added, Ok(true))
 }

@@ -3,10 +3,11 @@
 use alloc::vec::Vec;
 use core::hash::BuildHasherDefault;
 
-use bitvec::{order::Lsb0, vec::BitVec};
 use hashbrown::{HashMap, hash_map::Entry};
 
 use crate::{Bucketer, HashError, mix::GOLDEN, mix::SeededMix, reduce};
+
+mod saved;
 
 /// Sparse choice map: `ahash` with its fixed default keys (no runtime RNG, `no_std`).
 type ChoiceMap = HashMap<u64, u8, BuildHasherDefault<ahash::AHasher>>;
@@ -29,11 +30,14 @@ pub enum Weighting {
 #[derive(Debug, Clone)]
 enum Store {
     /// Dense ids `0..n_keys`: `bits` bits per key; code 0 = never assigned,
-    /// code `c + 1` = chose candidate `c`.
+    /// code `c + 1` = chose candidate `c`. Key `k`'s code starts at bit
+    /// `k · bits`, bit `i` being bit `i % 64` of word `i / 64` (LSB first).
+    /// Plain `u64` words, not a pointer-width bit vector: the layout (and
+    /// every result) is the same on 64-bit, 32-bit and wasm targets.
     Dense {
         n_keys: u64,
         bits: usize,
-        codes: BitVec<u64, Lsb0>,
+        codes: Vec<u64>,
     },
     /// Arbitrary u64 ids: key → chosen candidate index.
     Sparse(ChoiceMap),
@@ -47,10 +51,9 @@ const fn dense_bits(d: u8) -> usize {
     }
 }
 
-/// Reads the `bits`-bit code at bit `start` straight from the backing words
-/// (`Lsb0`: bit `i` is bit `i % 64` of word `i / 64`). Same value as
-/// `codes[start..start + bits].load_le::<u8>()`, without bitvec's generic
-/// domain walk: this is the hot path of every look-up.
+/// Reads the `bits`-bit code at bit `start` (LSB first: bit `i` is bit
+/// `i % 64` of word `i / 64`, a code may straddle two words). This is the hot
+/// path of every look-up.
 #[inline]
 fn read_code(words: &[u64], start: usize, bits: usize) -> u8 {
     let (word, offset) = (start / 64, start % 64);
@@ -62,8 +65,7 @@ fn read_code(words: &[u64], start: usize, bits: usize) -> u8 {
     (v & ((1 << bits) - 1)) as u8
 }
 
-/// Writes the `bits`-bit `code` at bit `start`, the inverse of [`read_code`]
-/// (equal to `codes[start..start + bits].store_le(code)`).
+/// Writes the `bits`-bit `code` at bit `start`, the inverse of [`read_code`].
 #[inline]
 fn write_code(words: &mut [u64], start: usize, bits: usize, code: u8) {
     let (word, offset) = (start / 64, start % 64);
@@ -169,12 +171,11 @@ impl DChoice {
             .and_then(|n| n.checked_mul(bits))
             .ok_or(HashError::AllocationFailed)?;
         let words = total_bits.div_ceil(64);
-        let mut raw: Vec<u64> = Vec::new();
-        raw.try_reserve_exact(words)
+        let mut codes: Vec<u64> = Vec::new();
+        codes
+            .try_reserve_exact(words)
             .map_err(|_| HashError::AllocationFailed)?;
-        raw.resize(words, 0);
-        let mut codes = BitVec::from_vec(raw);
-        codes.truncate(total_bits);
+        codes.resize(words, 0);
         Self::with_store(
             buckets,
             d,
@@ -279,7 +280,7 @@ impl DChoice {
                 }
                 // key < n_keys and n_keys · bits fit in usize (checked in `dense`).
                 let start = key as usize * bits;
-                read_code(codes.as_raw_slice(), start, *bits).checked_sub(1)
+                read_code(codes, start, *bits).checked_sub(1)
             }
             Store::Sparse(map) => map.get(&key).copied(),
         }
@@ -338,7 +339,7 @@ impl DChoice {
                 } else {
                     let (c, b) = self.least_loaded(key);
                     if let Store::Dense { codes, .. } = &mut self.store {
-                        write_code(codes.as_raw_mut_slice(), key as usize * bits, bits, c + 1);
+                        write_code(codes, key as usize * bits, bits, c + 1);
                     }
                     (b, true)
                 }
@@ -404,8 +405,8 @@ impl DChoice {
                     });
                 }
                 let start = key as usize * *bits;
-                let old = read_code(codes.as_raw_slice(), start, *bits);
-                write_code(codes.as_raw_mut_slice(), start, *bits, choice + 1);
+                let old = read_code(codes, start, *bits);
+                write_code(codes, start, *bits, choice + 1);
                 old.checked_sub(1)
             }
             Store::Sparse(map) => {
@@ -468,7 +469,7 @@ impl Bucketer for DChoice {
 
     fn memory_bytes(&self) -> usize {
         let store = match &self.store {
-            Store::Dense { codes, .. } => size_of_val(codes.as_raw_slice()),
+            Store::Dense { codes, .. } => size_of_val(codes.as_slice()),
             Store::Sparse(map) => map.allocation_size(),
         };
         size_of::<Self>() + self.loads.capacity() * size_of::<u64>() + store
@@ -481,40 +482,66 @@ impl Bucketer for DChoice {
             seed: self.seed,
         }
     }
+
+    /// `true`: the remembered choices and the loads decide where keys land.
+    fn has_state(&self) -> bool {
+        true
+    }
+
+    /// The remembered choices, the loads and the counters, in a layout that is
+    /// the same on every target (dense: the code words; sparse: pairs in key
+    /// order).
+    fn save_state(&self, out: &mut Vec<u8>) {
+        self.save(out);
+    }
+
+    /// Restores what [`DChoice::save_state`](Bucketer::save_state) wrote, so
+    /// that every later `assign` and `bucket` is the saving bucketer's.
+    ///
+    /// # Errors
+    /// [`HashError::StateMismatch`] when another `d`, `B`, seed, weighting or
+    /// key store saved it; [`HashError::MalformedState`] for damaged bytes.
+    fn load_state(&mut self, bytes: &[u8]) -> Result<(), HashError> {
+        self.load(bytes)
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use bitvec::field::BitField;
-
     use super::*;
 
+    /// Bit `i` of the LSB-first word layout, one bit at a time: the obviously
+    /// correct reference for the word-level reads and writes.
+    fn bit(words: &[u64], i: usize) -> u8 {
+        ((words[i / 64] >> (i % 64)) & 1) as u8
+    }
+
     #[test]
-    fn read_code_matches_bitvec() {
+    fn read_and_write_code_match_a_bit_by_bit_reference() {
         let words = [
             0x0123_4567_89ab_cdef_u64,
             0xfedc_ba98_7654_3210,
             0x5555_aaaa_3333_cccc,
         ];
-        let bv: BitVec<u64, Lsb0> = BitVec::from_vec(words.to_vec());
         for bits in 1..=3 {
-            for start in 0..(192 - bits) {
-                let expected: u8 = bv[start..start + bits].load_le();
+            for start in 0..=(192 - bits) {
+                let expected = (0..bits).fold(0u8, |v, i| v | (bit(&words, start + i) << i));
                 assert_eq!(
                     read_code(&words, start, bits),
                     expected,
                     "bits={bits} start={start}"
                 );
                 for code in 0..(1u8 << bits) {
-                    let mut via_bitvec = bv.clone();
-                    via_bitvec[start..start + bits].store_le(code);
                     let mut raw = words;
                     write_code(&mut raw, start, bits, code);
-                    assert_eq!(
-                        &raw[..],
-                        via_bitvec.as_raw_slice(),
-                        "bits={bits} start={start}"
-                    );
+                    for i in 0..192 {
+                        let want = if (start..start + bits).contains(&i) {
+                            (code >> (i - start)) & 1
+                        } else {
+                            bit(&words, i)
+                        };
+                        assert_eq!(bit(&raw, i), want, "bits={bits} start={start} bit {i}");
+                    }
                 }
             }
         }

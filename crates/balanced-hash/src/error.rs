@@ -37,6 +37,49 @@ pub enum HashError {
     /// The requested table does not fit in memory (size overflow or the
     /// allocator refused it).
     AllocationFailed,
+    /// Saved bucketer state ([`Bucketer::load_state`](crate::Bucketer::load_state))
+    /// was written by a bucketer set up differently: loading it would place
+    /// keys elsewhere than the bucketer that saved it did.
+    StateMismatch {
+        /// The first setting that differs.
+        setting: SavedSetting,
+    },
+    /// Saved bucketer state is truncated, has trailing bytes, or holds values
+    /// no bucketer could have written (a choice `≥ d`, unsorted keys, counts
+    /// that disagree).
+    MalformedState,
+}
+
+/// A setting recorded in saved bucketer state, named by
+/// [`HashError::StateMismatch`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SavedSetting {
+    /// The state format (another strategy, or a newer format version).
+    Format,
+    /// The number of choices `d`.
+    Choices,
+    /// The bucket count `B`.
+    Buckets,
+    /// The hash seed.
+    Seed,
+    /// What the loads count ([`Weighting`](crate::Weighting)).
+    Weighting,
+    /// Dense ids `0..n_keys` (and `n_keys`) or sparse ids.
+    KeyStore,
+}
+
+impl fmt::Display for SavedSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Format => "state format",
+            Self::Choices => "number of choices",
+            Self::Buckets => "bucket count",
+            Self::Seed => "seed",
+            Self::Weighting => "load weighting",
+            Self::KeyStore => "key store (dense id range or sparse)",
+        })
+    }
 }
 
 impl fmt::Display for HashError {
@@ -56,6 +99,11 @@ impl fmt::Display for HashError {
                 write!(f, "bucketer returned bucket {bucket}, not below {buckets}")
             }
             Self::AllocationFailed => f.write_str("table allocation failed or overflowed"),
+            Self::StateMismatch { setting } => write!(
+                f,
+                "saved bucketer state was written with another {setting} than this bucketer's"
+            ),
+            Self::MalformedState => f.write_str("saved bucketer state is truncated or corrupted"),
         }
     }
 }

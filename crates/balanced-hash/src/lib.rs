@@ -7,6 +7,8 @@
 
 extern crate alloc;
 
+use alloc::vec::Vec;
+
 mod bytes_key;
 mod d_choice;
 mod error;
@@ -18,7 +20,7 @@ mod stats;
 
 pub use bytes_key::key_of_bytes;
 pub use d_choice::{DChoice, Weighting};
-pub use error::HashError;
+pub use error::{HashError, SavedSetting};
 pub use mix::{hash_u64, reduce};
 pub use one_choice::OneChoice;
 pub use sign::SignHash;
@@ -72,6 +74,37 @@ pub trait Bucketer {
     /// says nothing beyond "not one of this crate's strategies".
     fn identity(&self) -> BucketerIdentity {
         BucketerIdentity::CUSTOM
+    }
+    /// Whether this bucketer holds state of its own, beyond its
+    /// [`identity`](Bucketer::identity), that decides where keys land (a
+    /// [`DChoice`]'s remembered choices and loads). Saved optimizer state
+    /// that does not carry it cannot be restored exactly and is refused.
+    /// Default `false`: a bucketer that overrides [`Bucketer::save_state`]
+    /// must override this too.
+    fn has_state(&self) -> bool {
+        false
+    }
+    /// Appends this bucketer's own state to `out`, in a byte format that is
+    /// the same on every target (little-endian, no pointer-width sizes, no
+    /// hash-map order). Writes nothing by default.
+    fn save_state(&self, out: &mut Vec<u8>) {
+        let _ = out;
+    }
+    /// Replaces this bucketer's state with `bytes` written by
+    /// [`Bucketer::save_state`] of a bucketer built alike (same identity and
+    /// bucket count). The default accepts only empty state.
+    ///
+    /// # Errors
+    /// [`HashError::StateMismatch`] when `bytes` came from a bucketer set up
+    /// differently, [`HashError::MalformedState`] when they are damaged,
+    /// [`HashError::AllocationFailed`] when the state does not fit. Nothing
+    /// changes on error.
+    fn load_state(&mut self, bytes: &[u8]) -> Result<(), HashError> {
+        if bytes.is_empty() {
+            Ok(())
+        } else {
+            Err(HashError::MalformedState)
+        }
     }
 }
 

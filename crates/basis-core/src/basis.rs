@@ -567,6 +567,10 @@ impl<H: Bucketer> Basis<H> {
 /// setting of [`Basis::fingerprint`].
 const BASIS_MIN_VERSION: u16 = 2;
 
+/// The first state format version that carries the bucketer's own state
+/// ([`Bucketer::save_state`]) after the row scalars.
+const BUCKETER_STATE_VERSION: u16 = 3;
+
 /// Settings in a BASIS state fingerprint.
 const FINGERPRINT_FIELDS: usize = 17;
 
@@ -622,8 +626,10 @@ impl<H: Bucketer> SparseOptimizer for Basis<H> {
         Basis::memory(self)
     }
 
-    /// Everything but the bucketer's remembered choices (persist a d-choice
-    /// bucketer yourself; one-choice hashing has no state).
+    /// Everything, the bucketer's own state included (a d-choice
+    /// bucketer's remembered choices and loads, see
+    /// [`Bucketer::save_state`]): importing it into an optimizer built alike
+    /// continues the run bit for bit.
     fn export_state(&self) -> Vec<u8> {
         let mut w = Writer::default();
         for (_, value) in self.fingerprint() {
@@ -637,6 +643,7 @@ impl<H: Bucketer> SparseOptimizer for Basis<H> {
             Tables::Bf16 { data, .. } => data.iter().for_each(|x| w.u16(x.to_bits())),
         }
         self.scalars.write(&mut w);
+        w.section(|out| self.bucketer.save_state(out));
         w.finish(kind::BASIS)
     }
 
@@ -682,7 +689,22 @@ impl<H: Bucketer> SparseOptimizer for Basis<H> {
             }
         };
         let scalars = self.scalars.read(&mut r)?;
+        let bucketer_state = if r.version() >= BUCKETER_STATE_VERSION {
+            Some(r.section()?)
+        } else if self.bucketer.has_state() {
+            // Without its remembered choices the bucketer would place rows
+            // elsewhere than the exporter's did: refuse, not diverge.
+            return Err(StateError::MissingBucketerState);
+        } else {
+            None
+        };
         r.end()?;
+        // Last, after every other check: the bucketer changes nothing on error.
+        if let Some(bytes) = bucketer_state {
+            self.bucketer
+                .load_state(bytes)
+                .map_err(StateError::Bucketer)?;
+        }
         self.steps = steps;
         self.nonfinite = nonfinite;
         self.bucket_steps = bucket_steps;

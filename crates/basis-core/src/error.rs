@@ -286,6 +286,16 @@ pub enum StateError {
     /// The payload length field disagrees with the blob, or the payload is
     /// internally inconsistent (counts, trailing bytes, invalid values).
     Malformed,
+    /// The blob predates saved bucketer state (format version 2), and this
+    /// optimizer's bucketer has state of its own (a d-choice bucketer's
+    /// remembered choices, see
+    /// [`Bucketer::has_state`](balanced_hash::Bucketer::has_state)): the
+    /// restored run would place rows elsewhere than the exported one.
+    MissingBucketerState,
+    /// The bucketer refused the state saved in the blob: it was set up
+    /// differently ([`HashError::StateMismatch`](balanced_hash::HashError::StateMismatch)
+    /// names the setting) or the bytes are damaged.
+    Bucketer(balanced_hash::HashError),
 }
 
 impl fmt::Display for StateError {
@@ -311,6 +321,11 @@ impl fmt::Display for StateError {
                 "state blob was exported with another {field} than this optimizer's"
             ),
             Self::Malformed => f.write_str("state blob payload is malformed"),
+            Self::MissingBucketerState => f.write_str(
+                "state blob (format version 2) lacks the bucketer's remembered choices, \
+                 which this optimizer's d-choice bucketer needs to continue exactly",
+            ),
+            Self::Bucketer(e) => write!(f, "state blob's bucketer state refused: {e}"),
         }
     }
 }

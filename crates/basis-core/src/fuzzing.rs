@@ -6,7 +6,7 @@
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
-use balanced_hash::{Bucketer, DChoice, OneChoice};
+use balanced_hash::{Bucketer, DChoice, OneChoice, Weighting};
 
 use crate::{
     AdagradConfig, AdamConfig, Basis, BasisConfig, DenseTable, Direction, ExactAdam, RowIndex,
@@ -50,6 +50,21 @@ pub fn config(sel: u8) -> BasisConfig {
 fn basis(sel: u8) -> Basis<OneChoice> {
     let buckets = OneChoice::new(3, 1).expect("3 buckets are valid");
     Basis::new(config(sel), buckets).expect("the fuzz configurations are valid")
+}
+
+/// BASIS over d-choice buckets for [`import_bytes`]: [`config`]`(sel)` over
+/// 3 buckets with `d = 2` (dense keys `0..6` when the config's rows are
+/// dense, sparse keys otherwise) or `d = 3` (sparse, frequency-weighted),
+/// seed 1: every store and weighting of the bucketer's saved state.
+pub fn d_choice_basis(sel: u8) -> Basis<DChoice> {
+    let config = config(sel);
+    let valid = "the fuzz configurations are valid";
+    let bucketer = match (sel % 2, config.row_index) {
+        (0, RowIndex::Dense { rows }) => DChoice::dense(rows, 3, 2, 1),
+        (0, RowIndex::Sparse) => DChoice::sparse(3, 2, 1),
+        _ => DChoice::sparse(3, 3, 1).map(|h| h.with_weighting(Weighting::Frequency)),
+    };
+    Basis::new(config, bucketer.expect(valid)).expect(valid)
 }
 
 /// `Basis::step` on arbitrary ids and gradient bits: byte 0 picks the
@@ -96,8 +111,11 @@ pub fn step_bytes(data: &[u8]) {
 }
 
 /// `SparseOptimizer::import_state` on arbitrary bytes: byte 0 picks one of
-/// the 48 BASIS [`config`]s, or exact Adam / row-wise AdaGrad / SGD (odd
-/// selectors with dense rows); the rest is the blob.
+/// the 48 BASIS [`config`]s over one-choice buckets (`0..48`), exact Adam /
+/// row-wise AdaGrad (`48..52`, odd selectors with dense rows), one of the 48
+/// configs over d-choice buckets (`52..100`, see [`d_choice_basis`]: the
+/// blob then carries remembered choices and loads), or SGD (`100..`); the
+/// rest is the blob.
 ///
 /// # Panics
 /// When a rejected blob changed the optimizer, or an accepted one does not
@@ -124,6 +142,7 @@ fn optimizer(sel: u8) -> Box<dyn SparseOptimizer> {
     };
     match sel {
         0..48 => Box::new(basis(sel)),
+        52..100 => Box::new(d_choice_basis(sel - 52)),
         48..50 => Box::new(
             ExactAdam::new(AdamConfig {
                 dim: 2,

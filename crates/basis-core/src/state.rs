@@ -14,9 +14,12 @@ use crate::error::StateError;
 /// Magic bytes of every exported state.
 pub const MAGIC: [u8; 4] = *b"BSIS";
 /// Current format version. Version 2 (BASIS only) records the whole
-/// configuration the state depends on; the other optimizers' payloads are
-/// the same in both versions, so they still read version 1.
-pub const VERSION: u16 = 2;
+/// configuration the state depends on; version 3 (BASIS only) adds the
+/// bucketer's own state (a d-choice bucketer's remembered choices and loads).
+/// The other optimizers' payloads are the same in every version, so they
+/// still read version 1; BASIS reads version 2 where that is exact (a
+/// bucketer without state of its own).
+pub const VERSION: u16 = 3;
 /// The oldest version any optimizer reads.
 const OLDEST: u16 = 1;
 const HEADER: usize = 4 + 2 + 1 + 1 + 8;
@@ -59,6 +62,14 @@ impl Writer {
     pub(crate) fn f32s(&mut self, xs: &[f32]) {
         self.buf.reserve(xs.len() * 4);
         xs.iter().for_each(|&x| self.f32(x));
+    }
+    /// A `u64` byte length, then what `fill` appends.
+    pub(crate) fn section(&mut self, fill: impl FnOnce(&mut Vec<u8>)) {
+        let at = self.buf.len();
+        self.u64(0);
+        fill(&mut self.buf);
+        let len = (self.buf.len() - at - 8) as u64;
+        self.buf[at..at + 8].copy_from_slice(&len.to_le_bytes());
     }
 
     /// Wraps the payload with header and checksum.
@@ -152,6 +163,12 @@ impl<'a> Reader<'a> {
     }
     pub(crate) fn u8(&mut self) -> Result<u8, StateError> {
         Ok(self.take(1)?[0])
+    }
+    /// A section written by [`Writer::section`]: its `u64` length, then that
+    /// many bytes.
+    pub(crate) fn section(&mut self) -> Result<&'a [u8], StateError> {
+        let len = usize::try_from(self.u64()?).map_err(|_| StateError::Malformed)?;
+        self.take(len)
     }
     pub(crate) fn u16(&mut self) -> Result<u16, StateError> {
         let b = self.take(2)?;

@@ -245,7 +245,7 @@ fn foreign_and_mismatched_blobs_are_typed_errors() {
     let mut blob = basis.export_state();
     blob[4] = 9;
     let n = blob.len();
-    let crc = crc32(&blob[..n - 4]);
+    let crc = common::crc32(&blob[..n - 4]);
     blob[n - 4..].copy_from_slice(&crc.to_le_bytes());
     assert_eq!(
         basis.import_state(&blob),
@@ -354,22 +354,6 @@ fn a_blob_of_another_seed_bucketer_or_accumulation_names_the_field() {
     let mut retuned = Basis::new(retuned, two(2, 1)).unwrap();
     assert_eq!(retuned.import_state(&blob), Ok(()));
     assert_eq!(retuned.export_state(), blob);
-}
-
-/// Bitwise CRC-32 (IEEE), the obviously-correct reference.
-fn crc32(data: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &b in data {
-        crc ^= u32::from(b);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ 0xEDB8_8320
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    !crc
 }
 
 /// The `basis_fingerprint` fuzz target's property on a grid of selector

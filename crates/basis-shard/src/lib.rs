@@ -11,11 +11,13 @@ mod index;
 mod init;
 mod owner;
 pub mod route;
+mod snapshot;
 mod table;
 
 pub use boxed::BoxedOptimizer;
-pub use checkpoint::{SHARD_FORMAT, TableSnapshot, decode as decode_checkpoint, rank_path};
+pub use checkpoint::rank_path;
 pub use error::ShardError;
 pub use init::RowInit;
 pub use owner::{OwnerRule, PartitionedBuckets};
+pub use snapshot::{SHARD_FORMAT, TableSnapshot, decode as decode_checkpoint};
 pub use table::{Batch, MemoryUse, ShardedTable, TableConfig, TableStats};

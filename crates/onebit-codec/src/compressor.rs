@@ -27,66 +27,9 @@ use core::fmt;
 use core::num::NonZeroUsize;
 
 use crate::pack::{pack_words, packed_len};
-use crate::scale::{Accumulator, ScaleKind, Words, any_non_finite, first_non_finite};
+use crate::scale::{Accumulator, ScaleKind, Words, any_non_finite, first_non_finite, sign_scale};
+use crate::vector::{Input, fence, fused_words_into, vector_words, vector_words_in_place};
 use crate::{CodecError, Compressed};
-
-/// The fused word loop, on AVX2 when the CPU has it (same bits).
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-use crate::simd::fused_words_into;
-
-/// After a step that may have used non-temporal stores.
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-fn fence(stream: bool) {
-    if stream {
-        crate::simd::store_fence();
-    }
-}
-
-#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-fn fence(_stream: bool) {}
-
-/// The fused word loop over one chunk's whole words in AVX2 intrinsics, if
-/// the CPU has AVX2 (`None`: not done).
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-use crate::simd::fused_x8 as vector_words;
-
-/// No vector kernel in the portable build: always `None` (not done).
-#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-fn vector_words(
-    _: &mut Accumulator,
-    _: Input<'_>,
-    _: &[f32],
-    _: &mut [f32],
-    _: f32,
-    _: &mut [u8],
-    _: bool,
-) -> Option<bool> {
-    None
-}
-
-/// The AVX2 fused word loop updating the buffer in place ([`full_step_chunk`]
-/// for the parallel adapters), if the CPU has AVX2 (`None`: not done).
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-use crate::simd::fused_x8_in_place as vector_words_in_place;
-
-/// No vector kernel in the portable build: always `None` (not done).
-#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-fn vector_words_in_place(
-    _: &mut Accumulator,
-    _: &[f32],
-    _: &mut [f32],
-    _: f32,
-    _: &mut [u8],
-) -> Option<bool> {
-    None
-}
-
-/// The fused word loop (portable build).
-#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-#[inline(always)]
-fn fused_words_into(acc: &mut Accumulator, w: Words<'_>, _stream: bool) -> Option<bool> {
-    acc.fused_words_into(w, |d: &mut [f32], w: &[f32; 64]| d.copy_from_slice(w))
-}
 
 /// How the quantisation error is carried to the next step.
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
@@ -149,50 +92,6 @@ const STAGE: usize = 1024;
 /// with non-temporal stores; below, the buffers may stay cached between
 /// steps and ordinary stores are better.
 const STREAM_MIN: usize = 1 << 22;
-
-/// What a step compresses: `x` itself, or `wa·a + wb·b` formed on the fly.
-#[derive(Clone, Copy)]
-pub(crate) enum Input<'a> {
-    Plain(&'a [f32]),
-    Blend(f32, &'a [f32], f32, &'a [f32]),
-}
-
-impl<'a> Input<'a> {
-    /// Elements `start..end` of the input: borrowed, or formed in `stage`
-    /// (`end − start ≤ stage.len()`).
-    #[inline(always)]
-    fn block<'s>(&self, start: usize, end: usize, stage: &'s mut [f32]) -> &'s [f32]
-    where
-        'a: 's,
-    {
-        match *self {
-            Input::Plain(x) => &x[start..end],
-            Input::Blend(wa, a, wb, b) => {
-                let st = &mut stage[..end - start];
-                for ((o, &a), &b) in st.iter_mut().zip(&a[start..end]).zip(&b[start..end]) {
-                    *o = wa * a + wb * b;
-                }
-                st
-            }
-        }
-    }
-
-    /// Elements `start..end` of the input, still unformed.
-    fn slice(self, start: usize, end: usize) -> Self {
-        match self {
-            Input::Plain(x) => Input::Plain(&x[start..end]),
-            Input::Blend(wa, a, wb, b) => Input::Blend(wa, &a[start..end], wb, &b[start..end]),
-        }
-    }
-
-    /// The whole input as a vector (slow paths).
-    fn to_vec(self) -> Vec<f32> {
-        match self {
-            Input::Plain(x) => x.to_vec(),
-            Input::Blend(wa, a, wb, b) => a.iter().zip(b).map(|(&a, &b)| wa * a + wb * b).collect(),
-        }
-    }
-}
 
 /// Elements of the on-stack scratch used by the `Decayed` step and
 /// `error_norm` (4 KiB: small enough for any stack).
@@ -822,12 +721,6 @@ pub fn full_step_chunk(
     CodecError::check_len(x.len(), buf.len())?;
     CodecError::check_packed(x.len(), signs.len())?;
     Ok(full_chunk(kind, alpha, x, buf, signs).finish())
-}
-
-/// `α·σ(p)`: `+α` when `!(p < 0)`, else `−α` (exact in `f32`).
-#[inline(always)]
-pub(crate) fn sign_scale(p: f32, alpha: f32) -> f32 {
-    if p < 0.0 { -alpha } else { alpha }
 }
 
 /// `buf ← x + (buf − α·σ(buf))`: the pending error plus the new input.

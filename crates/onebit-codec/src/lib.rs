@@ -44,6 +44,7 @@ pub mod scale;
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 mod simd;
 pub mod stochastic;
+mod vector;
 
 /// x86_64 run-time CPU feature detection that works without `std`
 /// (`cpuid` + `xgetbv`, cached); shared with `onebit-adam`'s kernels.

@@ -5,7 +5,7 @@
 //! both give identical bits; tests compare them and the bench uses this as the
 //! two-pass baseline.
 
-use crate::compressor::sign_scale;
+use crate::scale::sign_scale;
 use crate::{CodecError, ErrorFeedback, ScaleKind, pack_signs_into};
 
 /// One step on an explicit error buffer `e`: `p = x + e`, per-chunk scales to

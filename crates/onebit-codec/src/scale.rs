@@ -143,7 +143,7 @@ impl Lanes {
             .zip(signs.chunks_exact_mut(8))
         {
             for (q, &xi) in bw.iter_mut().zip(xw) {
-                *q = xi + (*q - crate::compressor::sign_scale(*q, alpha));
+                *q = xi + (*q - sign_scale(*q, alpha));
             }
             feed_word(&mut lanes, bw, sw, &term);
         }
@@ -181,7 +181,7 @@ impl Lanes {
         {
             let mut w = [0.0f32; 64];
             for ((q, &o), &xi) in w.iter_mut().zip(ow).zip(xw) {
-                let p = xi + (o - crate::compressor::sign_scale(o, alpha));
+                let p = xi + (o - sign_scale(o, alpha));
                 bad |= u32::from((p.to_bits() & 0x7fff_ffff) as i32 >= INF_BITS);
                 *q = p;
             }
@@ -212,6 +212,12 @@ fn feed_word(lanes: &mut [f64; 8], w: &[f32], signs: &mut [u8], term: &impl Fn(f
     if let Ok(w) = <&[f32; 64]>::try_from(w) {
         signs.copy_from_slice(&crate::pack::fast_word(w).to_be_bytes());
     }
+}
+
+/// `α·σ(p)`: `+α` when `!(p < 0)`, else `−α` (exact in `f32`).
+#[inline(always)]
+pub(crate) fn sign_scale(p: f32, alpha: f32) -> f32 {
+    if p < 0.0 { -alpha } else { alpha }
 }
 
 /// The streams of one double-buffered fused pass over whole words: input

@@ -60,9 +60,6 @@ use core::arch::x86_64::{
     _mm512_storeu_ps, _mm512_sub_ps,
 };
 
-use crate::compressor::Input;
-use crate::scale::{Accumulator, Words};
-
 /// Cached detection: bit 0 = probed, bit 1 = AVX, bit 2 = AVX2, bit 3 =
 /// FMA (with AVX usable), bit 4 = AVX-512F (with its state saved by the OS).
 static FEATURES: AtomicU8 = AtomicU8::new(0);
@@ -129,22 +126,42 @@ pub fn has_avx512f() -> bool {
     features() & 0b1_0000 != 0
 }
 
-/// `Accumulator::fused_words_into` on the widest vectors the CPU has: the
-/// same code and bits, compiled for AVX2 when it is there. With `stream`
-/// (buffers much larger than the cache) and a 16-byte aligned `new`, the new
-/// values go out with non-temporal stores: the lines of `new` are then not
-/// read before being overwritten (4 B/element less traffic), as memcpy does;
-/// the caller then runs [`store_fence`] once the step's last word is out.
+/// A running sum's state for the fused kernels: `(abs, lanes, pos)` — whether
+/// the terms are `|v|` (else `v²`), the 8 `f64` lanes (at a group boundary),
+/// and the number of elements fed (the kernel adds what it feeds).
+pub(crate) type SumLanes<'a> = (bool, &'a mut [f64; 8], &'a mut usize);
+
+/// A fused kernel's input: `a`, and for a blend `wa·a + wb·b` also
+/// `(wa, wb, b)`.
+pub(crate) type BlendInput<'a> = (&'a [f32], Option<(f32, f32, &'a [f32])>);
+
+/// Safe code to run compiled for AVX2 where the CPU has it ([`with_avx2`]).
+/// The kernels' callers implement it, so this module needs none of their
+/// types (it imports nothing from the rest of the crate).
+pub(crate) trait Avx2Kernel {
+    /// What the kernel returns.
+    type Output;
+    /// The kernel. Implementations are `#[inline(always)]`, so their code is
+    /// compiled inside the AVX2 entry point (8-lane `f32`, 4-lane `f64`
+    /// vectors instead of SSE2's 4 and 2; same operations and order, so the
+    /// same bits).
+    fn run(self) -> Self::Output;
+}
+
+/// Runs `kernel` compiled for AVX2 when the CPU has it, else as it is. The
+/// fused compressor's word loop (`Accumulator::fused_words_into`) goes
+/// through here with [`copy_word`] or, for buffers much larger than the
+/// cache, [`stream_word`] (non-temporal stores: the lines of `new` are then
+/// not read before being overwritten, 4 B/element less traffic, as memcpy
+/// does; the caller then runs [`store_fence`] once the step's last word is
+/// out).
 #[inline(always)]
-pub(crate) fn fused_words_into(acc: &mut Accumulator, w: Words<'_>, stream: bool) -> Option<bool> {
-    let stream = stream && (w.new.as_ptr() as usize).is_multiple_of(16);
-    match (has_avx2(), stream) {
+pub(crate) fn with_avx2<K: Avx2Kernel>(kernel: K) -> K::Output {
+    if has_avx2() {
         // SAFETY: AVX2 support (CPU and OS) was checked (`has_avx2`).
-        (true, true) => unsafe { fused_avx2(acc, w, stream_word) },
-        // SAFETY: as above.
-        (true, false) => unsafe { fused_avx2(acc, w, copy_word) },
-        (false, true) => acc.fused_words_into(w, stream_word),
-        (false, false) => acc.fused_words_into(w, copy_word),
+        unsafe { avx2_entry(kernel) }
+    } else {
+        kernel.run()
     }
 }
 
@@ -157,24 +174,21 @@ pub(crate) fn store_fence() {
 }
 
 #[target_feature(enable = "avx2")]
-unsafe fn fused_avx2(
-    acc: &mut Accumulator,
-    w: Words<'_>,
-    store: impl Fn(&mut [f32], &[f32; 64]),
-) -> Option<bool> {
-    acc.fused_words_into(w, store)
+unsafe fn avx2_entry<K: Avx2Kernel>(kernel: K) -> K::Output {
+    kernel.run()
 }
 
+/// Store one word with ordinary stores.
 #[inline(always)]
-fn copy_word(dst: &mut [f32], w: &[f32; 64]) {
+pub(crate) fn copy_word(dst: &mut [f32], w: &[f32; 64]) {
     dst.copy_from_slice(w);
 }
 
 /// Store one word with `movntps`. `dst` is a 64-element word of a buffer
-/// whose start is 16-byte aligned (checked in [`fused_words_into`]; words
-/// start at multiples of 256 bytes from it), so every 4-float piece is.
+/// whose start is 16-byte aligned (the caller checks it; words start at
+/// multiples of 256 bytes from it), so every 4-float piece is.
 #[inline(always)]
-fn stream_word(dst: &mut [f32], w: &[f32; 64]) {
+pub(crate) fn stream_word(dst: &mut [f32], w: &[f32; 64]) {
     for (d, s) in dst.chunks_exact_mut(4).zip(w.chunks_exact(4)) {
         debug_assert!((d.as_ptr() as usize).is_multiple_of(16));
         // SAFETY: `d` is 4 writable floats at a 16-byte aligned address (see
@@ -211,15 +225,20 @@ pub(crate) fn word_sse2(w: &[f32; 64]) -> u64 {
 /// 8 lanes (lanes 0–3 and 4–7 are two `__m256d`, elements in index order:
 /// the documented reduction), the sign byte, and the store of `p` to `new`.
 /// Same operations, same order, no FMA, so the same bits as the portable
-/// `Accumulator::fused_words_into` (unit test below). All slices are one
+/// `Accumulator::fused_words_into` (unit tests in `vector.rs`). All slices are one
 /// run of whole words (`old.len() % 64 == 0`; the others at least as long).
 ///
-/// `None` (nothing done) without AVX2, for a kind that is not a sum, or when
-/// the lanes are not at a group boundary; `Some(false)` when a new value is
-/// NaN/±∞ (`new` is then garbage, the caller discards it).
+/// `sum` is the running scale's `(abs, lanes, pos)`: mean-abs terms `|v|`
+/// (else squares), the 8 `f64` lanes at a group boundary, and the count fed
+/// so far (advanced here). `x` is the input `a` and, for a blend, `(wa, wb,
+/// b)`.
+///
+/// `None` (nothing done) without AVX2 or when a slice is short;
+/// `Some(false)` when a new value is NaN/±∞ (`new` is then garbage, the
+/// caller discards it).
 pub(crate) fn fused_x8(
-    acc: &mut Accumulator,
-    x: Input<'_>,
+    sum: SumLanes<'_>,
+    x: BlendInput<'_>,
     old: &[f32],
     new: &mut [f32],
     alpha: f32,
@@ -230,16 +249,13 @@ pub(crate) fn fused_x8(
         return None;
     }
     let n = old.len() / 64 * 64;
-    let (a, blend) = match x {
-        Input::Plain(x) => (x, None),
-        Input::Blend(wa, a, wb, b) => (a, Some((wa, wb, b))),
-    };
+    let (a, blend) = x;
     let b_len = blend.map_or(usize::MAX, |(_, _, b)| b.len());
     if a.len() < n || b_len < n || new.len() < n || signs.len() < n / 8 {
         return None;
     }
     let stream = stream && (new.as_ptr() as usize).is_multiple_of(16);
-    let (abs, lanes, pos) = acc.sum_lanes()?;
+    let (abs, lanes, pos) = sum;
     let p = Ptrs {
         a: a.as_ptr(),
         b: blend.map_or(a.as_ptr(), |(_, _, b)| b.as_ptr()),
@@ -262,7 +278,7 @@ pub(crate) fn fused_x8(
 /// values, so one buffer as both `old` and `new` gives the two-buffer bits.
 /// `None` (nothing done) as for [`fused_x8`].
 pub(crate) fn fused_x8_in_place(
-    acc: &mut Accumulator,
+    sum: SumLanes<'_>,
     x: &[f32],
     buf: &mut [f32],
     alpha: f32,
@@ -275,7 +291,7 @@ pub(crate) fn fused_x8_in_place(
     if x.len() < n || signs.len() < n / 8 {
         return None;
     }
-    let (abs, lanes, pos) = acc.sum_lanes()?;
+    let (abs, lanes, pos) = sum;
     let new = buf.as_mut_ptr();
     let p = Ptrs {
         a: x.as_ptr(),
@@ -705,15 +721,12 @@ unsafe fn unpack_inner(bits: *const u8, scale: f32, out: *mut f32, groups: usize
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     extern crate std;
 
-    use super::{fused_x8, fused_x8_in_place, has_avx2, pack_avx2, word_sse2};
-    use crate::compressor::Input;
+    use super::{pack_avx2, word_sse2};
     use crate::pack::word_of;
-    use crate::scale::{Accumulator, ScaleKind, Words};
     use alloc::vec;
-    use alloc::vec::Vec;
     use proptest::prelude::*;
 
     fn value() -> impl Strategy<Value = f32> {
@@ -727,97 +740,12 @@ mod tests {
         ]
     }
 
-    fn bits(x: &[f32]) -> Vec<u32> {
-        x.iter().map(|v| v.to_bits()).collect()
-    }
-
     std::thread_local! {
         /// Run the fused kernels on AVX2 even where AVX-512F is there.
-        pub(super) static AVX2_ONLY: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
+        pub(crate) static AVX2_ONLY: core::cell::Cell<bool> = const { core::cell::Cell::new(false) };
     }
 
     proptest! {
-        /// The AVX2 fused kernel equals the portable word loop bit for bit:
-        /// the new buffer, sign bytes, the 8 `f64` lanes (fed from a
-        /// non-zero start), and the NaN/±∞ verdict; plain and blend input,
-        /// both sum kinds, streaming and plain stores.
-        #[test]
-        fn avx2_fused_kernel_equals_the_portable_word_loop(
-            words in 1usize..5,
-            seed in prop::collection::vec(value(), 64 * 3 * 4 + 24),
-            (alpha, wa, wb) in (0.0f32..4.0, -1.0f32..1.0, -1.0f32..1.0),
-            mean_abs: bool,
-            blend: bool,
-            stream: bool,
-        ) {
-            prop_assume!(has_avx2());
-            let n = 64 * words;
-            let (a, rest) = seed.split_at(n);
-            let (b, rest) = rest.split_at(n);
-            let (old, head) = rest.split_at(n);
-            let kind = if mean_abs { ScaleKind::MeanAbs } else { ScaleKind::Rms };
-            let head: Vec<f32> = head.iter().map(|v| if v.is_finite() { *v } else { 1.0 }).collect();
-            let (mut fast, mut slow) = (Accumulator::new(kind), Accumulator::new(kind));
-            fast.feed(&head);
-            slow.feed(&head);
-            let x: Vec<f32> = if blend {
-                a.iter().zip(b).map(|(&a, &b)| wa * a + wb * b).collect()
-            } else {
-                a.to_vec()
-            };
-            let input = if blend { Input::Blend(wa, a, wb, b) } else { Input::Plain(a) };
-            let (mut new_s, mut sig_s) = (vec![0.0f32; n], vec![0u8; n / 8]);
-            let clean_s = slow.fused_words_into(
-                Words { x: &x, old, new: &mut new_s, alpha, signs: &mut sig_s },
-                |d: &mut [f32], w: &[f32; 64]| d.copy_from_slice(w),
-            );
-            // Both kernels where the CPU has AVX-512F (else AVX2 twice).
-            for avx2_only in [false, true] {
-                AVX2_ONLY.with(|c| c.set(avx2_only));
-                let mut fast = fast;
-                let (mut new_f, mut sig_f) = (vec![0.0f32; n], vec![0u8; n / 8]);
-                let clean_f = fused_x8(&mut fast, input, old, &mut new_f, alpha, &mut sig_f, stream);
-                super::store_fence();
-                prop_assert!(clean_f.is_some());
-                prop_assert_eq!(clean_f, clean_s, "avx2_only {}", avx2_only);
-                if clean_s == Some(true) {
-                    prop_assert_eq!(bits(&new_f), bits(&new_s));
-                    prop_assert_eq!(&sig_f, &sig_s);
-                    prop_assert_eq!(fast.finish().to_bits(), slow.finish().to_bits());
-                    prop_assert_eq!(fast.sum_sq().to_bits(), slow.sum_sq().to_bits());
-                }
-            }
-        }
-
-        /// The in-place AVX2 kernel (`full_step_chunk`) equals the portable
-        /// in-place word loop: buffer, sign bytes and scale, bit for bit.
-        #[test]
-        fn avx2_in_place_kernel_equals_the_portable_word_loop(
-            words in 1usize..5,
-            seed in prop::collection::vec(value(), 64 * 2 * 4),
-            alpha in 0.0f32..4.0,
-            mean_abs: bool,
-        ) {
-            prop_assume!(has_avx2());
-            let n = 64 * words;
-            let (x, old) = (&seed[..n], &seed[n..2 * n]);
-            let kind = if mean_abs { ScaleKind::MeanAbs } else { ScaleKind::Rms };
-            let mut slow = Accumulator::new(kind);
-            let mut buf_s = old.to_vec();
-            let mut sig_s = vec![0u8; n / 8];
-            prop_assert!(slow.fused_words(x, &mut buf_s, alpha, &mut sig_s));
-            for avx2_only in [false, true] {
-                AVX2_ONLY.with(|c| c.set(avx2_only));
-                let mut fast = Accumulator::new(kind);
-                let mut buf_f = old.to_vec();
-                let mut sig_f = vec![0u8; n / 8];
-                prop_assert!(fused_x8_in_place(&mut fast, x, &mut buf_f, alpha, &mut sig_f).is_some());
-                prop_assert_eq!(bits(&buf_f), bits(&buf_s), "avx2_only {}", avx2_only);
-                prop_assert_eq!(&sig_f, &sig_s);
-                prop_assert_eq!(fast.finish().to_bits(), slow.finish().to_bits());
-            }
-        }
-
         /// The AVX2 and SSE2 sign kernels equal the portable word.
         #[test]
         fn avx2_and_sse2_packing_equal_the_portable_word(

@@ -52,3 +52,19 @@ impl Zipf {
 pub fn grads(rng: &mut Rng, n: usize, dim: usize, scale: f32) -> Vec<f32> {
     (0..n * dim).map(|_| rng.normal() as f32 * scale).collect()
 }
+
+/// Bitwise CRC-32 (IEEE), the obviously-correct reference.
+pub fn crc32(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}

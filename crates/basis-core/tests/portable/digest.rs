@@ -1,0 +1,127 @@
+//! Shared source, not a test target of its own: a module of
+//! `tests/portable.rs` (host) and of the wasm32 crate `cargo xtask nostd`
+//! generates (run under Node.js), so both compute the digest with the same
+//! code.
+//!
+//! Fixed, integer-driven workloads (no floating-point input generation that
+//! could differ by platform) through `DChoice` (dense and sparse, d = 2..4,
+//! both weightings) and BASIS over them (every direction mode, f32 and 1-byte
+//! scalars); two digests: a CRC-32 over every saved bucketer state, and one over every
+//! exported BASIS blob and the trained tables. A change of layout or of any
+//! result changes it.
+
+/// The digest of the d-choice saved states, which every target must compute
+/// (pinned on the x86_64 host; `cargo xtask nostd` requires it of wasm32).
+pub(crate) const BUCKETER_DIGEST: u32 = 0xadb2_f5f8;
+
+/// The digest of the BASIS blobs and tables on the x86_64 host test build.
+/// Not yet portable: BASIS's `exp2`/`log2`/`powf` go through `num_traits::Float`,
+/// which calls the platform's libm when any crate in the build turns on
+/// `num-traits/std` (the host test build does, through dev-dependencies) and
+/// the `libm` crate otherwise (wasm32 computes another value). `cargo xtask
+/// nostd` reports the wasm32 value next to this one.
+pub(crate) const BASIS_DIGEST_HOST: u32 = 0xef18_d135;
+
+/// SplitMix64 step: integer only, identical everywhere.
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Bitwise CRC-32 (IEEE), continued from `crc`.
+fn crc32_update(mut crc: u32, data: &[u8]) -> u32 {
+    crc = !crc;
+    for &b in data {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// The digests of the workloads above: d-choice saved state, then BASIS
+/// blobs and tables.
+pub(crate) fn digests() -> [u32; 2] {
+    use balanced_hash::{Bucketer, DChoice, Weighting};
+    use basis_core::{
+        Basis, BasisConfig, DenseTable, Direction, RowIndex, ScalarStorage, SparseOptimizer,
+    };
+
+    const KEYS: u64 = 1_000;
+    const DIM: usize = 4;
+    let mut crc = 0u32;
+    let mut rng = 42u64;
+    let bucketers = |d: u8| {
+        [
+            DChoice::dense(KEYS, 61, d, 7),
+            DChoice::sparse(61, d, 7),
+            DChoice::sparse(61, d, 7).map(|h| h.with_weighting(Weighting::Frequency)),
+        ]
+    };
+    for d in 2..=4u8 {
+        for h in bucketers(d) {
+            let Ok(mut h) = h else { return [0; 2] };
+            for _ in 0..3_000 {
+                let r = splitmix(&mut rng);
+                // Keys past the dense range exercise `unremembered`.
+                h.assign_weighted(r % (KEYS + 20), 1 + (r >> 60));
+            }
+            let mut saved = alloc::vec::Vec::new();
+            h.save_state(&mut saved);
+            crc = crc32_update(crc, &saved);
+        }
+    }
+    let bucketer_crc = crc;
+    crc = 0;
+    for direction in [
+        Direction::RowScaled,
+        Direction::Shared,
+        Direction::Signed,
+        Direction::OwnGradient,
+    ] {
+        for storage in [ScalarStorage::F32, ScalarStorage::LogU8] {
+            let config = BasisConfig::default()
+                .with_dim(DIM)
+                .with_direction(direction)
+                .with_scalar_storage(storage)
+                .with_row_index(RowIndex::Dense { rows: KEYS });
+            for h in bucketers(3) {
+                let Ok(h) = h else { return [0; 2] };
+                let Ok(mut opt) = Basis::new(config, h) else {
+                    return [0; 2];
+                };
+                let mut table = alloc::vec![0.25f32; KEYS as usize * DIM];
+                for _ in 0..12 {
+                    let ids: alloc::vec::Vec<u64> =
+                        (0..32).map(|_| splitmix(&mut rng) % KEYS).collect();
+                    // Gradients in [-1, 1) in steps of 2^-10: exact in f32.
+                    let grads: alloc::vec::Vec<f32> = (0..ids.len() * DIM)
+                        .map(|_| ((splitmix(&mut rng) >> 53) as f32 - 1024.0) / 1024.0)
+                        .collect();
+                    let Ok(mut rows) = DenseTable::new(&mut table, DIM) else {
+                        return [0; 2];
+                    };
+                    if opt.step(&ids, &grads, &mut rows).is_err() {
+                        return [0; 2];
+                    }
+                }
+                crc = crc32_update(crc, &opt.export_state());
+                let weights: alloc::vec::Vec<u8> = table
+                    .iter()
+                    .flat_map(|w| w.to_bits().to_le_bytes())
+                    .collect();
+                crc = crc32_update(crc, &weights);
+                crc = crc32_update(crc, &opt.bucketer().buckets().to_le_bytes());
+            }
+        }
+    }
+    [bucketer_crc, crc]
+}
