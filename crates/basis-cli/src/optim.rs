@@ -1,7 +1,7 @@
 //! Building `basis-core` optimizers from an [`OptSpec`] and reading their telemetry.
 
 use crate::spec::{Kind, Mode, OptSpec, Storage};
-use balanced_hash::{Bucketer, DChoice, LoadStats, OneChoice};
+use balanced_hash::{DChoice, LoadStats, OneChoice};
 use basis_core::{
     Accumulate, AdagradConfig, Adam8bit, AdamConfig, Basis, BasisConfig, ConfigError, DenseTable,
     Diagnostics, Direction, ExactAdam, Ftrl, FtrlConfig, MemoryReport, PartialRowwiseAdam, Profile,
@@ -33,17 +33,9 @@ pub(crate) enum Optimizer {
     /// BASIS on one rank's part of the single process's one-choice buckets
     /// (a row-sharded run under `OwnerRule::buckets`).
     BasisPart(Box<Basis<PartitionedBuckets>>),
-    /// BASIS with d-choice hashing, and what rebuilding its bucketer needs.
-    BasisD {
-        /// The optimizer.
-        opt: Box<Basis<DChoice>>,
-        /// Keys `0..rows` remembered densely, or `None`: sparsely.
-        rows: Option<u64>,
-        /// Hash choices.
-        d: u8,
-        /// Hash seed.
-        seed: u64,
-    },
+    /// BASIS with d-choice hashing (its exported state carries the
+    /// bucketer's remembered choices).
+    BasisD(Box<Basis<DChoice>>),
 }
 
 /// BASIS training telemetry (what the source document says to watch).
@@ -273,12 +265,7 @@ pub(crate) fn build_indexed(
                 };
                 let (b, hash_seed) = (spec.buckets_for(rows), hash_seed(seed));
                 let h = d_choice(dense_keys, b, spec.choices, hash_seed).map_err(|e| err(&e))?;
-                Optimizer::BasisD {
-                    opt: Box::new(Basis::new(config, h).map_err(config_err)?),
-                    rows: dense_keys,
-                    d: spec.choices,
-                    seed: hash_seed,
-                }
+                Optimizer::BasisD(Box::new(Basis::new(config, h).map_err(config_err)?))
             }
         }
     })
@@ -338,7 +325,7 @@ impl Optimizer {
             Self::Adam8bit(o) => o.as_mut(),
             Self::Basis1(o) => o.as_mut(),
             Self::BasisPart(o) => o.as_mut(),
-            Self::BasisD { opt, .. } => opt.as_mut(),
+            Self::BasisD(opt) => opt.as_mut(),
         }
     }
 
@@ -353,7 +340,7 @@ impl Optimizer {
             Self::Adam8bit(o) => o.as_ref(),
             Self::Basis1(o) => o.as_ref(),
             Self::BasisPart(o) => o.as_ref(),
-            Self::BasisD { opt, .. } => opt.as_ref(),
+            Self::BasisD(opt) => opt.as_ref(),
         }
     }
 
@@ -376,68 +363,17 @@ impl Optimizer {
         self.inner_ref().memory()
     }
 
-    /// State as bytes (for checkpoints). `basis-core` leaves a d-choice
-    /// bucketer's remembered choices to the caller, so they follow the core
-    /// blob: `u64` count, then `(u64 key, u8 choice)` pairs.
+    /// State as bytes (for checkpoints): the core blob, which carries a
+    /// d-choice bucketer's remembered choices itself (format v3).
     pub(crate) fn export_state(&self) -> Vec<u8> {
-        let core = self.inner_ref().export_state();
-        let Self::BasisD { opt, .. } = self else {
-            return core;
-        };
-        let mut out = Vec::with_capacity(core.len() + 16);
-        out.extend_from_slice(&(core.len() as u64).to_le_bytes());
-        out.extend_from_slice(&core);
-        let choices: Vec<(u64, u8)> = opt.bucketer().remembered().collect();
-        out.extend_from_slice(&(choices.len() as u64).to_le_bytes());
-        for (k, c) in choices {
-            out.extend_from_slice(&k.to_le_bytes());
-            out.push(c);
-        }
-        out
+        self.inner_ref().export_state()
     }
 
-    /// Restore exported state (a d-choice bucketer is rebuilt from its choices).
+    /// Restore exported state (a d-choice bucketer's choices included).
     pub(crate) fn import_state(&mut self, bytes: &[u8]) -> Result<(), String> {
-        let Self::BasisD { opt, rows, d, seed } = self else {
-            return self
-                .inner()
-                .import_state(bytes)
-                .map_err(|e: StateError| e.to_string());
-        };
-        let bad = || "d-choice bucket map truncated or corrupted".to_string();
-        let u64_at = |at: usize| -> Option<u64> {
-            Some(u64::from_le_bytes(bytes.get(at..at + 8)?.try_into().ok()?))
-        };
-        let core_len = u64_at(0)
-            .and_then(|n| usize::try_from(n).ok())
-            .ok_or_else(bad)?;
-        let core = bytes
-            .get(8..8usize.checked_add(core_len).ok_or_else(bad)?)
-            .ok_or_else(bad)?;
-        let mut at = 8 + core_len;
-        let n = u64_at(at).ok_or_else(bad)?;
-        at += 8;
-        let mut h =
-            d_choice(*rows, opt.bucketer().buckets(), *d, *seed).map_err(|e| e.to_string())?;
-        for _ in 0..n {
-            let key = u64_at(at).ok_or_else(bad)?;
-            let choice = *bytes.get(at + 8).ok_or_else(bad)?;
-            h.restore(key, choice, 1).map_err(|e| e.to_string())?;
-            at += 9;
-        }
-        if at != bytes.len() {
-            return Err(bad());
-        }
-        let mut fresh = Basis::new(*opt.config(), h).map_err(|e| e.to_string())?;
-        // A shard store's growable range: the fresh optimizer has the rows
-        // the current one was grown to (the state is checked against them).
-        if opt.config().row_index == (RowIndex::Dense { rows: 0 }) {
-            let rows = opt.memory().rows_with_state;
-            fresh.grow_rows(rows).map_err(|e| e.to_string())?;
-        }
-        fresh.import_state(core).map_err(|e| e.to_string())?;
-        **opt = fresh;
-        Ok(())
+        self.inner()
+            .import_state(bytes)
+            .map_err(|e: StateError| e.to_string())
     }
 
     /// BASIS telemetry (`None` for the baselines).
@@ -445,15 +381,14 @@ impl Optimizer {
         match self {
             Self::Basis1(b) => Some(Telemetry::from_diagnostics(&b.diagnostics())),
             Self::BasisPart(b) => Some(Telemetry::from_diagnostics(&b.diagnostics())),
-            Self::BasisD { opt, .. } => Some(Telemetry::from_diagnostics(&opt.diagnostics())),
+            Self::BasisD(opt) => Some(Telemetry::from_diagnostics(&opt.diagnostics())),
             _ => None,
         }
     }
 }
 
 /// The table of a row-sharded run (`basis_shard::ShardedTable`) steps any
-/// `SparseOptimizer`: this one's checkpoint blob carries a d-choice
-/// bucketer's choices too ([`Optimizer::export_state`]).
+/// `SparseOptimizer`.
 impl SparseOptimizer for Optimizer {
     fn dim(&self) -> usize {
         self.inner_ref().dim()
@@ -487,15 +422,11 @@ impl SparseOptimizer for Optimizer {
     }
 
     fn export_state(&self) -> Vec<u8> {
-        Optimizer::export_state(self)
+        self.inner_ref().export_state()
     }
 
-    /// A d-choice bucket map that does not parse is `Malformed`.
     fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
-        if !matches!(self, Self::BasisD { .. }) {
-            return self.inner().import_state(bytes);
-        }
-        Optimizer::import_state(self, bytes).map_err(|_| StateError::Malformed)
+        self.inner().import_state(bytes)
     }
 }
 
