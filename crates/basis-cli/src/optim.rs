@@ -4,9 +4,9 @@ use crate::spec::{Kind, Mode, OptSpec, Storage};
 use balanced_hash::{DChoice, LoadStats, OneChoice};
 use basis_core::{
     Accumulate, AdagradConfig, Adam8bit, AdamConfig, Basis, BasisConfig, ConfigError, DenseTable,
-    Diagnostics, Direction, ExactAdam, Ftrl, FtrlConfig, MemoryReport, PartialRowwiseAdam, Profile,
-    RowIndex, RowStepAdam, RowwiseAdagrad, ScalarRule, ScalarStorage, Sgd, SparseOptimizer,
-    StateError, StepReport,
+    Diagnostics, ExactAdam, Ftrl, FtrlConfig, MemoryReport, PartialRowwiseAdam, Profile, RowIndex,
+    RowStepAdam, RowwiseAdagrad, ScalarRule, ScalarStorage, Sgd, SparseOptimizer, StateError,
+    StepReport,
 };
 use basis_shard::{OwnerRule, PartitionedBuckets};
 use serde::Serialize;
@@ -84,7 +84,7 @@ impl Telemetry {
 
 /// The `RowScaled` profile of `spec` (its keys over the CLI defaults).
 fn profile_of(spec: &OptSpec) -> Profile {
-    Profile::default()
+    Profile::DEFAULT
         .with_power(spec.profile.unwrap_or(crate::spec::DEFAULT_PROFILE))
         .with_lead(spec.lead.unwrap_or(crate::spec::DEFAULT_LEAD))
         .with_eps_inside(spec.eps_inside)
@@ -178,16 +178,12 @@ pub(crate) fn build_shard(
 
 /// The `basis-core` configuration of BASIS `spec`.
 fn basis_config(spec: &OptSpec, row_index: RowIndex, dim: usize, seed: u64) -> BasisConfig {
-    let defaults = BasisConfig::default();
+    // basis-core's measured defaults of the mode; the spec's keys over them.
+    let defaults = spec.mode.core_defaults();
     defaults
         .with_dim(dim)
         .with_lr(spec.lr())
-        .with_direction(match spec.mode {
-            Mode::RowScaled => Direction::RowScaled,
-            Mode::Shared => Direction::Shared,
-            Mode::Signed => Direction::Signed,
-            Mode::Own => Direction::OwnGradient,
-        })
+        .with_direction(spec.mode.direction())
         .with_scalar_rule(if spec.hypergradient {
             ScalarRule::Hypergradient
         } else {
@@ -432,6 +428,35 @@ impl SparseOptimizer for Optimizer {
 
 #[cfg(test)]
 mod tests {
+    /// The CLI's `basis` with no keys is basis-core's default configuration,
+    /// with only what the CLI sets itself: the dimension, the FM row's
+    /// `lead` 1 (through the documented builder call), the row index and
+    /// the run's seed.
+    #[test]
+    fn plain_basis_spec_is_the_core_default() {
+        let spec: OptSpec = "basis".parse().unwrap();
+        let (dim, rows, seed) = (17, 5000u64, 3);
+        let cli = basis_config(&spec, RowIndex::Dense { rows }, dim, seed);
+        let core = BasisConfig::row_scaled(dim)
+            .lead(crate::spec::DEFAULT_LEAD)
+            .row_index(RowIndex::Dense { rows })
+            .seed(BasisConfig::default().seed ^ seed)
+            .build()
+            .unwrap();
+        assert_eq!(cli, core);
+        assert_eq!(spec.buckets_for(rows as usize), core.buckets_for(rows));
+        // The learned-scalar modes take their mode's core defaults too.
+        let own: OptSpec = "basis:mode=own".parse().unwrap();
+        let cli = basis_config(&own, RowIndex::Dense { rows }, dim, seed);
+        let core = BasisConfig::own_gradient(dim)
+            .row_index(RowIndex::Dense { rows })
+            .seed(BasisConfig::default().seed ^ seed)
+            .build()
+            .unwrap();
+        assert_eq!(cli, core);
+        assert_eq!(own.buckets_for(rows as usize), core.buckets_for(rows));
+    }
+
     use super::*;
 
     /// Steps `opt` with a deterministic batch touching a rotating set of rows.

@@ -12,8 +12,12 @@
 //! | `ftrl` | `lr` (α), `beta` (β), `l1`, `l2` (defaults: `basis-core`'s `FtrlConfig`) |
 //! | `adam8bit` (`adam-8bit`) | `lr`, `block` (values per absmax, default 256) |
 //!
+//! Every `basis` default is `basis-core`'s ([`BasisConfig::defaults_for`]
+//! the mode), except `lead`, which the CLI sets from its models' rows.
+//!
 //! `mode` is `rowscaled` (default), `shared`, `signed` or `own`; `ratio` is
-//! rows per bucket `N/B` (default 1000 for `rowscaled`, 100 otherwise);
+//! rows per bucket `N/B` (default 1000 for `rowscaled`, 100 otherwise:
+//! [`BasisConfig::rows_per_bucket`]);
 //! `rule` is `normalized` (default) or `hypergradient`; `storage` is `f32`,
 //! `bf16` or `u8` (default `u8` for `rowscaled`, `f32` otherwise); `choices`
 //! is 1 (default) to 4 hash choices; `accumulate` is `sum` (default) or `ema`
@@ -23,6 +27,7 @@
 //! `rowscaled` profile. A key the chosen mode never reads is an error
 //! (`spec_check`).
 
+use basis_core::{BasisConfig, Direction, Profile, ScalarStorage};
 use core::fmt;
 use serde::Serialize;
 
@@ -62,6 +67,23 @@ pub(crate) enum Mode {
     Signed,
     /// Own gradient over a shared second moment.
     Own,
+}
+
+impl Mode {
+    /// The `basis-core` direction of this mode.
+    pub(crate) const fn direction(self) -> Direction {
+        match self {
+            Self::RowScaled => Direction::RowScaled,
+            Self::Shared => Direction::Shared,
+            Self::Signed => Direction::Signed,
+            Self::Own => Direction::OwnGradient,
+        }
+    }
+
+    /// `basis-core`'s measured default configuration of this mode.
+    pub(crate) const fn core_defaults(self) -> BasisConfig {
+        BasisConfig::defaults_for(self.direction())
+    }
 }
 
 /// Row-scalar storage.
@@ -142,10 +164,9 @@ impl OptSpec {
             Kind::RowwiseAdagrad => 0.03,
             Kind::Sgd => 3.0,
             Kind::Basis | Kind::Countsketch => match self.mode {
-                // One profile over all dimensions steps larger on `v`.
-                Mode::RowScaled if self.lead == Some(0) => 0.01,
-                Mode::RowScaled => 0.03,
-                Mode::Shared | Mode::Signed | Mode::Own => 0.003,
+                // One profile over the FM row's `w` and `v` steps larger on `v`.
+                Mode::RowScaled if self.lead == Some(0) => ONE_PROFILE_FM_LR,
+                mode => mode.core_defaults().lr,
             },
         }
     }
@@ -157,18 +178,19 @@ impl OptSpec {
 
     /// Rows per bucket in use.
     pub(crate) fn ratio(&self) -> f64 {
-        self.ratio.unwrap_or(match self.mode {
-            Mode::RowScaled => 1000.0,
-            _ => 100.0,
-        })
+        self.ratio
+            .unwrap_or(self.mode.core_defaults().rows_per_bucket() as f64)
     }
 
     /// Row-scalar storage in use.
     pub(crate) fn storage(&self) -> Storage {
-        self.storage.unwrap_or(match self.mode {
-            Mode::RowScaled => Storage::U8,
-            _ => Storage::F32,
-        })
+        self.storage
+            .unwrap_or(match self.mode.core_defaults().scalar_storage {
+                ScalarStorage::LogU8 => Storage::U8,
+                ScalarStorage::Bf16 => Storage::Bf16,
+                // F32, and any storage basis-core adds later.
+                _ => Storage::F32,
+            })
     }
 
     /// Bucket count for `rows` rows.
@@ -401,14 +423,19 @@ impl core::str::FromStr for OptSpec {
     }
 }
 
-/// `rowscaled`'s profile exponent when `profile` is not given.
-pub(crate) const DEFAULT_PROFILE: f32 = 1.0;
-/// `rowscaled`'s leading profile group when `lead` is not given: the FM's
-/// linear weight `w` of each row `[w, v_1..v_k]` is its own group, because
-/// one profile over `w` and `v` gives the (much smaller) embedding gradients
-/// a much larger step than row-wise AdaGrad does, and that cost 0.007 test
-/// AUC on the synthetic data (docs/BASIS.md, ablation).
+/// `rowscaled`'s profile exponent when `profile` is not given: basis-core's.
+pub(crate) const DEFAULT_PROFILE: f32 = Profile::DEFAULT.power;
+/// `rowscaled`'s leading profile group when `lead` is not given, set from
+/// the CLI's models (not a basis-core default, whose `lead` 0 is right for
+/// rows of one kind): every model's row is `[w, v_1..v_k]` (FM, and the
+/// DeepFM/DLRM tables built on it), and the linear weight `w` is its own
+/// group, because one profile over `w` and `v` gives the (much smaller)
+/// embedding gradients a much larger step than row-wise AdaGrad does, and
+/// that cost 0.007 test AUC on the synthetic data (docs/BASIS.md, ablation).
 pub(crate) const DEFAULT_LEAD: usize = 1;
+/// The rate of `basis:lead=0` on the CLI's `[w, v]` rows: one profile over
+/// both kinds tolerates only 0.01 (docs/BASIS.md, issue 15 ablation).
+pub(crate) const ONE_PROFILE_FM_LR: f32 = 0.01;
 
 /// The optimizers `basis compare` runs when none is named.
 pub(crate) const DEFAULT_COMPARE: &[&str] = &[

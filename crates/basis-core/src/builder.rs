@@ -10,11 +10,13 @@
 //! unread) `build` refuses with [`ConfigError::Ignored`], as
 //! [`BasisConfig::validate`] does for a configuration built by hand.
 
+use crate::basis::Basis;
 use crate::config::{
     Accumulate, BasisConfig, Direction, NonFinitePolicy, Profile, RowIndex, ScalarLrSchedule,
     ScalarRule, ScalarStorage, TablePrecision,
 };
 use crate::error::ConfigError;
+use balanced_hash::OneChoice;
 
 /// Builds a [`BasisConfig`] for a learned-scalar mode: [`BasisConfig::shared`],
 /// [`BasisConfig::signed`] or [`BasisConfig::own_gradient`].
@@ -75,28 +77,64 @@ pub struct RowScaledBuilder(BasisConfig);
 
 impl BasisConfig {
     /// A [`Direction::Shared`] configuration of row dimension `dim`, every
-    /// other option at its [`Default`] value.
+    /// other option at its mode's measured default
+    /// ([`BasisConfig::defaults_for`]: η = 0.003, f32 scalars).
     pub fn shared(dim: usize) -> LearnedScalarBuilder {
         LearnedScalarBuilder::new(dim, Direction::Shared)
     }
 
-    /// A [`Direction::Signed`] configuration (count-sketch momentum).
+    /// A [`Direction::Signed`] configuration (count-sketch momentum), at its
+    /// mode's measured default ([`BasisConfig::defaults_for`]).
     pub fn signed(dim: usize) -> LearnedScalarBuilder {
         LearnedScalarBuilder::new(dim, Direction::Signed)
     }
 
-    /// A [`Direction::OwnGradient`] configuration.
+    /// A [`Direction::OwnGradient`] configuration, at its mode's measured
+    /// default ([`BasisConfig::defaults_for`]).
     pub fn own_gradient(dim: usize) -> LearnedScalarBuilder {
         LearnedScalarBuilder::new(dim, Direction::OwnGradient)
     }
 
-    /// A [`Direction::RowScaled`] configuration (the default mode).
+    /// A [`Direction::RowScaled`] configuration (the default mode): exactly
+    /// [`BasisConfig::default`] with row dimension `dim` (1-byte `G_i`,
+    /// η = 0.03, `lead` 0; see [Defaults](BasisConfig#defaults)).
     pub fn row_scaled(dim: usize) -> RowScaledBuilder {
         RowScaledBuilder(BasisConfig {
             dim,
-            direction: Direction::RowScaled,
-            ..BasisConfig::default()
+            ..BasisConfig::defaults_for(Direction::RowScaled)
         })
+    }
+}
+
+impl Basis<OneChoice> {
+    /// BASIS over a one-choice bucketer sized for a table expected to hold
+    /// `expected_rows` rows: [`BasisConfig::buckets_for`] buckets
+    /// (1000 rows per bucket for `RowScaled`), hashed under a seed derived
+    /// from `config.seed`. The automatic choice of `B`; build the bucketer
+    /// yourself ([`Basis::new`]) for another count or a [`DChoice`](crate::DChoice).
+    ///
+    /// ```
+    /// use basis_core::{Basis, BasisConfig, Bucketer, RowIndex};
+    ///
+    /// let config = BasisConfig::row_scaled(17)
+    ///     .lead(1) // rows [w, v_1..v_16] of a factorization machine
+    ///     .row_index(RowIndex::Dense { rows: 50_000 })
+    ///     .build()?;
+    /// let opt = Basis::for_rows(config, 50_000)?;
+    /// assert_eq!(opt.bucketer().buckets(), 50);
+    /// # Ok::<(), basis_core::ConfigError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`Basis::new`].
+    pub fn for_rows(config: BasisConfig, expected_rows: u64) -> Result<Self, ConfigError> {
+        // The bucket hash must not correlate with the sign hash, which is
+        // seeded with `config.seed` itself.
+        const BUCKET_DOMAIN: u64 = 0xB0C4_E75E_0000_0000;
+        let buckets = config.buckets_for(expected_rows);
+        let bucketer = OneChoice::new(buckets, config.seed ^ BUCKET_DOMAIN)
+            .map_err(|_| ConfigError::NoBuckets)?;
+        Basis::new(config, bucketer)
     }
 }
 
@@ -104,8 +142,7 @@ impl LearnedScalarBuilder {
     fn new(dim: usize, direction: Direction) -> Self {
         Self(BasisConfig {
             dim,
-            direction,
-            ..BasisConfig::default()
+            ..BasisConfig::defaults_for(direction)
         })
     }
 
@@ -163,6 +200,17 @@ impl RowScaledBuilder {
     /// How the bucket profile shapes a row's step across its dimensions.
     pub fn profile(mut self, profile: Profile) -> Self {
         self.0.row_scale.profile = profile;
+        self
+    }
+
+    /// The first `lead` dimensions of every row form their own profile
+    /// group ([`Profile::lead`], default 0). Set it from the model: rows
+    /// whose first `lead` values are of another kind than the rest, such as
+    /// a factorization machine's `[w, v_1..v_k]` (`lead` 1), keep each
+    /// kind at row-wise AdaGrad's overall step. `build` refuses a `lead`
+    /// above `dim` ([`ConfigError::Profile`]) or with profile power 0.
+    pub fn lead(mut self, lead: usize) -> Self {
+        self.0.row_scale.profile.lead = lead;
         self
     }
 }

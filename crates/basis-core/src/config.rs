@@ -215,13 +215,14 @@ pub enum Accumulate {
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct RowScaleConfig {
-    /// Sum (AdaGrad) or EMA.
+    /// Sum (AdaGrad) or EMA (default [`Accumulate::Sum`]).
     pub accumulate: Accumulate,
     /// log₂ of the smallest and largest non-zero `G_i` a 1-byte code holds
     /// (values below the smallest round stochastically to 0 or it; above the
-    /// largest saturate).
+    /// largest saturate; default `(−48, 24)`).
     pub log2_range: (f32, f32),
-    /// How the bucket profile shapes a row's step across its dimensions.
+    /// How the bucket profile shapes a row's step across its dimensions
+    /// (default [`Profile::DEFAULT`]).
     pub profile: Profile,
 }
 
@@ -231,13 +232,19 @@ with_setters!(RowScaleConfig {
     with_profile => profile: Profile,
 });
 
+impl RowScaleConfig {
+    /// The default: AdaGrad sums, log₂ range `(−48, 24)`, [`Profile::DEFAULT`].
+    pub const DEFAULT: Self = Self {
+        accumulate: Accumulate::Sum,
+        log2_range: (-48.0, 24.0),
+        profile: Profile::DEFAULT,
+    };
+}
+
 impl Default for RowScaleConfig {
+    /// [`RowScaleConfig::DEFAULT`].
     fn default() -> Self {
-        Self {
-            accumulate: Accumulate::Sum,
-            log2_range: (-48.0, 24.0),
-            profile: Profile::default(),
-        }
+        Self::DEFAULT
     }
 }
 
@@ -264,12 +271,15 @@ impl Default for RowScaleConfig {
 #[non_exhaustive]
 pub struct Profile {
     /// Exponent of the normalised profile: 1 = the full profile, 0 = none
-    /// (row-wise AdaGrad with the row's `G_i`), between = shrunk toward 1.
+    /// (row-wise AdaGrad with the row's `G_i`), between = shrunk toward 1
+    /// (default 1).
     pub power: f32,
-    /// The first `lead` dimensions form their own profile group (0 = one
-    /// group; 1 = a factorization machine's linear weight apart).
+    /// The first `lead` dimensions form their own profile group (default 0
+    /// = one group, right for a plain embedding row; 1 = a factorization
+    /// machine's linear weight apart, what the CLI's models use).
     pub lead: usize,
-    /// `√(V̂+ε²)` instead of `√V̂+ε` (ε inside the root).
+    /// `√(V̂+ε²)` instead of `√V̂+ε` (ε inside the root; default false,
+    /// measured the same).
     pub eps_inside: bool,
 }
 
@@ -279,17 +289,59 @@ with_setters!(Profile {
     with_eps_inside => eps_inside: bool,
 });
 
+impl Profile {
+    /// The default: power 1, `lead` 0 (one group: a row of one kind), ε
+    /// outside the root.
+    pub const DEFAULT: Self = Self {
+        power: 1.0,
+        lead: 0,
+        eps_inside: false,
+    };
+}
+
 impl Default for Profile {
+    /// [`Profile::DEFAULT`].
     fn default() -> Self {
-        Self {
-            power: 1.0,
-            lead: 0,
-            eps_inside: false,
-        }
+        Self::DEFAULT
     }
 }
 
-/// Hyper-parameters of [`Basis`](crate::Basis). `Default` holds the reference values.
+/// Hyper-parameters of [`Basis`](crate::Basis).
+///
+/// # Defaults
+///
+/// [`Default`] is the measured default (docs/BASIS.md, docs/RESULTS.md):
+/// [`Direction::RowScaled`] with a 1-byte row scalar
+/// ([`ScalarStorage::LogU8`]), η = 0.03, AdaGrad sums, profile power 1,
+/// `lead` 0, f32 tables, sparse row index. With
+/// [`ROW_SCALED_ROWS_PER_BUCKET`] = 1000 rows per bucket
+/// ([`buckets_for`](Self::buckets_for)) its state is about 1.1–1.3 B/row
+/// plus the row index, against row-wise AdaGrad's 4 B/row. Each field's
+/// documentation names its default. The per-mode builders
+/// ([`BasisConfig::row_scaled`], [`BasisConfig::shared`],
+/// [`BasisConfig::signed`], [`BasisConfig::own_gradient`]) start from
+/// [`BasisConfig::defaults_for`] their mode, which differs from
+/// [`Default`] only where the mode was measured apart (the learned-scalar
+/// modes: η = 0.003, f32 scalars, 100 rows per bucket).
+/// [`with_direction`](Self::with_direction) changes the direction alone.
+///
+/// **`lead` is the one default that depends on the model**, not on data:
+/// it says how many leading dimensions of a row are of another kind than
+/// the rest. A plain embedding row is of one kind (`lead` 0, the default);
+/// a factorization machine's row `[w, v_1..v_k]` (the CLI's FM, DeepFM and
+/// DLRM rows) keeps its linear weight `w` apart: set
+/// [`RowScaledBuilder::lead`](crate::RowScaledBuilder::lead)`(1)`. One
+/// profile over `w` and `v` cost 0.007 test AUC on the synthetic FM data
+/// (docs/BASIS.md, issue 15 ablation).
+///
+/// **Choosing `B`** (the bucketer's bucket count, not a field here):
+/// `B = ⌈N / N_per_bucket⌉` from the expected row count `N`,
+/// [`buckets_for`](Self::buckets_for); [`Basis::for_rows`](crate::Basis::for_rows)
+/// builds the one-choice bucketer from it. The bucket tables cost
+/// `4·d / N_per_bucket` B/row (`RowScaled`, f32: 0.07 B/row at d = 17); a
+/// private profile per row (N/B = 1) measured no better on the FM sets, so
+/// more buckets buy nothing there. Fewer buckets than rows is what keeps the
+/// state below a byte or two per row.
 ///
 /// The struct is `#[non_exhaustive]` (options will be added): build it with
 /// a per-mode builder ([`BasisConfig::row_scaled`], [`BasisConfig::shared`],
@@ -319,46 +371,60 @@ impl Default for Profile {
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct BasisConfig {
-    /// Row dimension `d`.
+    /// Row dimension `d` (default 16; every builder takes it).
     pub dim: usize,
-    /// Learning rate η.
+    /// Learning rate η (default 0.03 for `RowScaled`, the rate tuned on
+    /// validation on every FM set with `lead` 1 and the same as row-wise
+    /// AdaGrad's; 0.003 for the learned-scalar modes, [`defaults_for`](Self::defaults_for)).
     pub lr: f32,
-    /// First-moment decay β1.
+    /// First-moment decay β1 (default 0.9; unread by `RowScaled`).
     pub beta1: f32,
-    /// Second-moment decay β2.
+    /// Second-moment decay β2 (default 0.999; unread by `RowScaled`).
     pub beta2: f32,
-    /// ε added to `√V̂`.
+    /// ε added to `√V̂` (default 1e-8).
     pub eps: f32,
-    /// Decoupled weight decay λ (`θ −= η·λ·θ`, AdamW style).
+    /// Decoupled weight decay λ (`θ −= η·λ·θ`, AdamW style; default 0).
     pub weight_decay: f32,
-    /// Adam bias correction from each bucket's step count `t_b`.
+    /// Adam bias correction from each bucket's step count `t_b` (default
+    /// on; unread by `RowScaled`).
     pub bias_correction: bool,
-    /// What rows move along.
+    /// What rows move along (default [`Direction::RowScaled`]).
     pub direction: Direction,
-    /// Scalar learning rate η_s (0 freezes every scalar at 1).
+    /// Scalar learning rate η_s (0 freezes every scalar at 1; default 0.01;
+    /// unread by `RowScaled`).
     pub scalar_lr: f32,
-    /// Scalar clip range `[s_min, s_max]`.
+    /// Scalar clip range `[s_min, s_max]` (default `(0.1, 10)`).
     pub scalar_clip: (f32, f32),
-    /// Scalar update rule.
+    /// Scalar update rule (default [`ScalarRule::Normalized`]).
     pub scalar_rule: ScalarRule,
-    /// Frequency-aware scalar learning rate.
+    /// Frequency-aware scalar learning rate (default [`ScalarLrSchedule::Constant`]).
     pub scalar_lr_schedule: ScalarLrSchedule,
-    /// Per-row scalar storage.
+    /// Per-row scalar storage (default [`ScalarStorage::LogU8`], 1 byte:
+    /// f32 `G_i` measured no better, docs/BASIS.md; [`ScalarStorage::F32`]
+    /// for the learned-scalar modes).
     pub scalar_storage: ScalarStorage,
-    /// Shared-table precision.
+    /// Shared-table precision (default [`TablePrecision::F32`]).
     pub table_precision: TablePrecision,
-    /// ε used with bf16 tables is `max(eps, bf16_eps_floor)`; unread (and
-    /// refused by [`validate`](Self::validate) if changed) with f32 tables.
+    /// ε used with bf16 tables is `max(eps, bf16_eps_floor)` (default
+    /// 1e-6); unread (and refused by [`validate`](Self::validate) if
+    /// changed) with f32 tables.
     pub bf16_eps_floor: f32,
-    /// Non-finite gradient policy.
+    /// Non-finite gradient policy (default [`NonFinitePolicy::Skip`]).
     pub nonfinite: NonFinitePolicy,
-    /// Optional per-row L2 gradient clip (applied to the summed gradient).
+    /// Optional per-row L2 gradient clip, applied to the summed gradient
+    /// (default `None`).
     pub grad_clip: Option<f32>,
-    /// Options of the `RowScaled` direction.
+    /// Options of the `RowScaled` direction (default
+    /// [`RowScaleConfig::default`]: sums, log₂ range `(−48, 24)`, profile
+    /// power 1, `lead` 0, ε outside the root).
     pub row_scale: RowScaleConfig,
-    /// Dense or sparse per-row state.
+    /// Dense or sparse per-row state (default [`RowIndex::Sparse`]: any u64
+    /// id, but the hash map costs about 38 B per row seen, more than the
+    /// state itself; ids `0..rows` should use [`RowIndex::Dense`], which
+    /// costs nothing beyond the state).
     pub row_index: RowIndex,
-    /// Seed of the sign hash and of stochastic rounding.
+    /// Seed of the sign hash and of stochastic rounding (default
+    /// `0x5EED_BA51_5000_0001`).
     pub seed: u64,
 }
 
@@ -379,29 +445,90 @@ with_setters!(BasisConfig {
     with_seed => seed: u64,
 });
 
+/// Rows per bucket `N/B` of the default `RowScaled` configuration
+/// ([`BasisConfig::buckets_for`]): the CLI's measured default, 1.08 B/row
+/// with 1-byte `G_i` at d = 17 (docs/BASIS.md).
+pub const ROW_SCALED_ROWS_PER_BUCKET: u64 = 1000;
+
+/// Rows per bucket of the learned-scalar modes (`Shared`, `Signed`,
+/// `OwnGradient`), whose bucket moments steer every row's direction and
+/// so are shared by fewer rows (docs/BASIS.md: `Shared` at N/B = 50 already
+/// loses to row-wise AdaGrad).
+pub const LEARNED_SCALAR_ROWS_PER_BUCKET: u64 = 100;
+
 impl Default for BasisConfig {
+    /// [`BasisConfig::defaults_for`]`(Direction::RowScaled)`: the measured
+    /// default (see [Defaults](BasisConfig#defaults)).
     fn default() -> Self {
+        Self::defaults_for(Direction::RowScaled)
+    }
+}
+
+impl BasisConfig {
+    /// The measured default configuration of `direction` (row dimension 16):
+    /// `RowScaled` is [`Default`]; the learned-scalar modes differ in η
+    /// (0.003, the CLI's rate chosen on validation) and in the row scalar's
+    /// storage (f32, the learned scalar's measured setting).
+    pub const fn defaults_for(direction: Direction) -> Self {
+        let learned = !matches!(direction, Direction::RowScaled);
         Self {
             dim: 16,
-            lr: 1e-2,
+            lr: if learned { 3e-3 } else { 3e-2 },
             beta1: 0.9,
             beta2: 0.999,
             eps: 1e-8,
             weight_decay: 0.0,
             bias_correction: true,
-            direction: Direction::RowScaled,
+            direction,
             scalar_lr: 1e-2,
             scalar_clip: (0.1, 10.0),
             scalar_rule: ScalarRule::Normalized,
             scalar_lr_schedule: ScalarLrSchedule::Constant,
-            scalar_storage: ScalarStorage::F32,
+            scalar_storage: if learned {
+                ScalarStorage::F32
+            } else {
+                ScalarStorage::LogU8
+            },
             table_precision: TablePrecision::F32,
             bf16_eps_floor: 1e-6,
             nonfinite: NonFinitePolicy::Skip,
             grad_clip: None,
-            row_scale: RowScaleConfig::default(),
+            row_scale: RowScaleConfig::DEFAULT,
             row_index: RowIndex::Sparse,
             seed: 0x5EED_BA51_5000_0001,
+        }
+    }
+
+    /// Rows per bucket this configuration's direction was measured at:
+    /// [`ROW_SCALED_ROWS_PER_BUCKET`] (1000) for `RowScaled`,
+    /// [`LEARNED_SCALAR_ROWS_PER_BUCKET`] (100) for the others.
+    pub const fn rows_per_bucket(&self) -> u64 {
+        match self.direction {
+            Direction::RowScaled => ROW_SCALED_ROWS_PER_BUCKET,
+            _ => LEARNED_SCALAR_ROWS_PER_BUCKET,
+        }
+    }
+
+    /// The bucket count `B` for a table expected to hold `expected_rows`
+    /// rows: `⌈expected_rows / rows_per_bucket()⌉`, at least 1 (a table of
+    /// fewer rows than one bucket's share still needs a bucket; MovieLens'
+    /// 2 625 rows get 3, as measured), at most `u32::MAX`.
+    ///
+    /// ```
+    /// use basis_core::BasisConfig;
+    /// let config = BasisConfig::default();
+    /// assert_eq!(config.buckets_for(10_000_000), 10_000);
+    /// assert_eq!(config.buckets_for(2_625), 3);
+    /// assert_eq!(config.buckets_for(0), 1);
+    /// ```
+    pub const fn buckets_for(&self, expected_rows: u64) -> u32 {
+        let b = expected_rows.div_ceil(self.rows_per_bucket());
+        if b == 0 {
+            1
+        } else if b > u32::MAX as u64 {
+            u32::MAX
+        } else {
+            b as u32
         }
     }
 }
@@ -539,7 +666,13 @@ impl BasisConfig {
                     O::ScalarLrSchedule,
                     self.scalar_lr_schedule == d.scalar_lr_schedule,
                 ),
-                (O::ScalarStorage, self.scalar_storage == d.scalar_storage),
+                // Either default counts as unset: `Default` (1 byte) and
+                // the learned-scalar modes' own (f32).
+                (
+                    O::ScalarStorage,
+                    self.scalar_storage == d.scalar_storage
+                        || self.scalar_storage == Self::defaults_for(self.direction).scalar_storage,
+                ),
                 // OwnGradient keeps a bucket M only as a learning scalar's
                 // reference direction.
                 (

@@ -90,8 +90,9 @@ pub use basis::{Basis, BucketView, sign_of};
 pub use batch::MAX_GRAD_ABS;
 pub use builder::{LearnedScalarBuilder, RowScaledBuilder};
 pub use config::{
-    Accumulate, BasisConfig, ConfigOption, Direction, NonFinitePolicy, Profile, RowIndex,
-    RowScaleConfig, ScalarLrSchedule, ScalarRule, ScalarStorage, TablePrecision,
+    Accumulate, BasisConfig, ConfigOption, Direction, LEARNED_SCALAR_ROWS_PER_BUCKET,
+    NonFinitePolicy, Profile, ROW_SCALED_ROWS_PER_BUCKET, RowIndex, RowScaleConfig,
+    ScalarLrSchedule, ScalarRule, ScalarStorage, TablePrecision,
 };
 pub use error::{ConfigError, GrowError, StateError, StateField, StepError, TableError};
 pub use ftrl::{Ftrl, FtrlConfig};

@@ -166,10 +166,13 @@ fn gradient_clip_bounds_the_row_norm() {
 /// RowScaled: `V̂_ij = G_i·C_bj/mean_j C_bj` on a single hand-checked step.
 #[test]
 fn row_scaled_step_by_hand() {
+    // f32 `G_i`: the hand-computed values are exact, which the default
+    // 1-byte stochastic code is only in expectation.
     let c = BasisConfig::default()
         .with_dim(2)
         .with_lr(0.1)
         .with_eps(1e-8)
+        .with_scalar_storage(ScalarStorage::F32)
         .with_direction(Direction::RowScaled);
     let mut opt = Basis::new(c, OneChoice::new(1, 1).unwrap()).unwrap();
     let mut data = vec![0.0f32; 4];

@@ -92,7 +92,8 @@ fn a_frozen_scalar_refuses_its_options() {
             O::ScalarLrSchedule,
         ),
         (
-            |c| c.scalar_storage = ScalarStorage::LogU8,
+            // Neither default (1 byte, or f32 for the learned modes).
+            |c| c.scalar_storage = ScalarStorage::Bf16,
             O::ScalarStorage,
         ),
     ];

@@ -20,7 +20,9 @@ pub(crate) const BUCKETER_DIGEST: u32 = 0xadb2_f5f8;
 /// `num-traits/std` (the host test build does, through dev-dependencies) and
 /// the `libm` crate otherwise (wasm32 computes another value). `cargo xtask
 /// nostd` reports the wasm32 value next to this one.
-pub(crate) const BASIS_DIGEST_HOST: u32 = 0xef18_d135;
+// Re-pinned when `BasisConfig::default()` became the measured default
+// (1-byte scalars, lr 0.03): the workload builds on it.
+pub(crate) const BASIS_DIGEST_HOST: u32 = 0xfd0e_c035;
 
 /// SplitMix64 step: integer only, identical everywhere.
 fn splitmix(state: &mut u64) -> u64 {
