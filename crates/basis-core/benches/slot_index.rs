@@ -58,9 +58,7 @@ fn probes(n: usize) -> (Vec<u64>, Vec<u64>) {
 }
 
 fn sum_index(index: &SlotIndex, ids: &[u64]) -> u64 {
-    ids.iter()
-        .map(|&k| index.get(k).map_or(1, u64::from))
-        .sum()
+    ids.iter().map(|&k| index.get(k).map_or(1, u64::from)).sum()
 }
 
 fn sum_map(map: &HashMap<u64, u32, IdBuildHasher>, ids: &[u64]) -> u64 {

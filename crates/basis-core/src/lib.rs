@@ -61,6 +61,7 @@ pub mod exec;
 pub mod fuzzing;
 pub mod kernel;
 mod keys;
+mod low_precision;
 mod optimizer;
 mod quant;
 mod report;
@@ -89,6 +90,7 @@ pub use error::{ConfigError, GrowError, StateError, StateField, StepError, Table
 /// The `half` crate whose `bf16` [`bf16_stochastic`] returns, so users name
 /// it without pinning a version of their own.
 pub use half;
+pub use low_precision::{LowPrecisionRows, RowFormat, StepRows};
 pub use optimizer::SparseOptimizer;
 pub use quant::{LogCode, bf16_stochastic};
 pub use report::{Diagnostics, HISTOGRAM_BINS, MemoryReport, StepReport};

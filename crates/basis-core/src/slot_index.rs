@@ -84,6 +84,14 @@ pub enum IndexError {
         /// The id that could not be placed.
         key: u64,
     },
+    /// A row of the wrong length given to
+    /// [`LowPrecisionRows::try_push`](crate::LowPrecisionRows::try_push).
+    RowLength {
+        /// The table's `dim`.
+        expected: usize,
+        /// The row's length.
+        got: usize,
+    },
 }
 
 impl fmt::Display for IndexError {
@@ -93,6 +101,9 @@ impl fmt::Display for IndexError {
                 write!(f, "out of memory growing the slot index ({bytes} bytes)")
             }
             Self::Full => write!(f, "the slot index holds u32::MAX ids"),
+            Self::RowLength { expected, got } => {
+                write!(f, "a row of {got} values for a table of dim {expected}")
+            }
             Self::Clustered { key } => write!(
                 f,
                 "id {key} shares its home position with 255 others (adversarial ids? use a secret seed)"
