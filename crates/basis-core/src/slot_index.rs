@@ -21,6 +21,19 @@
 //!   than one segment (≤ 80 KiB) at a time, so memory grows without the 2×
 //!   transient of a rehash of the whole table.
 //!
+//! # Measured (`cargo bench -p basisopt-core --bench slot_index`)
+//! Bytes per id after growth: 13.91 at 10^6 ids (table 5.88 + keys 8.03),
+//! 13.70 at 10^7 (5.69 + 8.01), against 35.65 and 28.52 for
+//! `hashbrown::HashMap<u64, u32>` (deterministic: same in both runs).
+//! Speed is the price today: in interleaved medians (2 runs, a shared
+//! 2-core machine at load 7–13) a lookup hit costs 3.7–4.0× hashbrown's
+//! at 10^6 ids and 6.2–7.3× at 10^7, a miss 4.8–7.6×, building 10^6 ids
+//! 5.8–6.3× (segment rebuilds re-read each id's key). perf puts the time on
+//! the three dependent loads of a probe (distance byte, slot, key by slot);
+//! a fingerprint byte per position or distance and slot in one record are
+//! the next things to try. Until then the optimizers' sparse state keeps
+//! its `hashbrown` map.
+//!
 //! Every allocation is fallible: growing returns [`IndexError::OutOfMemory`]
 //! and leaves the index as it was. [`SlotIndex::memory_bytes`] is the exact sum
 //! of the allocations' sizes.
