@@ -12,7 +12,7 @@ use crate::kernel::bias_corrections;
 use crate::optimizer::SparseOptimizer;
 use crate::report::{MemoryReport, StepReport};
 use crate::state::{Reader, Writer, kind};
-use crate::store::{SlotIndex, try_filled};
+use crate::store::{Slots, try_filled};
 use crate::table::RowAccess;
 
 /// Hyper-parameters of [`ExactAdam`] (PyTorch's defaults);
@@ -122,7 +122,7 @@ impl AdamConfig {
 #[derive(Debug, Clone)]
 pub struct ExactAdam {
     config: AdamConfig,
-    index: SlotIndex,
+    index: Slots,
     m: Vec<f32>,
     v: Vec<f32>,
     slots: usize,
@@ -144,7 +144,7 @@ impl ExactAdam {
         };
         let m = try_filled(rows, config.dim, 0.0)?;
         let v = try_filled(rows, config.dim, 0.0)?;
-        let index = SlotIndex::new(config.row_index);
+        let index = Slots::new(config.row_index);
         let slots = index.dense_rows();
         Ok(Self {
             config,
@@ -314,8 +314,8 @@ impl SparseOptimizer for ExactAdam {
         // A grown dense range (`grow_rows`) keeps its current rows: the
         // configured `rows` is only where it started (checked equal above).
         let mut index = match &self.index {
-            SlotIndex::Dense { rows } => SlotIndex::Dense { rows: *rows },
-            SlotIndex::Sparse { .. } => SlotIndex::new(self.config.row_index),
+            Slots::Dense { rows } => Slots::Dense { rows: *rows },
+            Slots::Sparse { .. } => Slots::new(self.config.row_index),
         };
         let mut m = Vec::with_capacity(slots * d);
         let mut v = Vec::with_capacity(slots * d);

@@ -245,3 +245,61 @@ fn build(v: Variant) -> Box<dyn SparseOptimizer> {
         _ => Box::new(Basis::new(config, DChoice::sparse(3, 2, 1).expect(valid)).expect(valid)),
     }
 }
+
+/// [`SlotIndex`](crate::SlotIndex) against a slow model (a key per slot
+/// and a `BTreeMap`): byte 0 picks the seed and a small segment size (so
+/// splits happen), then 3-byte ops: `op % 4` = insert (0, 1), remove (2),
+/// get (3) of the id `b1 | b2 << 56` (256 × 256 ids, clustered in the low
+/// and spread in the high bits).
+///
+/// # Panics
+/// When the index and the model disagree or an invariant breaks.
+pub fn slot_index(data: &[u8]) {
+    use alloc::collections::BTreeMap;
+    let Some((&sel, rest)) = data.split_first() else {
+        return;
+    };
+    let mut index = crate::SlotIndex::with_segment_max(u64::from(sel >> 2), 16 << (sel & 3));
+    let mut keys: Vec<u64> = Vec::new();
+    let mut slots: BTreeMap<u64, u32> = BTreeMap::new();
+    for (i, op) in rest.chunks_exact(3).enumerate() {
+        let key = u64::from(op[1]) | u64::from(op[2]) << 56;
+        match op[0] % 4 {
+            0 | 1 => {
+                let got = index.try_insert(key).expect("small tables always fit");
+                let want = match slots.get(&key) {
+                    Some(&s) => (s, false),
+                    None => {
+                        let s = keys.len() as u32;
+                        keys.push(key);
+                        slots.insert(key, s);
+                        (s, true)
+                    }
+                };
+                assert_eq!(got, want, "insert {key}");
+            }
+            2 => {
+                let got = index.remove(key);
+                let want = slots.remove(&key).map(|slot| {
+                    let last = keys.len() as u32 - 1;
+                    keys.swap_remove(slot as usize);
+                    let moved_from = (slot != last).then(|| {
+                        slots.insert(keys[slot as usize], slot);
+                        last
+                    });
+                    crate::Removed { slot, moved_from }
+                });
+                assert_eq!(got, want, "remove {key}");
+            }
+            _ => assert_eq!(index.get(key), slots.get(&key).copied(), "get {key}"),
+        }
+        if i % 64 == 63 {
+            index.check_invariants();
+        }
+    }
+    index.check_invariants();
+    assert_eq!(index.len(), keys.len());
+    let pairs: Vec<(u64, u32)> = index.iter().collect();
+    let want: Vec<(u64, u32)> = keys.iter().copied().zip(0u32..).collect();
+    assert_eq!(pairs, want);
+}

@@ -14,7 +14,7 @@ use core::mem::size_of;
 use crate::config::RowIndex;
 use crate::error::{ConfigError, GrowError, StateError, StateField};
 use crate::state::{Reader, Writer};
-use crate::store::{SlotIndex, try_filled};
+use crate::store::{Slots, try_filled};
 
 /// `width` values per slot, row-major.
 #[derive(Debug, Clone)]
@@ -73,14 +73,14 @@ impl<T: Copy> Lane<T> {
 /// Which slot holds each row's state, and how many slots there are.
 #[derive(Debug, Clone)]
 pub(crate) struct RowSlots {
-    pub(crate) index: SlotIndex,
+    pub(crate) index: Slots,
     pub(crate) slots: usize,
 }
 
 impl RowSlots {
     /// Empty (sparse) or the whole dense range.
     pub(crate) fn new(row_index: RowIndex) -> Self {
-        let index = SlotIndex::new(row_index);
+        let index = Slots::new(row_index);
         let slots = index.dense_rows();
         Self { index, slots }
     }
@@ -174,8 +174,8 @@ impl RowSlots {
         r.ensure(slots, per_slot + if dense { 0 } else { 8 })?;
         // A grown dense range keeps its current rows (checked equal above).
         let mut index = match &self.index {
-            SlotIndex::Dense { rows } => SlotIndex::Dense { rows: *rows },
-            SlotIndex::Sparse { .. } => SlotIndex::new(RowIndex::Sparse),
+            Slots::Dense { rows } => Slots::Dense { rows: *rows },
+            Slots::Sparse { .. } => Slots::new(RowIndex::Sparse),
         };
         let mut last = None;
         for s in 0..slots {

@@ -88,7 +88,7 @@ pub(crate) fn try_filled<T: Clone>(
 
 /// Id → slot.
 #[derive(Debug, Clone)]
-pub(crate) enum SlotIndex {
+pub(crate) enum Slots {
     Dense {
         rows: u64,
     },
@@ -97,7 +97,7 @@ pub(crate) enum SlotIndex {
     },
 }
 
-impl SlotIndex {
+impl Slots {
     pub(crate) fn new(index: RowIndex) -> Self {
         match index {
             RowIndex::Dense { rows } => Self::Dense { rows },
@@ -219,7 +219,7 @@ pub(crate) enum Codes {
 /// optional per-row saturating update counter.
 #[derive(Debug, Clone)]
 pub(crate) struct ScalarStore {
-    pub(crate) index: SlotIndex,
+    pub(crate) index: Slots,
     pub(crate) codes: Codes,
     pub(crate) counts: Option<Vec<u16>>,
     /// The value of a row never written.
@@ -250,7 +250,7 @@ impl ScalarStore {
         } else {
             None
         };
-        let index = SlotIndex::new(index);
+        let index = Slots::new(index);
         // The allocations above succeeded, so `rows` fits a usize.
         let n = index.dense_rows();
         Ok(Self {
@@ -411,11 +411,11 @@ impl ScalarStore {
         r.ensure(n, value_size + if dense { 0 } else { 8 })?;
         let mut out = Self {
             index: match &self.index {
-                SlotIndex::Dense { rows } => SlotIndex::Dense { rows: *rows },
-                SlotIndex::Sparse { .. } => {
+                Slots::Dense { rows } => Slots::Dense { rows: *rows },
+                Slots::Sparse { .. } => {
                     let mut map = HashMap::with_hasher(IdBuildHasher);
                     map.reserve(n);
-                    SlotIndex::Sparse { map }
+                    Slots::Sparse { map }
                 }
             },
             codes: match &self.codes {
@@ -429,7 +429,7 @@ impl ScalarStore {
         };
         let mut last: Option<u64> = None;
         for slot in 0..n {
-            if let SlotIndex::Sparse { map } = &mut out.index {
+            if let Slots::Sparse { map } = &mut out.index {
                 let id = r.u64()?;
                 if last.is_some_and(|l| l >= id) {
                     return Err(StateError::Malformed);
