@@ -97,7 +97,7 @@ fn libm_floor(q: f64) -> f64 {
     (q as u64) as f64
 }
 
-/// Rows of `dim` values in format `T`, by `u64` id; see the [module docs](self).
+/// Rows of `dim` values in format `T`, by `u64` id, stored compactly and updated with stochastic rounding.
 ///
 /// ```
 /// use basis_core::{LowPrecisionRows, RowAccess, Sgd, SparseOptimizer};
