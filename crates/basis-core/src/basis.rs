@@ -5,7 +5,6 @@ use core::mem::size_of;
 
 use balanced_hash::{Bucketer, SignHash};
 use half::bf16;
-use num_traits::Float;
 
 use crate::batch::{MergeRules, Merged, apply_row, clip_row, merge_with, resize_for_overwrite};
 use crate::config::{
@@ -451,7 +450,10 @@ impl<H: Bucketer> Basis<H> {
         let (lo, hi) = if c.direction == Direction::RowScaled {
             c.row_scale.log2_range
         } else {
-            (Float::log2(c.scalar_clip.0), Float::log2(c.scalar_clip.1))
+            (
+                crate::math::log2(c.scalar_clip.0),
+                crate::math::log2(c.scalar_clip.1),
+            )
         };
         let mut diag = Diagnostics {
             bucket_loads: alloc::vec![0; self.bucket_steps.len()],
@@ -461,7 +463,7 @@ impl<H: Bucketer> Basis<H> {
             ..Diagnostics::default()
         };
         for (i, e) in diag.histogram_edges.iter_mut().enumerate() {
-            *e = Float::exp2(lo + (hi - lo) * i as f32 / HISTOGRAM_BINS as f32);
+            *e = crate::math::exp2(lo + (hi - lo) * i as f32 / HISTOGRAM_BINS as f32);
         }
         // Bounds as stored: a compact format may round a bound by one step.
         let tol = match c.scalar_storage {
@@ -479,7 +481,7 @@ impl<H: Bucketer> Basis<H> {
                 at_max += u64::from(s >= c.scalar_clip.1 * (1.0 - tol));
             }
             let pos = if s > 0.0 {
-                (Float::log2(s) - lo) / (hi - lo)
+                (crate::math::log2(s) - lo) / (hi - lo)
             } else {
                 0.0
             };
