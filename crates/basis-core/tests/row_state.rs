@@ -11,8 +11,9 @@ mod common;
 
 use balanced_hash::OneChoice;
 use basis_core::{
-    AdamConfig, Basis, BasisConfig, DenseTable, ExactAdam, RowIndex, RowStateError,
-    RowStateUnsupported, SparseOptimizer, StateError,
+    Adam8bit, AdamConfig, Basis, BasisConfig, DenseTable, ExactAdam, Ftrl, FtrlConfig,
+    PartialRowwiseAdam, RowIndex, RowStateError, RowStateUnsupported, RowStepAdam, SparseOptimizer,
+    StateError,
 };
 use common::Rng;
 use proptest::prelude::*;
@@ -38,10 +39,35 @@ fn movable() -> Vec<(&'static str, Make)> {
         })
     };
     let _ = basis;
-    vec![(
-        "adam",
-        Box::new(move |i| Box::new(ExactAdam::new(adam(i)).unwrap())),
-    )]
+    vec![
+        (
+            "adam",
+            Box::new(move |i| Box::new(ExactAdam::new(adam(i)).unwrap())),
+        ),
+        (
+            "partial-rowwise-adam",
+            Box::new(move |i| Box::new(PartialRowwiseAdam::new(adam(i)).unwrap())),
+        ),
+        (
+            "rowstep-adam",
+            Box::new(move |i| Box::new(RowStepAdam::new(adam(i)).unwrap())),
+        ),
+        (
+            "ftrl",
+            Box::new(|i| {
+                let c = FtrlConfig::default()
+                    .with_dim(DIM)
+                    .with_l1(0.01)
+                    .with_row_index(i);
+                Box::new(Ftrl::new(c).unwrap())
+            }),
+        ),
+        // Blocks of 2 over d = 3: two blocks per row, the last one short.
+        (
+            "adam8bit",
+            Box::new(move |i| Box::new(Adam8bit::new(adam(i), 2).unwrap())),
+        ),
+    ]
 }
 
 /// A table of `ROWS` rows whose row `slot` starts from `key`'s values.
