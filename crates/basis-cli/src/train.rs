@@ -1,14 +1,18 @@
-//! The single-process training loop (mini-batch FM training with one sparse
-//! optimizer, per-epoch evaluation, checkpoints) and [`train`], which picks
-//! the loop of a run: this one, the replicated one (`parallel.rs`) or the
-//! sharded one (`shard/`). What they share is in `crate::run`.
+//! [`train`], which picks the step strategy of a run for the one training
+//! loop (`crate::run::train_loop`): this file's single process (mini-batch
+//! FM training with one sparse optimizer and f32 Adam on the dense
+//! parameters, one checkpoint file), the replicated ranks (`parallel.rs`)
+//! or the row-sharded ranks (`shard/`).
 
 use crate::checkpoint::{self, Checkpoint};
 use crate::data::Dataset;
-use crate::model::{DenseAdam, Grads};
-use crate::optim;
+use crate::model::{DenseAdam, Fm, Grads};
+use crate::optim::{self, Optimizer};
 use crate::rng::Rng;
-use crate::run::{EpochPoint, Run, RunResult, build_model, evaluate, finish};
+use crate::run::{
+    At, EpochPoint, Progress, Run, RunResult, Step, Strategy, Timing, build_model, evaluate,
+    finish, train_loop,
+};
 use std::path::Path;
 use std::time::Instant;
 
@@ -85,96 +89,132 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
         }
     }
     let start = Instant::now();
-    let mut fm = build_model(ds, m)?;
+    let fm = build_model(ds, m)?;
     let d = fm.dim();
-    let mut opt = optim::build(run.spec, ds.rows, d, m.seed)?;
-    let mut dense_opt = DenseAdam::new(fm.dense.len(), m.dense_lr);
-    let mut rng = Rng::derive(m.seed, 0x0DE5);
-    let mut curve: Vec<EpochPoint> = Vec::new();
-    let mut nonfinite = 0u64;
-    let mut epoch0 = 0;
-    let (fp, options) = fingerprint(ds, run);
-    if let (true, Some(path)) = (run.resume, &run.checkpoint) {
-        let c = checkpoint::load(path, fp, &options).map_err(|e| e.to_string())?;
+    let (fingerprint, options) = fingerprint(ds, run);
+    let single = Single {
+        ds,
+        run,
+        opt: optim::build(run.spec, ds.rows, d, m.seed)?,
+        dense_opt: DenseAdam::new(fm.dense.len(), m.dense_lr),
+        grads: Grads::new(&fm, ds.rows),
+        fm,
+        fingerprint,
+        options,
+    };
+    train_loop(run, single, start)?.ok_or_else(|| "no result".into())
+}
+
+/// The single-process strategy: the whole table, its sparse optimizer and
+/// f32 Adam on the dense parameters in this process.
+struct Single<'a> {
+    ds: &'a Dataset,
+    run: &'a Run<'a>,
+    fm: Fm,
+    opt: Optimizer,
+    dense_opt: DenseAdam,
+    /// Reused across steps.
+    grads: Grads,
+    /// The checkpoint's [`fingerprint`] and its option lines.
+    fingerprint: u64,
+    options: String,
+}
+
+impl Strategy for Single<'_> {
+    fn examples(&self) -> usize {
+        self.ds.train.len()
+    }
+
+    fn bar(&self) -> (String, bool) {
+        (String::new(), true)
+    }
+
+    fn restore(&mut self, path: &Path) -> Result<Progress, String> {
+        let c =
+            checkpoint::load(path, self.fingerprint, &self.options).map_err(|e| e.to_string())?;
+        let fm = &mut self.fm;
         if c.table.len() != fm.table.len() || c.dense.len() != fm.dense.len() {
             let e = checkpoint::CheckpointError::Mismatch {
-                path: path.clone(),
+                path: path.to_path_buf(),
                 differs: None,
             };
             return Err(e.to_string());
         }
         fm.table = c.table;
         fm.dense = c.dense;
-        dense_opt.m = c.dense_m;
-        dense_opt.v = c.dense_v;
-        dense_opt.t = c.dense_t;
-        opt.import_state(&c.optimizer)
+        self.dense_opt.m = c.dense_m;
+        self.dense_opt.v = c.dense_v;
+        self.dense_opt.t = c.dense_t;
+        self.opt
+            .import_state(&c.optimizer)
             .map_err(|e| format!("checkpoint {}: optimizer state: {e}", path.display()))?;
-        rng = Rng::new(c.rng_state);
-        nonfinite = c.nonfinite;
-        curve = serde_json::from_str(&c.history).map_err(|e| format!("checkpoint history: {e}"))?;
-        epoch0 = c.epoch;
+        Ok(Progress {
+            epoch: c.epoch,
+            rng: Rng::new(c.rng_state),
+            nonfinite: c.nonfinite,
+            curve: serde_json::from_str(&c.history)
+                .map_err(|e| format!("checkpoint history: {e}"))?,
+        })
     }
-    let n = ds.train.len();
-    let mut grads = Grads::new(&fm, ds.rows);
-    let mut order: Vec<usize> = (0..n).collect();
-    let batches = n.div_ceil(m.batch);
-    for epoch in epoch0..m.epochs {
-        let bar = crate::progress::count(
-            batches as u64,
-            &format!("{} epoch {}/{}", run.spec.label, epoch + 1, m.epochs),
-            run.progress,
+
+    fn step(&mut self, batch: &[usize], at: At) -> Result<Step, String> {
+        let (m, fm, grads) = (self.run.model, &mut self.fm, &mut self.grads);
+        grads.compute(fm, &self.ds.train, batch, m.l2)?;
+        crate::validate::finite_loss(grads.loss, at.epoch, at.step, &self.run.spec.label)?;
+        let d = fm.dim();
+        let rep = self.opt.step(&grads.ids, &grads.rows, &mut fm.table, d)?;
+        if grads.dense.iter().all(|g| g.is_finite()) {
+            self.dense_opt.step(&mut fm.dense, &grads.dense);
+        }
+        Ok(Step {
+            loss: grads.loss,
+            nonfinite: rep.rows_skipped_nonfinite as u64,
+        })
+    }
+
+    fn evaluate(&mut self, epoch: u32, train_loss: f64) -> Result<Option<EpochPoint>, String> {
+        Ok(Some(evaluate(&self.fm, self.ds, epoch, train_loss)))
+    }
+
+    fn save(&mut self, path: &Path, progress: &Progress) -> Result<(), String> {
+        let c = Checkpoint {
+            fingerprint: self.fingerprint,
+            epoch: progress.epoch,
+            rng_state: progress.rng.state(),
+            nonfinite: progress.nonfinite,
+            table: self.fm.table.clone(),
+            dense: self.fm.dense.clone(),
+            dense_m: self.dense_opt.m.clone(),
+            dense_v: self.dense_opt.v.clone(),
+            dense_t: self.dense_opt.t,
+            optimizer: self.opt.export_state(),
+            history: serde_json::to_string(&progress.curve).map_err(|e| e.to_string())?,
+            options: self.options.clone(),
+            shard: None,
+        };
+        checkpoint::save(path, &c).map_err(|e| e.to_string())
+    }
+
+    fn finish(self, progress: Progress, timing: Timing) -> Result<Option<RunResult>, String> {
+        let Progress {
+            curve, nonfinite, ..
+        } = progress;
+        let final_metrics = curve
+            .last()
+            .cloned()
+            .unwrap_or_else(|| evaluate(&self.fm, self.ds, 0, f64::NAN));
+        let (fm, opt) = (&self.fm, &self.opt);
+        let out = finish(
+            self.ds,
+            self.run,
+            fm,
+            opt,
+            curve,
+            final_metrics,
+            nonfinite,
+            timing.start,
+            None,
         );
-        for (i, o) in order.iter_mut().enumerate() {
-            *o = i;
-        }
-        rng.shuffle(&mut order);
-        let mut loss_sum = 0.0;
-        for (step, batch) in order.chunks(m.batch).enumerate() {
-            grads.compute(&fm, &ds.train, batch, m.l2)?;
-            loss_sum += grads.loss;
-            crate::validate::finite_loss(grads.loss, epoch + 1, step + 1, &run.spec.label)?;
-            let rep = opt.step(&grads.ids, &grads.rows, &mut fm.table, d)?;
-            nonfinite += rep.rows_skipped_nonfinite as u64;
-            if grads.dense.iter().all(|g| g.is_finite()) {
-                dense_opt.step(&mut fm.dense, &grads.dense);
-            }
-            bar.inc(1);
-        }
-        bar.finish_and_clear();
-        curve.push(evaluate(&fm, ds, epoch + 1, loss_sum / n as f64));
-        if let Some(path) = &run.checkpoint {
-            let c = Checkpoint {
-                fingerprint: fp,
-                epoch: epoch + 1,
-                rng_state: rng.state(),
-                nonfinite,
-                table: fm.table.clone(),
-                dense: fm.dense.clone(),
-                dense_m: dense_opt.m.clone(),
-                dense_v: dense_opt.v.clone(),
-                dense_t: dense_opt.t,
-                optimizer: opt.export_state(),
-                history: serde_json::to_string(&curve).map_err(|e| e.to_string())?,
-                options: options.clone(),
-                shard: None,
-            };
-            checkpoint::save(path, &c).map_err(|e| e.to_string())?;
-        }
+        Ok(Some(out))
     }
-    let final_metrics = curve
-        .last()
-        .cloned()
-        .unwrap_or_else(|| evaluate(&fm, ds, 0, f64::NAN));
-    Ok(finish(
-        ds,
-        run,
-        &fm,
-        &opt,
-        curve,
-        final_metrics,
-        nonfinite,
-        start,
-        None,
-    ))
 }
