@@ -1,5 +1,8 @@
-//! Data-parallel training over `P` ranks (`--workers P`): in-process threads
-//! connected by `basis-std`'s `LocalComm`.
+//! The replicated strategy of the training loop: a full replica of the
+//! model and of the sparse optimizer in a single process (f32 Adam on the
+//! dense parameters, checkpoints), or on every rank of data-parallel
+//! training over `P` ranks (`--workers P`): in-process threads connected by
+//! `basis-std`'s `LocalComm`.
 //!
 //! Every rank holds a full replica of the model and of the sparse optimizer
 //! (same seed, so the replicas start equal). Each global mini-batch is split
@@ -23,12 +26,14 @@
 //! With the `mpi` feature under `mpirun`, the ranks are MPI processes
 //! (the `mpi` module) running the same [`rank_main`].
 
+use crate::checkpoint::{self, Checkpoint};
 use crate::data::Dataset;
-use crate::model::{Fm, Grads};
+use crate::model::{DenseAdam, Fm, Grads};
 use crate::optim::{self, Optimizer};
+use crate::rng::Rng;
 use crate::run::{
-    At, CommBytes, EpochPoint, Progress, Run, RunResult, Step, Strategy, Timing, evaluate, finish,
-    on_local_ranks, share, train_loop,
+    CommBytes, EpochPoint, Progress, Run, RunResult, Step, StepAt, Strategy, Timing, build_model,
+    evaluate, finish, on_local_ranks, share,
 };
 use comm_traits::{CommStats, Communicator};
 use onebit_adam::OneBitAdam;
@@ -65,59 +70,89 @@ pub(crate) fn rank_main(
     comm: &mut dyn Communicator,
     every_rank_evaluates: bool,
 ) -> Result<Option<RunResult>, String> {
-    let m = run.model;
     let start = Instant::now();
-    let fm = crate::run::build_model(ds, m)?;
-    let rank = Replicated {
-        ds,
-        run,
+    let mut replica = Replica::new(ds, run, (0, String::new()))?;
+    let dense = replica.fm.dense.len();
+    replica.ranks = Some(Ranks {
         evaluates: every_rank_evaluates || comm.rank() == 0,
         // An MPI communicator lives for the whole process: count this run only.
         stats_before: comm.stats(),
-        opt: optim::build(run.spec, ds.rows, fm.dim(), m.seed)?,
-        dense_opt: crate::run::dense_optimizer(m, fm.dense.len(), ds.train.len())?,
-        grads: Grads::new(&fm, ds.rows),
-        fm,
         comm,
+        dense_opt: crate::run::dense_optimizer(run.model, dense, ds.train.len())?,
         bytes: CommBytes::default(),
         ids: Vec::new(),
         rows: Vec::new(),
-    };
-    train_loop(run, rank, start)
+    });
+    crate::run::train_loop(run, replica, start)
 }
 
-/// The replicated strategy: a full replica of the model and of the sparse
-/// optimizer on every rank, kept equal by applying the same gathered rows.
-struct Replicated<'a> {
+/// A full replica of the model and its sparse optimizer, alone in this
+/// process or one of the data-parallel ranks ([`Ranks`]).
+pub(crate) struct Replica<'a> {
     ds: &'a Dataset,
     run: &'a Run<'a>,
+    /// The other replicas (`None`: a single process).
+    ranks: Option<Ranks<'a>>,
+    fm: Fm,
+    opt: Optimizer,
+    /// A single process's dense optimizer (f32 Adam).
+    adam: DenseAdam,
+    /// A single process's checkpoint fingerprint and option lines.
+    fingerprint: (u64, String),
+    /// Reused across steps.
+    grads: Grads,
+}
+
+/// What a replica on one of several ranks adds.
+struct Ranks<'a> {
     comm: &'a mut dyn Communicator,
     /// Whether this rank evaluates and reports.
     evaluates: bool,
     stats_before: CommStats,
-    fm: Fm,
-    opt: Optimizer,
     dense_opt: OneBitAdam,
     bytes: CommBytes,
-    /// Reused across steps: this rank's gradients, the gathered rows.
-    grads: Grads,
+    /// Every rank's rows of the step (reused).
     ids: Vec<u64>,
     rows: Vec<f32>,
 }
 
-impl Replicated<'_> {
+impl<'a> Replica<'a> {
+    /// `run`'s model and optimizers, as a single process (checkpoints with
+    /// `fingerprint`); the ranks' part is added by [`rank_main`].
+    ///
+    /// Fails when the model or the optimizer cannot be built.
+    pub(crate) fn new(
+        ds: &'a Dataset,
+        run: &'a Run<'a>,
+        fingerprint: (u64, String),
+    ) -> Result<Self, String> {
+        let fm = build_model(ds, run.model)?;
+        Ok(Self {
+            ds,
+            run,
+            ranks: None,
+            opt: optim::build(run.spec, ds.rows, fm.dim(), run.model.seed)?,
+            adam: DenseAdam::new(fm.dense.len(), run.model.dense_lr),
+            grads: Grads::new(&fm, ds.rows),
+            fm,
+            fingerprint,
+        })
+    }
+}
+
+impl Ranks<'_> {
     /// All-gather every rank's `(row id, gradient)` list (counts first,
-    /// then the lists padded to the longest) into `self.ids`/`self.rows`.
-    fn gather_rows(&mut self) -> Result<(), String> {
-        let (comm, d) = (&mut *self.comm, self.fm.dim());
-        let (rank, p) = (comm.rank(), comm.size());
+    /// then the lists padded to the longest) into `ids` and `rows`.
+    fn gather(&mut self, grads: &Grads, d: usize) -> Result<(), String> {
+        let (rank, p) = (self.comm.rank(), self.comm.size());
         let comm_err = |e: comm_traits::CommError| format!("rank {rank}: {e}");
         let row_bytes = 8 + 4 * d;
-        let grads = &self.grads;
         let mut count = [0u8; 8];
         count.copy_from_slice(&(grads.ids.len() as u64).to_le_bytes());
         let mut counts = vec![0u8; 8 * p];
-        comm.all_gather(&count, &mut counts).map_err(comm_err)?;
+        self.comm
+            .all_gather(&count, &mut counts)
+            .map_err(comm_err)?;
         let counts: Vec<usize> = counts
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as usize)
@@ -132,13 +167,12 @@ impl Replicated<'_> {
             }
         }
         let mut recv = vec![0u8; max * row_bytes * p];
-        comm.all_gather(&send, &mut recv).map_err(comm_err)?;
+        self.comm.all_gather(&send, &mut recv).map_err(comm_err)?;
         self.ids.clear();
         self.rows.clear();
         for (r, &c) in counts.iter().enumerate() {
             for k in 0..c {
-                let at = (r * max + k) * row_bytes;
-                let rec = &recv[at..at + row_bytes];
+                let rec = &recv[(r * max + k) * row_bytes..][..row_bytes];
                 self.ids
                     .push(u64::from_le_bytes(rec[..8].try_into().unwrap_or([0; 8])));
                 self.rows.extend(
@@ -152,44 +186,86 @@ impl Replicated<'_> {
     }
 }
 
-impl Strategy for Replicated<'_> {
+impl Strategy for Replica<'_> {
     fn examples(&self) -> usize {
         self.ds.train.len()
     }
 
     fn bar(&self) -> (String, bool) {
-        (format!(" ×{}", self.comm.size()), self.comm.rank() == 0)
+        match &self.ranks {
+            None => (String::new(), true),
+            Some(r) => (format!(" ×{}", r.comm.size()), r.comm.rank() == 0),
+        }
     }
 
-    fn restore(&mut self, _: &Path) -> Result<Progress, String> {
-        Err("--checkpoint is not supported with --workers > 1".into())
-    }
-
-    fn step(&mut self, batch: &[usize], at: At) -> Result<Step, String> {
-        let m = self.run.model;
-        let (rank, p) = (self.comm.rank(), self.comm.size());
-        let mine = share(batch, rank, p);
-        let d = self.fm.dim();
-        self.grads
-            .compute_scaled(&self.fm, &self.ds.train, &mine, m.l2, batch.len())?;
-        // Sparse: every rank steps the concatenation of all ranks' rows.
-        let before_sparse = self.comm.stats().bytes_sent;
-        self.gather_rows()?;
-        self.bytes.sparse += self.comm.stats().bytes_sent - before_sparse;
+    /// A single process's file (the dispatch refuses `--checkpoint` with ranks).
+    fn restore(&mut self, path: &Path) -> Result<Progress, String> {
+        let (fp, options) = &self.fingerprint;
+        let c = checkpoint::load(path, *fp, options).map_err(|e| e.to_string())?;
         let fm = &mut self.fm;
-        let rep = self.opt.step(&self.ids, &self.rows, &mut fm.table, d)?;
+        if c.table.len() != fm.table.len() || c.dense.len() != fm.dense.len() {
+            let e = checkpoint::CheckpointError::Mismatch {
+                path: path.to_path_buf(),
+                differs: None,
+            };
+            return Err(e.to_string());
+        }
+        fm.table = c.table;
+        fm.dense = c.dense;
+        (self.adam.m, self.adam.v, self.adam.t) = (c.dense_m, c.dense_v, c.dense_t);
+        self.opt
+            .import_state(&c.optimizer)
+            .map_err(|e| format!("checkpoint {}: optimizer state: {e}", path.display()))?;
+        Ok(Progress {
+            epoch: c.epoch,
+            rng: Rng::new(c.rng_state),
+            nonfinite: c.nonfinite,
+            curve: serde_json::from_str(&c.history)
+                .map_err(|e| format!("checkpoint history: {e}"))?,
+        })
+    }
+
+    fn step(&mut self, batch: &[usize], at: StepAt) -> Result<Step, String> {
+        let (m, d, label) = (self.run.model, self.fm.dim(), &self.run.spec.label);
+        let (rank, p) = self
+            .ranks
+            .as_ref()
+            .map_or((0, 1), |r| (r.comm.rank(), r.comm.size()));
+        let (g, fm) = (&mut self.grads, &mut self.fm);
+        let ex = &self.ds.train;
+        if p == 1 {
+            g.compute(fm, ex, batch, m.l2)?;
+        } else {
+            g.compute_scaled(fm, ex, &share(batch, rank, p), m.l2, batch.len())?;
+        }
+        let Some(ranks) = &mut self.ranks else {
+            crate::validate::finite_loss(g.loss, at.epoch, at.step, label)?;
+            let rep = self.opt.step(&g.ids, &g.rows, &mut fm.table, d)?;
+            if g.dense.iter().all(|g| g.is_finite()) {
+                self.adam.step(&mut fm.dense, &g.dense);
+            }
+            let nonfinite = rep.rows_skipped_nonfinite as u64;
+            return Ok(Step {
+                loss: g.loss,
+                nonfinite,
+            });
+        };
+        // Sparse: every rank steps the concatenation of all ranks' rows.
+        let before_sparse = ranks.comm.stats().bytes_sent;
+        ranks.gather(g, d)?;
+        ranks.bytes.sparse += ranks.comm.stats().bytes_sent - before_sparse;
+        let rep = self.opt.step(&ranks.ids, &ranks.rows, &mut fm.table, d)?;
         // Dense: 1-bit Adam averages over ranks; our shares sum to the batch mean.
-        let comm = &mut *self.comm;
-        let dense = self
+        let comm = &mut *ranks.comm;
+        let dense = ranks
             .dense_opt
-            .step_with_grad_scaled(comm, &mut fm.dense, &self.grads.dense, p as f32)
+            .step_with_grad_scaled(comm, &mut fm.dense, &g.dense, p as f32)
             .map_err(|e| format!("rank {rank}: {:?}: {e}", m.dense_opt))?;
-        self.bytes.dense += dense.bytes.bytes_sent;
-        let mut loss = [self.grads.loss as f32];
+        ranks.bytes.dense += dense.bytes.bytes_sent;
+        let mut loss = [g.loss as f32];
         comm.all_reduce_sum(&mut loss)
             .map_err(|e| format!("rank {rank}: {e}"))?;
         // The summed loss is the same on every rank: all stop together.
-        let label = &self.run.spec.label;
         crate::validate::finite_loss(f64::from(loss[0]), at.epoch, at.step, label)?;
         Ok(Step {
             loss: f64::from(loss[0]),
@@ -198,33 +274,50 @@ impl Strategy for Replicated<'_> {
     }
 
     fn evaluate(&mut self, epoch: u32, train_loss: f64) -> Result<Option<EpochPoint>, String> {
-        Ok(self
-            .evaluates
-            .then(|| evaluate(&self.fm, self.ds, epoch, train_loss)))
+        let evaluates = self.ranks.as_ref().is_none_or(|r| r.evaluates);
+        Ok(evaluates.then(|| evaluate(&self.fm, self.ds, epoch, train_loss)))
     }
 
-    fn save(&mut self, _: &Path, _: &Progress) -> Result<(), String> {
-        Err("--checkpoint is not supported with --workers > 1".into())
+    /// A single process's file (the dispatch refuses `--checkpoint` with ranks).
+    fn save(&mut self, path: &Path, progress: &Progress) -> Result<(), String> {
+        let c = Checkpoint {
+            fingerprint: self.fingerprint.0,
+            epoch: progress.epoch,
+            rng_state: progress.rng.state(),
+            nonfinite: progress.nonfinite,
+            table: self.fm.table.clone(),
+            dense: self.fm.dense.clone(),
+            dense_m: self.adam.m.clone(),
+            dense_v: self.adam.v.clone(),
+            dense_t: self.adam.t,
+            optimizer: self.opt.export_state(),
+            history: serde_json::to_string(&progress.curve).map_err(|e| e.to_string())?,
+            options: self.fingerprint.1.clone(),
+            shard: None,
+        };
+        checkpoint::save(path, &c).map_err(|e| e.to_string())
     }
 
-    fn finish(mut self, progress: Progress, timing: Timing) -> Result<Option<RunResult>, String> {
-        if !self.evaluates {
-            return Ok(None);
-        }
+    fn finish(self, progress: Progress, timing: Timing) -> Result<Option<RunResult>, String> {
+        let bytes = match self.ranks {
+            Some(r) if !r.evaluates => return Ok(None),
+            Some(r) => Some(CommBytes {
+                total: r.comm.stats().since(&r.stats_before).bytes_sent,
+                ..r.bytes
+            }),
+            None => None,
+        };
         let Progress {
             curve, nonfinite, ..
         } = progress;
-        let final_metrics = curve
-            .last()
-            .cloned()
-            .unwrap_or_else(|| evaluate(&self.fm, self.ds, 0, f64::NAN));
-        self.bytes.total = self.comm.stats().since(&self.stats_before).bytes_sent;
-        let (fm, opt, bytes) = (&self.fm, &self.opt, Some(self.bytes));
+        let (ds, fm) = (self.ds, &self.fm);
+        let last = curve.last().cloned();
+        let final_metrics = last.unwrap_or_else(|| evaluate(fm, ds, 0, f64::NAN));
         let out = finish(
-            self.ds,
+            ds,
             self.run,
             fm,
-            opt,
+            &self.opt,
             curve,
             final_metrics,
             nonfinite,

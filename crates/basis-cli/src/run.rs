@@ -271,15 +271,16 @@ pub(crate) struct Progress {
     pub(crate) curve: Vec<EpochPoint>,
 }
 
-/// Where a training step is.
+/// Where a training step is, for its errors.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct At {
+pub(crate) struct StepAt {
+    /// Examples in the whole batch (a rank's share of it computes the
+    /// gradients of the batch mean).
+    pub(crate) batch_len: usize,
     /// 1-based epoch.
     pub(crate) epoch: u32,
     /// 1-based step within the epoch.
     pub(crate) step: usize,
-    /// 0-based step counted over all epochs (the fault hook's clock).
-    pub(crate) global: u64,
 }
 
 /// What one training step leaves behind.
@@ -323,7 +324,7 @@ pub(crate) trait Strategy {
     fn restore(&mut self, base: &Path) -> Result<Progress, String>;
 
     /// One training step on the examples at positions `batch`.
-    fn step(&mut self, batch: &[usize], at: At) -> Result<Step, String>;
+    fn step(&mut self, batch: &[usize], at: StepAt) -> Result<Step, String>;
 
     /// The metrics after `epoch` (`None` on a rank that does not evaluate).
     fn evaluate(&mut self, epoch: u32, train_loss: f64) -> Result<Option<EpochPoint>, String>;
@@ -387,10 +388,10 @@ pub(crate) fn train_loop(
                 in_order.extend(range);
                 &in_order
             };
-            let at = At {
+            let at = StepAt {
+                batch_len: batch.len(),
                 epoch: epoch + 1,
                 step: b + 1,
-                global: u64::from(epoch) * batches as u64 + b as u64,
             };
             let step = s.step(batch, at)?;
             progress.nonfinite += step.nonfinite;

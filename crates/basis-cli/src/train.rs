@@ -1,18 +1,14 @@
 //! [`train`], which picks the step strategy of a run for the one training
-//! loop (`crate::run::train_loop`): this file's single process (mini-batch
-//! FM training with one sparse optimizer and f32 Adam on the dense
-//! parameters, one checkpoint file), the replicated ranks (`parallel.rs`)
-//! or the row-sharded ranks (`shard/`).
+//! loop (`crate::run::train_loop`): one replica in this process (one sparse
+//! optimizer, f32 Adam on the dense parameters, one checkpoint file; the
+//! replicated strategy of `parallel.rs` without ranks), replicas on
+//! `--workers P` ranks (`parallel.rs`) or the row-sharded ranks (`shard/`),
+//! and the fingerprint of a single process's checkpoint.
 
-use crate::checkpoint::{self, Checkpoint};
+use crate::checkpoint;
 use crate::data::Dataset;
-use crate::model::{DenseAdam, Fm, Grads};
-use crate::optim::{self, Optimizer};
-use crate::rng::Rng;
-use crate::run::{
-    At, EpochPoint, Progress, Run, RunResult, Step, Strategy, Timing, build_model, evaluate,
-    finish, train_loop,
-};
+use crate::parallel::Replica;
+use crate::run::{Run, RunResult, train_loop};
 use std::path::Path;
 use std::time::Instant;
 
@@ -89,132 +85,6 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
         }
     }
     let start = Instant::now();
-    let fm = build_model(ds, m)?;
-    let d = fm.dim();
-    let (fingerprint, options) = fingerprint(ds, run);
-    let single = Single {
-        ds,
-        run,
-        opt: optim::build(run.spec, ds.rows, d, m.seed)?,
-        dense_opt: DenseAdam::new(fm.dense.len(), m.dense_lr),
-        grads: Grads::new(&fm, ds.rows),
-        fm,
-        fingerprint,
-        options,
-    };
+    let single = Replica::new(ds, run, fingerprint(ds, run))?;
     train_loop(run, single, start)?.ok_or_else(|| "no result".into())
-}
-
-/// The single-process strategy: the whole table, its sparse optimizer and
-/// f32 Adam on the dense parameters in this process.
-struct Single<'a> {
-    ds: &'a Dataset,
-    run: &'a Run<'a>,
-    fm: Fm,
-    opt: Optimizer,
-    dense_opt: DenseAdam,
-    /// Reused across steps.
-    grads: Grads,
-    /// The checkpoint's [`fingerprint`] and its option lines.
-    fingerprint: u64,
-    options: String,
-}
-
-impl Strategy for Single<'_> {
-    fn examples(&self) -> usize {
-        self.ds.train.len()
-    }
-
-    fn bar(&self) -> (String, bool) {
-        (String::new(), true)
-    }
-
-    fn restore(&mut self, path: &Path) -> Result<Progress, String> {
-        let c =
-            checkpoint::load(path, self.fingerprint, &self.options).map_err(|e| e.to_string())?;
-        let fm = &mut self.fm;
-        if c.table.len() != fm.table.len() || c.dense.len() != fm.dense.len() {
-            let e = checkpoint::CheckpointError::Mismatch {
-                path: path.to_path_buf(),
-                differs: None,
-            };
-            return Err(e.to_string());
-        }
-        fm.table = c.table;
-        fm.dense = c.dense;
-        self.dense_opt.m = c.dense_m;
-        self.dense_opt.v = c.dense_v;
-        self.dense_opt.t = c.dense_t;
-        self.opt
-            .import_state(&c.optimizer)
-            .map_err(|e| format!("checkpoint {}: optimizer state: {e}", path.display()))?;
-        Ok(Progress {
-            epoch: c.epoch,
-            rng: Rng::new(c.rng_state),
-            nonfinite: c.nonfinite,
-            curve: serde_json::from_str(&c.history)
-                .map_err(|e| format!("checkpoint history: {e}"))?,
-        })
-    }
-
-    fn step(&mut self, batch: &[usize], at: At) -> Result<Step, String> {
-        let (m, fm, grads) = (self.run.model, &mut self.fm, &mut self.grads);
-        grads.compute(fm, &self.ds.train, batch, m.l2)?;
-        crate::validate::finite_loss(grads.loss, at.epoch, at.step, &self.run.spec.label)?;
-        let d = fm.dim();
-        let rep = self.opt.step(&grads.ids, &grads.rows, &mut fm.table, d)?;
-        if grads.dense.iter().all(|g| g.is_finite()) {
-            self.dense_opt.step(&mut fm.dense, &grads.dense);
-        }
-        Ok(Step {
-            loss: grads.loss,
-            nonfinite: rep.rows_skipped_nonfinite as u64,
-        })
-    }
-
-    fn evaluate(&mut self, epoch: u32, train_loss: f64) -> Result<Option<EpochPoint>, String> {
-        Ok(Some(evaluate(&self.fm, self.ds, epoch, train_loss)))
-    }
-
-    fn save(&mut self, path: &Path, progress: &Progress) -> Result<(), String> {
-        let c = Checkpoint {
-            fingerprint: self.fingerprint,
-            epoch: progress.epoch,
-            rng_state: progress.rng.state(),
-            nonfinite: progress.nonfinite,
-            table: self.fm.table.clone(),
-            dense: self.fm.dense.clone(),
-            dense_m: self.dense_opt.m.clone(),
-            dense_v: self.dense_opt.v.clone(),
-            dense_t: self.dense_opt.t,
-            optimizer: self.opt.export_state(),
-            history: serde_json::to_string(&progress.curve).map_err(|e| e.to_string())?,
-            options: self.options.clone(),
-            shard: None,
-        };
-        checkpoint::save(path, &c).map_err(|e| e.to_string())
-    }
-
-    fn finish(self, progress: Progress, timing: Timing) -> Result<Option<RunResult>, String> {
-        let Progress {
-            curve, nonfinite, ..
-        } = progress;
-        let final_metrics = curve
-            .last()
-            .cloned()
-            .unwrap_or_else(|| evaluate(&self.fm, self.ds, 0, f64::NAN));
-        let (fm, opt) = (&self.fm, &self.opt);
-        let out = finish(
-            self.ds,
-            self.run,
-            fm,
-            opt,
-            curve,
-            final_metrics,
-            nonfinite,
-            timing.start,
-            None,
-        );
-        Ok(Some(out))
-    }
 }

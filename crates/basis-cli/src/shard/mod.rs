@@ -32,7 +32,7 @@ use crate::model::{Fm, Grads};
 use crate::optim::{self, Optimizer};
 use crate::rng::Rng;
 use crate::run::{
-    At, EpochPoint, Progress, Run, RunResult, Step, Strategy, Timing, finish, on_local_ranks,
+    EpochPoint, Progress, Run, RunResult, Step, StepAt, Strategy, Timing, finish, on_local_ranks,
     share, train_loop,
 };
 use basis_shard::{Batch, OwnerRule, RowInit, ShardedTable, TableConfig};
@@ -152,18 +152,6 @@ struct Rank {
     dense_kind: crate::deep::DenseOpt,
     /// The sparse optimizer's label (named when the loss diverges).
     label: String,
-}
-
-/// Where a training step is, for its errors.
-#[derive(Debug, Clone, Copy)]
-struct StepAt {
-    /// Examples in the whole batch (every share's gradients are of the
-    /// batch mean).
-    batch_len: usize,
-    /// 1-based epoch.
-    epoch: u32,
-    /// 1-based step within the epoch.
-    step: usize,
 }
 
 impl Rank {
@@ -449,17 +437,14 @@ impl Strategy for Sharded<'_> {
         local
     }
 
-    fn step(&mut self, batch: &[usize], at: At) -> Result<Step, String> {
+    fn step(&mut self, batch: &[usize], at: StepAt) -> Result<Step, String> {
         let (rank, p) = (self.comm.rank(), self.comm.size());
         if let Some(f) = &self.fault {
-            f.check(rank, at.global)?;
+            // The global step, 0-based, counted over epochs.
+            let batches = self.examples().div_ceil(self.run.model.batch) as u64;
+            f.check(rank, u64::from(at.epoch - 1) * batches + at.step as u64 - 1)?;
         }
         let sh = self.sources.0.share(&share(batch, rank, p));
-        let at = StepAt {
-            batch_len: batch.len(),
-            epoch: at.epoch,
-            step: at.step,
-        };
         let (dense_opt, grads) = (&mut self.dense_opt, &mut self.grads);
         self.me.train_step(self.comm, &sh, at, dense_opt, grads)
     }

@@ -3,10 +3,10 @@
 //! on an option, and a rank that dies mid-step.
 
 use super::*;
-use basis_std::local::LocalComm;
-use core::time::Duration;
 use crate::cli::{Cli, Command, TrainArgs};
+use basis_std::local::LocalComm;
 use clap::Parser;
+use core::time::Duration;
 use std::sync::mpsc;
 
 fn args(extra: &[&str]) -> TrainArgs {
