@@ -28,10 +28,11 @@
 //!    targets are installed with `rustup target add` when missing; a machine
 //!    that cannot fetch them fails the check rather than skipping it.
 //! 5. Same results there: `crates/basis-core/tests/portable/digest.rs` (CRCs
-//!    over d-choice saved state, and over BASIS blobs, after fixed workloads,
+//!    over d-choice saved state, over BASIS blobs, and over the other
+//!    optimizers' blobs, after fixed workloads,
 //!    pinned by that crate's `tests/portable.rs` on the host) is built into a
 //!    wasm32 module and run under Node.js (installed from Debian's `nodejs`
-//!    when missing); both digests must equal the pinned ones. wasm32
+//!    when missing); all three digests must equal the pinned ones. wasm32
 //!    has 32-bit pointers, so a saved layout or placement that hangs on
 //!    pointer width fails here, and no C library: a BASIS result that
 //!    depends on the platform's `exp`/`exp2`/`log2`/`powf` fails too
@@ -135,10 +136,10 @@ pub(crate) fn run(_args: &[String]) -> Result<(), String> {
     }
 
     // Proof 5: the same digest on wasm32 as pinned on the host.
-    let (bucketers, basis) = wasm_digest(&target_dir)?;
+    let (bucketers, basis, others) = wasm_digest(&target_dir)?;
     eprintln!(
-        "nostd: wasm32 d-choice state digest {bucketers:#010x} and BASIS digest {basis:#010x} \
-         equal the host's pinned values"
+        "nostd: wasm32 digests equal the host's pinned values: d-choice state \
+         {bucketers:#010x}, BASIS {basis:#010x}, other optimizers {others:#010x}"
     );
 
     // Proof 2: freestanding host binary, linked. The explicit `--target`
@@ -235,9 +236,9 @@ fn embedded_builds(target: &str, target_dir: &Path) -> Result<usize, String> {
 }
 
 /// Builds the portable digest (see proof 5) for `wasm32-unknown-unknown`,
-/// runs it under Node.js and checks both digests against the pinned values;
+/// runs it under Node.js and checks the three digests against the pinned values;
 /// returns them.
-fn wasm_digest(target_dir: &Path) -> Result<(u32, u32), String> {
+fn wasm_digest(target_dir: &Path) -> Result<(u32, u32, u32), String> {
     const WASM: &str = "wasm32-unknown-unknown";
     let root = root();
     let dir = root.join("target").join("portable-digest");
@@ -272,16 +273,18 @@ extern crate alloc;
 #[path = {:?}]
 mod portable;
 
-/// Digest `i` (0: d-choice state, 1: BASIS) computed on this target.
+/// Digest `i` (0: d-choice state, 1: BASIS, 2: the other optimizers)
+/// computed on this target.
 #[unsafe(no_mangle)]
 pub extern "C" fn part(i: u32) -> u32 {{
-    portable::digests()[(i & 1) as usize]
+    portable::digests()[(i % 3) as usize]
 }}
 
 /// Digest `i` as pinned on the host.
 #[unsafe(no_mangle)]
 pub extern "C" fn pinned(i: u32) -> u32 {{
-    [portable::BUCKETER_DIGEST, portable::BASIS_DIGEST_HOST][(i & 1) as usize]
+    [portable::BUCKETER_DIGEST, portable::BASIS_DIGEST_HOST, portable::OTHERS_DIGEST]
+        [(i % 3) as usize]
 }}
 "#,
         crates.join("basis-core/tests/portable/digest.rs")
@@ -316,7 +319,7 @@ pub extern "C" fn pinned(i: u32) -> u32 {{
     let script = format!(
         "const m = new WebAssembly.Module(require('fs').readFileSync({:?})); \
          const e = new WebAssembly.Instance(m, {{}}).exports; \
-         console.log([0, 1].map(i => (e.part(i) >>> 0) + ' ' + (e.pinned(i) >>> 0)).join(' '));",
+         console.log([0, 1, 2].map(i => (e.part(i) >>> 0) + ' ' + (e.pinned(i) >>> 0)).join(' '));",
         module
     );
     let out = Command::new("node")
@@ -335,17 +338,23 @@ pub extern "C" fn pinned(i: u32) -> u32 {{
         .filter_map(|w| w.parse().ok())
         .collect();
     match numbers[..] {
-        [got, pinned, basis, basis_host] if got == pinned && basis == basis_host => {
-            Ok((got, basis))
+        [got, pinned, basis, basis_host, others, others_host]
+            if got == pinned && basis == basis_host && others == others_host =>
+        {
+            Ok((got, basis, others))
         }
         [got, pinned, ..] if got != pinned => Err(format!(
             "wasm32 computes d-choice state digest {got:#010x}, the host pinned {pinned:#010x}: \
              the saved layout or the placement differs between targets"
         )),
-        [_, _, basis, basis_host] => Err(format!(
+        [_, _, basis, basis_host, ..] if basis != basis_host => Err(format!(
             "wasm32 computes BASIS digest {basis:#010x}, the host pinned {basis_host:#010x}: \
              a BASIS result or the blob layout differs between targets (a float function \
              that is not the `libm` crate's on every target?)"
+        )),
+        [_, _, _, _, others, others_host] => Err(format!(
+            "wasm32 computes the other optimizers' digest {others:#010x}, the host pinned \
+             {others_host:#010x}: a result or a blob layout differs between targets"
         )),
         _ => Err(format!(
             "unexpected output from the wasm32 digest: {stdout:?}"
