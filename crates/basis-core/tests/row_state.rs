@@ -396,6 +396,20 @@ fn bad_moves_are_refused_and_change_nothing() {
             assert_eq!(b.import_rows(&slots, &bytes), Err(want), "{name}");
             assert_eq!(b.export_state(), saved, "{name}: changed on error");
         }
+        // Any corrupted byte is refused (checksum or header), nothing
+        // changes; the intact blob is taken by a fresh optimizer.
+        let mut fresh = make(RowIndex::Dense { rows: ROWS as u64 });
+        let empty = fresh.export_state();
+        for at in 0..blob.len() {
+            let mut bad = blob.clone();
+            bad[at] ^= 0x5a;
+            assert!(
+                fresh.import_rows(&[3, 4], &bad).is_err(),
+                "{name}: byte {at}"
+            );
+        }
+        assert_eq!(fresh.export_state(), empty, "{name}: changed on error");
+        fresh.import_rows(&[3, 4], &blob).unwrap();
         // A whole-state blob is not a row blob.
         let whole = a.export_state();
         assert!(
