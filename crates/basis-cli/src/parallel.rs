@@ -179,7 +179,7 @@ pub(crate) fn rank_main(
         .cloned()
         .unwrap_or_else(|| evaluate(&fm, ds, 0, f64::NAN));
     bytes.total = comm.stats().since(&stats_before).bytes_sent;
-    Ok(Some(finish(
+    let mut out = finish(
         ds,
         run,
         &fm,
@@ -189,7 +189,9 @@ pub(crate) fn rank_main(
         nonfinite,
         start,
         Some(bytes),
-    )))
+    );
+    out.dense_freeze_step = crate::deep::freeze_step_reached(m.dense_opt, &dense_opt);
+    Ok(Some(out))
 }
 
 /// Whether this process prints and writes results (false on MPI ranks > 0).

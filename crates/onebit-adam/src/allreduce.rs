@@ -172,6 +172,15 @@ impl AllReduceState {
         copy_error(self.server.as_ref())
     }
 
+    /// Elements in both error buffers (`N + N/P`; 0 before first use).
+    pub(crate) fn error_len(&self) -> usize {
+        [&self.worker, &self.server]
+            .into_iter()
+            .flatten()
+            .map(Compressor::len)
+            .sum()
+    }
+
     /// `‖e_w‖₂`, `‖e_s‖₂`.
     pub fn error_norms(&self) -> ErrorNorms {
         ErrorNorms {

@@ -31,6 +31,7 @@ use onebit_codec::{Compressor, CompressorConfig, ErrorFeedback, ScaleKind};
 use crate::OneBitError;
 use crate::allreduce::{self, AllReduceState, ErrorNorms};
 use crate::dense::{AdamW, Kernel, PackedRuns};
+use crate::freeze::{FreezePolicy, FreezeTracker};
 use crate::header::{self, Op};
 
 /// How a parameter group communicates after the freeze.
@@ -84,16 +85,19 @@ pub enum Variant {
 
 /// Hyper-parameters; `Default` holds the reference values (DeepSpeed
 /// `OnebitAdam`: lr 1e-3, betas (0.9, 0.999), eps 1e-8, no weight decay,
-/// freeze_step 100000, no bias correction). `#[non_exhaustive]`: build it
-/// from [`Default`] with the `with_*` setters (or [`Config::staged`]).
+/// no bias correction) except the freeze: DeepSpeed's `freeze_step` 100000
+/// never compresses a short run, so the default is
+/// [`FreezePolicy::Auto`] (the warm-up ends when `v` has settled).
+/// `#[non_exhaustive]`: build it from [`Default`] with the `with_*` setters
+/// (or [`Config::staged`]).
 ///
 /// ```
-/// use onebit_adam::Config;
+/// use onebit_adam::{Config, FreezePolicy};
 ///
 /// let config = Config::default().with_lr(1e-2).with_freeze_step(10);
-/// assert_eq!((config.lr, config.freeze_step), (1e-2, 10));
+/// assert_eq!((config.lr, config.freeze), (1e-2, FreezePolicy::Fixed(10)));
 /// let staged = Config::default().staged(1000);
-/// assert_eq!((staged.freeze_step, staged.final_full_after), (100, Some(900)));
+/// assert_eq!((staged.freeze, staged.final_full_after), (FreezePolicy::Fixed(100), Some(900)));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -109,9 +113,11 @@ pub struct Config {
     pub eps: f32,
     /// Decoupled weight decay λ (groups may override it).
     pub weight_decay: f32,
-    /// Last warm-up step: steps `1..=freeze_step` are full precision and
-    /// update `v`; `v` of 1-bit groups is frozen afterwards. Must be ≥ 1.
-    pub freeze_step: u64,
+    /// When the warm-up ends: steps up to the freeze are full precision and
+    /// update `v`; `v` of 1-bit groups is frozen afterwards. Default
+    /// [`FreezePolicy::Auto`] with [`crate::AutoFreeze::default`];
+    /// [`Config::with_freeze_step`] sets a fixed step.
+    pub freeze: FreezePolicy,
     /// Divide by `1−β₁ᵗ` and `1−β₂^{t_v}` (off in the reference).
     pub bias_correction: bool,
     /// What the 1-bit stage compresses.
@@ -131,7 +137,7 @@ onebit_codec::with_setters!(Config {
     with_beta2 => beta2: f32,
     with_eps => eps: f32,
     with_weight_decay => weight_decay: f32,
-    with_freeze_step => freeze_step: u64,
+    with_freeze => freeze: FreezePolicy,
     with_bias_correction => bias_correction: bool,
     with_variant => variant: Variant,
     with_final_full_after => final_full_after: Option<u64>,
@@ -146,7 +152,7 @@ impl Default for Config {
             beta2: 0.999,
             eps: 1e-8,
             weight_decay: 0.0,
-            freeze_step: 100_000,
+            freeze: FreezePolicy::default(),
             bias_correction: false,
             variant: Variant::Momentum,
             final_full_after: None,
@@ -156,12 +162,21 @@ impl Default for Config {
 }
 
 impl Config {
+    /// A fixed last warm-up step `n` ([`FreezePolicy::Fixed`]; must be ≥ 1),
+    /// DeepSpeed's `freeze_step`.
+    pub fn with_freeze_step(self, n: u64) -> Self {
+        Self {
+            freeze: FreezePolicy::Fixed(n),
+            ..self
+        }
+    }
+
     /// The staged schedule for a run of `total_steps`: full
     /// precision for the first 10 %, 1-bit for the middle 80 %, full precision
     /// for the last 10 %.
     pub fn staged(self, total_steps: u64) -> Self {
         Self {
-            freeze_step: (total_steps / 10).max(1),
+            freeze: FreezePolicy::Fixed((total_steps / 10).max(1)),
             final_full_after: Some(total_steps - total_steps / 10),
             ..self
         }
@@ -170,30 +185,28 @@ impl Config {
     fn validate(&self) -> Result<(), OneBitError> {
         let unit = |x: f32| (0.0..1.0).contains(&x);
         if !(self.lr.is_finite() && self.lr >= 0.0) {
-            return Err(OneBitError::Config("lr"));
+            return Err(OneBitError::Config("lr must be finite and >= 0"));
         }
         if !unit(self.beta1) {
-            return Err(OneBitError::Config("beta1"));
+            return Err(OneBitError::Config("beta1 must be in [0, 1)"));
         }
         if !unit(self.beta2) {
-            return Err(OneBitError::Config("beta2"));
+            return Err(OneBitError::Config("beta2 must be in [0, 1)"));
         }
         if !(self.eps.is_finite() && self.eps > 0.0) {
-            return Err(OneBitError::Config("eps"));
+            return Err(OneBitError::Config("eps must be finite and > 0"));
         }
         if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
-            return Err(OneBitError::Config("weight_decay"));
+            return Err(OneBitError::Config("weight_decay must be finite and >= 0"));
         }
-        if self.freeze_step == 0 {
-            return Err(OneBitError::Config("freeze_step"));
-        }
+        self.freeze.validate()?;
         if self.error_reset_every == Some(0) {
-            return Err(OneBitError::Config("error_reset_every"));
+            return Err(OneBitError::Config("error_reset_every must be >= 1"));
         }
         if let Variant::DecayedGradient { beta, .. } = self.variant
             && !(0.0..=1.0).contains(&beta)
         {
-            return Err(OneBitError::Config("variant beta"));
+            return Err(OneBitError::Config("variant beta must be in [0, 1]"));
         }
         Ok(())
     }
@@ -326,6 +339,14 @@ pub(crate) struct Frozen {
     denom: Vec<f32>,
 }
 
+impl Frozen {
+    /// Bytes of its vectors (lengths).
+    pub(crate) fn bytes(&self) -> usize {
+        self.live.len() * core::mem::size_of::<Range<usize>>()
+            + self.denom.len() * core::mem::size_of::<f32>()
+    }
+}
+
 /// The 1-bit Adam optimizer for one rank. Every rank builds it with the same
 /// config and groups and calls [`OneBitAdam::step`] in lockstep.
 ///
@@ -377,6 +398,8 @@ pub struct OneBitAdam {
     scratch_bits: Vec<u8>,
     scratch_gather: Vec<u8>,
     scratch_packed: Vec<f32>,
+    /// Where the run is in its [`FreezePolicy`].
+    pub(crate) freeze: FreezeTracker,
 }
 
 impl OneBitAdam {
@@ -401,7 +424,9 @@ impl OneBitAdam {
             if let Some(wd) = spec.weight_decay
                 && !(wd.is_finite() && wd >= 0.0)
             {
-                return Err(OneBitError::Config("group weight_decay"));
+                return Err(OneBitError::Config(
+                    "group weight_decay must be finite and >= 0",
+                ));
             }
             states.push(GroupState {
                 spec,
@@ -429,7 +454,15 @@ impl OneBitAdam {
             scratch_bits: Vec::new(),
             scratch_gather: Vec::new(),
             scratch_packed: Vec::new(),
+            freeze: FreezeTracker::new(config.freeze),
         })
+    }
+
+    /// Bytes of the per-step buffers (lengths).
+    pub(crate) fn scratch_bytes(&self) -> usize {
+        (self.scratch.len() + self.scratch_packed.len()) * core::mem::size_of::<f32>()
+            + self.scratch_bits.len()
+            + self.scratch_gather.len()
     }
 
     /// Number of parameters.
@@ -468,9 +501,25 @@ impl OneBitAdam {
         self.zero.iter().filter(|&&z| z).count()
     }
 
-    /// The stage step `t` (1-based) runs in.
+    /// The last warm-up step, once it is known: from the start for
+    /// [`FreezePolicy::Fixed`], from the step that decided it for
+    /// [`FreezePolicy::Auto`] (`None` before). The same on every rank.
+    pub fn frozen_at(&self) -> Option<u64> {
+        self.freeze.frozen_at
+    }
+
+    /// The last relative change `‖v̂ − v̂_snap‖₁ / ‖v̂‖₁` the automatic
+    /// freeze measured (`None` before its first measure, and always for
+    /// [`FreezePolicy::Fixed`]): what the threshold was compared with.
+    pub fn freeze_change(&self) -> Option<f64> {
+        self.freeze.last_change
+    }
+
+    /// The stage step `t` (1-based) runs in. Under [`FreezePolicy::Auto`]
+    /// every step after the last completed one is `Warmup` until the
+    /// freeze is decided (it is decided at the end of a warm-up step).
     pub fn stage_of(&self, t: u64) -> Stage {
-        if t <= self.config.freeze_step {
+        if self.freeze.is_warmup(t) {
             Stage::Warmup
         } else if self.config.final_full_after.is_some_and(|f| t > f) {
             Stage::FinalFull
@@ -637,6 +686,22 @@ impl OneBitAdam {
             Variant::DecayedGradient { .. } => 2,
             Variant::PreconditionedMomentum => 3,
         });
+        // The freeze rule and the step it decided: ranks that disagree fail
+        // together at this header instead of running other collectives.
+        match self.config.freeze {
+            FreezePolicy::Fixed(n) => {
+                eat(1);
+                eat(n);
+            }
+            FreezePolicy::Auto(a) => {
+                eat(2);
+                eat(a.window);
+                eat(a.threshold.to_bits());
+                eat(a.min_step);
+                eat(a.max_step);
+            }
+        }
+        eat(self.freeze.frozen_at.unwrap_or(0));
         h
     }
 
@@ -770,6 +835,9 @@ impl OneBitAdam {
         }
         self.scratch = g;
         self.step = t;
+        if stage == Stage::Warmup {
+            self.observe_warmup(t);
+        }
         if stage == Stage::Compressed {
             self.compressed_steps += 1;
             if let Some(k) = self.config.error_reset_every
@@ -783,6 +851,25 @@ impl OneBitAdam {
             stage,
             bytes: comm.stats().since(&before),
         })
+    }
+
+    /// The automatic freeze's look at `v̂` after warm-up step `t`.
+    fn observe_warmup(&mut self, t: u64) {
+        let c = self.config;
+        let v = &self.v;
+        let vhat = self
+            .groups
+            .iter()
+            .filter(|g| g.spec.policy == Policy::OneBit)
+            .map(move |g| {
+                let bc2 = if c.bias_correction {
+                    (1.0 - Float::powi(f64::from(c.beta2), clamp_i32(g.v_updates))) as f32
+                } else {
+                    1.0
+                };
+                (&v[g.range.clone()], bc2)
+            });
+        self.freeze.observe(&c.freeze, t, vhat);
     }
 
     /// Mean all-reduce of the gradient, then one fused dense Adam(W) pass

@@ -11,7 +11,8 @@ use basis_std::local::LocalComm;
 use comm_traits::{CommStats, Communicator, SingleRank};
 use onebit_adam::testing::{LogisticProblem, run_steps};
 use onebit_adam::{
-    Config, GroupSpec, OneBitAdam, OneBitError, ScaleKind, Stage, StateError, StepReport, Variant,
+    AutoFreeze, Config, FreezePolicy, GroupSpec, OneBitAdam, OneBitError, ScaleKind, Stage,
+    StateError, StepReport, Variant,
 };
 
 fn bits(v: &[f32]) -> Vec<u32> {
@@ -349,7 +350,10 @@ fn groups_freeze_only_one_bit_variance_and_staged_schedule_resumes_it() {
     let d = pb.params();
     let groups = [GroupSpec::one_bit(150), GroupSpec::full_precision(d - 150)];
     let cfg = Config::default().with_lr(0.01).staged(30);
-    assert_eq!((cfg.freeze_step, cfg.final_full_after), (3, Some(27)));
+    assert_eq!(
+        (cfg.freeze.fixed_step(), cfg.final_full_after),
+        (Some(3), Some(27))
+    );
     let stages_and_v: Vec<(Vec<Stage>, Vec<Vec<f32>>)> = LocalComm::run(RANKS, |mut c| {
         let mut opt = OneBitAdam::with_groups(&groups, cfg).unwrap();
         let mut x = vec![0.0f32; d];
@@ -443,19 +447,54 @@ fn accumulation_averages_micro_batches() {
 #[test]
 fn config_is_validated() {
     let bad = |c: Config| OneBitAdam::new(4, c).err();
-    assert_eq!(
-        bad(Config::default().with_freeze_step(0)),
-        Some(OneBitError::Config("freeze_step"))
-    );
-    assert_eq!(
-        bad(Config::default().with_beta1(1.0)),
-        Some(OneBitError::Config("beta1"))
-    );
-    assert_eq!(
-        bad(Config::default().with_eps(0.0)),
-        Some(OneBitError::Config("eps"))
-    );
+    let auto = |a: AutoFreeze| Config::default().with_freeze(FreezePolicy::Auto(a));
+    // Each error names the constraint the field breaks, not only the field.
+    let cases = [
+        (
+            Config::default().with_freeze_step(0),
+            "freeze_step must be >= 1",
+        ),
+        (Config::default().with_beta1(1.0), "beta1 must be in [0, 1)"),
+        (
+            Config::default().with_eps(0.0),
+            "eps must be finite and > 0",
+        ),
+        (
+            Config::default().with_lr(f32::NAN),
+            "lr must be finite and >= 0",
+        ),
+        (
+            auto(AutoFreeze::default().with_window(0)),
+            "auto freeze window must be >= 1",
+        ),
+        (
+            auto(AutoFreeze::default().with_threshold(1.0)),
+            "auto freeze threshold must be finite and in (0, 1)",
+        ),
+        (
+            auto(AutoFreeze::default().with_threshold(0.0)),
+            "auto freeze threshold must be finite and in (0, 1)",
+        ),
+        (
+            auto(AutoFreeze::default().with_threshold(f64::NAN)),
+            "auto freeze threshold must be finite and in (0, 1)",
+        ),
+        (
+            auto(AutoFreeze::default().with_min_step(0)),
+            "auto freeze min_step must be >= 1",
+        ),
+        (
+            auto(AutoFreeze::default().with_min_step(10).with_max_step(9)),
+            "auto freeze max_step must be >= min_step",
+        ),
+    ];
+    for (config, message) in cases {
+        let e = bad(config).unwrap();
+        assert_eq!(e, OneBitError::Config(message));
+        assert_eq!(e.to_string(), format!("invalid configuration: {message}"));
+    }
     assert!(bad(Config::default()).is_none());
+    assert!(bad(Config::default().with_freeze_step(1)).is_none());
     let _ = Communicator::size(&SingleRank::default());
 }
 
