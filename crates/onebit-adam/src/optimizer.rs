@@ -30,7 +30,7 @@ use onebit_codec::{Compressor, CompressorConfig, ErrorFeedback, ScaleKind};
 
 use crate::OneBitError;
 use crate::allreduce::{self, AllReduceState, ErrorNorms};
-use crate::dense::{AdamW, Kernel, PackedRuns};
+use crate::dense::{AdamW, Kernel, PackedRuns, PackedSigns};
 use crate::freeze::{FreezePolicy, FreezeTracker};
 use crate::header::{self, Op};
 
@@ -944,10 +944,11 @@ impl OneBitAdam {
             Variant::Momentum if frozen.count == m.len() => {
                 // Every coordinate live (the usual dense case): the momentum
                 // `β₁m + (1−β₁)g` is formed inside the worker compressor's one
-                // pass and the reduced result lands in `m` directly (the
-                // same bits as the gather path below).
+                // pass; the reduced result stays as server signs until
+                // `finish_one_bit` decodes it into `m` in the update's pass
+                // (the same bits as the gather path below).
                 let state = &mut self.groups[gi].allreduce;
-                allreduce::reduce_counted(comm, m, Some((b1, g)), state).map(|_| ())
+                allreduce::reduce_counted_signs(comm, m, Some((b1, g)), state).map(|_| ())
             }
             Variant::Momentum => {
                 for_runs(runs, &mut packed, |r, out| {
@@ -972,9 +973,9 @@ impl OneBitAdam {
                     }
                 });
                 // `m = u·d` is formed by `finish_one_bit`, in the update's
-                // pass; `packed` holds `u` until then.
+                // pass, decoding `u` from the server signs as it goes.
                 let state = &mut self.groups[gi].allreduce;
-                allreduce::reduce_counted(comm, &mut packed, None, state).map(|_| ())
+                allreduce::reduce_counted_signs(comm, &packed, None, state).map(|_| ())
             }
             Variant::DecayedGradient { beta, scale } => {
                 for_runs(runs, &mut packed, |r, out| out.copy_from_slice(&g[r]));
@@ -1074,25 +1075,40 @@ impl OneBitAdam {
         }
     }
 
-    /// The update after [`Self::one_bit_group`]: for
-    /// `PreconditionedMomentum` the fused `m = u·d` and update over the
-    /// reduced `u` still in `scratch_packed` (the frozen denominators are
-    /// the update's own), else [`Self::update`].
+    /// The update after [`Self::one_bit_group`], decoding the reduced
+    /// result the all-reduce left as server signs in the update's own pass:
+    /// `PreconditionedMomentum`: the fused `m = u·d` and update (the frozen
+    /// denominators are the update's own); `Momentum` with every
+    /// coordinate live: `m` decoded block by block, each block updated
+    /// while in cache; else (`m` already holds the result) [`Self::update`].
     fn finish_one_bit(&mut self, gi: usize, t: u64, x: &mut [f32]) -> Result<(), OneBitError> {
+        let h = self.hyper(gi, t);
         let group = &self.groups[gi];
+        let range = group.range.clone();
+        let p = group.allreduce.shape.map_or(1, |s| s.ranks);
         match (&self.config.variant, &group.frozen) {
-            (Variant::PreconditionedMomentum, Some(f)) => {
-                let range = group.range.clone();
-                self.hyper(gi, t).update_preconditioned(
+            (Variant::PreconditionedMomentum, Some(f)) => h.update_preconditioned(
+                Kernel::detect(),
+                x,
+                &mut self.m[range.clone()],
+                &self.v[range],
+                PackedRuns {
+                    live: &f.live,
+                    u: PackedSigns {
+                        signs: allreduce::server_signs(&group.allreduce, f.count, p)?,
+                        len: f.count,
+                    },
+                    d: &f.denom,
+                },
+            ),
+            (Variant::Momentum, Some(f)) if f.count == range.len() && f.count > 0 => {
+                let signs = allreduce::server_signs(&group.allreduce, f.count, p)?;
+                h.update_decoded(
                     Kernel::detect(),
                     x,
                     &mut self.m[range.clone()],
                     &self.v[range],
-                    PackedRuns {
-                        live: &f.live,
-                        u: &self.scratch_packed,
-                        d: &f.denom,
-                    },
+                    signs,
                 )
             }
             _ => self.update(gi, t, x),

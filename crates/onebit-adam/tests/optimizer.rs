@@ -509,7 +509,8 @@ fn config_is_validated() {
 fn all_live_fused_path_matches_the_plain_recipe() {
     use onebit_adam::{AdamW, AllReduceState, Kernel, compressed_allreduce};
     let (ranks, steps, freeze) = (2usize, 12u64, 4u64);
-    for n in [64usize, 1000, 4099] {
+    // 40 000: many decode blocks, chunk boundaries inside them.
+    for n in [64usize, 1000, 4099, 40_000] {
         let grad = |rank: usize, t: u64| -> Vec<f32> {
             (0..n)
                 .map(|i| ((i * 31 + rank * 7 + t as usize * 13) % 97) as f32 / 48.0 - 1.0 + 1e-3)
@@ -640,7 +641,14 @@ fn preconditioned_momentum_keeps_badly_scaled_coordinates_at_adam_steps() {
 fn preconditioned_momentum_matches_the_plain_recipe() {
     use onebit_adam::{AdamW, AllReduceState, Kernel, compressed_allreduce};
     let (ranks, steps, freeze, swap_at) = (3usize, 14u64, 5u64, 9u64);
-    for (n, dead_every) in [(1000usize, None), (4099, Some(7usize)), (64, Some(2))] {
+    // (5000, 1500): live runs longer than a decode block, starting at
+    // unaligned packed offsets, with chunk boundaries inside them.
+    for (n, dead_every) in [
+        (1000usize, None),
+        (4099, Some(7usize)),
+        (64, Some(2)),
+        (5000, Some(1500)),
+    ] {
         let dead = |i: usize| dead_every.is_some_and(|k| i % k == k / 2);
         let grad = |rank: usize, t: u64| -> Vec<f32> {
             (0..n)
