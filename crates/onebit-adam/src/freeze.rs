@@ -77,15 +77,18 @@ impl FreezePolicy {
     }
 }
 
-/// The automatic freeze rule. `Default`: window 25 steps, threshold 0.05,
-/// `min_step` 50, `max_step` 100 000 (chosen on DeepFM towers; see
-/// `docs/ONEBIT_ADAM.md`, "Automatic freeze").
+/// The automatic freeze rule. `Default`: window 25 steps, threshold 0.05
+/// (chosen on a DeepFM tower against fixed fractions over seeds:
+/// `docs/ONEBIT_ADAM.md`, "Choosing the automatic freeze"), `min_step` 50,
+/// `max_step` 10 000 (a bound, not a measurement: whatever `v` does, a run
+/// longer than that compresses; a caller that knows its step budget should
+/// lower it, as the CLI does to a quarter of the run).
 ///
 /// ```
 /// use onebit_adam::AutoFreeze;
 ///
 /// let a = AutoFreeze::default();
-/// assert_eq!((a.window, a.threshold, a.min_step, a.max_step), (25, 0.05, 50, 100_000));
+/// assert_eq!((a.window, a.threshold, a.min_step, a.max_step), (25, 0.05, 50, 10_000));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -100,7 +103,7 @@ pub struct AutoFreeze {
     /// Never freeze before this step. Must be ≥ 1. Default 50.
     pub min_step: u64,
     /// Freeze at this step at the latest. Must be ≥ `min_step`.
-    /// Default 100 000.
+    /// Default 10 000.
     pub max_step: u64,
 }
 
@@ -110,7 +113,7 @@ impl Default for AutoFreeze {
             window: 25,
             threshold: 0.05,
             min_step: 50,
-            max_step: 100_000,
+            max_step: 10_000,
         }
     }
 }
