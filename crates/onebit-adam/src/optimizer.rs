@@ -2,7 +2,8 @@
 //! `onebit/adam.py`), over one flat parameter vector split into groups.
 //!
 //! Per step `t` (1-based) and group, with `ḡ` the mean gradient over ranks:
-//! * **full-precision stage** (warm-up `t ≤ freeze_step`, every step of a
+//! * **full-precision stage** (the warm-up, up to the freeze step that
+//!   [`FreezePolicy`] fixes or decides; every step of a
 //!   [`Policy::FullPrecision`] group, and the final stage of a staged
 //!   schedule): `ḡ = all_reduce_sum(g)/P`, `m ← β₁m + (1−β₁)ḡ`,
 //!   `v ← β₂v + (1−β₂)ḡ²`;
@@ -39,7 +40,7 @@ use crate::header::{self, Op};
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum Policy {
-    /// Compressed momentum (1 bit per element) after `freeze_step`. The default.
+    /// Compressed momentum (1 bit per element) after the freeze. The default.
     #[default]
     OneBit,
     /// Full-precision mean all-reduce of gradients and plain Adam at every
@@ -267,7 +268,7 @@ impl GroupSpec {
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum Stage {
-    /// `t ≤ freeze_step`: full precision, `v` updated.
+    /// Up to the freeze ([`OneBitAdam::frozen_at`]): full precision, `v` updated.
     Warmup,
     /// 1-bit groups compressed, `v` frozen.
     Compressed,
@@ -352,7 +353,7 @@ impl Frozen {
 ///
 /// # Example
 ///
-/// Full-precision warm-up for `freeze_step` steps, then compressed momentum.
+/// Full-precision warm-up for a fixed 3 steps, then compressed momentum.
 /// With one rank ([`comm_traits::SingleRank`]) the all-reduce is the
 /// identity, so this is plain (then 1-bit-quantised) Adam:
 ///
