@@ -778,16 +778,23 @@ impl OneBitAdam {
     }
 
     /// Whether this step's kernels read the caller's gradient directly
-    /// (no mean-gradient copy): one rank (its all-reduce is the identity),
-    /// nothing accumulated, and no 1-bit group compresses this step (the
-    /// compressors read the copy).
+    /// (no mean-gradient copy), nothing accumulated, and either: no 1-bit
+    /// group compresses this step and there is one rank (its all-reduce is
+    /// the identity); or every group is 1-bit and compresses with
+    /// `PreconditionedMomentum`, whose packing pass forms `f·g + 0.0`
+    /// itself (the other variants' compressors read the copy).
     fn direct(&self, comm: &dyn Communicator, extra: Option<(&[f32], f32)>) -> bool {
         let t = self.step + 1;
+        let compressing = self.stage_of(t) == Stage::Compressed
+            && self.groups.iter().any(|g| g.spec.policy == Policy::OneBit);
         extra.is_some()
             && self.grad_count == 0
-            && comm.size() == 1
-            && (self.stage_of(t) != Stage::Compressed
-                || self.groups.iter().all(|g| g.spec.policy != Policy::OneBit))
+            && if compressing {
+                matches!(self.config.variant, Variant::PreconditionedMomentum)
+                    && self.groups.iter().all(|g| g.spec.policy == Policy::OneBit)
+            } else {
+                comm.size() == 1
+            }
     }
 
     fn step_inner(
@@ -823,7 +830,11 @@ impl OneBitAdam {
                 stage == Stage::Compressed && self.groups[gi].spec.policy == Policy::OneBit;
             let range = self.groups[gi].range.clone();
             if one_bit {
-                self.one_bit_group(comm, gi, &mut g[range.clone()])?;
+                let (grad, factor) = match extra {
+                    Some((grad, f)) if direct => (&grad[range.clone()], Some(f)),
+                    _ => (&g[range.clone()], None),
+                };
+                self.one_bit_group(comm, gi, grad, factor)?;
                 self.finish_one_bit(gi, t, &mut params[range])?;
             } else {
                 let warmup = stage == Stage::Warmup;
@@ -924,13 +935,23 @@ impl OneBitAdam {
     /// Leaving them in would not do: 1 bit cannot say 0, so each would get
     /// `±α` every step, and their error-feedback residue (`|e| ≈ α`) would
     /// inflate the RMS scale of the whole buffer.
+    ///
+    /// `factor = Some(f)`: `g` is the caller's gradient, not the mean copy,
+    /// and the packing pass forms the copy's `f·g + 0.0` itself (only
+    /// `PreconditionedMomentum`, see [`Self::direct`]).
     fn one_bit_group(
         &mut self,
         comm: &mut dyn Communicator,
         gi: usize,
-        g: &mut [f32],
+        g: &[f32],
+        factor: Option<f32>,
     ) -> Result<(), OneBitError> {
         let b1 = self.config.beta1;
+        if factor.is_some() && !matches!(self.config.variant, Variant::PreconditionedMomentum) {
+            return Err(OneBitError::Config(
+                "internal: a direct gradient reached a variant that reads the mean copy",
+            ));
+        }
         let range = self.groups[gi].range.clone();
         let frozen = match self.groups[gi].frozen.take() {
             Some(f) if f.v_updates == self.groups[gi].v_updates => f,
@@ -969,8 +990,19 @@ impl OneBitAdam {
                 let d = &frozen.denom;
                 for_runs_at(runs, &mut packed, |r, k, out| {
                     let d = &d[k..k + out.len()];
-                    for (((o, &m), &g), &d) in out.iter_mut().zip(&m[r.clone()]).zip(&g[r]).zip(d) {
-                        *o = (b1 * m + (1.0 - b1) * g) / d;
+                    let (m, g) = (&m[r.clone()], &g[r]);
+                    match factor {
+                        // The mean copy's `f·g + 0.0`, formed here: same bits.
+                        Some(f) => {
+                            for (((o, &m), &g), &d) in out.iter_mut().zip(m).zip(g).zip(d) {
+                                *o = (b1 * m + (1.0 - b1) * (g * f + 0.0)) / d;
+                            }
+                        }
+                        None => {
+                            for (((o, &m), &g), &d) in out.iter_mut().zip(m).zip(g).zip(d) {
+                                *o = (b1 * m + (1.0 - b1) * g) / d;
+                            }
+                        }
                     }
                 });
                 // `m = u·d` is formed by `finish_one_bit`, in the update's

@@ -874,3 +874,67 @@ fn one_rank_direct_step_matches_the_copy_path() {
     assert_eq!(bits(&x), bits(&[1.0; 16]));
     assert_eq!(opt.steps(), 0);
 }
+
+/// `PreconditionedMomentum`'s 1-bit steps read the caller's gradient (no
+/// mean-gradient copy) and form the copy's `f·g + 0.0` in their packing
+/// pass: the same bits as the copy path (`accumulate` + `step`, which always
+/// copies), on 2 ranks, with signed zeros, dead coordinates, a factor, bias
+/// correction, and a non-finite product still refused with nothing changed.
+#[test]
+fn preconditioned_direct_gradient_matches_the_copy_path() {
+    let n = 203;
+    let cfg = Config::default()
+        .with_lr(0.01)
+        .with_freeze_step(3)
+        .with_bias_correction(true)
+        .with_weight_decay(0.01)
+        .with_variant(Variant::PreconditionedMomentum);
+    let out = LocalComm::run(2, |mut c| {
+        let rank = c.rank();
+        let grad = |t: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| match (i + t + rank) % 11 {
+                    _ if i % 17 == 5 => 0.0, // dead: zero at every warm-up step
+                    0 => -0.0,
+                    k => (k as f32 - 5.0) * 0.013 * if i % 2 == 0 { 1.0 } else { -1.0 },
+                })
+                .collect()
+        };
+        let (mut a, mut b) = (
+            OneBitAdam::new(n, cfg).unwrap(),
+            OneBitAdam::new(n, cfg).unwrap(),
+        );
+        let (mut xa, mut xb) = (vec![0.25f32; n], vec![0.25f32; n]);
+        for t in 0..9 {
+            let g = grad(t);
+            let f = if t % 2 == 0 { 2.0 } else { 0.5 };
+            a.step_with_grad_scaled(&mut c, &mut xa, &g, f).unwrap();
+            let product: Vec<f32> = g.iter().map(|&g| g * f).collect();
+            b.accumulate(&product).unwrap();
+            b.step(&mut c, &mut xb).unwrap();
+        }
+        assert_eq!(a.steps(), 9);
+        assert!(a.zero_coordinates() > 0);
+        // An overflowing product in the 1-bit stage: refused, nothing changed.
+        let before = a.export_state();
+        let mut big = grad(9);
+        big[7] = f32::MAX;
+        let e = a.step_with_grad_scaled(&mut c, &mut xa, &big, 4.0);
+        (
+            bits(&xa),
+            bits(&xb),
+            bits(a.momentum()),
+            bits(b.momentum()),
+            e,
+            before == a.export_state(),
+        )
+    });
+    for (rank, r) in out.into_iter().enumerate() {
+        let (xa, xb, ma, mb, e, unchanged) = r.unwrap();
+        assert_eq!(xa, xb, "params, rank {rank}");
+        assert_eq!(ma, mb, "momentum, rank {rank}");
+        assert!(unchanged);
+        // Both ranks hold the bad product: each names its own index 7.
+        assert_eq!(e, Err(OneBitError::NonFinite { index: 7 }), "rank {rank}");
+    }
+}
