@@ -299,13 +299,17 @@ impl Strategy for Replica<'_> {
     }
 
     fn finish(self, progress: Progress, timing: Timing) -> Result<Option<RunResult>, String> {
-        let bytes = match self.ranks {
+        let kind = self.run.model.dense_opt;
+        let (bytes, dense_freeze_step) = match self.ranks {
             Some(r) if !r.evaluates => return Ok(None),
-            Some(r) => Some(CommBytes {
-                total: r.comm.stats().since(&r.stats_before).bytes_sent,
-                ..r.bytes
-            }),
-            None => None,
+            Some(r) => (
+                Some(CommBytes {
+                    total: r.comm.stats().since(&r.stats_before).bytes_sent,
+                    ..r.bytes
+                }),
+                crate::deep::freeze_step_reached(kind, &r.dense_opt),
+            ),
+            None => (None, None),
         };
         let Progress {
             curve, nonfinite, ..
@@ -313,7 +317,7 @@ impl Strategy for Replica<'_> {
         let (ds, fm) = (self.ds, &self.fm);
         let last = curve.last().cloned();
         let final_metrics = last.unwrap_or_else(|| evaluate(fm, ds, 0, f64::NAN));
-        let out = finish(
+        let mut out = finish(
             ds,
             self.run,
             fm,
@@ -324,6 +328,7 @@ impl Strategy for Replica<'_> {
             timing.start,
             bytes,
         );
+        out.dense_freeze_step = dense_freeze_step;
         Ok(Some(out))
     }
 }

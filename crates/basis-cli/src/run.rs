@@ -106,6 +106,11 @@ pub(crate) struct RunResult {
     pub(crate) comm_dense_bytes: Option<u64>,
     /// Dense parameters (1 for the FM's bias; with a tower, `1 + MLP`).
     pub(crate) dense_params: usize,
+    /// The last full-precision step of the dense 1-bit Adam (`--dense-opt
+    /// onebit-adam`; with `--dense-warmup auto` the step it decided), if the
+    /// run reached it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) dense_freeze_step: Option<u64>,
     /// CRC-32 of the final model table and dense parameters (equal iff bit-identical).
     pub(crate) model_crc32: u32,
     /// Per-rank figures of a row-sharded run (`--shard rows`).
@@ -252,6 +257,7 @@ pub(crate) fn finish(
         comm_sparse_bytes: comm.map(|c| c.sparse),
         comm_dense_bytes: comm.map(|c| c.dense),
         dense_params: fm.dense.len(),
+        dense_freeze_step: None,
         model_crc32: model_crc(fm),
         sharded: None,
     }

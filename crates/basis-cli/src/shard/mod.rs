@@ -500,6 +500,7 @@ impl Strategy for Sharded<'_> {
             Some(bytes),
         );
         out.model_crc32 = crc;
+        out.dense_freeze_step = crate::deep::freeze_step_reached(m.dense_opt, &self.dense_opt);
         // `finish` sized the memory ratios by the data's row count (for a
         // stream, the estimated vocabulary) and one optimizer; the job holds
         // `shard.rows` rows in all ranks' state.
