@@ -8,7 +8,9 @@
 )]
 
 use basis_std::local::LocalComm;
-use onebit_adam::{Config, GroupSpec, OneBitAdam, ScaleKind, StateError, Variant};
+use onebit_adam::{
+    AutoFreeze, Config, FreezePolicy, GroupSpec, OneBitAdam, ScaleKind, StateError, Variant,
+};
 
 const D: usize = 37;
 
@@ -85,6 +87,22 @@ fn every_cut_of_every_record_kind_is_truncated_with_lengths() {
     });
     for (blob, mut opt) in records(seed, 5) {
         cuts_are_reported_as_truncated(&blob, &mut opt, 2);
+    }
+    // The automatic freeze mid-warm-up: the record carries its snapshot of
+    // v̂ (a length-announced float array before the tail).
+    let auto = Config::default()
+        .with_lr(0.01)
+        .with_freeze(FreezePolicy::Auto(
+            AutoFreeze::default()
+                .with_window(1)
+                .with_threshold(1e-9)
+                .with_min_step(1)
+                .with_max_step(100),
+        ));
+    for (blob, mut opt) in records(auto, 3) {
+        assert_eq!(opt.frozen_at(), None);
+        assert_eq!(opt.memory().freeze_snapshot, 4 * (D - 5));
+        cuts_are_reported_as_truncated(&blob, &mut opt, 0);
     }
 }
 
