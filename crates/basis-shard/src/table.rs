@@ -1,15 +1,21 @@
 //! [`ShardedTable`]: one rank's part of a row-sharded embedding table, and
 //! the collective calls of a training step (`lookup`, `apply`) and of
-//! evaluation (`lookup_eval`).
+//! evaluation (`lookup_eval`); admission and eviction of rows (the rules
+//! in `admission` and `eviction`, the bookkeeping here).
 
 use alloc::vec;
 use alloc::vec::Vec;
 use basis_core::{RowAccess, SparseOptimizer, StepReport};
 use comm_traits::Communicator;
 
+use crate::admission::Admitter;
 use crate::index::IdSlots;
 use crate::route::{self, Request};
-use crate::{OwnerRule, RowInit, ShardError};
+use crate::{Admission, Eviction, OwnerRule, RowInit, ShardError};
+
+/// The slot of an id that has no row (not admitted): its gradients are
+/// dropped.
+const NONE: u32 = u32::MAX;
 
 /// What a table is, independent of any communicator: its row dimension,
 /// owner rule, this rank, how rows start, and the L2 term owners add.
@@ -27,6 +33,10 @@ pub struct TableConfig {
     /// of a step (as a single process adds it once per row of a batch); 0
     /// adds nothing.
     pub l2: f32,
+    /// When a seen id gets a row ([`Admission::Always`] by default).
+    pub admission: Admission,
+    /// Which rows are freed, if any (none by default).
+    pub eviction: Option<Eviction>,
 }
 
 impl TableConfig {
@@ -39,7 +49,23 @@ impl TableConfig {
             rank,
             init: RowInit::zeros(),
             l2: 0.0,
+            admission: Admission::Always,
+            eviction: None,
         }
+    }
+
+    /// With the admission rule `admission`.
+    #[must_use]
+    pub fn with_admission(mut self, admission: Admission) -> Self {
+        self.admission = admission;
+        self
+    }
+
+    /// With rows evicted by `eviction`.
+    #[must_use]
+    pub fn with_eviction(mut self, eviction: Eviction) -> Self {
+        self.eviction = Some(eviction);
+        self
     }
 
     /// With `init` for new rows.
@@ -93,6 +119,9 @@ pub struct MemoryUse {
     pub row_bytes: usize,
     /// Sparse optimizer state, scratch buffers excluded.
     pub state_bytes: usize,
+    /// Admission and eviction bookkeeping: the admission sketch, and with
+    /// eviction on, each row's last-seen step and optimizer slot (8 B/row).
+    pub bookkeeping_bytes: usize,
 }
 
 /// Counters of one rank's traffic.
@@ -104,6 +133,11 @@ pub struct TableStats {
     /// Bytes this rank sent in the table's exchanges (ids, rows, gradients;
     /// training and evaluation).
     pub bytes_sent: u64,
+    /// Rows this rank freed by [`Eviction`].
+    pub rows_evicted: u64,
+    /// Gradient rows this rank dropped because their id had no row (not
+    /// admitted yet), one per requesting rank and step.
+    pub grads_dropped: u64,
 }
 
 /// The rows, slot-major: what the optimizer steps (by slot).
@@ -128,6 +162,26 @@ impl Rows {
     fn row(&self, slot: u32) -> &[f32] {
         let s = slot as usize * self.dim;
         &self.values[s..s + self.dim]
+    }
+}
+
+/// The rows seen through optimizer slots: with eviction on, rows are kept
+/// dense (a freed row's slot is refilled) but optimizer slots are never
+/// reused, so a step names its rows by optimizer slot and this view maps
+/// them to row slots (`map`: `(optimizer slot, row slot)`, sorted).
+struct OptView<'a> {
+    rows: &'a mut Rows,
+    map: &'a [(u64, u32)],
+}
+
+impl RowAccess for OptView<'_> {
+    fn dim(&self) -> usize {
+        self.rows.dim
+    }
+
+    fn row_mut(&mut self, slot: u64) -> Option<&mut [f32]> {
+        let k = self.map.binary_search_by_key(&slot, |e| e.0).ok()?;
+        self.rows.row_mut(u64::from(self.map[k].1))
     }
 }
 
@@ -157,6 +211,15 @@ pub struct ShardedTable<O> {
     opt: O,
     /// Rows the optimizer's dense state has been grown to (never shrinks).
     opt_rows: u64,
+    admit: Admitter,
+    eviction: Option<Eviction>,
+    /// With eviction on: each row's last training step (saturating `u32`).
+    last_seen: Vec<u32>,
+    /// With eviction on: each row's optimizer slot. Until `basis-core`
+    /// frees one row's optimizer state, an evicted row's optimizer slot is
+    /// retired, never reused (a returning id starts from fresh state), so
+    /// optimizer slots and row slots part ways.
+    opt_slot: Vec<u32>,
     pending: Option<Pending>,
     generation: u64,
     stats: TableStats,
@@ -173,7 +236,9 @@ impl<O: SparseOptimizer> ShardedTable<O> {
     ///
     /// # Errors
     /// [`ShardError::BadConfig`] for `dim == 0`, a rank outside the owner
-    /// rule's group, or an optimizer of another dimension.
+    /// rule's group, an optimizer of another dimension, or an invalid
+    /// admission or eviction rule; [`ShardError::OutOfMemory`] for an
+    /// admission sketch that cannot be allocated.
     pub fn new(config: TableConfig, opt: O) -> Result<Self, ShardError> {
         if config.dim == 0 {
             return Err(ShardError::BadConfig("rows need at least one value"));
@@ -186,7 +251,14 @@ impl<O: SparseOptimizer> ShardedTable<O> {
                 "the optimizer's dimension is not the table's",
             ));
         }
+        if let Some(ev) = &config.eviction {
+            ev.check()?;
+        }
         Ok(Self {
+            admit: Admitter::new(config.admission)?,
+            eviction: config.eviction,
+            last_seen: Vec::new(),
+            opt_slot: Vec::new(),
             dim: config.dim,
             rank: config.rank,
             owner: config.owner,
@@ -245,7 +317,7 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         self.index.get(id).map(|s| self.rows.row(s))
     }
 
-    /// Bytes held: index, rows and optimizer state, separately.
+    /// Bytes held: index, rows, optimizer state and bookkeeping, separately.
     pub fn memory(&self) -> MemoryUse {
         let m = self.opt.memory();
         MemoryUse {
@@ -253,7 +325,50 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             index_bytes: self.index.bytes(),
             row_bytes: self.rows.values.capacity() * 4,
             state_bytes: m.total_bytes - m.scratch,
+            bookkeeping_bytes: self.admit.bytes()
+                + (self.last_seen.capacity() + self.opt_slot.capacity()) * 4,
         }
+    }
+
+    /// The admission rule.
+    pub fn admission(&self) -> Admission {
+        self.admit.rule()
+    }
+
+    /// The eviction rule, if any.
+    pub fn eviction(&self) -> Option<Eviction> {
+        self.eviction
+    }
+
+    /// Training lookups done (the step counter admission and eviction use).
+    pub fn steps(&self) -> u64 {
+        self.generation
+    }
+
+    /// Frees the rows `ev` selects when `now` training steps are done:
+    /// each freed slot is refilled by the last row (index, rows, last-seen
+    /// steps and optimizer slots alike).
+    fn evict(&mut self, ev: Eviction, now: u64) {
+        let mut ids = self.index.ids_by_slot();
+        let gone = ev.select(&self.last_seen, &ids, now);
+        if gone.is_empty() {
+            return;
+        }
+        self.index.swap_remove_slots(&mut ids, &gone);
+        let d = self.dim;
+        for &e in &gone {
+            let e = e as usize;
+            let last = self.last_seen.len() - 1;
+            if e != last {
+                self.rows
+                    .values
+                    .copy_within(last * d..(last + 1) * d, e * d);
+            }
+            self.rows.values.truncate(last * d);
+            self.last_seen.swap_remove(e);
+            self.opt_slot.swap_remove(e);
+        }
+        self.stats.rows_evicted += gone.len() as u64;
     }
 
     /// `(id, row)` of every row held, in id order.
@@ -310,17 +425,31 @@ impl<O: SparseOptimizer> ShardedTable<O> {
     ) -> Result<Batch, ShardError> {
         self.check_group(comm)?;
         self.pending = None;
+        let step = self.generation + 1;
+        if let Some(ev) = self.eviction
+            && ev.sweeps_before(step)
+        {
+            self.evict(ev, self.generation);
+        }
+        self.admit.begin_step(step);
         let before = comm.stats();
         let req = route::request(comm, &self.owner, ids.to_vec())?;
-        let slots = self.slots_for(&req.received)?;
+        let slots = self.slots_for(&req.received, step)?;
         self.stats.ids_served += req.received.len() as u64;
         let d = self.dim;
         let mut serve = Vec::new();
         serve
             .try_reserve_exact(slots.len() * d)
             .map_err(|_| ShardError::OutOfMemory { rows: self.len() })?;
-        for &s in &slots {
-            serve.extend_from_slice(self.rows.row(s));
+        let mut fresh = vec![0.0f32; d];
+        for (&s, &id) in slots.iter().zip(&req.received) {
+            if s == NONE {
+                // Not admitted: the row it would start as.
+                self.init.fill(id, &mut fresh);
+                serve.extend_from_slice(&fresh);
+            } else {
+                serve.extend_from_slice(self.rows.row(s));
+            }
         }
         let rows = self.answer(comm, &req, &serve)?;
         self.generation += 1;
@@ -403,14 +532,16 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         Ok(rows)
     }
 
-    /// The slot of every id in `ids`, creating the missing ones in the order
-    /// given (so slot numbers are a function of the id sequence) and growing
-    /// the optimizer's dense state with them. Fallible allocation: on error
-    /// the table is unchanged except for reserved capacity.
-    fn slots_for(&mut self, ids: &[u64]) -> Result<Vec<u32>, ShardError> {
+    /// The slot of every id in `ids` (training step `step`), creating the
+    /// missing ones the admission rule admits in the order given (so slot
+    /// numbers are a function of the id sequence) and growing the
+    /// optimizer's dense state with them; [`NONE`] for an id left without a
+    /// row. Fallible allocation: on error the table is unchanged except for
+    /// reserved capacity.
+    fn slots_for(&mut self, ids: &[u64], step: u64) -> Result<Vec<u32>, ShardError> {
         let want = self.len().saturating_add(ids.len());
         let oom = ShardError::OutOfMemory { rows: want };
-        if want > u32::MAX as usize {
+        if want >= u32::MAX as usize {
             return Err(oom);
         }
         let mut out = Vec::new();
@@ -425,10 +556,16 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             .values
             .try_reserve(values)
             .map_err(|_| ShardError::OutOfMemory { rows: want })?;
-        // Grow the optimizer to the most rows this call can reach first, so
-        // a failure there leaves the index and rows untouched.
+        let evicting = self.eviction.is_some();
+        if evicting {
+            self.last_seen
+                .try_reserve(ids.len())
+                .and_then(|()| self.opt_slot.try_reserve(ids.len()))
+                .map_err(|_| ShardError::OutOfMemory { rows: want })?;
+        }
         let before = self.len();
-        // Distinct new ids (several ranks may ask for the same new id).
+        // Distinct new ids (several ranks may ask for the same new id),
+        // sorted: admission decides once per id and step, in id order.
         let mut missing: Vec<u64> = Vec::new();
         missing
             .try_reserve_exact(ids.len())
@@ -436,20 +573,56 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         missing.extend(ids.iter().filter(|&&id| self.index.get(id).is_none()));
         missing.sort_unstable();
         missing.dedup();
-        let new = missing.len();
-        let after = (before + new) as u64;
+        if !self.admit.always() {
+            missing.retain(|&id| self.admit.admit(id, step));
+        }
+        let new = missing.len() as u64;
+        // Grow the optimizer to the most rows this call can reach first, so
+        // a failure there leaves the index and rows untouched.
+        let first_opt = if evicting {
+            self.opt_rows
+        } else {
+            before as u64
+        };
+        let after = first_opt + new;
+        if after > u64::from(u32::MAX) {
+            self.admit.rollback();
+            return Err(ShardError::OutOfMemory { rows: want });
+        }
         if after > self.opt_rows {
-            self.opt.grow_rows(after).map_err(ShardError::Grow)?;
+            if let Err(e) = self.opt.grow_rows(after) {
+                self.admit.rollback();
+                return Err(ShardError::Grow(e));
+            }
             self.opt_rows = after;
         }
         let mut fresh = vec![0.0f32; self.dim];
+        let mut next_opt = first_opt as u32;
         for &id in ids {
-            let (slot, inserted) = self.index.get_or_insert(id);
-            if inserted {
-                self.init.fill(id, &mut fresh);
-                self.rows.values.extend_from_slice(&fresh);
-            }
+            let slot = match self.index.get(id) {
+                Some(s) => s,
+                None if missing.binary_search(&id).is_ok() => {
+                    let (slot, _) = self.index.get_or_insert(id);
+                    self.init.fill(id, &mut fresh);
+                    self.rows.values.extend_from_slice(&fresh);
+                    if evicting {
+                        self.last_seen.push(0);
+                        self.opt_slot.push(next_opt);
+                        next_opt += 1;
+                    }
+                    slot
+                }
+                None => NONE,
+            };
             out.push(slot);
+        }
+        if evicting {
+            let now = u32::try_from(step).unwrap_or(u32::MAX);
+            for &s in &out {
+                if s != NONE {
+                    self.last_seen[s as usize] = now;
+                }
+            }
         }
         Ok(out)
     }
@@ -501,6 +674,11 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         order.sort_by_key(|&k| slots[k]);
         let (mut keys, mut ids, mut rows) = (Vec::new(), Vec::new(), Vec::new());
         for &k in &order {
+            if slots[k] == NONE {
+                // Not admitted: the gradient is dropped.
+                self.stats.grads_dropped += 1;
+                continue;
+            }
             let g = &got[k * d..(k + 1) * d];
             if ids.last() == Some(&u64::from(slots[k])) {
                 let at = rows.len() - d;
@@ -521,8 +699,28 @@ impl<O: SparseOptimizer> ShardedTable<O> {
                 }
             }
         }
+        if self.eviction.is_none() {
+            return self
+                .opt
+                .step_keyed(&keys, &ids, &rows, &mut self.rows)
+                .map_err(ShardError::Step);
+        }
+        let opt_ids: Vec<u64> = ids
+            .iter()
+            .map(|&s| u64::from(self.opt_slot[s as usize]))
+            .collect();
+        let mut map: Vec<(u64, u32)> = opt_ids
+            .iter()
+            .zip(&ids)
+            .map(|(&o, &s)| (o, s as u32))
+            .collect();
+        map.sort_unstable();
+        let mut view = OptView {
+            rows: &mut self.rows,
+            map: &map,
+        };
         self.opt
-            .step_keyed(&keys, &ids, &rows, &mut self.rows)
+            .step_keyed(&keys, &opt_ids, &rows, &mut view)
             .map_err(ShardError::Step)
     }
 
@@ -538,6 +736,13 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             ids: self.index.ids_by_slot(),
             rows: self.rows.values.clone(),
             optimizer: self.opt.export_state(),
+            step: self.generation,
+            admission: self.admit.rule().identity(),
+            counters: self.admit.counters().to_vec(),
+            last_seen: self.last_seen.clone(),
+            opt_slots: self.opt_slot.clone(),
+            opt_rows: self.opt_rows,
+            eviction: self.eviction.is_some(),
         }
     }
 
@@ -545,9 +750,11 @@ impl<O: SparseOptimizer> ShardedTable<O> {
     ///
     /// # Errors
     /// [`ShardError::NotEmpty`]; [`ShardError::Mismatch`] for a snapshot of
-    /// another rank, group size, dimension or owner rule;
-    /// [`ShardError::Corrupt`] for row values that are not `ids × dim` or a
-    /// repeated id; [`ShardError::OutOfMemory`] / [`ShardError::Grow`];
+    /// another rank, group size, dimension, owner rule, admission rule, or
+    /// with eviction on where the table has it off (or the reverse);
+    /// [`ShardError::Corrupt`] for row values that are not `ids × dim`, a
+    /// repeated id, admission counters or eviction bookkeeping of the wrong
+    /// size, or optimizer slots out of range or repeated; [`ShardError::OutOfMemory`] / [`ShardError::Grow`];
     /// [`ShardError::State`] when the optimizer refuses the state. On any
     /// error the table still holds no row (the optimizer may have grown
     /// never-updated rows, which new rows then use).
@@ -560,6 +767,16 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             ("group size", self.owner.ranks() as u64, snap.ranks),
             ("row dimension", self.dim as u64, snap.dim),
             ("owner rule", self.owner.identity(), snap.owner),
+            (
+                "admission rule",
+                self.admit.rule().identity(),
+                snap.admission,
+            ),
+            (
+                "eviction (on = 1)",
+                u64::from(self.eviction.is_some()),
+                u64::from(snap.eviction),
+            ),
         ];
         for (what, expected, found) in expect {
             if expected != found {
@@ -574,9 +791,32 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             return Err(ShardError::Corrupt("row values are not ids × dim"));
         }
         let n = snap.ids.len();
-        if n > u32::MAX as usize {
+        if n >= u32::MAX as usize {
             return Err(ShardError::OutOfMemory { rows: n });
         }
+        if self.eviction.is_some() {
+            if snap.last_seen.len() != n || snap.opt_slots.len() != n {
+                return Err(ShardError::Corrupt(
+                    "last-seen steps or optimizer slots are not one per row",
+                ));
+            }
+            let mut sorted = snap.opt_slots.clone();
+            sorted.sort_unstable();
+            if sorted.windows(2).any(|w| w[0] == w[1])
+                || sorted
+                    .last()
+                    .is_some_and(|&m| u64::from(m) >= snap.opt_rows)
+            {
+                return Err(ShardError::Corrupt(
+                    "optimizer slots out of range or repeated",
+                ));
+            }
+        }
+        if snap.opt_rows > u64::from(u32::MAX) {
+            return Err(ShardError::Corrupt("more optimizer rows than slots"));
+        }
+        let mut admit = self.admit.clone();
+        admit.set_counters(snap.counters)?;
         let mut index = IdSlots::default();
         index.try_reserve(n)?;
         for &id in &snap.ids {
@@ -584,15 +824,26 @@ impl<O: SparseOptimizer> ShardedTable<O> {
                 return Err(ShardError::Corrupt("an id appears twice"));
             }
         }
-        if n as u64 > self.opt_rows {
-            self.opt.grow_rows(n as u64).map_err(ShardError::Grow)?;
-            self.opt_rows = n as u64;
+        // Without eviction optimizer slots are row slots: at least `n`
+        // (a snapshot built by hand may leave `opt_rows` at 0).
+        let opt_rows = if self.eviction.is_some() {
+            snap.opt_rows
+        } else {
+            snap.opt_rows.max(n as u64)
+        };
+        if opt_rows > self.opt_rows {
+            self.opt.grow_rows(opt_rows).map_err(ShardError::Grow)?;
+            self.opt_rows = opt_rows;
         }
         self.opt
             .import_state(&snap.optimizer)
             .map_err(ShardError::State)?;
         self.index = index;
         self.rows.values = snap.rows;
+        self.last_seen = snap.last_seen;
+        self.opt_slot = snap.opt_slots;
+        self.admit = admit;
+        self.generation = snap.step;
         self.pending = None;
         Ok(())
     }
