@@ -7,10 +7,12 @@ use num_traits::Float;
 
 use crate::batch::{Merged, apply_row, merge};
 use crate::config::{NonFinitePolicy, RowIndex};
-use crate::error::{ConfigError, GrowError, StateError, StateField, StepError};
+use crate::error::{ConfigError, GrowError, RowStateError, StateError, StateField, StepError};
 use crate::kernel::bias_corrections;
 use crate::optimizer::SparseOptimizer;
 use crate::report::{MemoryReport, StepReport};
+use crate::row_move;
+use crate::rows;
 use crate::state::{Reader, Writer, kind};
 use crate::store::{Slots, try_filled};
 use crate::table::RowAccess;
@@ -168,6 +170,13 @@ impl ExactAdam {
         let d = self.config.dim;
         let s = self.index.get(id)?;
         Some((&self.m[s * d..(s + 1) * d], &self.v[s * d..(s + 1) * d]))
+    }
+
+    /// What a moved row's `(m, v)` mean: the dimension and the averages.
+    fn row_fingerprint(&self) -> [(StateField, u64); 2] {
+        let c = &self.config;
+        let betas = (u64::from(c.beta1.to_bits()) << 32) | u64::from(c.beta2.to_bits());
+        [(StateField::Dim, c.dim as u64), (StateField::Betas, betas)]
     }
 }
 
@@ -347,5 +356,83 @@ impl SparseOptimizer for ExactAdam {
             scratch: core::mem::take(&mut self.scratch),
         };
         Ok(())
+    }
+
+    fn export_rows(&self, slots: &[u64]) -> Result<Vec<u8>, RowStateError> {
+        row_move::check_slots(&self.index, slots)?;
+        let d = self.config.dim;
+        let mut w = Writer::default();
+        let fp = self.row_fingerprint();
+        row_move::write_header(&mut w, &fp, u64::from(self.steps), slots.len());
+        for &id in slots {
+            match self.index.get(id) {
+                Some(s) => {
+                    w.u8(1);
+                    w.f32s(&self.m[s * d..(s + 1) * d]);
+                    w.f32s(&self.v[s * d..(s + 1) * d]);
+                }
+                None => w.u8(0),
+            }
+        }
+        Ok(w.finish(row_move::rows_tag(kind::ADAM)))
+    }
+
+    fn import_rows(&mut self, slots: &[u64], bytes: &[u8]) -> Result<(), RowStateError> {
+        row_move::check_slots(&self.index, slots)?;
+        let d = self.config.dim;
+        let fp = self.row_fingerprint();
+        let tag = row_move::rows_tag(kind::ADAM);
+        let (mut r, steps) = row_move::open(bytes, tag, &fp, u64::from(self.steps), slots.len())?;
+        let steps = u32::try_from(steps).map_err(|_| StateError::Malformed)?;
+        // Everything is read and checked before anything changes.
+        let mut rows = Vec::with_capacity(slots.len().min(bytes.len()));
+        for _ in slots {
+            rows.push(if row_move::present(&mut r)? {
+                let m = r.f32s(d)?;
+                let v = rows::read_nonneg(&mut r, d)?;
+                Some((m, v))
+            } else {
+                None
+            });
+        }
+        r.end()?;
+        let new = rows.iter().zip(slots);
+        let extra = new
+            .filter(|&(row, &id)| row.is_some() && self.index.get(id).is_none())
+            .count()
+            * d;
+        self.m
+            .try_reserve(extra)
+            .and_then(|()| self.v.try_reserve(extra))
+            .map_err(|_| RowStateError::OutOfMemory)?;
+        for (row, &id) in rows.into_iter().zip(slots) {
+            let slot = match (&row, self.index.get(id)) {
+                (_, Some(s)) => s,
+                // No state here and none to take: stays without.
+                (None, None) => continue,
+                (Some(_), None) => {
+                    let (s, _) = self.index.get_or_insert(id, self.slots);
+                    self.slots += 1;
+                    self.m.resize(self.slots * d, 0.0);
+                    self.v.resize(self.slots * d, 0.0);
+                    s
+                }
+            };
+            let (m, v) = row.unwrap_or_else(|| (alloc::vec![0.0; d], alloc::vec![0.0; d]));
+            self.m[slot * d..(slot + 1) * d].copy_from_slice(&m);
+            self.v[slot * d..(slot + 1) * d].copy_from_slice(&v);
+        }
+        self.steps = steps;
+        Ok(())
+    }
+
+    fn swap_remove_row(&mut self, slot: u64) -> Result<Option<u64>, RowStateError> {
+        let last = row_move::check_remove(&self.index, slot)?;
+        let d = self.config.dim;
+        row_move::swap_remove_slot(&mut self.m, d, slot as usize, last as usize);
+        row_move::swap_remove_slot(&mut self.v, d, slot as usize, last as usize);
+        self.index.set_dense_rows(last);
+        self.slots = last as usize;
+        Ok(row_move::moved(slot, last))
     }
 }

@@ -340,6 +340,12 @@ fn kind_name(tag: u8) -> &'static str {
         kind::ADAM => "an exact Adam state",
         kind::ADAGRAD => "a row-wise AdaGrad state",
         kind::SGD => "an SGD state",
+        kind::PARTIAL_ROWWISE_ADAM => "a partial row-wise Adam state",
+        kind::ROWSTEP_ADAM => "a row-step Adam state",
+        kind::FTRL => "an FTRL state",
+        kind::ADAM8BIT => "an 8-bit Adam state",
+        t if t & kind::ROWS != 0 && t & kind::BUCKETS == 0 => "a row state (export_rows)",
+        t if t & kind::BUCKETS != 0 && t & kind::ROWS == 0 => "a bucket state (export_buckets)",
         _ => "of an unknown optimizer kind",
     }
 }
@@ -464,4 +470,131 @@ pub(crate) fn try_grow<T: Clone>(
         .map_err(|_| GrowError::OutOfMemory { rows })?;
     v.resize(len, fill);
     Ok(())
+}
+
+/// Moving single rows' (or buckets') state between optimizers
+/// ([`SparseOptimizer::export_rows`](crate::SparseOptimizer::export_rows)
+/// and its siblings) was refused. On error nothing changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RowStateError {
+    /// This optimizer cannot move that state exactly (the reason).
+    Unsupported(RowStateUnsupported),
+    /// A slot outside the optimizer's dense row range.
+    SlotOutOfRange {
+        /// The slot named.
+        slot: u64,
+        /// The dense row range (slots `0..rows`).
+        rows: u64,
+    },
+    /// A bucket outside the optimizer's buckets.
+    BucketOutOfRange {
+        /// The bucket named.
+        bucket: u32,
+        /// The optimizer's bucket count.
+        buckets: u32,
+    },
+    /// The same slot (or bucket) named twice in one call: the result
+    /// would depend on the order of the copies.
+    Duplicate {
+        /// The slot (or bucket) named twice.
+        slot: u64,
+    },
+    /// The blob holds state for another number of rows (buckets) than the
+    /// call names.
+    CountMismatch {
+        /// Rows (buckets) named by the call.
+        expected: u64,
+        /// Rows (buckets) in the blob.
+        found: u64,
+    },
+    /// The blob was exported at another global step count than this
+    /// optimizer's, and this optimizer has already stepped (a fresh one
+    /// takes the blob's count): the moved rows would continue with another
+    /// bias correction or other rounding bits than they had.
+    StepMismatch {
+        /// The exporter's step count.
+        exported: u64,
+        /// This optimizer's step count.
+        here: u64,
+    },
+    /// The blob itself was refused: truncated, corrupted, of another
+    /// optimizer kind, or exported under another configuration.
+    State(StateError),
+    /// Allocating room for the imported rows failed.
+    OutOfMemory,
+}
+
+/// Why an optimizer cannot move row or bucket state
+/// ([`RowStateError::Unsupported`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RowStateUnsupported {
+    /// This optimizer does not implement per-row state moves (the trait's
+    /// default for optimizers outside this crate).
+    NotImplemented,
+    /// Its row state is keyed by id in a sparse index
+    /// ([`RowIndex::Sparse`](crate::RowIndex::Sparse)), which has no slot
+    /// to swap into: removal needs [`RowIndex::Dense`](crate::RowIndex::Dense).
+    SparseIndex,
+    /// The bucketer remembers a choice per key (d-choice): a moved row's
+    /// bucket would be chosen anew on the importer, not carried. Move the
+    /// whole state ([`export_state`](crate::SparseOptimizer::export_state))
+    /// or use a one-choice bucketer.
+    BucketerState,
+    /// The optimizer has no shared bucket state to move (only BASIS has).
+    NoBuckets,
+}
+
+impl fmt::Display for RowStateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Unsupported(why) => write!(f, "cannot move row state: {why}"),
+            Self::SlotOutOfRange { slot, rows } => {
+                write!(f, "slot {slot} is outside the dense row range 0..{rows}")
+            }
+            Self::BucketOutOfRange { bucket, buckets } => {
+                write!(f, "bucket {bucket} is outside the {buckets} buckets")
+            }
+            Self::Duplicate { slot } => write!(f, "slot or bucket {slot} is named twice"),
+            Self::CountMismatch { expected, found } => write!(
+                f,
+                "the blob holds {found} rows or buckets, the call names {expected}"
+            ),
+            Self::StepMismatch { exported, here } => write!(
+                f,
+                "the blob was exported at step {exported}, this optimizer is at step {here}"
+            ),
+            Self::State(e) => write!(f, "row state blob refused: {e}"),
+            Self::OutOfMemory => f.write_str("out of memory importing rows"),
+        }
+    }
+}
+
+impl core::error::Error for RowStateError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            Self::State(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<StateError> for RowStateError {
+    fn from(e: StateError) -> Self {
+        Self::State(e)
+    }
+}
+
+impl fmt::Display for RowStateUnsupported {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::NotImplemented => "this optimizer does not implement per-row state moves",
+            Self::SparseIndex => "a sparse row index has no slots to swap (use RowIndex::Dense)",
+            Self::BucketerState => {
+                "the bucketer remembers per-key choices (d-choice), which a row move would lose"
+            }
+            Self::NoBuckets => "this optimizer has no bucket state",
+        })
+    }
 }

@@ -71,6 +71,7 @@ mod optimizer;
 mod partial_rowwise_adam;
 mod quant;
 mod report;
+mod row_move;
 mod rows;
 mod rowstep_adam;
 mod sgd;
@@ -96,7 +97,10 @@ pub use config::{
     NonFinitePolicy, Profile, ROW_SCALED_ROWS_PER_BUCKET, RowIndex, RowScaleConfig,
     ScalarLrSchedule, ScalarRule, ScalarStorage, TablePrecision,
 };
-pub use error::{ConfigError, GrowError, StateError, StateField, StepError, TableError};
+pub use error::{
+    ConfigError, GrowError, RowStateError, RowStateUnsupported, StateError, StateField, StepError,
+    TableError,
+};
 pub use ftrl::{Ftrl, FtrlConfig};
 /// The `half` crate whose `bf16` [`bf16_stochastic`] returns, so users name
 /// it without pinning a version of their own.

@@ -2,7 +2,7 @@
 
 use alloc::vec::Vec;
 
-use crate::error::{GrowError, StateError, StepError};
+use crate::error::{GrowError, RowStateError, RowStateUnsupported, StateError, StepError};
 use crate::report::{MemoryReport, StepReport};
 use crate::table::RowAccess;
 
@@ -125,4 +125,106 @@ pub trait SparseOptimizer {
     /// [`StateError`] for a truncated, corrupted, foreign or mismatched blob;
     /// the optimizer is unchanged then.
     fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError>;
+
+    /// Single rows' state as versioned, checksummed bytes, in the order of
+    /// `slots`: what a row that moves to another optimizer (resharding:
+    /// another rank's table) takes with it. `slots` are what the state is
+    /// indexed by (the slots of [`step_keyed`](Self::step_keyed), or the
+    /// ids of a sparse index); a row that has no state yet travels as such.
+    /// The blob also records the global step count (see
+    /// [`import_rows`](Self::import_rows)) and the configuration the rows'
+    /// meaning depends on. State shared between rows (BASIS's buckets)
+    /// moves separately, with [`export_buckets`](Self::export_buckets).
+    ///
+    /// # Errors
+    /// [`RowStateError::SlotOutOfRange`] for a slot outside a dense range,
+    /// [`RowStateError::Duplicate`] for a slot named twice,
+    /// [`RowStateError::Unsupported`] when the rows cannot move exactly
+    /// (the default: [`RowStateUnsupported::NotImplemented`]).
+    fn export_rows(&self, slots: &[u64]) -> Result<Vec<u8>, RowStateError> {
+        let _ = slots;
+        Err(RowStateError::Unsupported(
+            RowStateUnsupported::NotImplemented,
+        ))
+    }
+
+    /// Takes in rows exported by [`export_rows`](Self::export_rows) of an
+    /// optimizer of the same kind and configuration: the `k`-th row of the
+    /// blob replaces the state of `slots[k]` (other slot numbers than the
+    /// exporter's are fine; a dense range must already hold them, see
+    /// [`grow_rows`](Self::grow_rows)). The rows then continue bit for bit
+    /// as they would have on the exporter.
+    ///
+    /// Global step count: an optimizer that has not stepped yet (a fresh
+    /// one, built to take in moved rows) takes the blob's; one that has
+    /// must be at the blob's step count (every rank of a sharded table
+    /// steps together, so their counts agree).
+    ///
+    /// # Errors
+    /// [`RowStateError::State`] for a blob that is truncated, corrupted, of
+    /// another kind or configuration; [`RowStateError::CountMismatch`]
+    /// when it holds another number of rows than `slots`;
+    /// [`RowStateError::StepMismatch`]; the slot errors of
+    /// [`export_rows`](Self::export_rows); [`RowStateError::Unsupported`]
+    /// as there. On error nothing changed.
+    fn import_rows(&mut self, slots: &[u64], bytes: &[u8]) -> Result<(), RowStateError> {
+        let _ = (slots, bytes);
+        Err(RowStateError::Unsupported(
+            RowStateUnsupported::NotImplemented,
+        ))
+    }
+
+    /// Frees row `slot`'s state in a dense range of `rows` slots, the way
+    /// [`SlotIndex::remove`](crate::SlotIndex::remove) frees a slot: the
+    /// state of the last slot (`rows − 1`) moves into `slot` and the range
+    /// shrinks by one. Returns `Some(rows − 1)` when a row moved (the caller
+    /// moves its table row the same way), `None` when `slot` was the last.
+    /// This is eviction: the freed row's state is gone, the moved row
+    /// continues bit for bit. Shared state is not touched (BASIS: the
+    /// buckets keep what the row contributed; a row admitted later starts
+    /// from a fresh scalar over the same buckets).
+    ///
+    /// # Errors
+    /// [`RowStateError::SlotOutOfRange`];
+    /// [`RowStateError::Unsupported`] for a sparse index
+    /// ([`RowStateUnsupported::SparseIndex`]) or an optimizer without the
+    /// call (the default). On error nothing changed.
+    fn swap_remove_row(&mut self, slot: u64) -> Result<Option<u64>, RowStateError> {
+        let _ = slot;
+        Err(RowStateError::Unsupported(
+            RowStateUnsupported::NotImplemented,
+        ))
+    }
+
+    /// The number of buckets of shared state (BASIS's `B`; 0, the default,
+    /// for optimizers whose state is all per row).
+    fn bucket_count(&self) -> u32 {
+        0
+    }
+
+    /// Buckets' shared state (BASIS: each bucket's moments and step count)
+    /// as versioned, checksummed bytes, in the order of `buckets` (this
+    /// optimizer's bucket numbers). With a bucket partition over ranks,
+    /// the rows of a bucket and the bucket move together.
+    ///
+    /// # Errors
+    /// [`RowStateError::BucketOutOfRange`], [`RowStateError::Duplicate`],
+    /// [`RowStateError::Unsupported`] (the default:
+    /// [`RowStateUnsupported::NoBuckets`]).
+    fn export_buckets(&self, buckets: &[u32]) -> Result<Vec<u8>, RowStateError> {
+        let _ = buckets;
+        Err(RowStateError::Unsupported(RowStateUnsupported::NoBuckets))
+    }
+
+    /// Takes in buckets exported by [`export_buckets`](Self::export_buckets):
+    /// the `k`-th bucket of the blob replaces bucket `buckets[k]`. The global
+    /// step count follows the rule of [`import_rows`](Self::import_rows).
+    ///
+    /// # Errors
+    /// As [`import_rows`](Self::import_rows), with buckets for slots. On
+    /// error nothing changed.
+    fn import_buckets(&mut self, buckets: &[u32], bytes: &[u8]) -> Result<(), RowStateError> {
+        let _ = (buckets, bytes);
+        Err(RowStateError::Unsupported(RowStateUnsupported::NoBuckets))
+    }
 }

@@ -35,6 +35,12 @@ pub(crate) mod kind {
     pub(crate) const ROWSTEP_ADAM: u8 = 6;
     pub(crate) const FTRL: u8 = 7;
     pub(crate) const ADAM8BIT: u8 = 8;
+    /// Flag on an optimizer's tag: a blob of single rows' state
+    /// ([`SparseOptimizer::export_rows`](crate::SparseOptimizer::export_rows)).
+    pub(crate) const ROWS: u8 = 0x40;
+    /// Flag on an optimizer's tag: a blob of single buckets' state
+    /// ([`SparseOptimizer::export_buckets`](crate::SparseOptimizer::export_buckets)).
+    pub(crate) const BUCKETS: u8 = 0x80;
 }
 
 /// Appends little-endian values.
