@@ -8,8 +8,8 @@
 //! on (1) or off (0)), `shard.ids` (`u64` per slot), `shard.rows` (`f32`
 //! per value, slot-major), `shard.optimizer` (the optimizer's own
 //! versioned, checksummed export); from version 2 `shard.admission` (the
-//! admission sketch's `u8` counters), `shard.last_seen` and
-//! `shard.opt_slots` (`u32` per slot with eviction on, else empty). All
+//! admission sketch's `u8` counters) and `shard.last_seen` (`u32` per
+//! slot with eviction on, else empty). All
 //! little-endian. Version 1 files (no admission or eviction) still read.
 
 use alloc::vec::Vec;
@@ -46,8 +46,6 @@ pub struct TableSnapshot {
     pub counters: Vec<u8>,
     /// With eviction on: each slot's last training step.
     pub last_seen: Vec<u32>,
-    /// With eviction on: each slot's optimizer slot.
-    pub opt_slots: Vec<u32>,
     /// Rows the optimizer's dense state was grown to.
     pub opt_rows: u64,
     /// Whether the table evicts rows.
@@ -60,7 +58,6 @@ const ROWS: &str = "shard.rows";
 const OPT: &str = "shard.optimizer";
 const ADMISSION: &str = "shard.admission";
 const LAST_SEEN: &str = "shard.last_seen";
-const OPT_SLOTS: &str = "shard.opt_slots";
 /// `shard.meta`'s length in version 1 and 2.
 const META_V1: usize = 4 + 5 * 8;
 const META_V2: usize = 4 + 9 * 8;
@@ -97,7 +94,6 @@ impl TableSnapshot {
             (ROWS, rows),
             (ADMISSION, self.counters.clone()),
             (LAST_SEEN, u32s(&self.last_seen)),
-            (OPT_SLOTS, u32s(&self.opt_slots)),
         ] {
             let _ = c.insert(name, data);
         }
@@ -180,11 +176,10 @@ impl TableSnapshot {
                 .collect())
         };
         let last_seen = read_u32s(section(LAST_SEEN, "no shard.last_seen section")?)?;
-        let opt_slots = read_u32s(section(OPT_SLOTS, "no shard.opt_slots section")?)?;
         let per_row = if eviction { rows_n } else { 0 };
-        if last_seen.len() as u64 != per_row || opt_slots.len() as u64 != per_row {
+        if last_seen.len() as u64 != per_row {
             return Err(ShardError::Corrupt(
-                "shard.last_seen / shard.opt_slots do not hold one value per row",
+                "shard.last_seen does not hold one value per row",
             ));
         }
         Ok(Self {
@@ -192,7 +187,6 @@ impl TableSnapshot {
             admission,
             counters,
             last_seen,
-            opt_slots,
             opt_rows,
             eviction,
             rank: word(0),

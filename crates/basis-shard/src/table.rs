@@ -5,7 +5,7 @@
 
 use alloc::vec;
 use alloc::vec::Vec;
-use basis_core::{RowAccess, SparseOptimizer, StepReport};
+use basis_core::{RowAccess, RowStateError, SparseOptimizer, StepReport};
 use comm_traits::Communicator;
 
 use crate::admission::Admitter;
@@ -165,26 +165,6 @@ impl Rows {
     }
 }
 
-/// The rows seen through optimizer slots: with eviction on, rows are kept
-/// dense (a freed row's slot is refilled) but optimizer slots are never
-/// reused, so a step names its rows by optimizer slot and this view maps
-/// them to row slots (`map`: `(optimizer slot, row slot)`, sorted).
-struct OptView<'a> {
-    rows: &'a mut Rows,
-    map: &'a [(u64, u32)],
-}
-
-impl RowAccess for OptView<'_> {
-    fn dim(&self) -> usize {
-        self.rows.dim
-    }
-
-    fn row_mut(&mut self, slot: u64) -> Option<&mut [f32]> {
-        let k = self.map.binary_search_by_key(&slot, |e| e.0).ok()?;
-        self.rows.row_mut(u64::from(self.map[k].1))
-    }
-}
-
 /// The routing of the latest training lookup, kept for its `apply`.
 #[derive(Debug)]
 struct Pending {
@@ -215,11 +195,6 @@ pub struct ShardedTable<O> {
     eviction: Option<Eviction>,
     /// With eviction on: each row's last training step (saturating `u32`).
     last_seen: Vec<u32>,
-    /// With eviction on: each row's optimizer slot. Until `basis-core`
-    /// frees one row's optimizer state, an evicted row's optimizer slot is
-    /// retired, never reused (a returning id starts from fresh state), so
-    /// optimizer slots and row slots part ways.
-    opt_slot: Vec<u32>,
     pending: Option<Pending>,
     generation: u64,
     stats: TableStats,
@@ -237,9 +212,11 @@ impl<O: SparseOptimizer> ShardedTable<O> {
     /// # Errors
     /// [`ShardError::BadConfig`] for `dim == 0`, a rank outside the owner
     /// rule's group, an optimizer of another dimension, or an invalid
-    /// admission or eviction rule; [`ShardError::OutOfMemory`] for an
-    /// admission sketch that cannot be allocated.
-    pub fn new(config: TableConfig, opt: O) -> Result<Self, ShardError> {
+    /// admission or eviction rule, or eviction with an optimizer that cannot
+    /// free one row's state (`SparseOptimizer::swap_remove_row`);
+    /// [`ShardError::OutOfMemory`] for an admission sketch that cannot be
+    /// allocated.
+    pub fn new(config: TableConfig, mut opt: O) -> Result<Self, ShardError> {
         if config.dim == 0 {
             return Err(ShardError::BadConfig("rows need at least one value"));
         }
@@ -253,12 +230,18 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         }
         if let Some(ev) = &config.eviction {
             ev.check()?;
+            // An out-of-range slot is refused as such by an optimizer that
+            // frees rows, as unsupported by one that does not.
+            if let Err(RowStateError::Unsupported(_)) = opt.swap_remove_row(u64::MAX) {
+                return Err(ShardError::BadConfig(
+                    "eviction needs an optimizer that frees one row's state (swap_remove_row)",
+                ));
+            }
         }
         Ok(Self {
             admit: Admitter::new(config.admission)?,
             eviction: config.eviction,
             last_seen: Vec::new(),
-            opt_slot: Vec::new(),
             dim: config.dim,
             rank: config.rank,
             owner: config.owner,
@@ -325,8 +308,7 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             index_bytes: self.index.bytes(),
             row_bytes: self.rows.values.capacity() * 4,
             state_bytes: m.total_bytes - m.scratch,
-            bookkeeping_bytes: self.admit.bytes()
-                + (self.last_seen.capacity() + self.opt_slot.capacity()) * 4,
+            bookkeeping_bytes: self.admit.bytes() + self.last_seen.capacity() * 4,
         }
     }
 
@@ -346,17 +328,19 @@ impl<O: SparseOptimizer> ShardedTable<O> {
     }
 
     /// Frees the rows `ev` selects when `now` training steps are done:
-    /// each freed slot is refilled by the last row (index, rows, last-seen
-    /// steps and optimizer slots alike).
-    fn evict(&mut self, ev: Eviction, now: u64) {
+    /// each freed slot is refilled by the last row (the optimizer's row
+    /// state first, then the index, the row and its last-seen step), so an
+    /// error leaves every row before it freed and the rest untouched.
+    fn evict(&mut self, ev: Eviction, now: u64) -> Result<(), ShardError> {
         let mut ids = self.index.ids_by_slot();
         let gone = ev.select(&self.last_seen, &ids, now);
-        if gone.is_empty() {
-            return;
-        }
-        self.index.swap_remove_slots(&mut ids, &gone);
         let d = self.dim;
         for &e in &gone {
+            self.opt
+                .swap_remove_row(u64::from(e))
+                .map_err(ShardError::RowState)?;
+            self.opt_rows -= 1;
+            self.index.swap_remove_slots(&mut ids, &[e]);
             let e = e as usize;
             let last = self.last_seen.len() - 1;
             if e != last {
@@ -366,9 +350,9 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             }
             self.rows.values.truncate(last * d);
             self.last_seen.swap_remove(e);
-            self.opt_slot.swap_remove(e);
+            self.stats.rows_evicted += 1;
         }
-        self.stats.rows_evicted += gone.len() as u64;
+        Ok(())
     }
 
     /// `(id, row)` of every row held, in id order.
@@ -429,7 +413,7 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         if let Some(ev) = self.eviction
             && ev.sweeps_before(step)
         {
-            self.evict(ev, self.generation);
+            self.evict(ev, self.generation)?;
         }
         self.admit.begin_step(step);
         let before = comm.stats();
@@ -560,7 +544,6 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         if evicting {
             self.last_seen
                 .try_reserve(ids.len())
-                .and_then(|()| self.opt_slot.try_reserve(ids.len()))
                 .map_err(|_| ShardError::OutOfMemory { rows: want })?;
         }
         let before = self.len();
@@ -579,16 +562,7 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         let new = missing.len() as u64;
         // Grow the optimizer to the most rows this call can reach first, so
         // a failure there leaves the index and rows untouched.
-        let first_opt = if evicting {
-            self.opt_rows
-        } else {
-            before as u64
-        };
-        let after = first_opt + new;
-        if after > u64::from(u32::MAX) {
-            self.admit.rollback();
-            return Err(ShardError::OutOfMemory { rows: want });
-        }
+        let after = before as u64 + new;
         if after > self.opt_rows {
             if let Err(e) = self.opt.grow_rows(after) {
                 self.admit.rollback();
@@ -597,7 +571,6 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             self.opt_rows = after;
         }
         let mut fresh = vec![0.0f32; self.dim];
-        let mut next_opt = first_opt as u32;
         for &id in ids {
             let slot = match self.index.get(id) {
                 Some(s) => s,
@@ -607,8 +580,6 @@ impl<O: SparseOptimizer> ShardedTable<O> {
                     self.rows.values.extend_from_slice(&fresh);
                     if evicting {
                         self.last_seen.push(0);
-                        self.opt_slot.push(next_opt);
-                        next_opt += 1;
                     }
                     slot
                 }
@@ -699,28 +670,8 @@ impl<O: SparseOptimizer> ShardedTable<O> {
                 }
             }
         }
-        if self.eviction.is_none() {
-            return self
-                .opt
-                .step_keyed(&keys, &ids, &rows, &mut self.rows)
-                .map_err(ShardError::Step);
-        }
-        let opt_ids: Vec<u64> = ids
-            .iter()
-            .map(|&s| u64::from(self.opt_slot[s as usize]))
-            .collect();
-        let mut map: Vec<(u64, u32)> = opt_ids
-            .iter()
-            .zip(&ids)
-            .map(|(&o, &s)| (o, s as u32))
-            .collect();
-        map.sort_unstable();
-        let mut view = OptView {
-            rows: &mut self.rows,
-            map: &map,
-        };
         self.opt
-            .step_keyed(&keys, &opt_ids, &rows, &mut view)
+            .step_keyed(&keys, &ids, &rows, &mut self.rows)
             .map_err(ShardError::Step)
     }
 
@@ -740,7 +691,6 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             admission: self.admit.rule().identity(),
             counters: self.admit.counters().to_vec(),
             last_seen: self.last_seen.clone(),
-            opt_slots: self.opt_slot.clone(),
             opt_rows: self.opt_rows,
             eviction: self.eviction.is_some(),
         }
@@ -753,8 +703,8 @@ impl<O: SparseOptimizer> ShardedTable<O> {
     /// another rank, group size, dimension, owner rule, admission rule, or
     /// with eviction on where the table has it off (or the reverse);
     /// [`ShardError::Corrupt`] for row values that are not `ids × dim`, a
-    /// repeated id, admission counters or eviction bookkeeping of the wrong
-    /// size, or optimizer slots out of range or repeated; [`ShardError::OutOfMemory`] / [`ShardError::Grow`];
+    /// repeated id, or admission counters or last-seen steps of the wrong
+    /// size; [`ShardError::OutOfMemory`] / [`ShardError::Grow`];
     /// [`ShardError::State`] when the optimizer refuses the state. On any
     /// error the table still holds no row (the optimizer may have grown
     /// never-updated rows, which new rows then use).
@@ -795,21 +745,8 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             return Err(ShardError::OutOfMemory { rows: n });
         }
         if self.eviction.is_some() {
-            if snap.last_seen.len() != n || snap.opt_slots.len() != n {
-                return Err(ShardError::Corrupt(
-                    "last-seen steps or optimizer slots are not one per row",
-                ));
-            }
-            let mut sorted = snap.opt_slots.clone();
-            sorted.sort_unstable();
-            if sorted.windows(2).any(|w| w[0] == w[1])
-                || sorted
-                    .last()
-                    .is_some_and(|&m| u64::from(m) >= snap.opt_rows)
-            {
-                return Err(ShardError::Corrupt(
-                    "optimizer slots out of range or repeated",
-                ));
+            if snap.last_seen.len() != n {
+                return Err(ShardError::Corrupt("last-seen steps are not one per row"));
             }
         }
         if snap.opt_rows > u64::from(u32::MAX) {
@@ -824,13 +761,9 @@ impl<O: SparseOptimizer> ShardedTable<O> {
                 return Err(ShardError::Corrupt("an id appears twice"));
             }
         }
-        // Without eviction optimizer slots are row slots: at least `n`
-        // (a snapshot built by hand may leave `opt_rows` at 0).
-        let opt_rows = if self.eviction.is_some() {
-            snap.opt_rows
-        } else {
-            snap.opt_rows.max(n as u64)
-        };
+        // Optimizer slots are row slots: at least `n` (a snapshot built
+        // by hand may leave `opt_rows` at 0).
+        let opt_rows = snap.opt_rows.max(n as u64);
         if opt_rows > self.opt_rows {
             self.opt.grow_rows(opt_rows).map_err(ShardError::Grow)?;
             self.opt_rows = opt_rows;
@@ -841,7 +774,6 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         self.index = index;
         self.rows.values = snap.rows;
         self.last_seen = snap.last_seen;
-        self.opt_slot = snap.opt_slots;
         self.admit = admit;
         self.generation = snap.step;
         self.pending = None;

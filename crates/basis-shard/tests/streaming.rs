@@ -10,7 +10,7 @@ extern crate alloc;
 use alloc::collections::{BTreeMap, BTreeSet};
 use core::time::Duration;
 
-use basis_core::{AdamConfig, ExactAdam, RowIndex, Sgd, SparseOptimizer};
+use basis_core::{AdamConfig, ExactAdam, RowIndex, RowStateError, Sgd, SparseOptimizer};
 use basis_shard::{
     Admission, BoxedOptimizer as Dyn, Eviction, OwnerRule, RowInit, ShardError, ShardedTable,
     TableConfig,
@@ -305,7 +305,7 @@ fn an_evicted_row_that_returns_starts_as_a_fresh_tables_row() {
 fn the_capacity_bound_frees_the_least_recently_seen_rows() {
     let ids = [11u64, 22, 33, 44];
     let held = on_ranks(1, |mut c| {
-        let mut t = table(1, 0, sgd(), Admission::Always, Some(Eviction::capacity(2)));
+        let mut t = table(1, 0, adam(), Admission::Always, Some(Eviction::capacity(2)));
         let mut held = Vec::new();
         for &id in &ids[..3] {
             step_with(&mut t, &mut c, &[id], |_| [0.1; DIM]).unwrap();
@@ -331,7 +331,7 @@ fn a_growing_vocabulary_runs_at_bounded_memory() {
     let cap = 200;
     let ev = Eviction::ttl(5).with_capacity(cap);
     let mem = on_ranks(p, |mut c| {
-        let mut t = table(p, c.rank(), sgd(), Admission::Always, Some(ev));
+        let mut t = table(p, c.rank(), adam(), Admission::Always, Some(ev));
         let mut at = Vec::new();
         for step in 0..600u64 {
             // 40 ids never seen before per rank and step, and a few hot ones.
@@ -440,8 +440,46 @@ fn bad_rules_are_refused() {
     let config = TableConfig::new(DIM, OwnerRule::hashed(1, 3).unwrap(), 0)
         .with_eviction(Eviction::ttl(2).with_sweep_every(0));
     assert!(matches!(
-        ShardedTable::new(config, sgd()),
+        ShardedTable::new(config, adam()),
         Err(ShardError::BadConfig(_))
     ));
-    let _ = SparseOptimizer::dim(&sgd());
+    // An optimizer that cannot free one row's state cannot evict.
+    let frees = adam().swap_remove_row(u64::MAX);
+    assert!(matches!(frees, Err(RowStateError::SlotOutOfRange { .. })));
+    let config =
+        TableConfig::new(DIM, OwnerRule::hashed(1, 3).unwrap(), 0).with_eviction(Eviction::ttl(2));
+    let no_free = Dyn(Box::new(NoFree(Sgd::new(DIM, 0.1).unwrap())));
+    assert!(matches!(
+        ShardedTable::new(config, no_free),
+        Err(ShardError::BadConfig(_))
+    ));
+}
+
+/// SGD without the row-state calls (the trait's defaults: unsupported).
+struct NoFree(Sgd);
+
+impl SparseOptimizer for NoFree {
+    fn dim(&self) -> usize {
+        self.0.dim()
+    }
+    fn step(
+        &mut self,
+        ids: &[u64],
+        grads: &[f32],
+        table: &mut dyn basis_core::RowAccess,
+    ) -> Result<basis_core::StepReport, basis_core::StepError> {
+        self.0.step(ids, grads, table)
+    }
+    fn grow_rows(&mut self, rows: u64) -> Result<(), basis_core::GrowError> {
+        self.0.grow_rows(rows)
+    }
+    fn memory(&self) -> basis_core::MemoryReport {
+        self.0.memory()
+    }
+    fn export_state(&self) -> Vec<u8> {
+        self.0.export_state()
+    }
+    fn import_state(&mut self, bytes: &[u8]) -> Result<(), basis_core::StateError> {
+        self.0.import_state(bytes)
+    }
 }
