@@ -744,10 +744,8 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         if n >= u32::MAX as usize {
             return Err(ShardError::OutOfMemory { rows: n });
         }
-        if self.eviction.is_some() {
-            if snap.last_seen.len() != n {
-                return Err(ShardError::Corrupt("last-seen steps are not one per row"));
-            }
+        if self.eviction.is_some() && snap.last_seen.len() != n {
+            return Err(ShardError::Corrupt("last-seen steps are not one per row"));
         }
         if snap.opt_rows > u64::from(u32::MAX) {
             return Err(ShardError::Corrupt("more optimizer rows than slots"));
