@@ -12,6 +12,7 @@ mod eviction;
 mod index;
 mod init;
 mod owner;
+mod reshard;
 pub mod route;
 mod snapshot;
 mod table;

@@ -142,9 +142,9 @@ pub struct TableStats {
 
 /// The rows, slot-major: what the optimizer steps (by slot).
 #[derive(Debug, Default)]
-struct Rows {
+pub(crate) struct Rows {
     dim: usize,
-    values: Vec<f32>,
+    pub(crate) values: Vec<f32>,
 }
 
 impl RowAccess for Rows {
@@ -167,7 +167,7 @@ impl Rows {
 
 /// The routing of the latest training lookup, kept for its `apply`.
 #[derive(Debug)]
-struct Pending {
+pub(crate) struct Pending {
     generation: u64,
     req: Request,
     /// Slot of every received id (`req.received` order).
@@ -181,23 +181,23 @@ struct Pending {
 /// See the [crate documentation](crate) for the data flow and an example.
 #[derive(Debug)]
 pub struct ShardedTable<O> {
-    dim: usize,
-    rank: usize,
-    owner: OwnerRule,
-    init: RowInit,
-    l2: f32,
-    index: IdSlots,
-    rows: Rows,
-    opt: O,
+    pub(crate) dim: usize,
+    pub(crate) rank: usize,
+    pub(crate) owner: OwnerRule,
+    pub(crate) init: RowInit,
+    pub(crate) l2: f32,
+    pub(crate) index: IdSlots,
+    pub(crate) rows: Rows,
+    pub(crate) opt: O,
     /// Rows the optimizer's dense state has been grown to (never shrinks).
-    opt_rows: u64,
-    admit: Admitter,
-    eviction: Option<Eviction>,
+    pub(crate) opt_rows: u64,
+    pub(crate) admit: Admitter,
+    pub(crate) eviction: Option<Eviction>,
     /// With eviction on: each row's last training step (saturating `u32`).
-    last_seen: Vec<u32>,
-    pending: Option<Pending>,
-    generation: u64,
-    stats: TableStats,
+    pub(crate) last_seen: Vec<u32>,
+    pub(crate) pending: Option<Pending>,
+    pub(crate) generation: u64,
+    pub(crate) stats: TableStats,
 }
 
 impl<O: SparseOptimizer> ShardedTable<O> {
