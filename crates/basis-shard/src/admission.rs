@@ -17,8 +17,15 @@ use alloc::vec::Vec;
 
 use crate::ShardError;
 
-/// When an id gets a row; see the [module docs](self) for what happens
-/// to ids that have none yet.
+/// When an id seen in training gets a row.
+///
+/// The owner of an id decides, at a training `lookup`, for every id it
+/// holds no row of (once per step however many ranks asked for it), so
+/// every group size decides alike. An id that is not admitted reads as the
+/// row it would start as ([`RowInit`](crate::RowInit)), and its gradients
+/// of that step are dropped (counted in
+/// [`TableStats::grads_dropped`](crate::TableStats::grads_dropped)); the
+/// step that admits an id creates its row and applies that step's gradient.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 #[non_exhaustive]
 pub enum Admission {

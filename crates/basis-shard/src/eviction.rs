@@ -17,7 +17,16 @@ use alloc::vec::Vec;
 
 use crate::ShardError;
 
-/// When rows are evicted; see the [module docs](self).
+/// Which rows an owner frees, and when.
+///
+/// An owner sweeps at the start of a training `lookup`, every
+/// `sweep_every` steps, before routing: the rows it frees are gone for that
+/// lookup already, and a returning id starts again from its
+/// [`RowInit`](crate::RowInit) value and fresh optimizer state (and, with
+/// admission on, must be admitted again). The capacity bound holds after
+/// each sweep; between sweeps a rank also holds the rows created since.
+/// BASIS keeps its bucket state (shared by many rows); only the row and its
+/// per-row state go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Eviction {
     /// Free rows not looked up in the last `ttl` training steps.
