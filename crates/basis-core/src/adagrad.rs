@@ -6,10 +6,11 @@ use num_traits::Float;
 
 use crate::batch::{Merged, apply_row, merge};
 use crate::config::{NonFinitePolicy, RowIndex, ScalarStorage};
-use crate::error::{ConfigError, GrowError, StateError, StateField, StepError};
+use crate::error::{ConfigError, GrowError, RowStateError, StateError, StateField, StepError};
 use crate::optimizer::SparseOptimizer;
 use crate::quant::LogCode;
 use crate::report::{MemoryReport, StepReport};
+use crate::row_move;
 use crate::state::{Reader, Writer, kind};
 use crate::store::ScalarStore;
 use crate::table::RowAccess;
@@ -247,5 +248,29 @@ impl SparseOptimizer for RowwiseAdagrad {
         self.steps = steps;
         self.nonfinite = nonfinite;
         Ok(())
+    }
+
+    fn export_rows(&self, slots: &[u64]) -> Result<Vec<u8>, RowStateError> {
+        row_move::check_slots(&self.sums.index, slots)?;
+        let mut w = Writer::default();
+        let fp = [(StateField::Dim, self.config.dim as u64)];
+        row_move::write_header(&mut w, &fp, self.steps, slots.len());
+        slots.iter().for_each(|&id| self.sums.write_row(&mut w, id));
+        Ok(w.finish(row_move::rows_tag(kind::ADAGRAD)))
+    }
+
+    fn import_rows(&mut self, slots: &[u64], bytes: &[u8]) -> Result<(), RowStateError> {
+        row_move::check_slots(&self.sums.index, slots)?;
+        let fp = [(StateField::Dim, self.config.dim as u64)];
+        let tag = row_move::rows_tag(kind::ADAGRAD);
+        let (r, steps) = row_move::open(bytes, tag, &fp, self.steps, slots.len())?;
+        let rows = row_move::read_scalar_rows(&self.sums, r, slots)?;
+        row_move::put_scalar_rows(&mut self.sums, rows)?;
+        self.steps = steps;
+        Ok(())
+    }
+
+    fn swap_remove_row(&mut self, slot: u64) -> Result<Option<u64>, RowStateError> {
+        self.sums.swap_remove(slot)
     }
 }

@@ -12,7 +12,6 @@ use crate::kernel::bias_corrections;
 use crate::optimizer::SparseOptimizer;
 use crate::report::{MemoryReport, StepReport};
 use crate::row_move;
-use crate::rows;
 use crate::state::{Reader, Writer, kind};
 use crate::store::{Slots, try_filled};
 use crate::table::RowAccess;
@@ -389,7 +388,10 @@ impl SparseOptimizer for ExactAdam {
         for _ in slots {
             rows.push(if row_move::present(&mut r)? {
                 let m = r.f32s(d)?;
-                let v = rows::read_nonneg(&mut r, d)?;
+                let v = r.f32s(d)?;
+                if v.iter().any(|&x| x < 0.0) {
+                    return Err(StateError::Malformed.into());
+                }
                 Some((m, v))
             } else {
                 None

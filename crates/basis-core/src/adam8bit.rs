@@ -37,14 +37,18 @@ use core::mem::size_of;
 use num_traits::Float;
 
 use crate::adam::AdamConfig;
-use crate::batch::{Merged, apply_row, merge};
-use crate::error::{ConfigError, GrowError, StateError, StateField, StepError};
+use crate::batch::apply_row;
+use crate::error::{ConfigError, StateError, StateField, StepError};
 use crate::kernel::bias_corrections;
 use crate::optimizer::SparseOptimizer;
 use crate::report::{MemoryReport, StepReport};
-use crate::rows::{Lane, RowSlots, read_nonneg, read_u8s};
-use crate::state::{Reader, Writer, kind};
+use crate::rows::{Lane, Plumbing, RowDriver, adam_fingerprint};
+use crate::state::kind;
 use crate::table::RowAccess;
+
+/// Per slot: the codes of `m` and of `v` (d each), then the blocks' absmax
+/// of `m` and of `v` (`≥ 0`).
+type Codes = (Lane<u8>, Lane<u8>, Lane<f32>);
 
 /// Values per block when none is given: bitsandbytes' block size.
 pub const DEFAULT_BLOCK: usize = 256;
@@ -138,16 +142,7 @@ pub struct Adam8bit {
     blocks: usize,
     signed: [f32; 256],
     unsigned: [f32; 256],
-    rows: RowSlots,
-    /// Codes of `m` (d per row).
-    mc: Lane<u8>,
-    /// Codes of `v` (d per row).
-    vc: Lane<u8>,
-    /// Per row: the blocks' absmax of `m`, then of `v`.
-    scales: Lane<f32>,
-    steps: u32,
-    nonfinite: u64,
-    scratch: Merged,
+    state: RowDriver<Codes>,
     /// The dequantized row (`m`, `v`) and its update: `3·d` f32.
     work: Vec<f32>,
 }
@@ -168,21 +163,27 @@ impl Adam8bit {
         let blocks = d.div_ceil(block);
         let signed = dynamic_map(true);
         let unsigned = dynamic_map(false);
-        let rows = RowSlots::new(config.row_index);
-        let n = rows.slots as u64;
+        let plumbing = Plumbing {
+            dim: d,
+            nonfinite: config.nonfinite,
+            grad_clip: config.grad_clip,
+            kind: kind::ADAM8BIT,
+            max_steps: u64::from(u32::MAX),
+        };
+        let state = RowDriver::new(plumbing, config.row_index, |n| {
+            Ok((
+                Lane::new(d, n, encode(&signed, 0.0))?,
+                Lane::new(d, n, encode(&unsigned, 0.0))?,
+                Lane::new(2 * blocks, n, 0.0)?.nonneg(),
+            ))
+        })?;
         Ok(Self {
-            mc: Lane::new(d, n, encode(&signed, 0.0))?,
-            vc: Lane::new(d, n, encode(&unsigned, 0.0))?,
-            scales: Lane::new(2 * blocks, n, 0.0)?,
             config,
             block,
             blocks,
             signed,
             unsigned,
-            rows,
-            steps: 0,
-            nonfinite: 0,
-            scratch: Merged::default(),
+            state,
             work: Vec::new(),
         })
     }
@@ -199,17 +200,45 @@ impl Adam8bit {
 
     /// Row `id`'s dequantized `(m, v)`, if it has state.
     pub fn moments(&self, id: u64) -> Option<(Vec<f32>, Vec<f32>)> {
-        let s = self.rows.index.get(id)?;
+        let s = self.state.slot_of(id)?;
         let d = self.config.dim;
         let (mut m, mut v) = (vec![0.0; d], vec![0.0; d]);
-        self.decode(s, &mut m, &mut v);
+        self.quant().decode(&self.state.lanes, s, &mut m, &mut v);
         Some((m, v))
     }
 
+    /// The code maps and block layout, apart from the state they read.
+    fn quant(&self) -> Quant<'_> {
+        Quant {
+            dim: self.config.dim,
+            block: self.block,
+            blocks: self.blocks,
+            signed: &self.signed,
+            unsigned: &self.unsigned,
+        }
+    }
+
+    /// Moved rows' codes mean the same under the same dim, betas and block.
+    fn fingerprint(&self) -> [(StateField, u64); 3] {
+        let [dim, betas] = adam_fingerprint(self.config.dim, self.config.beta1, self.config.beta2);
+        [dim, betas, (StateField::BlockSize, self.block as u64)]
+    }
+}
+
+/// What decoding and storing a row needs besides its codes.
+struct Quant<'a> {
+    dim: usize,
+    block: usize,
+    blocks: usize,
+    signed: &'a [f32; 256],
+    unsigned: &'a [f32; 256],
+}
+
+impl Quant<'_> {
     /// Slot `s`'s moments into `m`, `v`.
-    fn decode(&self, s: usize, m: &mut [f32], v: &mut [f32]) {
-        let (mc, vc, sc) = (self.mc.row(s), self.vc.row(s), self.scales.row(s));
-        for j in 0..self.config.dim {
+    fn decode(&self, codes: &Codes, s: usize, m: &mut [f32], v: &mut [f32]) {
+        let (mc, vc, sc) = (codes.0.row(s), codes.1.row(s), codes.2.row(s));
+        for j in 0..self.dim {
             let b = j / self.block;
             m[j] = self.signed[usize::from(mc[j])] * sc[b];
             v[j] = self.unsigned[usize::from(vc[j])] * sc[self.blocks + b];
@@ -217,22 +246,22 @@ impl Adam8bit {
     }
 
     /// Stores `m`, `v` in slot `s`: each block's absmax, then the codes.
-    fn store(&mut self, s: usize, m: &[f32], v: &[f32]) {
-        let d = self.config.dim;
+    fn store(&self, codes: &mut Codes, s: usize, m: &[f32], v: &[f32]) {
+        let d = self.dim;
         for b in 0..self.blocks {
             let range = b * self.block..((b + 1) * self.block).min(d);
             let am = m[range.clone()].iter().fold(0.0f32, |a, x| a.max(x.abs()));
             let av = v[range.clone()].iter().fold(0.0f32, |a, &x| a.max(x));
-            let sc = self.scales.row_mut(s);
+            let sc = codes.2.row_mut(s);
             sc[b] = am;
             sc[self.blocks + b] = av;
-            let mc = self.mc.row_mut(s);
+            let mc = codes.0.row_mut(s);
             for j in range.clone() {
-                mc[j] = encode(&self.signed, if am > 0.0 { m[j] / am } else { 0.0 });
+                mc[j] = encode(self.signed, if am > 0.0 { m[j] / am } else { 0.0 });
             }
-            let vc = self.vc.row_mut(s);
+            let vc = codes.1.row_mut(s);
             for j in range {
-                vc[j] = encode(&self.unsigned, if av > 0.0 { v[j] / av } else { 0.0 });
+                vc[j] = encode(self.unsigned, if av > 0.0 { v[j] / av } else { 0.0 });
             }
         }
     }
@@ -251,116 +280,61 @@ impl SparseOptimizer for Adam8bit {
     ) -> Result<StepReport, StepError> {
         let c = self.config;
         let d = c.dim;
-        let index = &self.rows.index;
-        let merged = merge(
-            &mut self.scratch,
-            ids,
-            grads,
-            d,
-            c.nonfinite,
-            c.grad_clip,
-            table,
-            |id| index.check(id),
-        )?;
-        self.steps = self.steps.saturating_add(1);
-        let (bc1, bc2) = bias_corrections(c.beta1, c.beta2, self.steps, c.bias_correction);
-        let mut work = core::mem::take(&mut self.work);
-        work.resize(3 * d, 0.0);
-        for (k, &id) in merged.ids.iter().enumerate() {
-            let (slot, created) = self.rows.slot(id);
-            if created {
-                let n = self.rows.slots;
-                self.mc.ensure(n, encode(&self.signed, 0.0));
-                self.vc.ensure(n, encode(&self.unsigned, 0.0));
-                self.scales.ensure(n, 0.0);
-            }
-            let (m, rest) = work.split_at_mut(d);
-            let (v, upd) = rest.split_at_mut(d);
-            self.decode(slot, m, v);
-            let g = &merged.grads[k * d..(k + 1) * d];
-            for j in 0..d {
-                m[j] = c.beta1 * m[j] + (1.0 - c.beta1) * g[j];
-                v[j] = c.beta2 * v[j] + (1.0 - c.beta2) * (g[j] * g[j]);
-                upd[j] = c.lr * ((m[j] / bc1) / (Float::sqrt(v[j] / bc2) + c.eps));
-            }
-            if let Some(row) = table.row_mut(id) {
-                apply_row(row, upd, c.lr * c.weight_decay);
-            }
-            self.store(slot, m, v);
-        }
-        self.work = work;
-        self.nonfinite += merged.skipped as u64;
-        let report = StepReport {
-            rows_updated: merged.ids.len(),
-            rows_skipped_nonfinite: merged.skipped,
-            buckets_touched: 0,
+        let quant = Quant {
+            dim: d,
+            block: self.block,
+            blocks: self.blocks,
+            signed: &self.signed,
+            unsigned: &self.unsigned,
         };
-        self.scratch = merged;
-        Ok(report)
+        let work = &mut self.work;
+        work.resize(3 * d, 0.0);
+        self.state
+            .step(ids, grads, table, |codes, slot, g, row, steps| {
+                let t = u32::try_from(steps).unwrap_or(u32::MAX);
+                let (bc1, bc2) = bias_corrections(c.beta1, c.beta2, t, c.bias_correction);
+                let (m, rest) = work.split_at_mut(d);
+                let (v, upd) = rest.split_at_mut(d);
+                quant.decode(codes, slot, m, v);
+                for j in 0..d {
+                    m[j] = c.beta1 * m[j] + (1.0 - c.beta1) * g[j];
+                    v[j] = c.beta2 * v[j] + (1.0 - c.beta2) * (g[j] * g[j]);
+                    upd[j] = c.lr * ((m[j] / bc1) / (Float::sqrt(v[j] / bc2) + c.eps));
+                }
+                if let Some(row) = row {
+                    apply_row(row, upd, c.lr * c.weight_decay);
+                }
+                quant.store(codes, slot, m, v);
+            })
     }
 
-    fn grow_rows(&mut self, rows: u64) -> Result<(), GrowError> {
-        let n = self.rows.check_grow(rows)?;
-        // Reserve all before touching any, so a failure changes nothing.
-        self.mc.try_reserve(n, rows)?;
-        self.vc.try_reserve(n, rows)?;
-        self.scales.try_reserve(n, rows)?;
-        self.mc.ensure(n, encode(&self.signed, 0.0));
-        self.vc.ensure(n, encode(&self.unsigned, 0.0));
-        self.scales.ensure(n, 0.0);
-        self.rows.set_rows(rows, n);
-        Ok(())
-    }
+    crate::rows::driver_methods!();
 
     fn memory(&self) -> MemoryReport {
+        let (mc, vc, scales) = &self.state.lanes;
+        let base = self.state.memory();
         MemoryReport {
-            scalars: self.mc.bytes() + self.vc.bytes() + self.scales.bytes(),
+            scalars: mc.bytes() + vc.bytes() + scales.bytes(),
             code_tables: 2 * 256 * size_of::<f32>(),
-            row_index: self.rows.index.bytes(),
-            scratch: self.scratch.capacity_bytes() + self.work.capacity() * size_of::<f32>(),
-            rows_with_state: self.rows.slots as u64,
-            ..MemoryReport::default()
+            scratch: base.scratch + self.work.capacity() * size_of::<f32>(),
+            ..base
         }
         .finish()
     }
 
     fn export_state(&self) -> Vec<u8> {
-        let mut w = Writer::default();
-        w.u64(self.block as u64);
-        let steps = u64::from(self.steps);
-        self.rows
-            .write(&mut w, self.config.dim, steps, self.nonfinite, |w, s| {
-                self.mc.row(s).iter().for_each(|&c| w.u8(c));
-                self.vc.row(s).iter().for_each(|&c| w.u8(c));
-                w.f32s(self.scales.row(s));
-            });
-        w.finish(kind::ADAM8BIT)
+        self.state.export_state(|w| w.u64(self.block as u64))
     }
 
     fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
-        let d = self.config.dim;
-        let mut r = Reader::open(bytes, kind::ADAM8BIT)?;
-        if r.u64()? != self.block as u64 {
-            return Err(StateError::ConfigMismatch {
-                field: StateField::BlockSize,
-            });
-        }
-        let nb = 2 * self.blocks;
-        let (mut mc, mut vc, mut sc) = (Vec::new(), Vec::new(), Vec::new());
-        let (rows, steps, nonfinite) = self.rows.read(&mut r, d, 2 * d + 4 * nb, |r| {
-            mc.extend(read_u8s(r, d)?);
-            vc.extend(read_u8s(r, d)?);
-            sc.extend(read_nonneg(r, nb)?);
+        let block = self.block as u64;
+        self.state.import_state(bytes, |r| {
+            if r.u64()? != block {
+                return Err(StateError::ConfigMismatch {
+                    field: StateField::BlockSize,
+                });
+            }
             Ok(())
-        })?;
-        r.end()?;
-        let steps = u32::try_from(steps).map_err(|_| StateError::Malformed)?;
-        self.mc = Lane::from_vec(d, mc);
-        self.vc = Lane::from_vec(d, vc);
-        self.scales = Lane::from_vec(nb, sc);
-        self.rows = rows;
-        self.steps = steps;
-        self.nonfinite = nonfinite;
-        Ok(())
+        })
     }
 }

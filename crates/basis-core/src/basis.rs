@@ -5,13 +5,14 @@ use core::mem::size_of;
 
 use balanced_hash::{Bucketer, SignHash};
 use half::bf16;
-use num_traits::Float;
 
 use crate::batch::{MergeRules, Merged, apply_row, clip_row, merge_with, resize_for_overwrite};
 use crate::config::{
     Accumulate, BasisConfig, Direction, ScalarLrSchedule, ScalarStorage, TablePrecision,
 };
-use crate::error::{ConfigError, GrowError, StateError, StateField, StepError};
+use crate::error::{
+    ConfigError, GrowError, RowStateError, RowStateUnsupported, StateError, StateField, StepError,
+};
 use crate::exec::{Executor, ROWS_PER_ITEM, Sequential, row_chunks};
 use crate::kernel::{
     BucketGroup, BucketJob, KernelParams, ScalarParams, StepPlan, Tables, update_bucket,
@@ -19,8 +20,9 @@ use crate::kernel::{
 use crate::optimizer::SparseOptimizer;
 use crate::quant::{LogCode, random_bits};
 use crate::report::{Diagnostics, HISTOGRAM_BINS, MemoryReport, StepReport};
+use crate::row_move;
 use crate::state::{Reader, Writer, kind};
-use crate::store::{ScalarStore, try_filled};
+use crate::store::{ScalarStore, Slots, try_filled};
 use crate::table::RowAccess;
 
 /// Domain separator of the scalar store's stochastic rounding.
@@ -70,6 +72,9 @@ pub struct Basis<H: Bucketer> {
     nonfinite: u64,
     scratch: Merged,
     spare: StepPlan,
+    /// The dense row range when the scalars are frozen (not stored, so
+    /// the scalar store does not track it), for row moves and removal.
+    frozen_rows: Option<u64>,
 }
 
 fn needs_first_moment(c: &BasisConfig) -> bool {
@@ -130,7 +135,12 @@ impl<H: Bucketer> Basis<H> {
             crate::config::RowIndex::Sparse
         };
         let scalars = ScalarStore::new(index, config.scalar_storage, initial, code, with_counts)?;
+        let frozen_rows = match config.row_index {
+            crate::config::RowIndex::Dense { rows } if !stored => Some(rows),
+            _ => None,
+        };
         Ok(Self {
+            frozen_rows,
             config,
             bucketer,
             tables,
@@ -451,7 +461,10 @@ impl<H: Bucketer> Basis<H> {
         let (lo, hi) = if c.direction == Direction::RowScaled {
             c.row_scale.log2_range
         } else {
-            (Float::log2(c.scalar_clip.0), Float::log2(c.scalar_clip.1))
+            (
+                crate::math::log2(c.scalar_clip.0),
+                crate::math::log2(c.scalar_clip.1),
+            )
         };
         let mut diag = Diagnostics {
             bucket_loads: alloc::vec![0; self.bucket_steps.len()],
@@ -461,7 +474,7 @@ impl<H: Bucketer> Basis<H> {
             ..Diagnostics::default()
         };
         for (i, e) in diag.histogram_edges.iter_mut().enumerate() {
-            *e = Float::exp2(lo + (hi - lo) * i as f32 / HISTOGRAM_BINS as f32);
+            *e = crate::math::exp2(lo + (hi - lo) * i as f32 / HISTOGRAM_BINS as f32);
         }
         // Bounds as stored: a compact format may round a bound by one step.
         let tol = match c.scalar_storage {
@@ -479,7 +492,7 @@ impl<H: Bucketer> Basis<H> {
                 at_max += u64::from(s >= c.scalar_clip.1 * (1.0 - tol));
             }
             let pos = if s > 0.0 {
-                (Float::log2(s) - lo) / (hi - lo)
+                (crate::math::log2(s) - lo) / (hi - lo)
             } else {
                 0.0
             };
@@ -563,6 +576,76 @@ impl<H: Bucketer> Basis<H> {
     }
 }
 
+impl<H: Bucketer> Basis<H> {
+    /// What a moved row's scalar (and count) mean.
+    fn row_fingerprint(&self) -> [(StateField, u64); 8] {
+        let all = self.fingerprint();
+        let pick = [
+            StateField::Dim,
+            StateField::Direction,
+            StateField::ScalarStorage,
+            StateField::RowCounters,
+            StateField::Seed,
+            StateField::ScalarClip,
+            StateField::LearnedScalars,
+            StateField::RowScaleRange,
+        ];
+        pick.map(|f| all.iter().copied().find(|&(g, _)| g == f).unwrap_or((f, 0)))
+    }
+
+    /// What a moved bucket's moments mean.
+    fn bucket_fingerprint(&self) -> [(StateField, u64); 7] {
+        let all = self.fingerprint();
+        let pick = [
+            StateField::Dim,
+            StateField::Direction,
+            StateField::TablePrecision,
+            StateField::FirstMoment,
+            StateField::Seed,
+            StateField::Betas,
+            StateField::Accumulate,
+        ];
+        pick.map(|f| all.iter().copied().find(|&(g, _)| g == f).unwrap_or((f, 0)))
+    }
+
+    /// The index the rows' slots are checked against: the scalar store's,
+    /// or the frozen scalars' dense range.
+    fn row_slots(&self) -> Slots {
+        match self.frozen_rows {
+            Some(rows) => Slots::Dense { rows },
+            None => match &self.scalars.index {
+                Slots::Dense { rows } => Slots::Dense { rows: *rows },
+                // Only the range check reads it: an empty sparse index.
+                Slots::Sparse { .. } => Slots::new(crate::config::RowIndex::Sparse),
+            },
+        }
+    }
+
+    /// Rows move without their bucket choice: only a bucketer that holds
+    /// no per-key state places them alike on the importer.
+    fn check_movable(&self) -> Result<(), RowStateError> {
+        if self.bucketer.has_state() {
+            return Err(RowStateError::Unsupported(
+                RowStateUnsupported::BucketerState,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Fails unless the buckets are distinct and in range.
+    fn check_buckets(&self, buckets: &[u32]) -> Result<(), RowStateError> {
+        let count = self.bucket_steps.len() as u32;
+        if let Some(&bucket) = buckets.iter().find(|&&b| b >= count) {
+            return Err(RowStateError::BucketOutOfRange {
+                bucket,
+                buckets: count,
+            });
+        }
+        let wide: Vec<u64> = buckets.iter().map(|&b| u64::from(b)).collect();
+        row_move::check_distinct(&wide)
+    }
+}
+
 /// The first state format version whose BASIS fingerprint covers every
 /// setting of [`Basis::fingerprint`].
 const BASIS_MIN_VERSION: u16 = 2;
@@ -616,9 +699,16 @@ impl<H: Bucketer> SparseOptimizer for Basis<H> {
             return self.scalars.grow_rows(rows);
         }
         // Frozen scalars are never stored: a dense range grows for free.
-        match self.config.row_index {
-            crate::config::RowIndex::Dense { .. } => Ok(()),
-            crate::config::RowIndex::Sparse => Err(GrowError::NotDense),
+        match &mut self.frozen_rows {
+            Some(current) if rows < *current => Err(GrowError::Shrink {
+                rows,
+                current: *current,
+            }),
+            Some(current) => {
+                *current = rows;
+                Ok(())
+            }
+            None => Err(GrowError::NotDense),
         }
     }
 
@@ -710,6 +800,124 @@ impl<H: Bucketer> SparseOptimizer for Basis<H> {
         self.bucket_steps = bucket_steps;
         self.tables = tables;
         self.scalars = scalars;
+        Ok(())
+    }
+
+    /// A row's state is its scalar (and update count); its share of the
+    /// buckets moves with [`export_buckets`](SparseOptimizer::export_buckets).
+    /// Refused for a bucketer with per-key state (d-choice): the row's
+    /// remembered bucket would not move with it.
+    fn export_rows(&self, slots: &[u64]) -> Result<Vec<u8>, RowStateError> {
+        self.check_movable()?;
+        row_move::check_slots(&self.row_slots(), slots)?;
+        let mut w = Writer::default();
+        row_move::write_header(&mut w, &self.row_fingerprint(), self.steps, slots.len());
+        slots
+            .iter()
+            .for_each(|&id| self.scalars.write_row(&mut w, id));
+        Ok(w.finish(row_move::rows_tag(kind::BASIS)))
+    }
+
+    fn import_rows(&mut self, slots: &[u64], bytes: &[u8]) -> Result<(), RowStateError> {
+        self.check_movable()?;
+        row_move::check_slots(&self.row_slots(), slots)?;
+        let fp = self.row_fingerprint();
+        let tag = row_move::rows_tag(kind::BASIS);
+        let (r, steps) = row_move::open(bytes, tag, &fp, self.steps, slots.len())?;
+        let rows = row_move::read_scalar_rows(&self.scalars, r, slots)?;
+        row_move::put_scalar_rows(&mut self.scalars, rows)?;
+        self.steps = steps;
+        Ok(())
+    }
+
+    /// Frees the row's scalar; the buckets keep what the row contributed
+    /// to their moments (they are shared: nothing of them is the row's
+    /// alone). A d-choice bucketer also keeps the key's remembered bucket.
+    fn swap_remove_row(&mut self, slot: u64) -> Result<Option<u64>, RowStateError> {
+        match &mut self.frozen_rows {
+            Some(rows) => {
+                let last = row_move::check_remove(&Slots::Dense { rows: *rows }, slot)?;
+                *rows = last;
+                Ok(row_move::moved(slot, last))
+            }
+            None => self.scalars.swap_remove(slot),
+        }
+    }
+
+    fn bucket_count(&self) -> u32 {
+        self.bucket_steps.len() as u32
+    }
+
+    fn export_buckets(&self, buckets: &[u32]) -> Result<Vec<u8>, RowStateError> {
+        self.check_buckets(buckets)?;
+        let w_b = self.tables.width(self.config.dim);
+        let mut w = Writer::default();
+        row_move::write_header(
+            &mut w,
+            &self.bucket_fingerprint(),
+            self.steps,
+            buckets.len(),
+        );
+        for &b in buckets {
+            let b = b as usize;
+            w.u32(self.bucket_steps[b]);
+            match &self.tables {
+                Tables::F32 { data, .. } => w.f32s(&data[b * w_b..(b + 1) * w_b]),
+                Tables::Bf16 { data, .. } => data[b * w_b..(b + 1) * w_b]
+                    .iter()
+                    .for_each(|x| w.u16(x.to_bits())),
+            }
+        }
+        Ok(w.finish(row_move::buckets_tag(kind::BASIS)))
+    }
+
+    fn import_buckets(&mut self, buckets: &[u32], bytes: &[u8]) -> Result<(), RowStateError> {
+        self.check_buckets(buckets)?;
+        let w_b = self.tables.width(self.config.dim);
+        let fp = self.bucket_fingerprint();
+        let tag = row_move::buckets_tag(kind::BASIS);
+        let (mut r, steps) = row_move::open(bytes, tag, &fp, self.steps, buckets.len())?;
+        let value = match &self.tables {
+            Tables::F32 { .. } => 4,
+            Tables::Bf16 { .. } => 2,
+        };
+        r.ensure(buckets.len(), 4 + w_b * value)?;
+        // Read and check every bucket before writing any.
+        let mut counts = Vec::with_capacity(buckets.len());
+        let mut values: Vec<u32> = Vec::with_capacity(buckets.len() * w_b);
+        for _ in buckets {
+            counts.push(r.u32()?);
+            for _ in 0..w_b {
+                values.push(match &self.tables {
+                    Tables::F32 { .. } => r.f32()?.to_bits(),
+                    Tables::Bf16 { .. } => {
+                        let x = bf16::from_bits(r.u16()?);
+                        if !x.is_finite() {
+                            return Err(StateError::Malformed.into());
+                        }
+                        u32::from(x.to_bits())
+                    }
+                });
+            }
+        }
+        r.end()?;
+        for (k, &b) in buckets.iter().enumerate() {
+            let b = b as usize;
+            self.bucket_steps[b] = counts[k];
+            let src = &values[k * w_b..(k + 1) * w_b];
+            match &mut self.tables {
+                Tables::F32 { data, .. } => data[b * w_b..(b + 1) * w_b]
+                    .iter_mut()
+                    .zip(src)
+                    .for_each(|(x, &bits)| *x = f32::from_bits(bits)),
+                // Read from 16 bits: the cast is exact.
+                Tables::Bf16 { data, .. } => data[b * w_b..(b + 1) * w_b]
+                    .iter_mut()
+                    .zip(src)
+                    .for_each(|(x, &bits)| *x = bf16::from_bits(bits as u16)),
+            }
+        }
+        self.steps = steps;
         Ok(())
     }
 }

@@ -38,14 +38,16 @@ use alloc::vec::Vec;
 
 use num_traits::Float;
 
-use crate::batch::{Merged, merge};
 use crate::config::{NonFinitePolicy, RowIndex};
-use crate::error::{ConfigError, GrowError, StateError, StepError};
+use crate::error::{ConfigError, StateError, StateField, StepError};
 use crate::optimizer::SparseOptimizer;
 use crate::report::{MemoryReport, StepReport};
-use crate::rows::{Lane, RowSlots, read_nonneg};
-use crate::state::{Reader, Writer, kind};
+use crate::rows::{Lane, Plumbing, RowDriver};
+use crate::state::kind;
 use crate::table::RowAccess;
+
+/// `z` and `n` (`≥ 0`), d values each, per slot.
+type Accumulators = (Lane<f32>, Lane<f32>);
 
 /// Hyper-parameters of [`Ftrl`] (the paper's names); `#[non_exhaustive]`,
 /// built from [`Default`] with the `with_*` setters.
@@ -157,12 +159,7 @@ impl FtrlConfig {
 #[derive(Debug, Clone)]
 pub struct Ftrl {
     config: FtrlConfig,
-    rows: RowSlots,
-    z: Lane<f32>,
-    n: Lane<f32>,
-    steps: u64,
-    nonfinite: u64,
-    scratch: Merged,
+    state: RowDriver<Accumulators>,
 }
 
 impl Ftrl {
@@ -173,17 +170,18 @@ impl Ftrl {
     /// [`ConfigError::AllocationFailed`] for a dense range that does not fit.
     pub fn new(config: FtrlConfig) -> Result<Self, ConfigError> {
         config.validate()?;
-        let rows = RowSlots::new(config.row_index);
-        let n = rows.slots as u64;
-        Ok(Self {
-            z: Lane::new(config.dim, n, 0.0)?,
-            n: Lane::new(config.dim, n, 0.0)?,
-            config,
-            rows,
-            steps: 0,
-            nonfinite: 0,
-            scratch: Merged::default(),
-        })
+        let plumbing = Plumbing {
+            dim: config.dim,
+            nonfinite: config.nonfinite,
+            grad_clip: config.grad_clip,
+            kind: kind::FTRL,
+            max_steps: u64::MAX,
+        };
+        let d = config.dim;
+        let state = RowDriver::new(plumbing, config.row_index, |n| {
+            Ok((Lane::new(d, n, 0.0)?, Lane::new(d, n, 0.0)?.nonneg()))
+        })?;
+        Ok(Self { config, state })
     }
 
     /// The configuration.
@@ -193,8 +191,18 @@ impl Ftrl {
 
     /// Row `id`'s `(z, n)`, if it has state.
     pub fn state(&self, id: u64) -> Option<(&[f32], &[f32])> {
-        let s = self.rows.index.get(id)?;
-        Some((self.z.row(s), self.n.row(s)))
+        let s = self.state.slot_of(id)?;
+        let (z, n) = &self.state.lanes;
+        Some((z.row(s), n.row(s)))
+    }
+
+    /// What moved rows' `(z, n)` are checked against: the dimension (the
+    /// accumulators are sums of gradients, as [`export_state`] checks;
+    /// the weight they give follows the importer's α, β, λ1, λ2).
+    ///
+    /// [`export_state`]: SparseOptimizer::export_state
+    fn fingerprint(&self) -> [(StateField, u64); 1] {
+        [(StateField::Dim, self.config.dim as u64)]
     }
 
     /// The weight FTRL-Proximal assigns to accumulators `(z, n)` under `config`.
@@ -230,106 +238,45 @@ impl SparseOptimizer for Ftrl {
     ) -> Result<StepReport, StepError> {
         let c = self.config;
         let d = c.dim;
-        let index = &self.rows.index;
-        let merged = merge(
-            &mut self.scratch,
-            ids,
-            grads,
-            d,
-            c.nonfinite,
-            c.grad_clip,
-            table,
-            |id| index.check(id),
-        )?;
-        for (k, &id) in merged.ids.iter().enumerate() {
-            let (slot, created) = self.rows.slot(id);
-            if created {
-                self.z.ensure(self.rows.slots, 0.0);
-                self.n.ensure(self.rows.slots, 0.0);
-            }
-            let Some(row) = table.row_mut(id) else {
-                continue;
-            };
-            let g = &merged.grads[k * d..(k + 1) * d];
-            let z = self.z.row_mut(slot);
-            let n = self.n.row_mut(slot);
-            for j in 0..d {
-                if n[j] == 0.0 {
-                    if g[j] == 0.0 {
-                        continue;
+        self.state
+            .step(ids, grads, table, |(z, n), slot, g, row, _| {
+                let Some(row) = row else {
+                    return;
+                };
+                let z = z.row_mut(slot);
+                let n = n.row_mut(slot);
+                for j in 0..d {
+                    if n[j] == 0.0 {
+                        if g[j] == 0.0 {
+                            continue;
+                        }
+                        z[j] = Self::adopted_z(&c, row[j]);
                     }
-                    z[j] = Self::adopted_z(&c, row[j]);
+                    let n_new = n[j] + g[j] * g[j];
+                    let sigma = (Float::sqrt(n_new) - Float::sqrt(n[j])) / c.alpha;
+                    z[j] += g[j] - sigma * row[j];
+                    n[j] = n_new;
+                    row[j] = Self::weight(&c, z[j], n_new);
                 }
-                let n_new = n[j] + g[j] * g[j];
-                let sigma = (Float::sqrt(n_new) - Float::sqrt(n[j])) / c.alpha;
-                z[j] += g[j] - sigma * row[j];
-                n[j] = n_new;
-                row[j] = Self::weight(&c, z[j], n_new);
-            }
-        }
-        self.steps += 1;
-        self.nonfinite += merged.skipped as u64;
-        let report = StepReport {
-            rows_updated: merged.ids.len(),
-            rows_skipped_nonfinite: merged.skipped,
-            buckets_touched: 0,
-        };
-        self.scratch = merged;
-        Ok(report)
+            })
     }
 
-    fn grow_rows(&mut self, rows: u64) -> Result<(), GrowError> {
-        let n = self.rows.check_grow(rows)?;
-        // Reserve both before touching either, so a failure changes nothing.
-        self.z.try_reserve(n, rows)?;
-        self.n.try_reserve(n, rows)?;
-        self.z.ensure(n, 0.0);
-        self.n.ensure(n, 0.0);
-        self.rows.set_rows(rows, n);
-        Ok(())
-    }
+    crate::rows::driver_methods!();
 
     fn memory(&self) -> MemoryReport {
+        let (z, n) = &self.state.lanes;
         MemoryReport {
-            scalars: self.z.bytes() + self.n.bytes(),
-            row_index: self.rows.index.bytes(),
-            scratch: self.scratch.capacity_bytes(),
-            rows_with_state: self.rows.slots as u64,
-            ..MemoryReport::default()
+            scalars: z.bytes() + n.bytes(),
+            ..self.state.memory()
         }
         .finish()
     }
 
     fn export_state(&self) -> Vec<u8> {
-        let mut w = Writer::default();
-        self.rows.write(
-            &mut w,
-            self.config.dim,
-            self.steps,
-            self.nonfinite,
-            |w, s| {
-                w.f32s(self.z.row(s));
-                w.f32s(self.n.row(s));
-            },
-        );
-        w.finish(kind::FTRL)
+        self.state.export_state(|_| {})
     }
 
     fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
-        let d = self.config.dim;
-        let mut r = Reader::open(bytes, kind::FTRL)?;
-        let (mut z, mut n) = (Vec::new(), Vec::new());
-        let (rows, steps, nonfinite) = self.rows.read(&mut r, d, 8 * d, |r| {
-            z.extend(r.f32s(d)?);
-            n.extend(read_nonneg(r, d)?);
-            Ok(())
-        })?;
-        r.end()?;
-        self.z = Lane::from_vec(d, z);
-        self.n = Lane::from_vec(d, n);
-        self.rows = rows;
-        self.steps = steps;
-        self.nonfinite = nonfinite;
-        Ok(())
+        self.state.import_state(bytes, |_| Ok(()))
     }
 }

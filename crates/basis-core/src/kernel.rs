@@ -348,8 +348,8 @@ pub(crate) fn bias_corrections(beta1: f32, beta2: f32, t: u32, enabled: bool) ->
         return (1.0, 1.0);
     }
     let t = i32::try_from(t).unwrap_or(i32::MAX);
-    let p1 = Float::powi(f64::from(beta1), t);
-    let p2 = Float::powi(f64::from(beta2), t);
+    let p1 = crate::math::powi(f64::from(beta1), t);
+    let p2 = crate::math::powi(f64::from(beta2), t);
     ((1.0 - p1) as f32, (1.0 - p2) as f32)
 }
 
@@ -591,7 +591,7 @@ fn update_scalars(
         if let Some(c) = rows.counts.get_mut(k) {
             *c = c.saturating_add(1);
             if let ScalarLrSchedule::InverseFrequency { power } = sp.schedule {
-                lr_s *= Float::powf(f32::from(*c), -power);
+                lr_s *= crate::math::powf(f32::from(*c), -power);
             }
         }
         let s = rows.scalars[k];
@@ -604,7 +604,7 @@ fn update_scalars(
                 } else {
                     0.0
                 };
-                s * Float::exp(lr_s * cos)
+                s * crate::math::exp(lr_s * cos)
             }
         };
         rows.scalars[k] = next.clamp(sp.clip.0, sp.clip.1);
@@ -715,7 +715,7 @@ fn profile_factors(f: &mut [f32], c: &[f32], pr: &Profile) {
             }
             if pr.power != 1.0 {
                 for o in fg.iter_mut() {
-                    *o = Float::powf(*o, pr.power);
+                    *o = crate::math::powf(*o, pr.power);
                 }
             }
         } else {

@@ -67,6 +67,7 @@ pub mod fuzzing;
 pub mod kernel;
 mod keys;
 mod low_precision;
+mod math;
 mod optimizer;
 mod partial_rowwise_adam;
 mod quant;

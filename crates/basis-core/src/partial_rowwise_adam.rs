@@ -25,14 +25,17 @@ use alloc::vec::Vec;
 use num_traits::Float;
 
 use crate::adam::AdamConfig;
-use crate::batch::{Merged, apply_row, merge};
-use crate::error::{ConfigError, GrowError, StateError, StepError};
+use crate::batch::apply_row;
+use crate::error::{ConfigError, StateError, StateField, StepError};
 use crate::kernel::bias_corrections;
 use crate::optimizer::SparseOptimizer;
 use crate::report::{MemoryReport, StepReport};
-use crate::rows::{Lane, RowSlots, read_nonneg};
-use crate::state::{Reader, Writer, kind};
+use crate::rows::{Lane, Plumbing, RowDriver, adam_fingerprint};
+use crate::state::kind;
 use crate::table::RowAccess;
+
+/// `m` (d values) and the row-wise `v` (one value, `≥ 0`) per slot.
+type Moments = (Lane<f32>, Lane<f32>);
 
 /// FBGEMM's `PARTIAL_ROWWISE_ADAM`: Adam with per-coordinate momentum and a
 /// row-wise second moment (the mean of the squared gradient), `4·d + 4`
@@ -55,12 +58,7 @@ use crate::table::RowAccess;
 #[derive(Debug, Clone)]
 pub struct PartialRowwiseAdam {
     config: AdamConfig,
-    rows: RowSlots,
-    m: Lane<f32>,
-    v: Lane<f32>,
-    steps: u32,
-    nonfinite: u64,
-    scratch: Merged,
+    state: RowDriver<Moments>,
     upd: Vec<f32>,
 }
 
@@ -72,16 +70,22 @@ impl PartialRowwiseAdam {
     /// [`ConfigError::AllocationFailed`] for a dense range that does not fit.
     pub fn new(config: AdamConfig) -> Result<Self, ConfigError> {
         config.validate()?;
-        let rows = RowSlots::new(config.row_index);
-        let n = rows.slots as u64;
+        let plumbing = Plumbing {
+            dim: config.dim,
+            nonfinite: config.nonfinite,
+            grad_clip: config.grad_clip,
+            kind: kind::PARTIAL_ROWWISE_ADAM,
+            max_steps: u64::from(u32::MAX),
+        };
+        let state = RowDriver::new(plumbing, config.row_index, |n| {
+            Ok((
+                Lane::new(config.dim, n, 0.0)?,
+                Lane::new(1, n, 0.0)?.nonneg(),
+            ))
+        })?;
         Ok(Self {
-            m: Lane::new(config.dim, n, 0.0)?,
-            v: Lane::new(1, n, 0.0)?,
             config,
-            rows,
-            steps: 0,
-            nonfinite: 0,
-            scratch: Merged::default(),
+            state,
             upd: Vec::new(),
         })
     }
@@ -94,8 +98,13 @@ impl PartialRowwiseAdam {
     /// Row `id`'s momentum `m` (d values) and row-wise second moment `v`,
     /// if it has state.
     pub fn moments(&self, id: u64) -> Option<(&[f32], f32)> {
-        let s = self.rows.index.get(id)?;
-        Some((self.m.row(s), self.v.row(s)[0]))
+        let s = self.state.slot_of(id)?;
+        let (m, v) = &self.state.lanes;
+        Some((m.row(s), v.row(s)[0]))
+    }
+
+    fn fingerprint(&self) -> [(StateField, u64); 2] {
+        adam_fingerprint(self.config.dim, self.config.beta1, self.config.beta2)
     }
 }
 
@@ -112,102 +121,52 @@ impl SparseOptimizer for PartialRowwiseAdam {
     ) -> Result<StepReport, StepError> {
         let c = self.config;
         let d = c.dim;
-        let index = &self.rows.index;
-        let merged = merge(
-            &mut self.scratch,
-            ids,
-            grads,
-            d,
-            c.nonfinite,
-            c.grad_clip,
-            table,
-            |id| index.check(id),
-        )?;
-        self.steps = self.steps.saturating_add(1);
-        let (bc1, bc2) = bias_corrections(c.beta1, c.beta2, self.steps, c.bias_correction);
-        self.upd.resize(d, 0.0);
-        for (k, &id) in merged.ids.iter().enumerate() {
-            let (slot, created) = self.rows.slot(id);
-            if created {
-                self.m.ensure(self.rows.slots, 0.0);
-                self.v.ensure(self.rows.slots, 0.0);
-            }
-            let g = &merged.grads[k * d..(k + 1) * d];
-            let mut sq = 0.0f32;
-            for &x in g {
-                sq += x * x;
-            }
-            let v = &mut self.v.row_mut(slot)[0];
-            *v = c.beta2 * *v + (1.0 - c.beta2) * (sq / d as f32);
-            let denom = Float::sqrt(*v / bc2) + c.eps;
-            let m = self.m.row_mut(slot);
-            for j in 0..d {
-                m[j] = c.beta1 * m[j] + (1.0 - c.beta1) * g[j];
-                self.upd[j] = c.lr * ((m[j] / bc1) / denom);
-            }
-            if let Some(row) = table.row_mut(id) {
-                apply_row(row, &self.upd, c.lr * c.weight_decay);
-            }
-        }
-        self.nonfinite += merged.skipped as u64;
-        let report = StepReport {
-            rows_updated: merged.ids.len(),
-            rows_skipped_nonfinite: merged.skipped,
-            buckets_touched: 0,
-        };
-        self.scratch = merged;
-        Ok(report)
+        let upd = &mut self.upd;
+        upd.resize(d, 0.0);
+        self.state
+            .step(ids, grads, table, |(m, v), slot, g, row, steps| {
+                let (bc1, bc2) = bias_corrections(
+                    c.beta1,
+                    c.beta2,
+                    u32::try_from(steps).unwrap_or(u32::MAX),
+                    c.bias_correction,
+                );
+                let mut sq = 0.0f32;
+                for &x in g {
+                    sq += x * x;
+                }
+                let v = &mut v.row_mut(slot)[0];
+                *v = c.beta2 * *v + (1.0 - c.beta2) * (sq / d as f32);
+                let denom = Float::sqrt(*v / bc2) + c.eps;
+                let m = m.row_mut(slot);
+                for j in 0..d {
+                    m[j] = c.beta1 * m[j] + (1.0 - c.beta1) * g[j];
+                    upd[j] = c.lr * ((m[j] / bc1) / denom);
+                }
+                if let Some(row) = row {
+                    apply_row(row, upd, c.lr * c.weight_decay);
+                }
+            })
     }
 
-    fn grow_rows(&mut self, rows: u64) -> Result<(), GrowError> {
-        let n = self.rows.check_grow(rows)?;
-        // Reserve both before touching either, so a failure changes nothing.
-        self.m.try_reserve(n, rows)?;
-        self.v.try_reserve(n, rows)?;
-        self.m.ensure(n, 0.0);
-        self.v.ensure(n, 0.0);
-        self.rows.set_rows(rows, n);
-        Ok(())
-    }
+    crate::rows::driver_methods!();
 
     fn memory(&self) -> MemoryReport {
+        let (m, v) = &self.state.lanes;
+        let base = self.state.memory();
         MemoryReport {
-            scalars: self.m.bytes() + self.v.bytes(),
-            row_index: self.rows.index.bytes(),
-            scratch: self.scratch.capacity_bytes() + self.upd.capacity() * 4,
-            rows_with_state: self.rows.slots as u64,
-            ..MemoryReport::default()
+            scalars: m.bytes() + v.bytes(),
+            scratch: base.scratch + self.upd.capacity() * 4,
+            ..base
         }
         .finish()
     }
 
     fn export_state(&self) -> Vec<u8> {
-        let mut w = Writer::default();
-        let steps = u64::from(self.steps);
-        self.rows
-            .write(&mut w, self.config.dim, steps, self.nonfinite, |w, s| {
-                w.f32s(self.m.row(s));
-                w.f32(self.v.row(s)[0]);
-            });
-        w.finish(kind::PARTIAL_ROWWISE_ADAM)
+        self.state.export_state(|_| {})
     }
 
     fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
-        let d = self.config.dim;
-        let mut r = Reader::open(bytes, kind::PARTIAL_ROWWISE_ADAM)?;
-        let (mut m, mut v) = (Vec::new(), Vec::new());
-        let (rows, steps, nonfinite) = self.rows.read(&mut r, d, 4 * d + 4, |r| {
-            m.extend(r.f32s(d)?);
-            v.extend(read_nonneg(r, 1)?);
-            Ok(())
-        })?;
-        r.end()?;
-        let steps = u32::try_from(steps).map_err(|_| StateError::Malformed)?;
-        self.m = Lane::from_vec(d, m);
-        self.v = Lane::from_vec(1, v);
-        self.rows = rows;
-        self.steps = steps;
-        self.nonfinite = nonfinite;
-        Ok(())
+        self.state.import_state(bytes, |_| Ok(()))
     }
 }

@@ -6,7 +6,6 @@
 //! parallel step draws exactly the same bits as a sequential one.
 
 use half::bf16;
-use num_traits::Float;
 
 /// SplitMix64's finalizer: a bijective 64-bit mixer.
 pub(crate) const fn mix64(mut z: u64) -> u64 {
@@ -150,7 +149,7 @@ impl LogCode {
         table[0] = zero_value;
         let step = (hi - lo) / 254.0;
         for (c, slot) in table.iter_mut().enumerate().skip(1) {
-            *slot = Float::exp2(lo + (c - 1) as f64 * step) as f32;
+            *slot = crate::math::exp2_f64(lo + (c - 1) as f64 * step) as f32;
         }
         table
     }
@@ -159,8 +158,8 @@ impl LogCode {
     /// decode to `min` and `max` bit for bit (a clip range's bounds), the
     /// codes between are log-spaced.
     pub fn with_bounds(min: f32, max: f32, zero_value: f32) -> Self {
-        let lo = Float::log2(f64::from(min));
-        let hi = Float::log2(f64::from(max));
+        let lo = crate::math::log2_f64(f64::from(min));
+        let hi = crate::math::log2_f64(f64::from(max));
         if (min, max, zero_value) == SCALAR_CLIP_RANGE {
             return Self {
                 table: Table::Static(&SCALAR_CLIP_TABLE),
@@ -247,8 +246,8 @@ mod tests {
 
     #[test]
     fn static_tables_equal_the_libm_tables_bit_for_bit() {
-        let lo = Float::log2(f64::from(0.1f32));
-        let hi = Float::log2(10.0f64);
+        let lo = crate::math::log2_f64(f64::from(0.1f32));
+        let hi = crate::math::log2_f64(10.0f64);
         assert_eq!((lo, hi), SCALAR_CLIP_LOG2);
         let mut clip = LogCode::computed(lo, hi, 1.0);
         (clip[1], clip[255]) = (0.1, 10.0);

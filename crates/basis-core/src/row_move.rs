@@ -56,6 +56,11 @@ pub(crate) const fn rows_tag(tag: u8) -> u8 {
     tag | kind::ROWS
 }
 
+/// The tag of a bucket blob of optimizer kind `tag`.
+pub(crate) const fn buckets_tag(tag: u8) -> u8 {
+    tag | kind::BUCKETS
+}
+
 /// Opens a row (bucket) blob: envelope, fingerprint, step rule, count.
 /// Returns the reader at the first row and the step count the importer
 /// has afterwards.
@@ -101,6 +106,37 @@ pub(crate) fn present(r: &mut Reader<'_>) -> Result<bool, StateError> {
         1 => Ok(true),
         _ => Err(StateError::Malformed),
     }
+}
+
+/// Reads the rows of a scalar-store row blob (AdaGrad, BASIS) for `slots`,
+/// then checks the blob is used up; nothing changes here.
+pub(crate) fn read_scalar_rows(
+    store: &crate::store::ScalarStore,
+    r: Reader<'_>,
+    slots: &[u64],
+) -> Result<Vec<(u64, Option<crate::store::RawScalar>)>, RowStateError> {
+    let mut r = r;
+    let rows = slots
+        .iter()
+        .map(|&id| Ok((id, store.read_row(&mut r)?)))
+        .collect::<Result<Vec<_>, StateError>>()?;
+    r.end()?;
+    Ok(rows)
+}
+
+/// Puts rows read by [`read_scalar_rows`] into `store` (reserving first:
+/// on error nothing changed).
+pub(crate) fn put_scalar_rows(
+    store: &mut crate::store::ScalarStore,
+    rows: Vec<(u64, Option<crate::store::RawScalar>)>,
+) -> Result<(), RowStateError> {
+    let extra = store.new_slots(&rows);
+    store
+        .try_reserve(extra)
+        .map_err(|()| RowStateError::OutOfMemory)?;
+    rows.into_iter()
+        .for_each(|(id, row)| store.put_row(id, row));
+    Ok(())
 }
 
 /// Checks a dense swap-remove of `slot` and returns the last slot.

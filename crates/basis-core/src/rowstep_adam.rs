@@ -23,14 +23,17 @@ use alloc::vec::Vec;
 use num_traits::Float;
 
 use crate::adam::AdamConfig;
-use crate::batch::{Merged, apply_row, merge};
-use crate::error::{ConfigError, GrowError, StateError, StepError};
+use crate::batch::apply_row;
+use crate::error::{ConfigError, StateError, StateField, StepError};
 use crate::kernel::bias_corrections;
 use crate::optimizer::SparseOptimizer;
 use crate::report::{MemoryReport, StepReport};
-use crate::rows::{Lane, RowSlots, read_nonneg};
-use crate::state::{Reader, Writer, kind};
+use crate::rows::{Lane, Plumbing, RowDriver, adam_fingerprint};
+use crate::state::kind;
 use crate::table::RowAccess;
+
+/// `m`, `v` (`≥ 0`; d values each) and the row's step count `t_i` per slot.
+type Moments = (Lane<f32>, Lane<f32>, Lane<u32>);
 
 /// Per-row Adam with a per-row step counter for bias correction. Takes
 /// [`AdamConfig`] (every field applies; with `bias_correction` off it
@@ -55,13 +58,7 @@ use crate::table::RowAccess;
 #[derive(Debug, Clone)]
 pub struct RowStepAdam {
     config: AdamConfig,
-    rows: RowSlots,
-    m: Lane<f32>,
-    v: Lane<f32>,
-    t: Lane<u32>,
-    steps: u64,
-    nonfinite: u64,
-    scratch: Merged,
+    state: RowDriver<Moments>,
     upd: Vec<f32>,
 }
 
@@ -73,17 +70,24 @@ impl RowStepAdam {
     /// [`ConfigError::AllocationFailed`] for a dense range that does not fit.
     pub fn new(config: AdamConfig) -> Result<Self, ConfigError> {
         config.validate()?;
-        let rows = RowSlots::new(config.row_index);
-        let n = rows.slots as u64;
+        let plumbing = Plumbing {
+            dim: config.dim,
+            nonfinite: config.nonfinite,
+            grad_clip: config.grad_clip,
+            kind: kind::ROWSTEP_ADAM,
+            max_steps: u64::MAX,
+        };
+        let d = config.dim;
+        let state = RowDriver::new(plumbing, config.row_index, |n| {
+            Ok((
+                Lane::new(d, n, 0.0)?,
+                Lane::new(d, n, 0.0)?.nonneg(),
+                Lane::new(1, n, 0)?,
+            ))
+        })?;
         Ok(Self {
-            m: Lane::new(config.dim, n, 0.0)?,
-            v: Lane::new(config.dim, n, 0.0)?,
-            t: Lane::new(1, n, 0)?,
             config,
-            rows,
-            steps: 0,
-            nonfinite: 0,
-            scratch: Merged::default(),
+            state,
             upd: Vec::new(),
         })
     }
@@ -95,13 +99,20 @@ impl RowStepAdam {
 
     /// Row `id`'s `(m, v)`, if it has state.
     pub fn moments(&self, id: u64) -> Option<(&[f32], &[f32])> {
-        let s = self.rows.index.get(id)?;
-        Some((self.m.row(s), self.v.row(s)))
+        let s = self.state.slot_of(id)?;
+        let (m, v, _) = &self.state.lanes;
+        Some((m.row(s), v.row(s)))
     }
 
     /// Steps in which row `id` had a gradient (0 when never updated).
     pub fn row_steps(&self, id: u64) -> u32 {
-        self.rows.index.get(id).map_or(0, |s| self.t.row(s)[0])
+        self.state
+            .slot_of(id)
+            .map_or(0, |s| self.state.lanes.2.row(s)[0])
+    }
+
+    fn fingerprint(&self) -> [(StateField, u64); 2] {
+        adam_fingerprint(self.config.dim, self.config.beta1, self.config.beta2)
     }
 }
 
@@ -118,109 +129,45 @@ impl SparseOptimizer for RowStepAdam {
     ) -> Result<StepReport, StepError> {
         let c = self.config;
         let d = c.dim;
-        let index = &self.rows.index;
-        let merged = merge(
-            &mut self.scratch,
-            ids,
-            grads,
-            d,
-            c.nonfinite,
-            c.grad_clip,
-            table,
-            |id| index.check(id),
-        )?;
-        self.steps += 1;
-        self.upd.resize(d, 0.0);
-        for (k, &id) in merged.ids.iter().enumerate() {
-            let (slot, created) = self.rows.slot(id);
-            if created {
-                self.m.ensure(self.rows.slots, 0.0);
-                self.v.ensure(self.rows.slots, 0.0);
-                self.t.ensure(self.rows.slots, 0);
-            }
-            let t = &mut self.t.row_mut(slot)[0];
-            *t = t.saturating_add(1);
-            let (bc1, bc2) = bias_corrections(c.beta1, c.beta2, *t, c.bias_correction);
-            let g = &merged.grads[k * d..(k + 1) * d];
-            let m = self.m.row_mut(slot);
-            let v = self.v.row_mut(slot);
-            for j in 0..d {
-                m[j] = c.beta1 * m[j] + (1.0 - c.beta1) * g[j];
-                v[j] = c.beta2 * v[j] + (1.0 - c.beta2) * (g[j] * g[j]);
-                self.upd[j] = c.lr * ((m[j] / bc1) / (Float::sqrt(v[j] / bc2) + c.eps));
-            }
-            if let Some(row) = table.row_mut(id) {
-                apply_row(row, &self.upd, c.lr * c.weight_decay);
-            }
-        }
-        self.nonfinite += merged.skipped as u64;
-        let report = StepReport {
-            rows_updated: merged.ids.len(),
-            rows_skipped_nonfinite: merged.skipped,
-            buckets_touched: 0,
-        };
-        self.scratch = merged;
-        Ok(report)
+        let upd = &mut self.upd;
+        upd.resize(d, 0.0);
+        self.state
+            .step(ids, grads, table, |(m, v, t), slot, g, row, _| {
+                let t = &mut t.row_mut(slot)[0];
+                *t = t.saturating_add(1);
+                let (bc1, bc2) = bias_corrections(c.beta1, c.beta2, *t, c.bias_correction);
+                let m = m.row_mut(slot);
+                let v = v.row_mut(slot);
+                for j in 0..d {
+                    m[j] = c.beta1 * m[j] + (1.0 - c.beta1) * g[j];
+                    v[j] = c.beta2 * v[j] + (1.0 - c.beta2) * (g[j] * g[j]);
+                    upd[j] = c.lr * ((m[j] / bc1) / (Float::sqrt(v[j] / bc2) + c.eps));
+                }
+                if let Some(row) = row {
+                    apply_row(row, upd, c.lr * c.weight_decay);
+                }
+            })
     }
 
-    fn grow_rows(&mut self, rows: u64) -> Result<(), GrowError> {
-        let n = self.rows.check_grow(rows)?;
-        // Reserve all before touching any, so a failure changes nothing.
-        self.m.try_reserve(n, rows)?;
-        self.v.try_reserve(n, rows)?;
-        self.t.try_reserve(n, rows)?;
-        self.m.ensure(n, 0.0);
-        self.v.ensure(n, 0.0);
-        self.t.ensure(n, 0);
-        self.rows.set_rows(rows, n);
-        Ok(())
-    }
+    crate::rows::driver_methods!();
 
     fn memory(&self) -> MemoryReport {
+        let (m, v, t) = &self.state.lanes;
+        let base = self.state.memory();
         MemoryReport {
-            scalars: self.m.bytes() + self.v.bytes(),
-            row_counters: self.t.bytes(),
-            row_index: self.rows.index.bytes(),
-            scratch: self.scratch.capacity_bytes() + self.upd.capacity() * 4,
-            rows_with_state: self.rows.slots as u64,
-            ..MemoryReport::default()
+            scalars: m.bytes() + v.bytes(),
+            row_counters: t.bytes(),
+            scratch: base.scratch + self.upd.capacity() * 4,
+            ..base
         }
         .finish()
     }
 
     fn export_state(&self) -> Vec<u8> {
-        let mut w = Writer::default();
-        self.rows.write(
-            &mut w,
-            self.config.dim,
-            self.steps,
-            self.nonfinite,
-            |w, s| {
-                w.f32s(self.m.row(s));
-                w.f32s(self.v.row(s));
-                w.u32(self.t.row(s)[0]);
-            },
-        );
-        w.finish(kind::ROWSTEP_ADAM)
+        self.state.export_state(|_| {})
     }
 
     fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
-        let d = self.config.dim;
-        let mut r = Reader::open(bytes, kind::ROWSTEP_ADAM)?;
-        let (mut m, mut v, mut t) = (Vec::new(), Vec::new(), Vec::new());
-        let (rows, steps, nonfinite) = self.rows.read(&mut r, d, 8 * d + 4, |r| {
-            m.extend(r.f32s(d)?);
-            v.extend(read_nonneg(r, d)?);
-            t.push(r.u32()?);
-            Ok(())
-        })?;
-        r.end()?;
-        self.m = Lane::from_vec(d, m);
-        self.v = Lane::from_vec(d, v);
-        self.t = Lane::from_vec(1, t);
-        self.rows = rows;
-        self.steps = steps;
-        self.nonfinite = nonfinite;
-        Ok(())
+        self.state.import_state(bytes, |_| Ok(()))
     }
 }

@@ -4,9 +4,10 @@ use alloc::vec::Vec;
 
 use crate::batch::{Merged, apply_row, merge};
 use crate::config::NonFinitePolicy;
-use crate::error::{ConfigError, GrowError, StateError, StateField, StepError};
+use crate::error::{ConfigError, GrowError, RowStateError, StateError, StateField, StepError};
 use crate::optimizer::SparseOptimizer;
 use crate::report::{MemoryReport, StepReport};
+use crate::row_move;
 use crate::state::{Reader, Writer, kind};
 use crate::table::RowAccess;
 
@@ -120,5 +121,37 @@ impl SparseOptimizer for Sgd {
         r.end()?;
         self.steps = steps;
         Ok(())
+    }
+
+    /// SGD keeps no per-row state: every row travels as "no state".
+    fn export_rows(&self, slots: &[u64]) -> Result<Vec<u8>, RowStateError> {
+        row_move::check_distinct(slots)?;
+        let mut w = Writer::default();
+        let fp = [(StateField::Dim, self.dim as u64)];
+        row_move::write_header(&mut w, &fp, self.steps, slots.len());
+        slots.iter().for_each(|_| w.u8(0));
+        Ok(w.finish(row_move::rows_tag(kind::SGD)))
+    }
+
+    fn import_rows(&mut self, slots: &[u64], bytes: &[u8]) -> Result<(), RowStateError> {
+        row_move::check_distinct(slots)?;
+        let fp = [(StateField::Dim, self.dim as u64)];
+        let tag = row_move::rows_tag(kind::SGD);
+        let (mut r, steps) = row_move::open(bytes, tag, &fp, self.steps, slots.len())?;
+        for _ in slots {
+            if row_move::present(&mut r)? {
+                return Err(StateError::Malformed.into());
+            }
+        }
+        r.end()?;
+        self.steps = steps;
+        Ok(())
+    }
+
+    /// No per-row state to free: nothing moves (the caller's own index
+    /// says which row took the slot).
+    fn swap_remove_row(&mut self, slot: u64) -> Result<Option<u64>, RowStateError> {
+        let _ = slot;
+        Ok(None)
     }
 }

@@ -455,3 +455,125 @@ impl ScalarStore {
         Ok(out)
     }
 }
+
+/// One row's stored scalar as read from a row blob: the raw code (f32 or
+/// bf16 bits, or the 1-byte code) and its update count.
+pub(crate) type RawScalar = (u32, u16);
+
+impl ScalarStore {
+    /// Appends `id`'s state to a row blob ([`crate::row_move`]): presence,
+    /// then its value (and count) in the layout of [`Self::write`].
+    pub(crate) fn write_row(&self, w: &mut crate::state::Writer, id: u64) {
+        match self.index.get(id) {
+            Some(slot) => {
+                w.u8(1);
+                self.write_slot(w, slot);
+            }
+            None => w.u8(0),
+        }
+    }
+
+    /// Reads one row written by [`Self::write_row`] (`None`: no state).
+    pub(crate) fn read_row(
+        &self,
+        r: &mut crate::state::Reader<'_>,
+    ) -> Result<Option<RawScalar>, crate::error::StateError> {
+        use crate::error::StateError;
+        if !crate::row_move::present(r)? {
+            return Ok(None);
+        }
+        let raw = match &self.codes {
+            Codes::F32(_) => r.f32()?.to_bits(),
+            Codes::Bf16(_) => {
+                let bits = r.u16()?;
+                if !bf16::from_bits(bits).is_finite() {
+                    return Err(StateError::Malformed);
+                }
+                u32::from(bits)
+            }
+            Codes::LogU8(..) => u32::from(r.u8()?),
+        };
+        let count = if self.counts.is_some() { r.u16()? } else { 0 };
+        Ok(Some((raw, count)))
+    }
+
+    /// Extra slots [`Self::put_row`] will create for `rows` (to reserve first).
+    pub(crate) fn new_slots(&self, rows: &[(u64, Option<RawScalar>)]) -> usize {
+        rows.iter()
+            .filter(|(id, row)| row.is_some() && self.index.get(*id).is_none())
+            .count()
+    }
+
+    /// Reserves room for `extra` more slots, fallibly.
+    pub(crate) fn try_reserve(&mut self, extra: usize) -> Result<(), ()> {
+        match &mut self.codes {
+            Codes::F32(v) => v.try_reserve(extra).map_err(|_| ())?,
+            Codes::Bf16(v) => v.try_reserve(extra).map_err(|_| ())?,
+            Codes::LogU8(v, _) => v.try_reserve(extra).map_err(|_| ())?,
+        }
+        if let Some(c) = &mut self.counts {
+            c.try_reserve(extra).map_err(|_| ())?;
+        }
+        Ok(())
+    }
+
+    /// Gives `id` the state `row` read by [`Self::read_row`]: its exact
+    /// code and count; `None` resets a row with a slot to the initial value
+    /// (a row without one stays without).
+    pub(crate) fn put_row(&mut self, id: u64, row: Option<RawScalar>) {
+        let slot = match (row, self.index.get(id)) {
+            (None, None) => return,
+            (_, Some(slot)) => slot,
+            (Some(_), None) => {
+                // Creates the slot with the initial value.
+                let (slot, _) = self.index.get_or_insert(id, self.len);
+                self.len += 1;
+                match &mut self.codes {
+                    Codes::F32(v) => v.push(self.initial),
+                    Codes::Bf16(v) => v.push(bf16::from_f32(self.initial)),
+                    Codes::LogU8(v, _) => v.push(0),
+                }
+                if let Some(c) = &mut self.counts {
+                    c.push(0);
+                }
+                slot
+            }
+        };
+        let (raw, count) = row.unwrap_or(match &self.codes {
+            Codes::F32(_) => (self.initial.to_bits(), 0),
+            Codes::Bf16(_) => (u32::from(bf16::from_f32(self.initial).to_bits()), 0),
+            Codes::LogU8(..) => (0, 0),
+        });
+        match &mut self.codes {
+            Codes::F32(v) => v[slot] = f32::from_bits(raw),
+            // Read from 16 (8) bits: the casts are exact.
+            Codes::Bf16(v) => v[slot] = bf16::from_bits(raw as u16),
+            Codes::LogU8(v, _) => v[slot] = raw as u8,
+        }
+        if let Some(c) = &mut self.counts {
+            c[slot] = count;
+        }
+    }
+
+    /// A dense store's swap-removal (see
+    /// [`SparseOptimizer::swap_remove_row`](crate::SparseOptimizer::swap_remove_row)).
+    pub(crate) fn swap_remove(
+        &mut self,
+        slot: u64,
+    ) -> Result<Option<u64>, crate::error::RowStateError> {
+        use crate::row_move::{check_remove, moved, swap_remove_slot};
+        let last = check_remove(&self.index, slot)?;
+        let (s, l) = (slot as usize, last as usize);
+        match &mut self.codes {
+            Codes::F32(v) => swap_remove_slot(v, 1, s, l),
+            Codes::Bf16(v) => swap_remove_slot(v, 1, s, l),
+            Codes::LogU8(v, _) => swap_remove_slot(v, 1, s, l),
+        }
+        if let Some(c) = &mut self.counts {
+            swap_remove_slot(c, 1, s, l);
+        }
+        self.index.set_dense_rows(last);
+        self.len = l;
+        Ok(moved(slot, last))
+    }
+}

@@ -124,7 +124,7 @@ fn reference_bucket(p: &KernelParams, job: BucketJob<'_>) {
                 if let Some(c) = counts.get_mut(k) {
                     *c = c.saturating_add(1);
                     if let ScalarLrSchedule::InverseFrequency { power } = sp.schedule {
-                        lr_s *= Float::powf(f32::from(*c), -power);
+                        lr_s *= libm::powf(f32::from(*c), -power);
                     }
                 }
                 let s = scalars[k];
@@ -137,7 +137,7 @@ fn reference_bucket(p: &KernelParams, job: BucketJob<'_>) {
                         } else {
                             0.0
                         };
-                        s * Float::exp(lr_s * cos)
+                        s * libm::expf(lr_s * cos)
                     }
                     other => unreachable!("no reference for {other:?}"),
                 };

@@ -1,9 +1,9 @@
 //! The cross-target digests (`tests/portable/digest.rs`) on the host: d-choice
 //! saved state and BASIS blobs after fixed workloads must keep their pinned
 //! CRCs. `cargo xtask nostd` runs the same code built for wasm32 (32-bit
-//! pointers) under Node.js and requires the same d-choice digest, so a saved
-//! layout or placement that depends on the target fails there (the BASIS
-//! digest is reported, not yet required: see `BASIS_DIGEST_HOST`).
+//! pointers, no C library) under Node.js and requires the same two digests,
+//! so a saved layout, a placement or a BASIS result that depends on the
+//! target fails there.
 
 extern crate alloc;
 

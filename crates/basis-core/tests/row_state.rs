@@ -9,10 +9,12 @@
 
 mod common;
 
-use balanced_hash::OneChoice;
+use balanced_hash::{DChoice, OneChoice};
 use basis_core::{
-    AdamConfig, Basis, BasisConfig, DenseTable, ExactAdam, RowIndex, RowStateError,
-    RowStateUnsupported, SparseOptimizer, StateError,
+    AdagradConfig, Adam8bit, AdamConfig, Basis, BasisConfig, DenseTable, ExactAdam, Ftrl,
+    FtrlConfig, PartialRowwiseAdam, RowIndex, RowStateError, RowStateUnsupported, RowStepAdam,
+    RowwiseAdagrad, ScalarLrSchedule, ScalarStorage, Sgd, SparseOptimizer, StateError,
+    TablePrecision,
 };
 use common::Rng;
 use proptest::prelude::*;
@@ -37,11 +39,100 @@ fn movable() -> Vec<(&'static str, Make)> {
             Box::new(Basis::new(build(index), OneChoice::new(BUCKETS, 3).unwrap()).unwrap())
         })
     };
-    let _ = basis;
-    vec![(
-        "adam",
-        Box::new(move |i| Box::new(ExactAdam::new(adam(i)).unwrap())),
-    )]
+    vec![
+        (
+            "basis f32",
+            basis(|i| {
+                BasisConfig::shared(DIM)
+                    .row_index(i)
+                    .seed(5)
+                    .build()
+                    .unwrap()
+            }),
+        ),
+        (
+            "basis u8 + bf16 tables",
+            basis(|i| {
+                BasisConfig::shared(DIM)
+                    .scalar_storage(ScalarStorage::LogU8)
+                    .table_precision(TablePrecision::Bf16)
+                    .row_index(i)
+                    .build()
+                    .unwrap()
+            }),
+        ),
+        (
+            "basis bf16 scalars, signed",
+            basis(|i| {
+                BasisConfig::signed(DIM)
+                    .scalar_storage(ScalarStorage::Bf16)
+                    .row_index(i)
+                    .build()
+                    .unwrap()
+            }),
+        ),
+        (
+            "basis own-gradient, counted",
+            basis(|i| {
+                BasisConfig::own_gradient(DIM)
+                    .scalar_lr_schedule(ScalarLrSchedule::InverseFrequency { power: 0.5 })
+                    .row_index(i)
+                    .build()
+                    .unwrap()
+            }),
+        ),
+        (
+            "basis frozen scalars",
+            basis(|i| {
+                BasisConfig::shared(DIM)
+                    .scalar_lr(0.0)
+                    .row_index(i)
+                    .build()
+                    .unwrap()
+            }),
+        ),
+        (
+            "basis rowscaled",
+            basis(|i| BasisConfig::row_scaled(DIM).row_index(i).build().unwrap()),
+        ),
+        (
+            "adagrad",
+            Box::new(|i| {
+                let c = AdagradConfig::default()
+                    .with_dim(DIM)
+                    .with_weight_decay(0.01)
+                    .with_row_index(i);
+                Box::new(RowwiseAdagrad::new(c).unwrap())
+            }),
+        ),
+        (
+            "adam",
+            Box::new(move |i| Box::new(ExactAdam::new(adam(i)).unwrap())),
+        ),
+        (
+            "partial-rowwise-adam",
+            Box::new(move |i| Box::new(PartialRowwiseAdam::new(adam(i)).unwrap())),
+        ),
+        (
+            "rowstep-adam",
+            Box::new(move |i| Box::new(RowStepAdam::new(adam(i)).unwrap())),
+        ),
+        (
+            "ftrl",
+            Box::new(|i| {
+                let c = FtrlConfig::default()
+                    .with_dim(DIM)
+                    .with_l1(0.01)
+                    .with_row_index(i);
+                Box::new(Ftrl::new(c).unwrap())
+            }),
+        ),
+        // Blocks of 2 over d = 3: two blocks per row, the last one short.
+        (
+            "adam8bit",
+            Box::new(move |i| Box::new(Adam8bit::new(adam(i), 2).unwrap())),
+        ),
+    ]
 }
 
 /// A table of `ROWS` rows whose row `slot` starts from `key`'s values.
@@ -81,7 +172,8 @@ fn bits(x: &[f32]) -> Vec<u32> {
 /// Moves a random subset of A's rows into a fresh B under a permutation of
 /// slots, then steps both on those rows: rows and state stay equal.
 fn moved_rows_continue_bit_identical(seed: u64, index_dense: bool) {
-    for (name, make) in movable() {
+    let sgd: Make = Box::new(|_| Box::new(Sgd::new(DIM, 0.1).unwrap()));
+    for (name, make) in movable().into_iter().chain([("sgd", sgd)]) {
         let mut rng = Rng(seed);
         let index = if index_dense {
             RowIndex::Dense { rows: ROWS as u64 }
@@ -328,4 +420,67 @@ proptest! {
     fn swap_remove_moves_the_last_row_and_steps_on(seed in any::<u64>()) {
         swap_remove_moves_the_last_row(seed);
     }
+}
+
+/// A d-choice bucketer remembers each key's bucket: rows cannot move
+/// without it, and the refusal says so (whole-state export still works).
+#[test]
+fn d_choice_rows_are_refused_with_the_reason() {
+    let config = BasisConfig::shared(DIM)
+        .row_index(RowIndex::Dense { rows: ROWS as u64 })
+        .build()
+        .unwrap();
+    let mut a = Basis::new(config, DChoice::sparse(BUCKETS, 2, 3).unwrap()).unwrap();
+    let want = RowStateError::Unsupported(RowStateUnsupported::BucketerState);
+    assert_eq!(a.export_rows(&[0]), Err(want));
+    let b = Basis::new(config, OneChoice::new(BUCKETS, 3).unwrap()).unwrap();
+    let blob = b.export_rows(&[0]).unwrap();
+    assert_eq!(a.import_rows(&[0], &blob), Err(want));
+    // Eviction needs no key: the scalar goes, the bucketer keeps its choice.
+    assert_eq!(a.swap_remove_row(3), Ok(Some(ROWS as u64 - 1)));
+    // Other optimizers have no buckets.
+    let adam = ExactAdam::new(AdamConfig::default().with_dim(DIM)).unwrap();
+    assert_eq!(adam.bucket_count(), 0);
+    assert_eq!(
+        adam.export_buckets(&[0]),
+        Err(RowStateError::Unsupported(RowStateUnsupported::NoBuckets))
+    );
+}
+
+/// Bucket moves: typed refusals, and a bucket blob of another kind or
+/// configuration is refused.
+#[test]
+fn bad_bucket_moves_are_refused() {
+    let config = |seed| {
+        BasisConfig::shared(DIM)
+            .row_index(RowIndex::Dense { rows: ROWS as u64 })
+            .seed(seed)
+            .build()
+            .unwrap()
+    };
+    let a = Basis::new(config(1), OneChoice::new(BUCKETS, 3).unwrap()).unwrap();
+    let mut b = Basis::new(config(2), OneChoice::new(BUCKETS, 3).unwrap()).unwrap();
+    assert_eq!(
+        a.export_buckets(&[BUCKETS]),
+        Err(RowStateError::BucketOutOfRange {
+            bucket: BUCKETS,
+            buckets: BUCKETS
+        })
+    );
+    assert_eq!(
+        a.export_buckets(&[1, 1]),
+        Err(RowStateError::Duplicate { slot: 1 })
+    );
+    let blob = a.export_buckets(&[0, 1]).unwrap();
+    assert_eq!(
+        b.import_buckets(&[0, 1], &blob),
+        Err(RowStateError::State(StateError::ConfigMismatch {
+            field: basis_core::StateField::Seed
+        }))
+    );
+    let rows = a.export_rows(&[0]).unwrap();
+    assert!(matches!(
+        b.import_buckets(&[0], &rows),
+        Err(RowStateError::State(StateError::WrongKind { .. }))
+    ));
 }

@@ -14,15 +14,16 @@
 /// (pinned on the x86_64 host; `cargo xtask nostd` requires it of wasm32).
 pub(crate) const BUCKETER_DIGEST: u32 = 0xadb2_f5f8;
 
-/// The digest of the BASIS blobs and tables on the x86_64 host test build.
-/// Not yet portable: BASIS's `exp2`/`log2`/`powf` go through `num_traits::Float`,
-/// which calls the platform's libm when any crate in the build turns on
-/// `num-traits/std` (the host test build does, through dev-dependencies) and
-/// the `libm` crate otherwise (wasm32 computes another value). `cargo xtask
-/// nostd` reports the wasm32 value next to this one.
-// Re-pinned when `BasisConfig::default()` became the measured default
-// (1-byte scalars, lr 0.03): the workload builds on it.
-pub(crate) const BASIS_DIGEST_HOST: u32 = 0xfd0e_c035;
+/// The digest of the BASIS blobs and tables, which every target must compute
+/// too (pinned on the x86_64 host; `cargo xtask nostd` requires it of wasm32).
+/// Portable since basis-core calls the `libm` crate for `exp`/`exp2`/`log2`/
+/// `powf` on every target (`src/math.rs`): through `num_traits::Float` they
+/// were the platform's C library when any crate in the build turned on
+/// `num-traits/std` (the host test build does) and `libm` otherwise.
+// Re-pinned (0xfd0e_c035 -> 0x40f8_8ff8) when the host switched from glibc's
+// functions to libm's: the last bits of the row scalars and 1-byte code
+// tables changed. wasm32 computes the same value (`cargo xtask nostd`).
+pub(crate) const BASIS_DIGEST_HOST: u32 = 0x40f8_8ff8;
 
 /// SplitMix64 step: integer only, identical everywhere.
 fn splitmix(state: &mut u64) -> u64 {
