@@ -221,7 +221,6 @@ fn admission_counters_and_last_seen_steps_move_too() {
 }
 
 #[test]
-#[ignore = "needs BASIS export_rows/export_buckets (branch s2-core); un-ignore once it is merged"]
 fn basis_bucket_partitions_move_with_their_rows() {
     let s = Setup {
         kind: Kind::Basis,
