@@ -536,10 +536,14 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             .len()
             .checked_mul(self.dim)
             .ok_or(ShardError::OutOfMemory { rows: want })?;
-        self.rows
-            .values
-            .try_reserve(values)
-            .map_err(|_| ShardError::OutOfMemory { rows: want })?;
+        // Growth by an eighth, not doubling: the rows are most of a rank's
+        // memory, and a doubled vector would hold up to 2× their bytes
+        // (large blocks grow in place by `mremap`, so no copy either).
+        let rows = &mut self.rows.values;
+        if rows.len() + values > rows.capacity() {
+            rows.try_reserve_exact(values.max(rows.capacity() / 8))
+                .map_err(|_| ShardError::OutOfMemory { rows: want })?;
+        }
         let evicting = self.eviction.is_some();
         if evicting {
             self.last_seen

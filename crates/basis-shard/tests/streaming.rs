@@ -483,3 +483,22 @@ impl SparseOptimizer for NoFree {
         self.0.import_state(bytes)
     }
 }
+
+#[test]
+fn row_storage_grows_by_an_eighth_not_by_doubling() {
+    let worst = on_ranks(1, |mut c| {
+        let mut t = table(1, 0, sgd(), Admission::Always, None);
+        let mut worst = 0.0f64;
+        for step in 0..60u64 {
+            let ids: Vec<u64> = (0..2000).map(|k| mix(step << 16 | k)).collect();
+            step_with(&mut t, &mut c, &ids, |_| [0.0; DIM]).unwrap();
+            let used = (t.len() * DIM * 4) as f64;
+            // Slack beyond one batch's reservation, relative to the rows.
+            let slack = t.memory().row_bytes as f64 - (2000 * DIM * 4) as f64;
+            worst = worst.max(slack / used);
+        }
+        worst
+    });
+    // A doubling vector reaches 2× (and did: 230 B per 128-B row at 10^6).
+    assert!(worst[0] <= 1.126, "{}", worst[0]);
+}
