@@ -502,3 +502,42 @@ fn row_storage_grows_by_an_eighth_not_by_doubling() {
     // A doubling vector reaches 2× (and did: 230 B per 128-B row at 10^6).
     assert!(worst[0] <= 1.126, "{}", worst[0]);
 }
+
+#[test]
+fn basis_eviction_frees_the_row_and_keeps_the_buckets() {
+    use basis_core::{Basis, BasisConfig, OneChoice};
+    let owner = OwnerRule::buckets(OneChoice::new(5, 2).unwrap(), 1).unwrap();
+    let part = owner.partition(0).unwrap().unwrap();
+    let basis = Basis::new(
+        BasisConfig::default()
+            .with_dim(DIM)
+            .with_lr(0.05)
+            .with_row_index(RowIndex::Dense { rows: 0 }),
+        part,
+    )
+    .unwrap();
+    let config = TableConfig::new(DIM, owner, 0)
+        .with_init(RowInit::uniform(7, 0.1))
+        .with_eviction(Eviction::ttl(1));
+    let (before, after, held, evicted) = on_ranks(1, |mut c| {
+        let mut t = ShardedTable::new(config.clone(), Dyn(Box::new(basis.clone()))).unwrap();
+        step_with(&mut t, &mut c, &[1, 2, 3, 4, 5, 6], |id| {
+            [id as f32 * 0.01; DIM]
+        })
+        .unwrap();
+        step_with(&mut t, &mut c, &[], |_| [0.0; DIM]).unwrap();
+        let buckets: Vec<u32> = (0..t.optimizer().bucket_count()).collect();
+        let before = t.optimizer().export_buckets(&buckets).unwrap();
+        assert_eq!(t.len(), 6);
+        // Step 3's lookup sweeps first: the six rows, last seen at step 1,
+        // are one step stale; an empty lookup changes nothing else.
+        let batch = t.lookup(&mut c, &[]).unwrap();
+        let after = t.optimizer().export_buckets(&buckets).unwrap();
+        t.apply(&mut c, &batch, &[]).unwrap();
+        (before, after, t.len(), t.stats().rows_evicted)
+    })
+    .pop()
+    .unwrap();
+    assert_eq!((held, evicted), (0, 6));
+    assert_eq!(before, after, "bucket state stays");
+}
