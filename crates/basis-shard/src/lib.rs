@@ -9,6 +9,8 @@ mod boxed;
 mod checkpoint;
 mod error;
 mod eviction;
+#[doc(hidden)]
+pub mod fuzzing;
 mod index;
 mod init;
 mod owner;

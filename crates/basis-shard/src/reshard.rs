@@ -148,9 +148,11 @@ impl<O: SparseOptimizer> ShardedTable<O> {
                 "rows or last-seen steps are not one per id",
             ));
         }
+        if snap.opt_rows != 0 && snap.opt_rows != n as u64 {
+            return Err(ShardError::Corrupt("optimizer rows are not the row count"));
+        }
         let mut from = old_optimizer(r)?;
-        from.grow_rows(snap.opt_rows.max(n as u64))
-            .map_err(ShardError::Grow)?;
+        from.grow_rows(n as u64).map_err(ShardError::Grow)?;
         from.import_state(&snap.optimizer)
             .map_err(ShardError::State)?;
         let mine: Vec<usize> = (0..n)

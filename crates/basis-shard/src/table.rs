@@ -751,8 +751,10 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         if self.eviction.is_some() && snap.last_seen.len() != n {
             return Err(ShardError::Corrupt("last-seen steps are not one per row"));
         }
-        if snap.opt_rows > u64::from(u32::MAX) {
-            return Err(ShardError::Corrupt("more optimizer rows than slots"));
+        // This crate grows and shrinks the optimizer with the rows: its
+        // dense range is the row count (0: a snapshot built by hand).
+        if snap.opt_rows != 0 && snap.opt_rows != n as u64 {
+            return Err(ShardError::Corrupt("optimizer rows are not the row count"));
         }
         let mut admit = self.admit.clone();
         admit.set_counters(snap.counters)?;
@@ -763,9 +765,7 @@ impl<O: SparseOptimizer> ShardedTable<O> {
                 return Err(ShardError::Corrupt("an id appears twice"));
             }
         }
-        // Optimizer slots are row slots: at least `n` (a snapshot built
-        // by hand may leave `opt_rows` at 0).
-        let opt_rows = snap.opt_rows.max(n as u64);
+        let opt_rows = n as u64;
         if opt_rows > self.opt_rows {
             self.opt.grow_rows(opt_rows).map_err(ShardError::Grow)?;
             self.opt_rows = opt_rows;

@@ -541,3 +541,44 @@ fn basis_eviction_frees_the_row_and_keeps_the_buckets() {
     assert_eq!((held, evicted), (0, 6));
     assert_eq!(before, after, "bucket state stays");
 }
+
+#[test]
+fn the_checkpoint_fuzz_entry_survives_mutated_files() {
+    // A real checkpoint with admission counters and last-seen steps, then
+    // single-byte mutations of it (the container's CRC is fixed up by
+    // re-encoding: mutate the sections, not the checksum).
+    let rule = Admission::min_count(2, 16, 1).unwrap();
+    let snap = on_ranks(1, |mut c| {
+        let mut t = table(1, 0, adam(), rule, Some(Eviction::ttl(3)));
+        run(&mut t, &mut c, 0..4).unwrap();
+        t.snapshot()
+    })
+    .pop()
+    .unwrap();
+    let good = snap.to_checkpoint().encode();
+    basis_shard::fuzzing::shard_checkpoint(&good);
+    let mut x = 0x9E37_79B9u64;
+    for _ in 0..400 {
+        x = mix(x);
+        let mut s = snap.clone();
+        match x % 6 {
+            0 => {
+                s.ids.pop();
+            }
+            1 => s.last_seen.push(7),
+            2 => s.counters.truncate((x >> 8) as usize % 17),
+            3 => s.opt_rows = x >> 3,
+            4 if !s.optimizer.is_empty() => {
+                let k = (x >> 16) as usize % s.optimizer.len();
+                s.optimizer[k] ^= 1 << ((x >> 40) % 8);
+            }
+            _ => s.step = x,
+        }
+        basis_shard::fuzzing::shard_checkpoint(&s.to_checkpoint().encode());
+        // Raw byte flips of the file (the CRC catches them).
+        let mut bytes = good.clone();
+        let k = (x >> 20) as usize % bytes.len();
+        bytes[k] ^= 0x40;
+        basis_shard::fuzzing::shard_checkpoint(&bytes);
+    }
+}
