@@ -2,8 +2,9 @@
 //! SGD so that the optimizer does not hide the table's own costs) on a
 //! table of `STEP_BENCH_ROWS` rows (default 10^6, `dim = 32`): batches of
 //! 8192 ids, 90 % held rows in random order and 10 % new ids. Prints the
-//! median time per step of each round (5 rounds of 40 steps), the rows, and
-//! the index / row / state bytes per row, with the load average.
+//! median time per step of each round (5 rounds of 40 steps), the rows, the
+//! index / row / state bytes per row and the process's RSS per row, with
+//! the load average.
 //!
 //! This is the step-level figure the id index is judged by: build it once
 //! per index variant and run the binaries in turns (interleaved A/B; the
@@ -32,6 +33,14 @@ fn load() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()
+}
+
+/// The process's resident set, bytes (`/proc/self/statm`, Linux).
+fn rss() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
 }
 
 fn step(t: &mut ShardedTable<Sgd>, comm: &mut dyn Communicator, ids: &[u64]) {
@@ -82,7 +91,7 @@ fn main() {
     let m = t.memory();
     let n = m.rows as f64;
     println!(
-        "rows {} | step ms (median per round) {:?} | index {:.2} B/row, rows {:.1} B/row, state {:.2} B/row | load {}",
+        "rows {} | step ms (median per round) {:?} | index {:.2} B/row, rows {:.1} B/row, state {:.2} B/row, process RSS {:.1} B/row | load {}",
         m.rows,
         medians
             .iter()
@@ -91,6 +100,7 @@ fn main() {
         m.index_bytes as f64 / n,
         m.row_bytes as f64 / n,
         m.state_bytes as f64 / n,
+        rss() as f64 / n,
         load()
     );
 }
