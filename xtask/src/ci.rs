@@ -56,10 +56,7 @@ pub(crate) fn run(_args: &[String]) -> Result<(), String> {
                 .args(["doc", "--workspace", "--no-deps"])
                 // Broken intra-doc links would render as plain `[Text]`;
                 // named explicitly so a lint-level change cannot drop them.
-                .env(
-                    "RUSTDOCFLAGS",
-                    "-D warnings -D rustdoc::broken_intra_doc_links --cfg docsrs",
-                ),
+                .env("RUSTDOCFLAGS", crate::util::DOC_FLAGS),
         )
     })?;
     step("nostd", &mut || crate::nostd::run(&[]))?;

@@ -28,10 +28,14 @@
 //!    targets are installed with `rustup target add` when missing; a machine
 //!    that cannot fetch them fails the check rather than skipping it.
 //! 5. Same results there: `crates/basis-core/tests/portable/digest.rs` (CRCs
-//!    over d-choice saved state, and over BASIS blobs, after fixed workloads,
+//!    over d-choice saved state, over BASIS blobs, and over the other
+//!    optimizers' blobs, after fixed workloads,
 //!    pinned by that crate's `tests/portable.rs` on the host) is built into a
 //!    wasm32 module and run under Node.js (installed from Debian's `nodejs`
-//!    when missing); both digests must equal the pinned ones. wasm32
+//!    when missing); all three digests must equal the pinned ones, and a
+//!    fourth, of onebit-codec and onebit-adam (`xtask/portable/
+//!    onebit_digest.rs`), must equal the same code's on the host built with
+//!    `num-traits/std`. wasm32
 //!    has 32-bit pointers, so a saved layout or placement that hangs on
 //!    pointer width fails here, and no C library: a BASIS result that
 //!    depends on the platform's `exp`/`exp2`/`log2`/`powf` fails too
@@ -135,10 +139,11 @@ pub(crate) fn run(_args: &[String]) -> Result<(), String> {
     }
 
     // Proof 5: the same digest on wasm32 as pinned on the host.
-    let (bucketers, basis) = wasm_digest(&target_dir)?;
+    let (bucketers, basis, others, onebit) = wasm_digest(&target_dir)?;
     eprintln!(
-        "nostd: wasm32 d-choice state digest {bucketers:#010x} and BASIS digest {basis:#010x} \
-         equal the host's pinned values"
+        "nostd: wasm32 digests equal the host's pinned values: d-choice state \
+         {bucketers:#010x}, BASIS {basis:#010x}, other optimizers {others:#010x}; \
+         1-bit crates {onebit:#010x} equal to the host's std build"
     );
 
     // Proof 2: freestanding host binary, linked. The explicit `--target`
@@ -235,9 +240,9 @@ fn embedded_builds(target: &str, target_dir: &Path) -> Result<usize, String> {
 }
 
 /// Builds the portable digest (see proof 5) for `wasm32-unknown-unknown`,
-/// runs it under Node.js and checks both digests against the pinned values;
-/// returns them.
-fn wasm_digest(target_dir: &Path) -> Result<(u32, u32), String> {
+/// runs it under Node.js and checks the three digests against the pinned values
+/// and the 1-bit crates' digest against the host's std build; returns them.
+fn wasm_digest(target_dir: &Path) -> Result<(u32, u32, u32, u32), String> {
     const WASM: &str = "wasm32-unknown-unknown";
     let root = root();
     let dir = root.join("target").join("portable-digest");
@@ -253,17 +258,27 @@ publish = false
 [workspace]
 
 [lib]
-crate-type = ["cdylib"]
+crate-type = ["cdylib", "rlib"]
 
 [dependencies]
 balanced-hash = {{ package = "basisopt-balanced-hash", path = {:?} }}
 basis-core = {{ package = "basisopt-core", path = {:?}, default-features = false }}
+onebit-codec = {{ package = "basisopt-onebit-codec", path = {:?}, default-features = false }}
+onebit-adam = {{ package = "basisopt-onebit-adam", path = {:?}, default-features = false }}
+
+# The host build (the 1-bit digest's reference) with `num-traits/std` on, as
+# in a user's std program: float functions from the C library where
+# num-traits offers them.
+[target.'cfg(not(target_family = "wasm"))'.dependencies]
+num-traits = {{ version = "0.2", default-features = false, features = ["std"] }}
 
 [profile.release]
 panic = "abort"
 "#,
         crates.join("balanced-hash"),
         crates.join("basis-core"),
+        crates.join("onebit-codec"),
+        crates.join("onebit-adam"),
     );
     let lib = format!(
         r#"//! The portable digests as a wasm module: `part(i)` computed here, `pinned(i)` on the host.
@@ -272,23 +287,38 @@ extern crate alloc;
 #[path = {:?}]
 mod portable;
 
-/// Digest `i` (0: d-choice state, 1: BASIS) computed on this target.
+#[path = {:?}]
+mod onebit;
+
+/// The 1-bit crates' digest (compared with the host's build, not pinned).
+#[unsafe(no_mangle)]
+pub extern "C" fn onebit() -> u32 {{
+    onebit::digest()
+}}
+
+/// Digest `i` (0: d-choice state, 1: BASIS, 2: the other optimizers)
+/// computed on this target.
 #[unsafe(no_mangle)]
 pub extern "C" fn part(i: u32) -> u32 {{
-    portable::digests()[(i & 1) as usize]
+    portable::digests()[(i % 3) as usize]
 }}
 
 /// Digest `i` as pinned on the host.
 #[unsafe(no_mangle)]
 pub extern "C" fn pinned(i: u32) -> u32 {{
-    [portable::BUCKETER_DIGEST, portable::BASIS_DIGEST_HOST][(i & 1) as usize]
+    [portable::BUCKETER_DIGEST, portable::BASIS_DIGEST_HOST, portable::OTHERS_DIGEST]
+        [(i % 3) as usize]
 }}
 "#,
-        crates.join("basis-core/tests/portable/digest.rs")
+        crates.join("basis-core/tests/portable/digest.rs"),
+        root.join("xtask/portable/onebit_digest.rs"),
     );
+    let main = "//! The 1-bit digest on the host, printed.\n\
+                fn main() {\n    println!(\"{}\", portable_digest::onebit());\n}\n";
     let write = |p: &Path, s: &str| fs::write(p, s).map_err(|e| format!("{}: {e}", p.display()));
     write(&dir.join("Cargo.toml"), &manifest)?;
     write(&dir.join("src").join("lib.rs"), &lib)?;
+    write(&dir.join("src").join("main.rs"), main)?;
     let lock = root.join("Cargo.lock");
     if lock.exists() {
         fs::copy(&lock, dir.join("Cargo.lock")).map_err(|e| e.to_string())?;
@@ -299,6 +329,7 @@ pub extern "C" fn pinned(i: u32) -> u32 {{
                 "build",
                 "--quiet",
                 "--release",
+                "--lib",
                 "--target",
                 WASM,
                 "--manifest-path",
@@ -306,6 +337,30 @@ pub extern "C" fn pinned(i: u32) -> u32 {{
             .arg(dir.join("Cargo.toml"))
             .env("CARGO_TARGET_DIR", target_dir),
     )?;
+    // The host's 1-bit digest: the same source with std.
+    let host = cargo()
+        .args([
+            "run",
+            "--quiet",
+            "--release",
+            "--bin",
+            "portable-digest",
+            "--manifest-path",
+        ])
+        .arg(dir.join("Cargo.toml"))
+        .env("CARGO_TARGET_DIR", target_dir)
+        .output()
+        .map_err(|e| format!("cargo run (host 1-bit digest): {e}"))?;
+    if !host.status.success() {
+        return Err(format!(
+            "the host 1-bit digest failed:\n{}",
+            String::from_utf8_lossy(&host.stderr)
+        ));
+    }
+    let onebit_host: u32 = String::from_utf8_lossy(&host.stdout)
+        .trim()
+        .parse()
+        .map_err(|e| format!("host 1-bit digest output: {e}"))?;
     let module = target_dir
         .join(WASM)
         .join("release")
@@ -316,7 +371,8 @@ pub extern "C" fn pinned(i: u32) -> u32 {{
     let script = format!(
         "const m = new WebAssembly.Module(require('fs').readFileSync({:?})); \
          const e = new WebAssembly.Instance(m, {{}}).exports; \
-         console.log([0, 1].map(i => (e.part(i) >>> 0) + ' ' + (e.pinned(i) >>> 0)).join(' '));",
+         console.log([0, 1, 2].map(i => (e.part(i) >>> 0) + ' ' + (e.pinned(i) >>> 0)).join(' ') \
+         + ' ' + (e.onebit() >>> 0));",
         module
     );
     let out = Command::new("node")
@@ -335,17 +391,32 @@ pub extern "C" fn pinned(i: u32) -> u32 {{
         .filter_map(|w| w.parse().ok())
         .collect();
     match numbers[..] {
-        [got, pinned, basis, basis_host] if got == pinned && basis == basis_host => {
-            Ok((got, basis))
+        [got, pinned, basis, basis_host, others, others_host, onebit]
+            if got == pinned
+                && basis == basis_host
+                && others == others_host
+                && onebit == onebit_host
+                && onebit != 0 =>
+        {
+            Ok((got, basis, others, onebit))
         }
         [got, pinned, ..] if got != pinned => Err(format!(
             "wasm32 computes d-choice state digest {got:#010x}, the host pinned {pinned:#010x}: \
              the saved layout or the placement differs between targets"
         )),
-        [_, _, basis, basis_host] => Err(format!(
+        [_, _, basis, basis_host, ..] if basis != basis_host => Err(format!(
             "wasm32 computes BASIS digest {basis:#010x}, the host pinned {basis_host:#010x}: \
              a BASIS result or the blob layout differs between targets (a float function \
              that is not the `libm` crate's on every target?)"
+        )),
+        [_, _, _, _, others, others_host, _] if others != others_host => Err(format!(
+            "wasm32 computes the other optimizers' digest {others:#010x}, the host pinned \
+             {others_host:#010x}: a result or a blob layout differs between targets"
+        )),
+        [.., onebit] => Err(format!(
+            "wasm32 computes the 1-bit crates' digest {onebit:#010x}, the host (with std) \
+             {onebit_host:#010x}: onebit-codec or onebit-adam differs between targets \
+             (0: a call failed)"
         )),
         _ => Err(format!(
             "unexpected output from the wasm32 digest: {stdout:?}"

@@ -184,7 +184,7 @@ fn mpi_free_docs(check: &Path, target: &Path) -> Result<(), String> {
                 MPI_PACKAGE,
             ])
             .env("CARGO_TARGET_DIR", target)
-            .env("RUSTDOCFLAGS", "-D warnings --cfg docsrs"),
+            .env("RUSTDOCFLAGS", util::DOC_FLAGS),
     )
 }
 

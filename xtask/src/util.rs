@@ -4,6 +4,12 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+/// `RUSTDOCFLAGS` of every documentation build (CI's doc step and
+/// `publish-check`'s build of the packaged crates): warnings are errors, and
+/// broken intra-doc links are named explicitly (they would render as plain
+/// `[Text]`) so a lint-level change cannot drop them.
+pub(crate) const DOC_FLAGS: &str = "-D warnings -D rustdoc::broken_intra_doc_links --cfg docsrs";
+
 /// The workspace root (parent of `xtask/`).
 pub(crate) fn root() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));

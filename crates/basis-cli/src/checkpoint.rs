@@ -269,24 +269,6 @@ fn from_file(f: &file::Checkpoint, path: &Path) -> Result<Checkpoint, Checkpoint
     })
 }
 
-/// Encode a checkpoint (the bytes [`save`] writes).
-#[cfg(test)]
-pub(crate) fn encode(c: &Checkpoint) -> Vec<u8> {
-    to_file(c).encode()
-}
-
-/// Decode a checkpoint; `path` is for error messages.
-#[cfg(test)]
-pub(crate) fn decode(bytes: &[u8], path: &Path) -> Result<Checkpoint, CheckpointError> {
-    let f = file::Checkpoint::decode(bytes).map_err(|reason| {
-        CheckpointError::File(file::CheckpointError::Corrupt {
-            path: path.to_path_buf(),
-            reason,
-        })
-    })?;
-    from_file(&f, path)
-}
-
 /// Write `c` to `path` atomically (see `basis_std::checkpoint::save`),
 /// creating its directory first.
 pub(crate) fn save(path: &Path, c: &Checkpoint) -> Result<(), CheckpointError> {
@@ -358,6 +340,22 @@ pub(crate) fn remove_stale_temp_files(dir: &Path) -> Result<usize, CheckpointErr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Encode a checkpoint (the bytes [`save`] writes).
+    fn encode(c: &Checkpoint) -> Vec<u8> {
+        to_file(c).encode()
+    }
+
+    /// Decode a checkpoint; `path` is for error messages.
+    fn decode(bytes: &[u8], path: &Path) -> Result<Checkpoint, CheckpointError> {
+        let f = file::Checkpoint::decode(bytes).map_err(|reason| {
+            CheckpointError::File(file::CheckpointError::Corrupt {
+                path: path.to_path_buf(),
+                reason,
+            })
+        })?;
+        from_file(&f, path)
+    }
 
     fn sample() -> Checkpoint {
         Checkpoint {

@@ -2,7 +2,7 @@
 
 use crate::data::criteo_synth::CriteoSynthConfig;
 use crate::data::{Format, LoadOptions, synthetic::SynthConfig};
-use crate::deep::{DenseOpt, ModelKind};
+use crate::deep::{DenseOpt, DenseWarmup, ModelKind};
 use crate::spec::OptSpec;
 use crate::validate;
 use clap::{Args, Parser, Subcommand};
@@ -177,11 +177,12 @@ pub(crate) struct ModelArgs {
     /// Dense-parameter optimizer of data-parallel runs (`--workers P`).
     #[arg(long, value_enum, default_value_t = DenseOpt::OnebitAdam)]
     pub(crate) dense_opt: DenseOpt,
-    /// 1-bit Adam's full-precision warm-up, as a fraction of the run's steps
-    /// (at least one step). DeepSpeed's guidance is 15–25 %; a shorter one
-    /// sends fewer f32 all-reduces, at some risk to the final AUC.
-    #[arg(long, value_name = "FRACTION", default_value_t = 0.2, value_parser = validate::fraction)]
-    pub(crate) dense_warmup: f64,
+    /// 1-bit Adam's full-precision warm-up: `auto` ends it when the second
+    /// moment has settled (at the latest after a quarter of the run; the
+    /// step is reported), a fraction fixes it to that share of the run's
+    /// steps (at least one; DeepSpeed's guidance is 15–25 %).
+    #[arg(long, value_name = "auto|FRACTION", default_value_t = DenseWarmup::Auto, value_parser = DenseWarmup::parse)]
+    pub(crate) dense_warmup: DenseWarmup,
     /// Shard the embedding table by row over the `--workers` ranks (each
     /// rank holds only its rows and their optimizer state; ids and rows move
     /// by all-to-all). Without it every rank holds a full replica.

@@ -574,6 +574,9 @@ pub(crate) fn train_text(ds: &Dataset, e: &Entry) -> String {
     s.push_str(&table(core::slice::from_ref(e), 1));
     if let Some(r) = e.runs.first() {
         let _ = writeln!(s, "model crc32: {:08x}", r.model_crc32);
+        if let Some(t) = r.dense_freeze_step {
+            let _ = writeln!(s, "dense 1-bit Adam: full precision until step {t}");
+        }
     }
     if let Some(w) = skew_warning(e) {
         let _ = writeln!(s, "{w}");

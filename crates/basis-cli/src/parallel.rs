@@ -1,5 +1,8 @@
-//! Data-parallel training over `P` ranks (`--workers P`): in-process threads
-//! connected by `basis-std`'s `LocalComm`.
+//! The replicated strategy of the training loop: a full replica of the
+//! model and of the sparse optimizer in a single process (f32 Adam on the
+//! dense parameters, checkpoints), or on every rank of data-parallel
+//! training over `P` ranks (`--workers P`): in-process threads connected by
+//! `basis-std`'s `LocalComm`.
 //!
 //! Every rank holds a full replica of the model and of the sparse optimizer
 //! (same seed, so the replicas start equal). Each global mini-batch is split
@@ -23,14 +26,18 @@
 //! With the `mpi` feature under `mpirun`, the ranks are MPI processes
 //! (the `mpi` module) running the same [`rank_main`].
 
+use crate::checkpoint::{self, Checkpoint};
 use crate::data::Dataset;
-use crate::model::Grads;
-use crate::optim;
+use crate::model::{DenseAdam, Fm, Grads};
+use crate::optim::{self, Optimizer};
 use crate::rng::Rng;
-use crate::run::{CommBytes, EpochPoint, Run, RunResult, evaluate, finish};
-use basis_std::local::LocalComm;
-use comm_traits::Communicator;
-use core::time::Duration;
+use crate::run::{
+    CommBytes, EpochPoint, Progress, Run, RunResult, Step, StepAt, Strategy, Timing, build_model,
+    evaluate, finish, on_local_ranks, share,
+};
+use comm_traits::{CommStats, Communicator};
+use onebit_adam::OneBitAdam;
+use std::path::Path;
 use std::time::Instant;
 
 /// Train with `run.model.workers` ranks.
@@ -43,32 +50,16 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
         return Err("--checkpoint is not supported with --workers > 1".into());
     }
     #[cfg(feature = "mpi")]
-    if let Some(result) = mpi::train(ds, run) {
-        return result;
+    if let Some(result) = mpi::with_ranks(p, |comm| rank_main(ds, run, comm, true)) {
+        return result.and_then(|r| r.ok_or_else(|| "no result".to_string()));
     }
-    let comms = LocalComm::group_with_timeout(p, Duration::from_secs(300));
-    let results: Vec<Result<Option<RunResult>, String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = comms
-            .into_iter()
-            .map(|mut comm| s.spawn(move || rank_main(ds, run, &mut comm, false)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("a rank panicked".into())))
-            .collect()
-    });
     let mut out = None;
-    for r in results {
+    for r in on_local_ranks(p, |comm| rank_main(ds, run, comm, false)) {
         if let Some(res) = r? {
             out = Some(res);
         }
     }
     out.ok_or_else(|| "rank 0 produced no result".into())
-}
-
-/// Shares of a batch: rank `r` takes positions `r, r+P, …`.
-fn share(batch: &[usize], rank: usize, p: usize) -> Vec<usize> {
-    batch.iter().skip(rank).step_by(p).copied().collect()
 }
 
 /// One rank's training loop over any [`Communicator`]; rank 0 (every rank
@@ -79,117 +70,267 @@ pub(crate) fn rank_main(
     comm: &mut dyn Communicator,
     every_rank_evaluates: bool,
 ) -> Result<Option<RunResult>, String> {
-    let evaluates = every_rank_evaluates || comm.rank() == 0;
-    // An MPI communicator lives for the whole process: count this run only.
-    let stats_before = comm.stats();
-    let m = run.model;
-    let (rank, p) = (comm.rank(), comm.size());
     let start = Instant::now();
-    let mut fm = crate::run::build_model(ds, m)?;
-    let d = fm.dim();
-    let mut opt = optim::build(run.spec, ds.rows, d, m.seed)?;
-    let n = ds.train.len();
-    let steps_total = (n.div_ceil(m.batch) * m.epochs as usize) as u64;
-    let mut dense_opt =
-        m.dense_opt
-            .build(fm.dense.len(), m.dense_lr, steps_total, m.dense_warmup)?;
-    let mut bytes = CommBytes::default();
-    let mut rng = Rng::derive(m.seed, 0x0DE5);
-    let mut grads = Grads::new(&fm, ds.rows);
-    let mut order: Vec<usize> = (0..n).collect();
-    let mut curve: Vec<EpochPoint> = Vec::new();
-    let mut nonfinite = 0u64;
-    let comm_err = |e: comm_traits::CommError| format!("rank {rank}: {e}");
-    let row_bytes = 8 + 4 * d;
-    let (mut ids, mut rows): (Vec<u64>, Vec<f32>) = (Vec::new(), Vec::new());
-    for epoch in 0..m.epochs {
-        let bar = crate::progress::count(
-            n.div_ceil(m.batch) as u64,
-            &format!("{} ×{p} epoch {}/{}", run.spec.label, epoch + 1, m.epochs),
-            run.progress && rank == 0,
+    let mut replica = Replica::new(ds, run, (0, String::new()))?;
+    let dense = replica.fm.dense.len();
+    replica.ranks = Some(Ranks {
+        evaluates: every_rank_evaluates || comm.rank() == 0,
+        // An MPI communicator lives for the whole process: count this run only.
+        stats_before: comm.stats(),
+        comm,
+        dense_opt: crate::run::dense_optimizer(run.model, dense, ds.train.len())?,
+        bytes: CommBytes::default(),
+        ids: Vec::new(),
+        rows: Vec::new(),
+    });
+    crate::run::train_loop(run, replica, start)
+}
+
+/// A full replica of the model and its sparse optimizer, alone in this
+/// process or one of the data-parallel ranks ([`Ranks`]).
+pub(crate) struct Replica<'a> {
+    ds: &'a Dataset,
+    run: &'a Run<'a>,
+    /// The other replicas (`None`: a single process).
+    ranks: Option<Ranks<'a>>,
+    fm: Fm,
+    opt: Optimizer,
+    /// A single process's dense optimizer (f32 Adam).
+    adam: DenseAdam,
+    /// A single process's checkpoint fingerprint and option lines.
+    fingerprint: (u64, String),
+    /// Reused across steps.
+    grads: Grads,
+}
+
+/// What a replica on one of several ranks adds.
+struct Ranks<'a> {
+    comm: &'a mut dyn Communicator,
+    /// Whether this rank evaluates and reports.
+    evaluates: bool,
+    stats_before: CommStats,
+    dense_opt: OneBitAdam,
+    bytes: CommBytes,
+    /// Every rank's rows of the step (reused).
+    ids: Vec<u64>,
+    rows: Vec<f32>,
+}
+
+impl<'a> Replica<'a> {
+    /// `run`'s model and optimizers, as a single process (checkpoints with
+    /// `fingerprint`); the ranks' part is added by [`rank_main`].
+    ///
+    /// Fails when the model or the optimizer cannot be built.
+    pub(crate) fn new(
+        ds: &'a Dataset,
+        run: &'a Run<'a>,
+        fingerprint: (u64, String),
+    ) -> Result<Self, String> {
+        let fm = build_model(ds, run.model)?;
+        Ok(Self {
+            ds,
+            run,
+            ranks: None,
+            opt: optim::build(run.spec, ds.rows, fm.dim(), run.model.seed)?,
+            adam: DenseAdam::new(fm.dense.len(), run.model.dense_lr),
+            grads: Grads::new(&fm, ds.rows),
+            fm,
+            fingerprint,
+        })
+    }
+}
+
+impl Ranks<'_> {
+    /// All-gather every rank's `(row id, gradient)` list (counts first,
+    /// then the lists padded to the longest) into `ids` and `rows`.
+    fn gather(&mut self, grads: &Grads, d: usize) -> Result<(), String> {
+        let (rank, p) = (self.comm.rank(), self.comm.size());
+        let comm_err = |e: comm_traits::CommError| format!("rank {rank}: {e}");
+        let row_bytes = 8 + 4 * d;
+        let mut count = [0u8; 8];
+        count.copy_from_slice(&(grads.ids.len() as u64).to_le_bytes());
+        let mut counts = vec![0u8; 8 * p];
+        self.comm
+            .all_gather(&count, &mut counts)
+            .map_err(comm_err)?;
+        let counts: Vec<usize> = counts
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as usize)
+            .collect();
+        let max = counts.iter().copied().max().unwrap_or(0);
+        let mut send = vec![0u8; max * row_bytes];
+        for (k, &id) in grads.ids.iter().enumerate() {
+            let at = k * row_bytes;
+            send[at..at + 8].copy_from_slice(&id.to_le_bytes());
+            for (j, g) in grads.rows[k * d..(k + 1) * d].iter().enumerate() {
+                send[at + 8 + 4 * j..at + 12 + 4 * j].copy_from_slice(&g.to_le_bytes());
+            }
+        }
+        let mut recv = vec![0u8; max * row_bytes * p];
+        self.comm.all_gather(&send, &mut recv).map_err(comm_err)?;
+        self.ids.clear();
+        self.rows.clear();
+        for (r, &c) in counts.iter().enumerate() {
+            for k in 0..c {
+                let rec = &recv[(r * max + k) * row_bytes..][..row_bytes];
+                self.ids
+                    .push(u64::from_le_bytes(rec[..8].try_into().unwrap_or([0; 8])));
+                self.rows.extend(
+                    rec[8..]
+                        .chunks_exact(4)
+                        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Strategy for Replica<'_> {
+    fn examples(&self) -> usize {
+        self.ds.train.len()
+    }
+
+    fn bar(&self) -> (String, bool) {
+        match &self.ranks {
+            None => (String::new(), true),
+            Some(r) => (format!(" ×{}", r.comm.size()), r.comm.rank() == 0),
+        }
+    }
+
+    /// A single process's file (the dispatch refuses `--checkpoint` with ranks).
+    fn restore(&mut self, path: &Path) -> Result<Progress, String> {
+        let (fp, options) = &self.fingerprint;
+        let c = checkpoint::load(path, *fp, options).map_err(|e| e.to_string())?;
+        let fm = &mut self.fm;
+        if c.table.len() != fm.table.len() || c.dense.len() != fm.dense.len() {
+            let e = checkpoint::CheckpointError::Mismatch {
+                path: path.to_path_buf(),
+                differs: None,
+            };
+            return Err(e.to_string());
+        }
+        fm.table = c.table;
+        fm.dense = c.dense;
+        (self.adam.m, self.adam.v, self.adam.t) = (c.dense_m, c.dense_v, c.dense_t);
+        self.opt
+            .import_state(&c.optimizer)
+            .map_err(|e| format!("checkpoint {}: optimizer state: {e}", path.display()))?;
+        Ok(Progress {
+            epoch: c.epoch,
+            rng: Rng::new(c.rng_state),
+            nonfinite: c.nonfinite,
+            curve: serde_json::from_str(&c.history)
+                .map_err(|e| format!("checkpoint history: {e}"))?,
+        })
+    }
+
+    fn step(&mut self, batch: &[usize], at: StepAt) -> Result<Step, String> {
+        let (m, d, label) = (self.run.model, self.fm.dim(), &self.run.spec.label);
+        let (rank, p) = self
+            .ranks
+            .as_ref()
+            .map_or((0, 1), |r| (r.comm.rank(), r.comm.size()));
+        let (g, fm) = (&mut self.grads, &mut self.fm);
+        let ex = &self.ds.train;
+        if p == 1 {
+            g.compute(fm, ex, batch, m.l2)?;
+        } else {
+            g.compute_scaled(fm, ex, &share(batch, rank, p), m.l2, batch.len())?;
+        }
+        let Some(ranks) = &mut self.ranks else {
+            crate::validate::finite_loss(g.loss, at.epoch, at.step, label)?;
+            let rep = self.opt.step(&g.ids, &g.rows, &mut fm.table, d)?;
+            if g.dense.iter().all(|g| g.is_finite()) {
+                self.adam.step(&mut fm.dense, &g.dense);
+            }
+            let nonfinite = rep.rows_skipped_nonfinite as u64;
+            return Ok(Step {
+                loss: g.loss,
+                nonfinite,
+            });
+        };
+        // Sparse: every rank steps the concatenation of all ranks' rows.
+        let before_sparse = ranks.comm.stats().bytes_sent;
+        ranks.gather(g, d)?;
+        ranks.bytes.sparse += ranks.comm.stats().bytes_sent - before_sparse;
+        let rep = self.opt.step(&ranks.ids, &ranks.rows, &mut fm.table, d)?;
+        // Dense: 1-bit Adam averages over ranks; our shares sum to the batch mean.
+        let comm = &mut *ranks.comm;
+        let dense = ranks
+            .dense_opt
+            .step_with_grad_scaled(comm, &mut fm.dense, &g.dense, p as f32)
+            .map_err(|e| format!("rank {rank}: {:?}: {e}", m.dense_opt))?;
+        ranks.bytes.dense += dense.bytes.bytes_sent;
+        let mut loss = [g.loss as f32];
+        comm.all_reduce_sum(&mut loss)
+            .map_err(|e| format!("rank {rank}: {e}"))?;
+        // The summed loss is the same on every rank: all stop together.
+        crate::validate::finite_loss(f64::from(loss[0]), at.epoch, at.step, label)?;
+        Ok(Step {
+            loss: f64::from(loss[0]),
+            nonfinite: rep.rows_skipped_nonfinite as u64,
+        })
+    }
+
+    fn evaluate(&mut self, epoch: u32, train_loss: f64) -> Result<Option<EpochPoint>, String> {
+        let evaluates = self.ranks.as_ref().is_none_or(|r| r.evaluates);
+        Ok(evaluates.then(|| evaluate(&self.fm, self.ds, epoch, train_loss)))
+    }
+
+    /// A single process's file (the dispatch refuses `--checkpoint` with ranks).
+    fn save(&mut self, path: &Path, progress: &Progress) -> Result<(), String> {
+        let c = Checkpoint {
+            fingerprint: self.fingerprint.0,
+            epoch: progress.epoch,
+            rng_state: progress.rng.state(),
+            nonfinite: progress.nonfinite,
+            table: self.fm.table.clone(),
+            dense: self.fm.dense.clone(),
+            dense_m: self.adam.m.clone(),
+            dense_v: self.adam.v.clone(),
+            dense_t: self.adam.t,
+            optimizer: self.opt.export_state(),
+            history: serde_json::to_string(&progress.curve).map_err(|e| e.to_string())?,
+            options: self.fingerprint.1.clone(),
+            shard: None,
+        };
+        checkpoint::save(path, &c).map_err(|e| e.to_string())
+    }
+
+    fn finish(self, progress: Progress, timing: Timing) -> Result<Option<RunResult>, String> {
+        let kind = self.run.model.dense_opt;
+        let (bytes, dense_freeze_step) = match self.ranks {
+            Some(r) if !r.evaluates => return Ok(None),
+            Some(r) => (
+                Some(CommBytes {
+                    total: r.comm.stats().since(&r.stats_before).bytes_sent,
+                    ..r.bytes
+                }),
+                crate::deep::freeze_step_reached(kind, &r.dense_opt),
+            ),
+            None => (None, None),
+        };
+        let Progress {
+            curve, nonfinite, ..
+        } = progress;
+        let (ds, fm) = (self.ds, &self.fm);
+        let last = curve.last().cloned();
+        let final_metrics = last.unwrap_or_else(|| evaluate(fm, ds, 0, f64::NAN));
+        let mut out = finish(
+            ds,
+            self.run,
+            fm,
+            &self.opt,
+            curve,
+            final_metrics,
+            nonfinite,
+            timing.start,
+            bytes,
         );
-        for (i, o) in order.iter_mut().enumerate() {
-            *o = i;
-        }
-        rng.shuffle(&mut order);
-        let mut loss_sum = 0.0f64;
-        for (step, batch) in order.chunks(m.batch).enumerate() {
-            let mine = share(batch, rank, p);
-            grads.compute_scaled(&fm, &ds.train, &mine, m.l2, batch.len())?;
-            // Sparse: all-gather counts, then the padded (id, gradient) lists.
-            let before_sparse = comm.stats().bytes_sent;
-            let mut count = [0u8; 8];
-            count.copy_from_slice(&(grads.ids.len() as u64).to_le_bytes());
-            let mut counts = vec![0u8; 8 * p];
-            comm.all_gather(&count, &mut counts).map_err(comm_err)?;
-            let counts: Vec<usize> = counts
-                .chunks_exact(8)
-                .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as usize)
-                .collect();
-            let max = counts.iter().copied().max().unwrap_or(0);
-            let mut send = vec![0u8; max * row_bytes];
-            for (k, &id) in grads.ids.iter().enumerate() {
-                let at = k * row_bytes;
-                send[at..at + 8].copy_from_slice(&id.to_le_bytes());
-                for (j, g) in grads.rows[k * d..(k + 1) * d].iter().enumerate() {
-                    send[at + 8 + 4 * j..at + 12 + 4 * j].copy_from_slice(&g.to_le_bytes());
-                }
-            }
-            let mut recv = vec![0u8; max * row_bytes * p];
-            comm.all_gather(&send, &mut recv).map_err(comm_err)?;
-            ids.clear();
-            rows.clear();
-            for (r, &c) in counts.iter().enumerate() {
-                for k in 0..c {
-                    let at = (r * max + k) * row_bytes;
-                    let rec = &recv[at..at + row_bytes];
-                    ids.push(u64::from_le_bytes(rec[..8].try_into().unwrap_or([0; 8])));
-                    rows.extend(
-                        rec[8..]
-                            .chunks_exact(4)
-                            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-                    );
-                }
-            }
-            bytes.sparse += comm.stats().bytes_sent - before_sparse;
-            let rep = opt.step(&ids, &rows, &mut fm.table, d)?;
-            nonfinite += rep.rows_skipped_nonfinite as u64;
-            // Dense: 1-bit Adam averages over ranks; our shares sum to the batch mean.
-            let rep = dense_opt
-                .step_with_grad_scaled(comm, &mut fm.dense, &grads.dense, p as f32)
-                .map_err(|e| format!("rank {rank}: {:?}: {e}", m.dense_opt))?;
-            bytes.dense += rep.bytes.bytes_sent;
-            let mut loss = [grads.loss as f32];
-            comm.all_reduce_sum(&mut loss).map_err(comm_err)?;
-            loss_sum += f64::from(loss[0]);
-            // The summed loss is the same on every rank: all stop together.
-            crate::validate::finite_loss(f64::from(loss[0]), epoch + 1, step + 1, &run.spec.label)?;
-            bar.inc(1);
-        }
-        bar.finish_and_clear();
-        if evaluates {
-            curve.push(evaluate(&fm, ds, epoch + 1, loss_sum / n as f64));
-        }
+        out.dense_freeze_step = dense_freeze_step;
+        Ok(Some(out))
     }
-    if !evaluates {
-        return Ok(None);
-    }
-    let final_metrics = curve
-        .last()
-        .cloned()
-        .unwrap_or_else(|| evaluate(&fm, ds, 0, f64::NAN));
-    bytes.total = comm.stats().since(&stats_before).bytes_sent;
-    Ok(Some(finish(
-        ds,
-        run,
-        &fm,
-        &opt,
-        curve,
-        final_metrics,
-        nonfinite,
-        start,
-        Some(bytes),
-    )))
 }
 
 /// Whether this process prints and writes results (false on MPI ranks > 0).
@@ -210,9 +351,6 @@ pub(crate) fn is_output_rank() -> bool {
 /// rank trains and evaluates its (identical) replica; only rank 0 prints.
 #[cfg(feature = "mpi")]
 pub(crate) mod mpi {
-    use super::rank_main;
-    use crate::data::Dataset;
-    use crate::run::{Run, RunResult};
     use comm_mpi::MpiComm;
     use comm_traits::Communicator;
     use core::cell::RefCell;
@@ -255,29 +393,28 @@ pub(crate) mod mpi {
         COMM.with(|c| c.borrow_mut().as_mut().map(|m| f(m)))
     }
 
-    /// Train over MPI, or `None` when not launched by `mpirun`.
-    pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Option<Result<RunResult, String>> {
-        COMM.with(|c| {
-            let mut c = c.borrow_mut();
-            let comm: &mut MpiComm = c.as_mut()?;
-            if comm.size() != run.model.workers {
-                return Some(Err(format!(
-                    "--workers {} but mpirun started {} processes",
-                    run.model.workers,
+    /// `f` on this process's communicator when launched by `mpirun`
+    /// (`None` otherwise); fails when `mpirun` started other than `p`
+    /// processes.
+    pub(crate) fn with_ranks<T>(
+        p: usize,
+        f: impl FnOnce(&mut MpiComm) -> Result<T, String>,
+    ) -> Option<Result<T, String>> {
+        with_comm(|comm| {
+            if comm.size() != p {
+                return Err(format!(
+                    "--workers {p} but mpirun started {} processes",
                     comm.size()
-                )));
+                ));
             }
-            Some(
-                rank_main(ds, run, comm, true)
-                    .and_then(|r| r.ok_or_else(|| "no result".to_string())),
-            )
+            f(comm)
         })
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::share;
+    use crate::run::share;
 
     #[test]
     fn shares_partition_the_batch() {

@@ -1,8 +1,12 @@
-//! What every training loop shares: the run's options ([`Run`]), its
-//! metric points and result record ([`RunResult`], assembled by [`finish`]),
-//! and building the model. The single-process loop (`train.rs`), the
-//! replicated one (`parallel.rs`) and the sharded one (`shard/`) depend on
-//! this module and not on each other's, so they import no cycle.
+//! The one training loop ([`train_loop`]) and what its three step
+//! strategies share: the run's options ([`Run`]), where a run stands
+//! ([`Progress`], what a checkpoint saves besides the model), its metric
+//! points and result record ([`RunResult`], assembled by [`finish`]), the
+//! model, the dense optimizer of the data-parallel ranks, the thread
+//! launcher. The strategies — single process (`train.rs`), replicated ranks
+//! (`parallel.rs`), row-sharded ranks (`shard/`) — implement [`Strategy`]:
+//! one step, evaluation, checkpoint save/restore, the result. They depend
+//! on this module and not on each other's, so they import no cycle.
 
 use crate::cli::ModelArgs;
 use crate::data::Dataset;
@@ -10,9 +14,13 @@ use crate::deep::{DeepFm, Dlrm, Tower};
 use crate::metrics::{auc, log_loss};
 use crate::model::Fm;
 use crate::optim::{self, Telemetry};
+use crate::rng::Rng;
 use crate::spec::OptSpec;
+use basis_std::local::LocalComm;
+use core::time::Duration;
+use onebit_adam::OneBitAdam;
 use serde::{Deserialize, Serialize};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// Metrics after one epoch.
@@ -98,6 +106,11 @@ pub(crate) struct RunResult {
     pub(crate) comm_dense_bytes: Option<u64>,
     /// Dense parameters (1 for the FM's bias; with a tower, `1 + MLP`).
     pub(crate) dense_params: usize,
+    /// The last full-precision step of the dense 1-bit Adam (`--dense-opt
+    /// onebit-adam`; with `--dense-warmup auto` the step it decided), if the
+    /// run reached it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) dense_freeze_step: Option<u64>,
     /// CRC-32 of the final model table and dense parameters (equal iff bit-identical).
     pub(crate) model_crc32: u32,
     /// Per-rank figures of a row-sharded run (`--shard rows`).
@@ -244,7 +257,202 @@ pub(crate) fn finish(
         comm_sparse_bytes: comm.map(|c| c.sparse),
         comm_dense_bytes: comm.map(|c| c.dense),
         dense_params: fm.dense.len(),
+        dense_freeze_step: None,
         model_crc32: model_crc(fm),
         sharded: None,
     }
+}
+
+/// Where a run stands: what the epoch loop carries besides the model and
+/// the optimizers (a checkpoint saves it with them).
+#[derive(Debug)]
+pub(crate) struct Progress {
+    /// Epochs completed.
+    pub(crate) epoch: u32,
+    /// The data-order RNG.
+    pub(crate) rng: Rng,
+    /// Non-finite rows skipped so far.
+    pub(crate) nonfinite: u64,
+    /// Metric history.
+    pub(crate) curve: Vec<EpochPoint>,
+}
+
+/// Where a training step is, for its errors.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StepAt {
+    /// Examples in the whole batch (a rank's share of it computes the
+    /// gradients of the batch mean).
+    pub(crate) batch_len: usize,
+    /// 1-based epoch.
+    pub(crate) epoch: u32,
+    /// 1-based step within the epoch.
+    pub(crate) step: usize,
+}
+
+/// What one training step leaves behind.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Step {
+    /// Summed log-loss of the whole batch (all ranks').
+    pub(crate) loss: f64,
+    /// Rows the sparse optimizer skipped as non-finite (this rank's).
+    pub(crate) nonfinite: u64,
+}
+
+/// The clock of a finished loop.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timing {
+    /// When the run started (before the model was built).
+    pub(crate) start: Instant,
+    /// Seconds spent in training steps (evaluation excluded).
+    pub(crate) train_secs: f64,
+    /// The epoch the loop started from (after a resume, the checkpoint's).
+    pub(crate) first_epoch: u32,
+}
+
+/// How the loop steps, evaluates, saves and ends: one process, replicated
+/// ranks or row-sharded ranks.
+pub(crate) trait Strategy {
+    /// Training examples per epoch.
+    fn examples(&self) -> usize;
+
+    /// Whether each epoch visits the examples in a freshly shuffled order
+    /// (a stream is read in order: no `n`-long permutation).
+    fn shuffled(&self) -> bool {
+        true
+    }
+
+    /// The progress bar's label after the optimizer's (` ×4`), and whether
+    /// this process draws it.
+    fn bar(&self) -> (String, bool);
+
+    /// Reads the checkpoint `base` into the model and optimizers; returns
+    /// the progress it saved.
+    fn restore(&mut self, base: &Path) -> Result<Progress, String>;
+
+    /// One training step on the examples at positions `batch`.
+    fn step(&mut self, batch: &[usize], at: StepAt) -> Result<Step, String>;
+
+    /// The metrics after `epoch` (`None` on a rank that does not evaluate).
+    fn evaluate(&mut self, epoch: u32, train_loss: f64) -> Result<Option<EpochPoint>, String>;
+
+    /// Writes the checkpoint `base` of `progress`.
+    fn save(&mut self, base: &Path, progress: &Progress) -> Result<(), String>;
+
+    /// The run's result (`None` on a rank that does not report).
+    fn finish(self, progress: Progress, timing: Timing) -> Result<Option<RunResult>, String>;
+}
+
+/// The training loop of every trainer: resume, then per epoch a shuffled
+/// order (one RNG stream, [`Progress::rng`]), its mini-batches through
+/// `s.step`, the evaluation, the checkpoint; then the result.
+///
+/// Fails with the strategy's first error.
+pub(crate) fn train_loop(
+    run: &Run<'_>,
+    mut s: impl Strategy,
+    start: Instant,
+) -> Result<Option<RunResult>, String> {
+    let m = run.model;
+    let mut progress = Progress {
+        epoch: 0,
+        rng: Rng::derive(m.seed, 0x0DE5),
+        nonfinite: 0,
+        curve: Vec::new(),
+    };
+    if let (true, Some(base)) = (run.resume, &run.checkpoint) {
+        progress = s.restore(base)?;
+    }
+    let first_epoch = progress.epoch;
+    let (n, shuffled) = (s.examples(), s.shuffled());
+    let mut order: Vec<usize> = if shuffled {
+        (0..n).collect()
+    } else {
+        Vec::new()
+    };
+    let mut in_order: Vec<usize> = Vec::new();
+    let batches = n.div_ceil(m.batch);
+    let (label, show) = s.bar();
+    let mut train_secs = 0.0f64;
+    for epoch in progress.epoch..m.epochs {
+        let bar = crate::progress::count(
+            batches as u64,
+            &format!("{}{label} epoch {}/{}", run.spec.label, epoch + 1, m.epochs),
+            run.progress && show,
+        );
+        for (i, o) in order.iter_mut().enumerate() {
+            *o = i;
+        }
+        progress.rng.shuffle(&mut order);
+        let mut loss_sum = 0.0f64;
+        let epoch_start = Instant::now();
+        for b in 0..batches {
+            let range = b * m.batch..((b + 1) * m.batch).min(n);
+            let batch: &[usize] = if shuffled {
+                &order[range]
+            } else {
+                in_order.clear();
+                in_order.extend(range);
+                &in_order
+            };
+            let at = StepAt {
+                batch_len: batch.len(),
+                epoch: epoch + 1,
+                step: b + 1,
+            };
+            let step = s.step(batch, at)?;
+            progress.nonfinite += step.nonfinite;
+            loss_sum += step.loss;
+            bar.inc(1);
+        }
+        bar.finish_and_clear();
+        train_secs += epoch_start.elapsed().as_secs_f64();
+        if let Some(point) = s.evaluate(epoch + 1, loss_sum / n.max(1) as f64)? {
+            progress.curve.push(point);
+        }
+        progress.epoch = epoch + 1;
+        if let Some(base) = &run.checkpoint {
+            s.save(base, &progress)?;
+        }
+    }
+    let timing = Timing {
+        start,
+        train_secs,
+        first_epoch,
+    };
+    s.finish(progress, timing)
+}
+
+/// Shares of a batch: rank `r` takes positions `r, r+P, …`.
+pub(crate) fn share(batch: &[usize], rank: usize, p: usize) -> Vec<usize> {
+    batch.iter().skip(rank).step_by(p).copied().collect()
+}
+
+/// `f` on `p` ranks, one thread each over `LocalComm` (a collective waits
+/// at most 300 s for a peer); every rank's result, in rank order.
+pub(crate) fn on_local_ranks<T: Send>(
+    p: usize,
+    f: impl Fn(&mut LocalComm) -> Result<T, String> + Sync,
+) -> Vec<Result<T, String>> {
+    let comms = LocalComm::group_with_timeout(p, Duration::from_secs(300));
+    let f = &f;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .map(|mut comm| s.spawn(move || f(&mut comm)))
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a rank panicked".into())))
+            .collect()
+    })
+}
+
+/// The data-parallel dense optimizer (`--dense-opt`) of `len` parameters
+/// for a run of `n` training examples per epoch.
+///
+/// Fails on options the optimizer refuses.
+pub(crate) fn dense_optimizer(m: &ModelArgs, len: usize, n: usize) -> Result<OneBitAdam, String> {
+    let steps_total = (n.div_ceil(m.batch) * m.epochs as usize) as u64;
+    m.dense_opt
+        .build(len, m.dense_lr, steps_total, m.dense_warmup)
 }

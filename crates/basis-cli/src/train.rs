@@ -1,14 +1,14 @@
-//! The single-process training loop (mini-batch FM training with one sparse
-//! optimizer, per-epoch evaluation, checkpoints) and [`train`], which picks
-//! the loop of a run: this one, the replicated one (`parallel.rs`) or the
-//! sharded one (`shard/`). What they share is in `crate::run`.
+//! [`train`], which picks the step strategy of a run for the one training
+//! loop (`crate::run::train_loop`): one replica in this process (one sparse
+//! optimizer, f32 Adam on the dense parameters, one checkpoint file; the
+//! replicated strategy of `parallel.rs` without ranks), replicas on
+//! `--workers P` ranks (`parallel.rs`) or the row-sharded ranks (`shard/`),
+//! and the fingerprint of a single process's checkpoint.
 
-use crate::checkpoint::{self, Checkpoint};
+use crate::checkpoint;
 use crate::data::Dataset;
-use crate::model::{DenseAdam, Grads};
-use crate::optim;
-use crate::rng::Rng;
-use crate::run::{EpochPoint, Run, RunResult, build_model, evaluate, finish};
+use crate::parallel::Replica;
+use crate::run::{Run, RunResult, train_loop};
 use std::path::Path;
 use std::time::Instant;
 
@@ -85,96 +85,6 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
         }
     }
     let start = Instant::now();
-    let mut fm = build_model(ds, m)?;
-    let d = fm.dim();
-    let mut opt = optim::build(run.spec, ds.rows, d, m.seed)?;
-    let mut dense_opt = DenseAdam::new(fm.dense.len(), m.dense_lr);
-    let mut rng = Rng::derive(m.seed, 0x0DE5);
-    let mut curve: Vec<EpochPoint> = Vec::new();
-    let mut nonfinite = 0u64;
-    let mut epoch0 = 0;
-    let (fp, options) = fingerprint(ds, run);
-    if let (true, Some(path)) = (run.resume, &run.checkpoint) {
-        let c = checkpoint::load(path, fp, &options).map_err(|e| e.to_string())?;
-        if c.table.len() != fm.table.len() || c.dense.len() != fm.dense.len() {
-            let e = checkpoint::CheckpointError::Mismatch {
-                path: path.clone(),
-                differs: None,
-            };
-            return Err(e.to_string());
-        }
-        fm.table = c.table;
-        fm.dense = c.dense;
-        dense_opt.m = c.dense_m;
-        dense_opt.v = c.dense_v;
-        dense_opt.t = c.dense_t;
-        opt.import_state(&c.optimizer)
-            .map_err(|e| format!("checkpoint {}: optimizer state: {e}", path.display()))?;
-        rng = Rng::new(c.rng_state);
-        nonfinite = c.nonfinite;
-        curve = serde_json::from_str(&c.history).map_err(|e| format!("checkpoint history: {e}"))?;
-        epoch0 = c.epoch;
-    }
-    let n = ds.train.len();
-    let mut grads = Grads::new(&fm, ds.rows);
-    let mut order: Vec<usize> = (0..n).collect();
-    let batches = n.div_ceil(m.batch);
-    for epoch in epoch0..m.epochs {
-        let bar = crate::progress::count(
-            batches as u64,
-            &format!("{} epoch {}/{}", run.spec.label, epoch + 1, m.epochs),
-            run.progress,
-        );
-        for (i, o) in order.iter_mut().enumerate() {
-            *o = i;
-        }
-        rng.shuffle(&mut order);
-        let mut loss_sum = 0.0;
-        for (step, batch) in order.chunks(m.batch).enumerate() {
-            grads.compute(&fm, &ds.train, batch, m.l2)?;
-            loss_sum += grads.loss;
-            crate::validate::finite_loss(grads.loss, epoch + 1, step + 1, &run.spec.label)?;
-            let rep = opt.step(&grads.ids, &grads.rows, &mut fm.table, d)?;
-            nonfinite += rep.rows_skipped_nonfinite as u64;
-            if grads.dense.iter().all(|g| g.is_finite()) {
-                dense_opt.step(&mut fm.dense, &grads.dense);
-            }
-            bar.inc(1);
-        }
-        bar.finish_and_clear();
-        curve.push(evaluate(&fm, ds, epoch + 1, loss_sum / n as f64));
-        if let Some(path) = &run.checkpoint {
-            let c = Checkpoint {
-                fingerprint: fp,
-                epoch: epoch + 1,
-                rng_state: rng.state(),
-                nonfinite,
-                table: fm.table.clone(),
-                dense: fm.dense.clone(),
-                dense_m: dense_opt.m.clone(),
-                dense_v: dense_opt.v.clone(),
-                dense_t: dense_opt.t,
-                optimizer: opt.export_state(),
-                history: serde_json::to_string(&curve).map_err(|e| e.to_string())?,
-                options: options.clone(),
-                shard: None,
-            };
-            checkpoint::save(path, &c).map_err(|e| e.to_string())?;
-        }
-    }
-    let final_metrics = curve
-        .last()
-        .cloned()
-        .unwrap_or_else(|| evaluate(&fm, ds, 0, f64::NAN));
-    Ok(finish(
-        ds,
-        run,
-        &fm,
-        &opt,
-        curve,
-        final_metrics,
-        nonfinite,
-        start,
-        None,
-    ))
+    let single = Replica::new(ds, run, fingerprint(ds, run))?;
+    train_loop(run, single, start)?.ok_or_else(|| "no result".into())
 }

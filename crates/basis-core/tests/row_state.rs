@@ -396,6 +396,20 @@ fn bad_moves_are_refused_and_change_nothing() {
             assert_eq!(b.import_rows(&slots, &bytes), Err(want), "{name}");
             assert_eq!(b.export_state(), saved, "{name}: changed on error");
         }
+        // Any corrupted byte is refused (checksum or header), nothing
+        // changes; the intact blob is taken by a fresh optimizer.
+        let mut fresh = make(RowIndex::Dense { rows: ROWS as u64 });
+        let empty = fresh.export_state();
+        for at in 0..blob.len() {
+            let mut bad = blob.clone();
+            bad[at] ^= 0x5a;
+            assert!(
+                fresh.import_rows(&[3, 4], &bad).is_err(),
+                "{name}: byte {at}"
+            );
+        }
+        assert_eq!(fresh.export_state(), empty, "{name}: changed on error");
+        fresh.import_rows(&[3, 4], &blob).unwrap();
         // A whole-state blob is not a row blob.
         let whole = a.export_state();
         assert!(
@@ -483,4 +497,41 @@ fn bad_bucket_moves_are_refused() {
         b.import_buckets(&[0], &rows),
         Err(RowStateError::State(StateError::WrongKind { .. }))
     ));
+}
+
+/// A row the exporter has no state for ("absent" in the blob) resets the
+/// importer's state of that row: both then step it alike.
+#[test]
+fn an_absent_row_resets_the_importers_row() {
+    for (name, make) in movable() {
+        let index = RowIndex::Sparse;
+        let (mut a, mut b) = (make(index), make(index));
+        let keys: Vec<u64> = (0..ROWS as u64).map(|s| 1000 + 7 * s).collect();
+        let (mut ta, mut tb) = (start_table(&keys), start_table(&keys));
+        let g = vec![0.5f32; DIM];
+        // One step each, on different rows: a never saw row 5, b did.
+        step(a.as_mut(), &mut ta, &(vec![keys[1]], vec![1], g.clone()));
+        step(b.as_mut(), &mut tb, &(vec![keys[5]], vec![5], g.clone()));
+        if a.bucket_count() > 0 {
+            let all: Vec<u32> = (0..a.bucket_count()).collect();
+            b.import_buckets(&all, &a.export_buckets(&all).unwrap())
+                .unwrap();
+        }
+        b.import_rows(&[5], &a.export_rows(&[5]).unwrap())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        tb[5 * DIM..6 * DIM].copy_from_slice(&ta[5 * DIM..6 * DIM]);
+        let batch = (vec![keys[5]], vec![5], vec![-0.25f32; DIM]);
+        step(a.as_mut(), &mut ta, &batch);
+        step(b.as_mut(), &mut tb, &batch);
+        assert_eq!(
+            bits(&ta[5 * DIM..6 * DIM]),
+            bits(&tb[5 * DIM..6 * DIM]),
+            "{name}"
+        );
+        assert_eq!(
+            a.export_rows(&[5]).unwrap(),
+            b.export_rows(&[5]).unwrap(),
+            "{name}"
+        );
+    }
 }

@@ -7,7 +7,9 @@
 //! * `warmup_p1`: a warm-up step on `SingleRank` (P = 1);
 //! * `onebit_p1`: a 1-bit (compressed, `Variant::Momentum`) step on
 //!   `SingleRank`: the local work of the 1-bit stage (compression, server
-//!   step, decode, update) without transport.
+//!   step, decode, update) without transport;
+//! * `onebit_pre_p1`: the same with `Variant::PreconditionedMomentum` and
+//!   bias correction (the CLI's DeepFM/DLRM tower configuration).
 //!
 //! `nice -n 5 cargo bench -p basisopt-onebit-adam --bench step -- --warm-up-time 2 --measurement-time 10`
 //!
@@ -22,7 +24,7 @@ use core::hint::black_box;
 
 use comm_traits::SingleRank;
 use criterion::{Criterion, Throughput};
-use onebit_adam::{AdamW, Config, Kernel, OneBitAdam};
+use onebit_adam::{AdamW, Config, Kernel, OneBitAdam, Variant};
 
 fn input(seed: u64, n: usize) -> Vec<f32> {
     let mut s = 0x9e37_79b9_7f4a_7c15u64 ^ seed;
@@ -78,15 +80,17 @@ fn bench(c: &mut Criterion) {
             });
         });
     }
-    {
-        let config = Config::default().with_freeze_step(1);
-        let mut opt = OneBitAdam::new(n, config).unwrap();
+    let pre = Config::default()
+        .with_variant(Variant::PreconditionedMomentum)
+        .with_bias_correction(true);
+    for (name, config) in [("onebit_p1", Config::default()), ("onebit_pre_p1", pre)] {
+        let mut opt = OneBitAdam::new(n, config.with_freeze_step(1)).unwrap();
         let mut comm = SingleRank::default();
         // Warm-up, then the first 1-bit step (builds the frozen values and
         // touches the error buffers) untimed.
         opt.step_with_grad(&mut comm, &mut x, &g).unwrap();
         opt.step_with_grad(&mut comm, &mut x, &g).unwrap();
-        group.bench_function("onebit_p1", |b| {
+        group.bench_function(name, |b| {
             b.iter(|| {
                 opt.step_with_grad(&mut comm, black_box(&mut x), &g)
                     .unwrap()

@@ -172,6 +172,15 @@ impl AllReduceState {
         copy_error(self.server.as_ref())
     }
 
+    /// Elements in both error buffers (`N + N/P`; 0 before first use).
+    pub(crate) fn error_len(&self) -> usize {
+        [&self.worker, &self.server]
+            .into_iter()
+            .flatten()
+            .map(Compressor::len)
+            .sum()
+    }
+
     /// `‖e_w‖₂`, `‖e_s‖₂`.
     pub fn error_norms(&self) -> ErrorNorms {
         ErrorNorms {
@@ -341,14 +350,101 @@ pub(crate) fn reduce_counted(
     momentum: Option<(f32, &[f32])>,
     state: &mut AllReduceState,
 ) -> Result<(f32, f32), OneBitError> {
+    let r = reduce_counted_signs(comm, buf, momentum, state)?;
+    if !buf.is_empty() {
+        let n = buf.len();
+        server_signs(state, n, comm.size())?.decode(0, buf);
+    }
+    Ok(r)
+}
+
+/// [`reduce_counted`] without step 4's decode: the reduced result stays
+/// as the gathered server signs and scales, read with [`server_signs`] by
+/// a caller that decodes it in the pass that uses it (1-bit Adam's update),
+/// so the decoded buffer is never written out and read back.
+pub(crate) fn reduce_counted_signs(
+    comm: &mut dyn Communicator,
+    buf: &[f32],
+    momentum: Option<(f32, &[f32])>,
+    state: &mut AllReduceState,
+) -> Result<(f32, f32), OneBitError> {
     state.bind(buf.len(), comm.size(), comm.rank())?;
     let r = if buf.is_empty() {
         Ok((0.0, 0.0))
     } else {
-        reduce_bound(comm, buf, momentum, state)
+        reduce_signs(comm, buf, momentum, state)
     };
     state.calls += 1;
     r
+}
+
+/// The reduced result of the last call on `state` (bound to `n` elements
+/// over `p` ranks), as the gathered server signs (checked finite scales).
+pub(crate) fn server_signs(
+    state: &AllReduceState,
+    n: usize,
+    p: usize,
+) -> Result<ServerSigns<'_>, OneBitError> {
+    let m = padded_len(n, p) / p;
+    let cb = m / 8;
+    // An empty buffer sends nothing: nothing to decode either.
+    let recv: &[u8] = if n == 0 {
+        &[]
+    } else {
+        &state.scratch.gather_recv
+    };
+    if n > 0 && recv.len() != p * (cb + 4) {
+        return Err(OneBitError::Config("internal buffer size"));
+    }
+    Ok(ServerSigns {
+        recv,
+        unit: cb + 4,
+        cb,
+        m,
+        n,
+    })
+}
+
+/// The all-gathered server chunks `[signs | β]` of one reduction: packed
+/// element `j < n` is `±β_c` of chunk `c = j / m`, bit `j mod m` (Msb0) of
+/// its signs (bit 1: `+β`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ServerSigns<'a> {
+    recv: &'a [u8],
+    unit: usize,
+    cb: usize,
+    m: usize,
+    n: usize,
+}
+
+impl ServerSigns<'_> {
+    /// Decode elements `start..start + out.len()` (within `n`) into `out`:
+    /// the bits [`onebit_codec::unpack_signs`] gives for the whole buffer,
+    /// for any start (an unaligned head bit by bit, the rest by bytes).
+    pub(crate) fn decode(&self, start: usize, out: &mut [f32]) {
+        debug_assert!(start + out.len() <= self.n);
+        let (mut at, mut out) = (start, out);
+        while !out.is_empty() {
+            let c = at / self.m;
+            let piece = &self.recv[c * self.unit..(c + 1) * self.unit];
+            let beta = f32_at(piece, self.cb);
+            let off = at - c * self.m;
+            let take = out.len().min(self.m - off);
+            let (here, rest) = core::mem::take(&mut out).split_at_mut(take);
+            let head = ((8 - off % 8) % 8).min(take);
+            for (i, o) in here[..head].iter_mut().enumerate() {
+                let bit = (piece[(off + i) / 8] << ((off + i) % 8)) & 0x80 != 0;
+                *o = if bit { beta } else { -beta };
+            }
+            let from = (off + head) / 8;
+            let body = &mut here[head..];
+            let bytes = body.len().div_ceil(8);
+            // Lengths agree by construction (`off + take ≤ m`, `m = 8·cb`).
+            let _ = onebit_codec::unpack_signs(&piece[from..from + bytes], beta, body);
+            out = rest;
+            at += take;
+        }
+    }
 }
 
 /// Steps 1–4 on a state already bound to this buffer (the header has been
@@ -359,6 +455,20 @@ pub(crate) fn reduce_counted(
 pub(crate) fn reduce_bound(
     comm: &mut dyn Communicator,
     buf: &mut [f32],
+    momentum: Option<(f32, &[f32])>,
+    state: &mut AllReduceState,
+) -> Result<(f32, f32), OneBitError> {
+    let r = reduce_signs(comm, buf, momentum, state)?;
+    let n = buf.len();
+    server_signs(state, n, comm.size())?.decode(0, buf);
+    Ok(r)
+}
+
+/// Steps 1–4 of [`reduce_bound`] up to the all-gather of the server
+/// chunks (scales checked), without decoding them ([`server_signs`]).
+fn reduce_signs(
+    comm: &mut dyn Communicator,
+    buf: &[f32],
     momentum: Option<(f32, &[f32])>,
     state: &mut AllReduceState,
 ) -> Result<(f32, f32), OneBitError> {
@@ -447,13 +557,76 @@ pub(crate) fn reduce_bound(
             return Err(OneBitError::RemoteInput { rank: i });
         }
     }
-    for (i, piece) in s.gather_recv.chunks_exact(unit).enumerate() {
-        let b = f32_at(piece, cb);
-        let start = (i * m).min(n);
-        let end = ((i + 1) * m).min(n);
-        let out = &mut buf[start..end];
-        let bytes = out.len().div_ceil(8);
-        onebit_codec::unpack_signs(&piece[..bytes], b, out).map_err(non_finite)?;
-    }
     Ok((alpha, beta))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ServerSigns, padded_len};
+    use alloc::vec;
+    use alloc::vec::Vec;
+
+    /// Gathered server chunks for `n` elements over `p` ranks: pseudo-random
+    /// sign bytes, chunk `c`'s scale `c + 0.5`.
+    fn chunks(n: usize, p: usize) -> (Vec<u8>, usize, usize) {
+        let m = padded_len(n, p) / p;
+        let cb = m / 8;
+        let mut recv = Vec::new();
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        for c in 0..p {
+            for _ in 0..cb {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                recv.push(s as u8);
+            }
+            recv.extend_from_slice(&(c as f32 + 0.5).to_le_bytes());
+        }
+        (recv, m, cb)
+    }
+
+    /// `decode(start, len)` at every start and length (and long spans over
+    /// the codec's vector and table paths) against the obvious per-element
+    /// reading: chunk `j / m`, bit `j mod m` Msb0, 1 → `+β`.
+    #[test]
+    fn decode_any_range_matches_the_per_element_reading() {
+        for (n, p) in [(50usize, 3usize), (64, 1), (130, 2), (40_000, 2)] {
+            let (recv, m, cb) = chunks(n, p);
+            let signs = ServerSigns {
+                recv: &recv,
+                unit: cb + 4,
+                cb,
+                m,
+                n,
+            };
+            let want: Vec<f32> = (0..n)
+                .map(|j| {
+                    let (c, o) = (j / m, j % m);
+                    let beta = c as f32 + 0.5;
+                    let byte = recv[c * (cb + 4) + o / 8];
+                    if (byte >> (7 - o % 8)) & 1 == 1 {
+                        beta
+                    } else {
+                        -beta
+                    }
+                })
+                .collect();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            let step = if n > 1000 { 997 } else { 1 };
+            for start in (0..n).step_by(step) {
+                for len in (0..=n - start).step_by(step.max(1)) {
+                    let mut out = vec![0.0f32; len];
+                    signs.decode(start, &mut out);
+                    assert_eq!(
+                        bits(&out),
+                        bits(&want[start..start + len]),
+                        "n {n} {start}+{len}"
+                    );
+                }
+            }
+            let mut all = vec![0.0f32; n];
+            signs.decode(0, &mut all);
+            assert_eq!(bits(&all), bits(&want));
+        }
+    }
 }

@@ -27,6 +27,7 @@ use core::sync::atomic::{AtomicU8, Ordering};
 use num_traits::Float;
 
 use crate::OneBitError;
+use crate::allreduce::ServerSigns;
 
 /// Hyper-parameters of one dense Adam(W) step, resolved for the step at hand.
 /// `Default` holds the reference values (DeepSpeed `OnebitAdam`: lr 1e-3,
@@ -325,13 +326,52 @@ impl AdamW {
         Ok(())
     }
 
+    /// The 1-bit stage's `Momentum` finish (every coordinate live),
+    /// fused with the all-reduce's decode: block by block, the reduced
+    /// momentum is decoded from the server signs into `m` and the block
+    /// updated while it is in L1. The bits of decoding all of `m` and then
+    /// [`AdamW::update`] (element-wise arithmetic, the same kernel), without
+    /// the second read of `m` from memory.
+    pub(crate) fn update_decoded(
+        &self,
+        kernel: Kernel,
+        x: &mut [f32],
+        m: &mut [f32],
+        v: &[f32],
+        signs: ServerSigns<'_>,
+    ) -> Result<(), OneBitError> {
+        check_len(x.len(), m.len())?;
+        check_len(x.len(), v.len())?;
+        let k = Consts::new(self, 1.0);
+        let flags = Flags {
+            bias: self.bias.is_some(),
+            scale: false,
+            pre: false,
+        };
+        for start in (0..x.len()).step_by(DECODE_BLOCK) {
+            let end = (start + DECODE_BLOCK).min(x.len());
+            signs.decode(start, &mut m[start..end]);
+            run_update(
+                kernel,
+                &k,
+                flags,
+                &mut x[start..end],
+                &m[start..end],
+                &v[start..end],
+            );
+        }
+        Ok(())
+    }
+
     /// The 1-bit stage's `PreconditionedMomentum` finish, fused: on each
-    /// live run `m = u·d` (`u` the reduced preconditioned momentum, `d` the
-    /// frozen `√(v/bc2) + ε`, both packed run after run) and the update
-    /// divides by `d` itself, which is the update's own denominator bit for
-    /// bit; the dead coordinates between runs get [`AdamW::update`]. The
-    /// bits of `m[run] = u·d` followed by `update(x, m, v)`, in one pass
-    /// that neither reads `m` back nor takes a `√` per element.
+    /// live run `m = u·d` (`u` the reduced preconditioned momentum, decoded
+    /// from the server signs a block at a time into an L1 buffer, never
+    /// written out; `d` the frozen `√(v/bc2) + ε`, packed run after run)
+    /// and the update divides by `d` itself, which is the update's own
+    /// denominator bit for bit; the dead coordinates between runs get
+    /// [`AdamW::update`]. The bits of decoding `u`, `m[run] = u·d`, then
+    /// `update(x, m, v)`, in one pass that neither reads `m` back nor takes
+    /// a `√` per element.
     pub(crate) fn update_preconditioned(
         &self,
         kernel: Kernel,
@@ -346,6 +386,7 @@ impl AdamW {
         check_len(u.len(), d.len())?;
         let count = live.iter().map(ExactSizeIterator::len).sum();
         check_len(count, u.len())?;
+        let mut block = [0.0f32; DECODE_BLOCK];
         if live.last().is_some_and(|r| r.end > x.len()) {
             return Err(OneBitError::Length {
                 expected: x.len(),
@@ -372,12 +413,20 @@ impl AdamW {
                 &m[gap.clone()],
                 &v[gap],
             );
-            let (u, d) = (&u[packed..packed + r.len()], &d[packed..packed + r.len()]);
-            for (((x, m), &u), &d) in x[r.clone()].iter_mut().zip(&mut m[r.clone()]).zip(u).zip(d) {
-                *m = u * d;
-                // `update_elem` with `√(v/bc2) + ε` = `d`.
-                let mh = if flags.bias { *m / k.bc1 } else { *m };
-                *x -= k.lr * (mh / d + k.wd * *x);
+            // The run a decoded block at a time (`u` never leaves L1).
+            for s in (r.start..r.end).step_by(DECODE_BLOCK) {
+                let e = (s + DECODE_BLOCK).min(r.end);
+                let (p, len) = (packed + (s - r.start), e - s);
+                let decoded = &mut block[..len];
+                u.signs.decode(p, decoded);
+                let d = &d[p..p + len];
+                for (((x, m), &u), &d) in x[s..e].iter_mut().zip(&mut m[s..e]).zip(&*decoded).zip(d)
+                {
+                    *m = u * d;
+                    // `update_elem` with `√(v/bc2) + ε` = `d`.
+                    let mh = if flags.bias { *m / k.bc1 } else { *m };
+                    *x -= k.lr * (mh / d + k.wd * *x);
+                }
             }
             packed += r.len();
             at = r.end;
@@ -386,15 +435,34 @@ impl AdamW {
     }
 }
 
+/// Elements decoded from the server signs per block of the fused 1-bit
+/// finishes (4 KiB of `f32`: stays in L1 between the decode and its use).
+const DECODE_BLOCK: usize = 1024;
+
 /// Values packed run after run over a group's live coordinates.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PackedRuns<'a> {
     /// The live runs (group-relative, in order).
     pub(crate) live: &'a [core::ops::Range<usize>],
-    /// The reduced preconditioned momentum.
-    pub(crate) u: &'a [f32],
+    /// The reduced preconditioned momentum, as the all-reduce left it.
+    pub(crate) u: PackedSigns<'a>,
     /// The frozen denominators `√(v/bc2) + ε`.
     pub(crate) d: &'a [f32],
+}
+
+/// The all-reduce's server signs of `len` packed values.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PackedSigns<'a> {
+    /// The gathered chunks.
+    pub(crate) signs: ServerSigns<'a>,
+    /// Packed values (the live coordinates).
+    pub(crate) len: usize,
+}
+
+impl PackedSigns<'_> {
+    fn len(&self) -> usize {
+        self.len
+    }
 }
 
 fn check_len(expected: usize, found: usize) -> Result<(), OneBitError> {

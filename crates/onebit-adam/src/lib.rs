@@ -9,7 +9,9 @@ extern crate alloc;
 mod allreduce;
 pub mod dense;
 mod error;
+mod freeze;
 mod header;
+mod memory;
 mod optimizer;
 // Single-threaded simulations the tests compare against: test support, not API.
 #[doc(hidden)]
@@ -32,5 +34,7 @@ pub use allreduce::{
 };
 pub use dense::{AdamW, Kernel};
 pub use error::{OneBitError, StateError};
+pub use freeze::{AutoFreeze, FreezePolicy};
+pub use memory::Memory;
 pub use onebit_codec::ScaleKind;
 pub use optimizer::{Config, GroupSpec, OneBitAdam, Policy, Stage, StepReport, Variant};

@@ -2,7 +2,8 @@
 //! `onebit/adam.py`), over one flat parameter vector split into groups.
 //!
 //! Per step `t` (1-based) and group, with `ḡ` the mean gradient over ranks:
-//! * **full-precision stage** (warm-up `t ≤ freeze_step`, every step of a
+//! * **full-precision stage** (the warm-up, up to the freeze step that
+//!   [`FreezePolicy`] fixes or decides; every step of a
 //!   [`Policy::FullPrecision`] group, and the final stage of a staged
 //!   schedule): `ḡ = all_reduce_sum(g)/P`, `m ← β₁m + (1−β₁)ḡ`,
 //!   `v ← β₂v + (1−β₂)ḡ²`;
@@ -30,7 +31,8 @@ use onebit_codec::{Compressor, CompressorConfig, ErrorFeedback, ScaleKind};
 
 use crate::OneBitError;
 use crate::allreduce::{self, AllReduceState, ErrorNorms};
-use crate::dense::{AdamW, Kernel, PackedRuns};
+use crate::dense::{AdamW, Kernel, PackedRuns, PackedSigns};
+use crate::freeze::{FreezePolicy, FreezeTracker};
 use crate::header::{self, Op};
 
 /// How a parameter group communicates after the freeze.
@@ -38,7 +40,7 @@ use crate::header::{self, Op};
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum Policy {
-    /// Compressed momentum (1 bit per element) after `freeze_step`. The default.
+    /// Compressed momentum (1 bit per element) after the freeze. The default.
     #[default]
     OneBit,
     /// Full-precision mean all-reduce of gradients and plain Adam at every
@@ -84,16 +86,19 @@ pub enum Variant {
 
 /// Hyper-parameters; `Default` holds the reference values (DeepSpeed
 /// `OnebitAdam`: lr 1e-3, betas (0.9, 0.999), eps 1e-8, no weight decay,
-/// freeze_step 100000, no bias correction). `#[non_exhaustive]`: build it
-/// from [`Default`] with the `with_*` setters (or [`Config::staged`]).
+/// no bias correction) except the freeze: DeepSpeed's `freeze_step` 100000
+/// never compresses a short run, so the default is
+/// [`FreezePolicy::Auto`] (the warm-up ends when `v` has settled).
+/// `#[non_exhaustive]`: build it from [`Default`] with the `with_*` setters
+/// (or [`Config::staged`]).
 ///
 /// ```
-/// use onebit_adam::Config;
+/// use onebit_adam::{Config, FreezePolicy};
 ///
 /// let config = Config::default().with_lr(1e-2).with_freeze_step(10);
-/// assert_eq!((config.lr, config.freeze_step), (1e-2, 10));
+/// assert_eq!((config.lr, config.freeze), (1e-2, FreezePolicy::Fixed(10)));
 /// let staged = Config::default().staged(1000);
-/// assert_eq!((staged.freeze_step, staged.final_full_after), (100, Some(900)));
+/// assert_eq!((staged.freeze, staged.final_full_after), (FreezePolicy::Fixed(100), Some(900)));
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -109,9 +114,11 @@ pub struct Config {
     pub eps: f32,
     /// Decoupled weight decay λ (groups may override it).
     pub weight_decay: f32,
-    /// Last warm-up step: steps `1..=freeze_step` are full precision and
-    /// update `v`; `v` of 1-bit groups is frozen afterwards. Must be ≥ 1.
-    pub freeze_step: u64,
+    /// When the warm-up ends: steps up to the freeze are full precision and
+    /// update `v`; `v` of 1-bit groups is frozen afterwards. Default
+    /// [`FreezePolicy::Auto`] with [`crate::AutoFreeze::default`];
+    /// [`Config::with_freeze_step`] sets a fixed step.
+    pub freeze: FreezePolicy,
     /// Divide by `1−β₁ᵗ` and `1−β₂^{t_v}` (off in the reference).
     pub bias_correction: bool,
     /// What the 1-bit stage compresses.
@@ -131,7 +138,7 @@ onebit_codec::with_setters!(Config {
     with_beta2 => beta2: f32,
     with_eps => eps: f32,
     with_weight_decay => weight_decay: f32,
-    with_freeze_step => freeze_step: u64,
+    with_freeze => freeze: FreezePolicy,
     with_bias_correction => bias_correction: bool,
     with_variant => variant: Variant,
     with_final_full_after => final_full_after: Option<u64>,
@@ -146,7 +153,7 @@ impl Default for Config {
             beta2: 0.999,
             eps: 1e-8,
             weight_decay: 0.0,
-            freeze_step: 100_000,
+            freeze: FreezePolicy::default(),
             bias_correction: false,
             variant: Variant::Momentum,
             final_full_after: None,
@@ -156,12 +163,21 @@ impl Default for Config {
 }
 
 impl Config {
+    /// A fixed last warm-up step `n` ([`FreezePolicy::Fixed`]; must be ≥ 1),
+    /// DeepSpeed's `freeze_step`.
+    pub fn with_freeze_step(self, n: u64) -> Self {
+        Self {
+            freeze: FreezePolicy::Fixed(n),
+            ..self
+        }
+    }
+
     /// The staged schedule for a run of `total_steps`: full
     /// precision for the first 10 %, 1-bit for the middle 80 %, full precision
     /// for the last 10 %.
     pub fn staged(self, total_steps: u64) -> Self {
         Self {
-            freeze_step: (total_steps / 10).max(1),
+            freeze: FreezePolicy::Fixed((total_steps / 10).max(1)),
             final_full_after: Some(total_steps - total_steps / 10),
             ..self
         }
@@ -170,30 +186,28 @@ impl Config {
     fn validate(&self) -> Result<(), OneBitError> {
         let unit = |x: f32| (0.0..1.0).contains(&x);
         if !(self.lr.is_finite() && self.lr >= 0.0) {
-            return Err(OneBitError::Config("lr"));
+            return Err(OneBitError::Config("lr must be finite and >= 0"));
         }
         if !unit(self.beta1) {
-            return Err(OneBitError::Config("beta1"));
+            return Err(OneBitError::Config("beta1 must be in [0, 1)"));
         }
         if !unit(self.beta2) {
-            return Err(OneBitError::Config("beta2"));
+            return Err(OneBitError::Config("beta2 must be in [0, 1)"));
         }
         if !(self.eps.is_finite() && self.eps > 0.0) {
-            return Err(OneBitError::Config("eps"));
+            return Err(OneBitError::Config("eps must be finite and > 0"));
         }
         if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
-            return Err(OneBitError::Config("weight_decay"));
+            return Err(OneBitError::Config("weight_decay must be finite and >= 0"));
         }
-        if self.freeze_step == 0 {
-            return Err(OneBitError::Config("freeze_step"));
-        }
+        self.freeze.validate()?;
         if self.error_reset_every == Some(0) {
-            return Err(OneBitError::Config("error_reset_every"));
+            return Err(OneBitError::Config("error_reset_every must be >= 1"));
         }
         if let Variant::DecayedGradient { beta, .. } = self.variant
             && !(0.0..=1.0).contains(&beta)
         {
-            return Err(OneBitError::Config("variant beta"));
+            return Err(OneBitError::Config("variant beta must be in [0, 1]"));
         }
         Ok(())
     }
@@ -254,7 +268,7 @@ impl GroupSpec {
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum Stage {
-    /// `t ≤ freeze_step`: full precision, `v` updated.
+    /// Up to the freeze ([`OneBitAdam::frozen_at`]): full precision, `v` updated.
     Warmup,
     /// 1-bit groups compressed, `v` frozen.
     Compressed,
@@ -326,12 +340,20 @@ pub(crate) struct Frozen {
     denom: Vec<f32>,
 }
 
+impl Frozen {
+    /// Bytes of its vectors (lengths).
+    pub(crate) fn bytes(&self) -> usize {
+        self.live.len() * core::mem::size_of::<Range<usize>>()
+            + self.denom.len() * core::mem::size_of::<f32>()
+    }
+}
+
 /// The 1-bit Adam optimizer for one rank. Every rank builds it with the same
 /// config and groups and calls [`OneBitAdam::step`] in lockstep.
 ///
 /// # Example
 ///
-/// Full-precision warm-up for `freeze_step` steps, then compressed momentum.
+/// Full-precision warm-up for a fixed 3 steps, then compressed momentum.
 /// With one rank ([`comm_traits::SingleRank`]) the all-reduce is the
 /// identity, so this is plain (then 1-bit-quantised) Adam:
 ///
@@ -377,6 +399,8 @@ pub struct OneBitAdam {
     scratch_bits: Vec<u8>,
     scratch_gather: Vec<u8>,
     scratch_packed: Vec<f32>,
+    /// Where the run is in its [`FreezePolicy`].
+    pub(crate) freeze: FreezeTracker,
 }
 
 impl OneBitAdam {
@@ -401,7 +425,9 @@ impl OneBitAdam {
             if let Some(wd) = spec.weight_decay
                 && !(wd.is_finite() && wd >= 0.0)
             {
-                return Err(OneBitError::Config("group weight_decay"));
+                return Err(OneBitError::Config(
+                    "group weight_decay must be finite and >= 0",
+                ));
             }
             states.push(GroupState {
                 spec,
@@ -429,7 +455,15 @@ impl OneBitAdam {
             scratch_bits: Vec::new(),
             scratch_gather: Vec::new(),
             scratch_packed: Vec::new(),
+            freeze: FreezeTracker::new(config.freeze),
         })
+    }
+
+    /// Bytes of the per-step buffers (lengths).
+    pub(crate) fn scratch_bytes(&self) -> usize {
+        (self.scratch.len() + self.scratch_packed.len()) * core::mem::size_of::<f32>()
+            + self.scratch_bits.len()
+            + self.scratch_gather.len()
     }
 
     /// Number of parameters.
@@ -468,9 +502,25 @@ impl OneBitAdam {
         self.zero.iter().filter(|&&z| z).count()
     }
 
-    /// The stage step `t` (1-based) runs in.
+    /// The last warm-up step, once it is known: from the start for
+    /// [`FreezePolicy::Fixed`], from the step that decided it for
+    /// [`FreezePolicy::Auto`] (`None` before). The same on every rank.
+    pub fn frozen_at(&self) -> Option<u64> {
+        self.freeze.frozen_at
+    }
+
+    /// The last relative change `‖v̂ − v̂_snap‖₁ / ‖v̂‖₁` the automatic
+    /// freeze measured (`None` before its first measure, and always for
+    /// [`FreezePolicy::Fixed`]): what the threshold was compared with.
+    pub fn freeze_change(&self) -> Option<f64> {
+        self.freeze.last_change
+    }
+
+    /// The stage step `t` (1-based) runs in. Under [`FreezePolicy::Auto`]
+    /// every step after the last completed one is `Warmup` until the
+    /// freeze is decided (it is decided at the end of a warm-up step).
     pub fn stage_of(&self, t: u64) -> Stage {
-        if t <= self.config.freeze_step {
+        if self.freeze.is_warmup(t) {
             Stage::Warmup
         } else if self.config.final_full_after.is_some_and(|f| t > f) {
             Stage::FinalFull
@@ -637,6 +687,22 @@ impl OneBitAdam {
             Variant::DecayedGradient { .. } => 2,
             Variant::PreconditionedMomentum => 3,
         });
+        // The freeze rule and the step it decided: ranks that disagree fail
+        // together at this header instead of running other collectives.
+        match self.config.freeze {
+            FreezePolicy::Fixed(n) => {
+                eat(1);
+                eat(n);
+            }
+            FreezePolicy::Auto(a) => {
+                eat(2);
+                eat(a.window);
+                eat(a.threshold.to_bits());
+                eat(a.min_step);
+                eat(a.max_step);
+            }
+        }
+        eat(self.freeze.frozen_at.unwrap_or(0));
         h
     }
 
@@ -712,16 +778,23 @@ impl OneBitAdam {
     }
 
     /// Whether this step's kernels read the caller's gradient directly
-    /// (no mean-gradient copy): one rank (its all-reduce is the identity),
-    /// nothing accumulated, and no 1-bit group compresses this step (the
-    /// compressors read the copy).
+    /// (no mean-gradient copy), nothing accumulated, and either: no 1-bit
+    /// group compresses this step and there is one rank (its all-reduce is
+    /// the identity); or every group is 1-bit and compresses with
+    /// `PreconditionedMomentum`, whose packing pass forms `f·g + 0.0`
+    /// itself (the other variants' compressors read the copy).
     fn direct(&self, comm: &dyn Communicator, extra: Option<(&[f32], f32)>) -> bool {
         let t = self.step + 1;
+        let compressing = self.stage_of(t) == Stage::Compressed
+            && self.groups.iter().any(|g| g.spec.policy == Policy::OneBit);
         extra.is_some()
             && self.grad_count == 0
-            && comm.size() == 1
-            && (self.stage_of(t) != Stage::Compressed
-                || self.groups.iter().all(|g| g.spec.policy != Policy::OneBit))
+            && if compressing {
+                matches!(self.config.variant, Variant::PreconditionedMomentum)
+                    && self.groups.iter().all(|g| g.spec.policy == Policy::OneBit)
+            } else {
+                comm.size() == 1
+            }
     }
 
     fn step_inner(
@@ -757,7 +830,11 @@ impl OneBitAdam {
                 stage == Stage::Compressed && self.groups[gi].spec.policy == Policy::OneBit;
             let range = self.groups[gi].range.clone();
             if one_bit {
-                self.one_bit_group(comm, gi, &mut g[range.clone()])?;
+                let (grad, factor) = match extra {
+                    Some((grad, f)) if direct => (&grad[range.clone()], Some(f)),
+                    _ => (&g[range.clone()], None),
+                };
+                self.one_bit_group(comm, gi, grad, factor)?;
                 self.finish_one_bit(gi, t, &mut params[range])?;
             } else {
                 let warmup = stage == Stage::Warmup;
@@ -770,6 +847,9 @@ impl OneBitAdam {
         }
         self.scratch = g;
         self.step = t;
+        if stage == Stage::Warmup {
+            self.observe_warmup(t);
+        }
         if stage == Stage::Compressed {
             self.compressed_steps += 1;
             if let Some(k) = self.config.error_reset_every
@@ -783,6 +863,25 @@ impl OneBitAdam {
             stage,
             bytes: comm.stats().since(&before),
         })
+    }
+
+    /// The automatic freeze's look at `v̂` after warm-up step `t`.
+    fn observe_warmup(&mut self, t: u64) {
+        let c = self.config;
+        let v = &self.v;
+        let vhat = self
+            .groups
+            .iter()
+            .filter(|g| g.spec.policy == Policy::OneBit)
+            .map(move |g| {
+                let bc2 = if c.bias_correction {
+                    (1.0 - Float::powi(f64::from(c.beta2), clamp_i32(g.v_updates))) as f32
+                } else {
+                    1.0
+                };
+                (&v[g.range.clone()], bc2)
+            });
+        self.freeze.observe(&c.freeze, t, vhat);
     }
 
     /// Mean all-reduce of the gradient, then one fused dense Adam(W) pass
@@ -836,13 +935,23 @@ impl OneBitAdam {
     /// Leaving them in would not do: 1 bit cannot say 0, so each would get
     /// `±α` every step, and their error-feedback residue (`|e| ≈ α`) would
     /// inflate the RMS scale of the whole buffer.
+    ///
+    /// `factor = Some(f)`: `g` is the caller's gradient, not the mean copy,
+    /// and the packing pass forms the copy's `f·g + 0.0` itself (only
+    /// `PreconditionedMomentum`, see [`Self::direct`]).
     fn one_bit_group(
         &mut self,
         comm: &mut dyn Communicator,
         gi: usize,
-        g: &mut [f32],
+        g: &[f32],
+        factor: Option<f32>,
     ) -> Result<(), OneBitError> {
         let b1 = self.config.beta1;
+        if factor.is_some() && !matches!(self.config.variant, Variant::PreconditionedMomentum) {
+            return Err(OneBitError::Config(
+                "internal: a direct gradient reached a variant that reads the mean copy",
+            ));
+        }
         let range = self.groups[gi].range.clone();
         let frozen = match self.groups[gi].frozen.take() {
             Some(f) if f.v_updates == self.groups[gi].v_updates => f,
@@ -857,10 +966,11 @@ impl OneBitAdam {
             Variant::Momentum if frozen.count == m.len() => {
                 // Every coordinate live (the usual dense case): the momentum
                 // `β₁m + (1−β₁)g` is formed inside the worker compressor's one
-                // pass and the reduced result lands in `m` directly (the
-                // same bits as the gather path below).
+                // pass; the reduced result stays as server signs until
+                // `finish_one_bit` decodes it into `m` in the update's pass
+                // (the same bits as the gather path below).
                 let state = &mut self.groups[gi].allreduce;
-                allreduce::reduce_counted(comm, m, Some((b1, g)), state).map(|_| ())
+                allreduce::reduce_counted_signs(comm, m, Some((b1, g)), state).map(|_| ())
             }
             Variant::Momentum => {
                 for_runs(runs, &mut packed, |r, out| {
@@ -880,14 +990,25 @@ impl OneBitAdam {
                 let d = &frozen.denom;
                 for_runs_at(runs, &mut packed, |r, k, out| {
                     let d = &d[k..k + out.len()];
-                    for (((o, &m), &g), &d) in out.iter_mut().zip(&m[r.clone()]).zip(&g[r]).zip(d) {
-                        *o = (b1 * m + (1.0 - b1) * g) / d;
+                    let (m, g) = (&m[r.clone()], &g[r]);
+                    match factor {
+                        // The mean copy's `f·g + 0.0`, formed here: same bits.
+                        Some(f) => {
+                            for (((o, &m), &g), &d) in out.iter_mut().zip(m).zip(g).zip(d) {
+                                *o = (b1 * m + (1.0 - b1) * (g * f + 0.0)) / d;
+                            }
+                        }
+                        None => {
+                            for (((o, &m), &g), &d) in out.iter_mut().zip(m).zip(g).zip(d) {
+                                *o = (b1 * m + (1.0 - b1) * g) / d;
+                            }
+                        }
                     }
                 });
                 // `m = u·d` is formed by `finish_one_bit`, in the update's
-                // pass; `packed` holds `u` until then.
+                // pass, decoding `u` from the server signs as it goes.
                 let state = &mut self.groups[gi].allreduce;
-                allreduce::reduce_counted(comm, &mut packed, None, state).map(|_| ())
+                allreduce::reduce_counted_signs(comm, &packed, None, state).map(|_| ())
             }
             Variant::DecayedGradient { beta, scale } => {
                 for_runs(runs, &mut packed, |r, out| out.copy_from_slice(&g[r]));
@@ -987,25 +1108,40 @@ impl OneBitAdam {
         }
     }
 
-    /// The update after [`Self::one_bit_group`]: for
-    /// `PreconditionedMomentum` the fused `m = u·d` and update over the
-    /// reduced `u` still in `scratch_packed` (the frozen denominators are
-    /// the update's own), else [`Self::update`].
+    /// The update after [`Self::one_bit_group`], decoding the reduced
+    /// result the all-reduce left as server signs in the update's own pass:
+    /// `PreconditionedMomentum`: the fused `m = u·d` and update (the frozen
+    /// denominators are the update's own); `Momentum` with every
+    /// coordinate live: `m` decoded block by block, each block updated
+    /// while in cache; else (`m` already holds the result) [`Self::update`].
     fn finish_one_bit(&mut self, gi: usize, t: u64, x: &mut [f32]) -> Result<(), OneBitError> {
+        let h = self.hyper(gi, t);
         let group = &self.groups[gi];
+        let range = group.range.clone();
+        let p = group.allreduce.shape.map_or(1, |s| s.ranks);
         match (&self.config.variant, &group.frozen) {
-            (Variant::PreconditionedMomentum, Some(f)) => {
-                let range = group.range.clone();
-                self.hyper(gi, t).update_preconditioned(
+            (Variant::PreconditionedMomentum, Some(f)) => h.update_preconditioned(
+                Kernel::detect(),
+                x,
+                &mut self.m[range.clone()],
+                &self.v[range],
+                PackedRuns {
+                    live: &f.live,
+                    u: PackedSigns {
+                        signs: allreduce::server_signs(&group.allreduce, f.count, p)?,
+                        len: f.count,
+                    },
+                    d: &f.denom,
+                },
+            ),
+            (Variant::Momentum, Some(f)) if f.count == range.len() && f.count > 0 => {
+                let signs = allreduce::server_signs(&group.allreduce, f.count, p)?;
+                h.update_decoded(
                     Kernel::detect(),
                     x,
                     &mut self.m[range.clone()],
                     &self.v[range],
-                    PackedRuns {
-                        live: &f.live,
-                        u: &self.scratch_packed,
-                        d: &f.denom,
-                    },
+                    signs,
                 )
             }
             _ => self.update(gi, t, x),

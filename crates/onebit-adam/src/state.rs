@@ -4,7 +4,7 @@
 //!
 //! Record (all integers and floats little-endian):
 //! ```text
-//! magic "1BAS" | version u32 = 1 | rank u32 | size u32 (u32::MAX = unbound)
+//! magic "1BAS" | version u32 = 2 | rank u32 | size u32 (u32::MAX = unbound)
 //! len u64 | groups u32 | step u64 | compressed_steps u64 | grad_count u32
 //! per group: len u64 | policy u8 | v_updates u64
 //!            | kind u8 (0 none, 1 all-reduce, 2 seed)
@@ -12,9 +12,19 @@
 //!            | kind 2: L u64 | e f32×L
 //! (L = live, i.e. compressed, coordinates of the group; N = L padded to 8P,
 //! M = N/P)
+//! freeze (version 2): policy u8 (1 fixed, 2 auto)
+//!            | fixed: step u64 | 0 u64 ×3;  auto: window u64 | threshold f64
+//!              | min_step u64 | max_step u64
+//!            | frozen_at u64 (0 = not decided) | snapshot_at u64 (0 = none)
+//!            | last change f64 (NaN = none) | S u64 | v̂ snapshot f32×S
 //! m f32×len | v f32×len | zero mask ⌈len/8⌉ bytes (Msb0) | grad_sum f32×len
 //! crc32 u32 over everything before it
 //! ```
+//!
+//! Version 1 (no freeze block) is still read: its run had a fixed freeze
+//! step, which it did not store, so it imports into an optimizer configured
+//! with [`FreezePolicy::Fixed`] (the step is the config's, as before) and is
+//! refused by one configured with [`FreezePolicy::Auto`].
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -23,10 +33,16 @@ use crate::allreduce::Shape;
 use onebit_codec::{Compressor, CompressorConfig, ErrorFeedback};
 
 use crate::StateError;
+use crate::freeze::{FreezePolicy, FreezeTracker};
 use crate::optimizer::{OneBitAdam, Policy, Variant};
 
 const MAGIC: [u8; 4] = *b"1BAS";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
+/// The version before the freeze block (still read).
+const VERSION_1: u32 = 1;
+/// Bytes of the freeze block before its snapshot length: policy u8, four
+/// u64 fields, frozen_at, snapshot_at, last change.
+const FREEZE_FIXED: u64 = 1 + 4 * 8 + 3 * 8;
 const UNBOUND: u32 = u32::MAX;
 
 struct Writer(Vec<u8>);
@@ -40,6 +56,9 @@ impl Writer {
     }
     fn u64(&mut self, x: u64) {
         self.0.extend_from_slice(&x.to_le_bytes());
+    }
+    fn f64(&mut self, x: f64) {
+        self.u64(x.to_bits());
     }
     fn floats(&mut self, xs: &[f32]) {
         for x in xs {
@@ -80,6 +99,9 @@ impl Reader<'_> {
         let mut w = [0u8; 8];
         w.copy_from_slice(self.take(8)?);
         Ok(u64::from_le_bytes(w))
+    }
+    fn f64(&mut self) -> Result<f64, StateError> {
+        Ok(f64::from_bits(self.u64()?))
     }
     /// `n` floats, checked finite; the length is checked against the bytes
     /// left before allocating.
@@ -129,7 +151,7 @@ enum Announced {
 
 /// Walks the layout in the module docs, skipping the float arrays by their
 /// announced lengths.
-fn announced_len(bytes: &[u8]) -> Announced {
+fn announced_len(bytes: &[u8], version: u32) -> Announced {
     /// Reads the fields that size the record; `rest` is what is known to
     /// follow the current field (the CRC, then also the tail arrays).
     struct Walk<'a> {
@@ -193,9 +215,23 @@ fn announced_len(bytes: &[u8]) -> Announced {
                 _ => return Err(Announced::Unknown),
             }
         }
+        if version >= VERSION {
+            // The freeze block: its fixed part, then S u64 and f32×S.
+            at = add(at, FREEZE_FIXED)?;
+            let s = w.field(at, 8)?;
+            at = add(add(at, 8)?, floats(s)?)?;
+        }
         add(at, w.rest)
     };
     walk().map_or_else(|a| a, Announced::Exact)
+}
+
+/// The freeze block's policy fields: kind, then four u64.
+fn freeze_fields(p: FreezePolicy) -> (u8, [u64; 4]) {
+    match p {
+        FreezePolicy::Fixed(n) => (1, [n, 0, 0, 0]),
+        FreezePolicy::Auto(a) => (2, [a.window, a.threshold.to_bits(), a.min_step, a.max_step]),
+    }
 }
 
 fn policy_byte(p: Policy) -> u8 {
@@ -250,6 +286,17 @@ impl OneBitAdam {
                 w.u8(0);
             }
         }
+        let (kind, fields) = freeze_fields(self.config.freeze);
+        w.u8(kind);
+        for x in fields {
+            w.u64(x);
+        }
+        let fz = &self.freeze;
+        w.u64(fz.frozen_at.unwrap_or(0));
+        w.u64(fz.snapshot_at.unwrap_or(0));
+        w.f64(fz.last_change.unwrap_or(f64::NAN));
+        w.u64(fz.snapshot.len() as u64);
+        w.floats(&fz.snapshot);
         w.floats(&self.m);
         w.floats(&self.v);
         let mut mask = vec![0u8; self.len.div_ceil(8)];
@@ -280,14 +327,15 @@ impl OneBitAdam {
         if bytes[..seen] != MAGIC[..seen] {
             return Err(StateError::BadMagic);
         }
+        let mut version = VERSION;
         if let Some(v) = bytes.get(4..8) {
-            let version = u32::from_le_bytes([v[0], v[1], v[2], v[3]]);
-            if version != VERSION {
+            version = u32::from_le_bytes([v[0], v[1], v[2], v[3]]);
+            if version != VERSION && version != VERSION_1 {
                 return Err(StateError::UnsupportedVersion(version));
             }
         }
         let found = bytes.len() as u64;
-        match announced_len(bytes) {
+        match announced_len(bytes, version) {
             Announced::Exact(needed) | Announced::AtLeast(needed) if found < needed => {
                 return Err(StateError::Truncated { needed, found });
             }
@@ -379,6 +427,18 @@ impl OneBitAdam {
                 _ => return Err(StateError::Shape("error buffer kind")),
             }
         }
+        next.freeze = if version == VERSION_1 {
+            // A v1 run froze at a fixed step it did not store: the config's.
+            if self.config.freeze.fixed_step().is_none() {
+                return Err(StateError::Shape(
+                    "freeze policy (a version-1 record comes from a fixed freeze step; \
+                     build the optimizer with FreezePolicy::Fixed to import it)",
+                ));
+            }
+            FreezeTracker::new(self.config.freeze)
+        } else {
+            self.read_freeze(&mut r, next.step)?
+        };
         next.m = r.floats(self.len as u64)?;
         next.v = r.floats(self.len as u64)?;
         let mask = r.take(self.len.div_ceil(8))?;
@@ -395,5 +455,54 @@ impl OneBitAdam {
         }
         *self = next;
         Ok(())
+    }
+
+    /// The freeze block of a version-2 record, checked against this
+    /// optimizer's policy and groups and the record's `step`.
+    fn read_freeze(&self, r: &mut Reader<'_>, step: u64) -> Result<FreezeTracker, StateError> {
+        let kind = r.u8()?;
+        let mut fields = [0u64; 4];
+        for f in &mut fields {
+            *f = r.u64()?;
+        }
+        if (kind, fields) != freeze_fields(self.config.freeze) {
+            return Err(StateError::Shape(
+                "freeze policy (the record was saved under another FreezePolicy)",
+            ));
+        }
+        let at = |x: u64| (x != 0).then_some(x);
+        let frozen_at = at(r.u64()?);
+        let snapshot_at = at(r.u64()?);
+        let change = r.f64()?;
+        let last_change = (!change.is_nan()).then_some(change);
+        let s = r.u64()?;
+        let snapshot = r.floats(s)?;
+        let one_bit: usize = self
+            .groups
+            .iter()
+            .filter(|g| g.spec.policy == Policy::OneBit)
+            .map(|g| g.spec.len)
+            .sum();
+        let consistent = match (self.config.freeze, frozen_at) {
+            (FreezePolicy::Fixed(n), f) => f == Some(n) && snapshot_at.is_none(),
+            (FreezePolicy::Auto(_), Some(f)) => f <= step.max(1) && snapshot_at.is_none(),
+            (FreezePolicy::Auto(_), None) => snapshot_at.is_none_or(|s| s <= step),
+        };
+        let snapshot_ok = match snapshot_at {
+            Some(_) => snapshot.len() == one_bit,
+            None => snapshot.is_empty(),
+        };
+        if !(consistent && snapshot_ok) {
+            return Err(StateError::Shape("freeze state (step or snapshot length)"));
+        }
+        if last_change.is_some_and(|c| c.is_infinite() || c < 0.0) {
+            return Err(StateError::NonFinite);
+        }
+        Ok(FreezeTracker {
+            frozen_at,
+            snapshot,
+            snapshot_at,
+            last_change,
+        })
     }
 }

@@ -11,7 +11,8 @@ use basis_std::local::LocalComm;
 use comm_traits::{CommStats, Communicator, SingleRank};
 use onebit_adam::testing::{LogisticProblem, run_steps};
 use onebit_adam::{
-    Config, GroupSpec, OneBitAdam, OneBitError, ScaleKind, Stage, StateError, StepReport, Variant,
+    AutoFreeze, Config, FreezePolicy, GroupSpec, OneBitAdam, OneBitError, ScaleKind, Stage,
+    StateError, StepReport, Variant,
 };
 
 fn bits(v: &[f32]) -> Vec<u32> {
@@ -349,7 +350,10 @@ fn groups_freeze_only_one_bit_variance_and_staged_schedule_resumes_it() {
     let d = pb.params();
     let groups = [GroupSpec::one_bit(150), GroupSpec::full_precision(d - 150)];
     let cfg = Config::default().with_lr(0.01).staged(30);
-    assert_eq!((cfg.freeze_step, cfg.final_full_after), (3, Some(27)));
+    assert_eq!(
+        (cfg.freeze.fixed_step(), cfg.final_full_after),
+        (Some(3), Some(27))
+    );
     let stages_and_v: Vec<(Vec<Stage>, Vec<Vec<f32>>)> = LocalComm::run(RANKS, |mut c| {
         let mut opt = OneBitAdam::with_groups(&groups, cfg).unwrap();
         let mut x = vec![0.0f32; d];
@@ -443,19 +447,54 @@ fn accumulation_averages_micro_batches() {
 #[test]
 fn config_is_validated() {
     let bad = |c: Config| OneBitAdam::new(4, c).err();
-    assert_eq!(
-        bad(Config::default().with_freeze_step(0)),
-        Some(OneBitError::Config("freeze_step"))
-    );
-    assert_eq!(
-        bad(Config::default().with_beta1(1.0)),
-        Some(OneBitError::Config("beta1"))
-    );
-    assert_eq!(
-        bad(Config::default().with_eps(0.0)),
-        Some(OneBitError::Config("eps"))
-    );
+    let auto = |a: AutoFreeze| Config::default().with_freeze(FreezePolicy::Auto(a));
+    // Each error names the constraint the field breaks, not only the field.
+    let cases = [
+        (
+            Config::default().with_freeze_step(0),
+            "freeze_step must be >= 1",
+        ),
+        (Config::default().with_beta1(1.0), "beta1 must be in [0, 1)"),
+        (
+            Config::default().with_eps(0.0),
+            "eps must be finite and > 0",
+        ),
+        (
+            Config::default().with_lr(f32::NAN),
+            "lr must be finite and >= 0",
+        ),
+        (
+            auto(AutoFreeze::default().with_window(0)),
+            "auto freeze window must be >= 1",
+        ),
+        (
+            auto(AutoFreeze::default().with_threshold(1.0)),
+            "auto freeze threshold must be finite and in (0, 1)",
+        ),
+        (
+            auto(AutoFreeze::default().with_threshold(0.0)),
+            "auto freeze threshold must be finite and in (0, 1)",
+        ),
+        (
+            auto(AutoFreeze::default().with_threshold(f64::NAN)),
+            "auto freeze threshold must be finite and in (0, 1)",
+        ),
+        (
+            auto(AutoFreeze::default().with_min_step(0)),
+            "auto freeze min_step must be >= 1",
+        ),
+        (
+            auto(AutoFreeze::default().with_min_step(10).with_max_step(9)),
+            "auto freeze max_step must be >= min_step",
+        ),
+    ];
+    for (config, message) in cases {
+        let e = bad(config).unwrap();
+        assert_eq!(e, OneBitError::Config(message));
+        assert_eq!(e.to_string(), format!("invalid configuration: {message}"));
+    }
     assert!(bad(Config::default()).is_none());
+    assert!(bad(Config::default().with_freeze_step(1)).is_none());
     let _ = Communicator::size(&SingleRank::default());
 }
 
@@ -470,7 +509,8 @@ fn config_is_validated() {
 fn all_live_fused_path_matches_the_plain_recipe() {
     use onebit_adam::{AdamW, AllReduceState, Kernel, compressed_allreduce};
     let (ranks, steps, freeze) = (2usize, 12u64, 4u64);
-    for n in [64usize, 1000, 4099] {
+    // 40 000: many decode blocks, chunk boundaries inside them.
+    for n in [64usize, 1000, 4099, 40_000] {
         let grad = |rank: usize, t: u64| -> Vec<f32> {
             (0..n)
                 .map(|i| ((i * 31 + rank * 7 + t as usize * 13) % 97) as f32 / 48.0 - 1.0 + 1e-3)
@@ -601,7 +641,14 @@ fn preconditioned_momentum_keeps_badly_scaled_coordinates_at_adam_steps() {
 fn preconditioned_momentum_matches_the_plain_recipe() {
     use onebit_adam::{AdamW, AllReduceState, Kernel, compressed_allreduce};
     let (ranks, steps, freeze, swap_at) = (3usize, 14u64, 5u64, 9u64);
-    for (n, dead_every) in [(1000usize, None), (4099, Some(7usize)), (64, Some(2))] {
+    // (5000, 1500): live runs longer than a decode block, starting at
+    // unaligned packed offsets, with chunk boundaries inside them.
+    for (n, dead_every) in [
+        (1000usize, None),
+        (4099, Some(7usize)),
+        (64, Some(2)),
+        (5000, Some(1500)),
+    ] {
         let dead = |i: usize| dead_every.is_some_and(|k| i % k == k / 2);
         let grad = |rank: usize, t: u64| -> Vec<f32> {
             (0..n)
@@ -826,4 +873,68 @@ fn one_rank_direct_step_matches_the_copy_path() {
     assert_eq!(err, Err(OneBitError::NonFinite { index: 9 }));
     assert_eq!(bits(&x), bits(&[1.0; 16]));
     assert_eq!(opt.steps(), 0);
+}
+
+/// `PreconditionedMomentum`'s 1-bit steps read the caller's gradient (no
+/// mean-gradient copy) and form the copy's `f·g + 0.0` in their packing
+/// pass: the same bits as the copy path (`accumulate` + `step`, which always
+/// copies), on 2 ranks, with signed zeros, dead coordinates, a factor, bias
+/// correction, and a non-finite product still refused with nothing changed.
+#[test]
+fn preconditioned_direct_gradient_matches_the_copy_path() {
+    let n = 203;
+    let cfg = Config::default()
+        .with_lr(0.01)
+        .with_freeze_step(3)
+        .with_bias_correction(true)
+        .with_weight_decay(0.01)
+        .with_variant(Variant::PreconditionedMomentum);
+    let out = LocalComm::run(2, |mut c| {
+        let rank = c.rank();
+        let grad = |t: usize| -> Vec<f32> {
+            (0..n)
+                .map(|i| match (i + t + rank) % 11 {
+                    _ if i % 17 == 5 => 0.0, // dead: zero at every warm-up step
+                    0 => -0.0,
+                    k => (k as f32 - 5.0) * 0.013 * if i % 2 == 0 { 1.0 } else { -1.0 },
+                })
+                .collect()
+        };
+        let (mut a, mut b) = (
+            OneBitAdam::new(n, cfg).unwrap(),
+            OneBitAdam::new(n, cfg).unwrap(),
+        );
+        let (mut xa, mut xb) = (vec![0.25f32; n], vec![0.25f32; n]);
+        for t in 0..9 {
+            let g = grad(t);
+            let f = if t % 2 == 0 { 2.0 } else { 0.5 };
+            a.step_with_grad_scaled(&mut c, &mut xa, &g, f).unwrap();
+            let product: Vec<f32> = g.iter().map(|&g| g * f).collect();
+            b.accumulate(&product).unwrap();
+            b.step(&mut c, &mut xb).unwrap();
+        }
+        assert_eq!(a.steps(), 9);
+        assert!(a.zero_coordinates() > 0);
+        // An overflowing product in the 1-bit stage: refused, nothing changed.
+        let before = a.export_state();
+        let mut big = grad(9);
+        big[7] = f32::MAX;
+        let e = a.step_with_grad_scaled(&mut c, &mut xa, &big, 4.0);
+        (
+            bits(&xa),
+            bits(&xb),
+            bits(a.momentum()),
+            bits(b.momentum()),
+            e,
+            before == a.export_state(),
+        )
+    });
+    for (rank, r) in out.into_iter().enumerate() {
+        let (xa, xb, ma, mb, e, unchanged) = r.unwrap();
+        assert_eq!(xa, xb, "params, rank {rank}");
+        assert_eq!(ma, mb, "momentum, rank {rank}");
+        assert!(unchanged);
+        // Both ranks hold the bad product: each names its own index 7.
+        assert_eq!(e, Err(OneBitError::NonFinite { index: 7 }), "rank {rank}");
+    }
 }

@@ -31,6 +31,9 @@ use crate::scale::{Accumulator, ScaleKind, Words, any_non_finite, first_non_fini
 use crate::vector::{Input, fence, fused_words_into, vector_words, vector_words_in_place};
 use crate::{CodecError, Compressed};
 
+// The same step in pieces run by an `exec::Executor` (parallel adapters).
+mod split;
+
 /// How the quantisation error is carried to the next step.
 #[derive(Clone, Copy, Debug, PartialEq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]

@@ -33,6 +33,7 @@ macro_rules! with_setters {
 
 mod compressor;
 mod error;
+pub mod exec;
 // Entry points of the fuzz targets: test support, not API.
 #[doc(hidden)]
 pub mod fuzzing;

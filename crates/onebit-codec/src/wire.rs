@@ -259,19 +259,37 @@ impl Compressed {
                 found: out.len(),
             });
         }
+        self.apply_range(0, out, f);
+        Ok(())
+    }
+
+    /// `f(out[i], ±scales[(start + i) / chunk])` with the signs of elements
+    /// `start..start + out.len()` (in range: the caller checked), chunk by
+    /// chunk; a range that starts on a byte gives the bits of the whole
+    /// decode (the parallel decoders in [`crate::exec`] cut at bytes).
+    pub(crate) fn apply_range(
+        &self,
+        start: usize,
+        out: &mut [f32],
+        f: impl Fn(&mut f32, f32) + Copy,
+    ) {
         let signs = self.signs();
-        for (c, (o, &scale)) in out.chunks_mut(self.chunk).zip(&self.scales).enumerate() {
-            let start = c * self.chunk;
+        let end = start + out.len();
+        let mut s = start;
+        while s < end {
+            let c = s / self.chunk;
+            let e = end.min((c + 1).saturating_mul(self.chunk));
+            let (o, scale) = (&mut out[s - start..e - start], self.scales[c]);
             // Elements before the next byte boundary one by one, then bytes.
-            let head = ((8 - start % 8) % 8).min(o.len());
+            let head = ((8 - s % 8) % 8).min(o.len());
             let (first, rest) = o.split_at_mut(head);
             for (i, v) in first.iter_mut().enumerate() {
-                f(v, if signs[start + i] { scale } else { -scale });
+                f(v, if signs[s + i] { scale } else { -scale });
             }
-            let byte = (start + head) / 8;
+            let byte = (s + head) / 8;
             for_each_sign(&self.bits[byte.min(self.bits.len())..], scale, rest, f);
+            s = e;
         }
-        Ok(())
     }
 }
 

@@ -41,7 +41,7 @@ pub(crate) mod dlrm;
 pub(crate) mod gemm;
 pub(crate) mod mlp;
 
-use onebit_adam::{Config, GroupSpec, OneBitAdam, Variant};
+use onebit_adam::{AutoFreeze, Config, FreezePolicy, GroupSpec, OneBitAdam, Variant};
 
 pub(crate) use batch::{LocalBatch, gather_rows};
 pub(crate) use deepfm::{DeepFm, DeepGrads};
@@ -131,10 +131,78 @@ pub(crate) enum DenseOpt {
     OnebitAdam,
 }
 
+/// `--dense-warmup`: how long 1-bit Adam's full-precision warm-up lasts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum DenseWarmup {
+    /// Until the second moment has settled ([`FreezePolicy::Auto`] with
+    /// the library's rule), at the latest after [`AUTO_MAX_FRACTION`] of
+    /// the run. The default.
+    Auto,
+    /// This fraction of the run's steps (at least one step).
+    Fraction(f64),
+}
+
+/// The latest end of an automatic warm-up, as a fraction of the run: the
+/// top of DeepSpeed's 15–25 % guidance, so a run whose `v` never settles
+/// still compresses three quarters of its steps.
+pub(crate) const AUTO_MAX_FRACTION: f64 = 0.25;
+
+impl DenseWarmup {
+    /// `auto` or a fraction in `[0, 1)`.
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
+        if text == "auto" {
+            return Ok(Self::Auto);
+        }
+        crate::validate::fraction(text)
+            .map(Self::Fraction)
+            .map_err(|e| format!("{e} (or `auto`)"))
+    }
+
+    /// A `u64` the ranks compare to agree on the option (a fraction's
+    /// bits; `auto` is a NaN pattern no fraction has).
+    pub(crate) fn to_bits(self) -> u64 {
+        match self {
+            Self::Auto => u64::MAX,
+            Self::Fraction(f) => f.to_bits(),
+        }
+    }
+
+    /// The freeze policy for a run of `steps_total` steps.
+    fn policy(self, steps_total: u64) -> FreezePolicy {
+        // Truncation, so 0.2 reproduces the former `steps_total / 5`.
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let steps = |f: f64| ((steps_total as f64 * f) as u64).max(1);
+        match self {
+            Self::Fraction(f) => FreezePolicy::Fixed(steps(f)),
+            Self::Auto => {
+                let rule = AutoFreeze::default();
+                let max_step = rule.max_step.min(steps(AUTO_MAX_FRACTION));
+                FreezePolicy::Auto(
+                    rule.with_max_step(max_step)
+                        .with_min_step(rule.min_step.min(max_step)),
+                )
+            }
+        }
+    }
+}
+
+impl core::fmt::Display for DenseWarmup {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::Auto => f.write_str("auto"),
+            Self::Fraction(x) => write!(f, "{x}"),
+        }
+    }
+}
+
 impl DenseOpt {
     /// The optimizer of `len` dense parameters for a run of `steps_total`
-    /// steps (`--dense-lr` = `lr`, bias-corrected; 1-bit Adam's warm-up is
-    /// the first `warmup` fraction of the steps, at least one).
+    /// steps (`--dense-lr` = `lr`, bias-corrected; 1-bit Adam's warm-up as
+    /// `warmup` says).
     ///
     /// Fails when `onebit-adam` refuses the configuration.
     pub(crate) fn build(
@@ -142,22 +210,15 @@ impl DenseOpt {
         len: usize,
         lr: f32,
         steps_total: u64,
-        warmup: f64,
+        warmup: DenseWarmup,
     ) -> Result<OneBitAdam, String> {
-        // Truncation, so 0.2 reproduces the former `steps_total / 5`.
-        #[allow(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            clippy::cast_precision_loss
-        )]
-        let freeze = ((steps_total as f64 * warmup) as u64).max(1);
         // Plain `Momentum` gives every coordinate ±(scale of the raw
         // momentum); this tower's √v̂ spans 10⁻⁹..10⁻², so that step is
         // lr·10⁵ on some coordinates and the run diverges within three
         // 1-bit steps. Compressing m/(√v̂+ε) keeps each step ≈ lr.
         let config = Config::default()
             .with_lr(lr)
-            .with_freeze_step(freeze)
+            .with_freeze(warmup.policy(steps_total))
             .with_bias_correction(true)
             .with_variant(Variant::PreconditionedMomentum);
         let group = match self {
@@ -167,6 +228,13 @@ impl DenseOpt {
         };
         OneBitAdam::with_groups(&[group], config).map_err(|e| format!("--dense-opt: {e}"))
     }
+}
+
+/// The last warm-up step of a 1-bit dense optimizer, once the run has
+/// reached it (`None` for `--dense-opt adam`, whose group never compresses).
+pub(crate) fn freeze_step_reached(kind: DenseOpt, opt: &OneBitAdam) -> Option<u64> {
+    let t = opt.frozen_at()?;
+    (kind == DenseOpt::OnebitAdam && t <= opt.steps()).then_some(t)
 }
 
 /// Test helper: `g` (from a forward/backward at `scale`) against the slow
@@ -273,6 +341,8 @@ mod tests {
 
     #[test]
     fn dense_warmup_sets_the_full_precision_steps() {
+        use super::{AUTO_MAX_FRACTION, DenseWarmup};
+        use onebit_adam::{AutoFreeze, FreezePolicy};
         let parse = |extra: &[&str]| {
             let argv = [&["basis", "train", "--model", "deepfm"][..], extra].concat();
             match Cli::try_parse_from(argv).map(|c| c.command) {
@@ -281,21 +351,50 @@ mod tests {
                 Err(e) => Err(e),
             }
         };
-        assert_eq!(parse(&[]).unwrap(), 0.2);
-        assert_eq!(parse(&["--dense-warmup", "0.05"]).unwrap(), 0.05);
-        for bad in ["1", "-0.1", "nan", "x"] {
+        assert_eq!(parse(&[]).unwrap(), DenseWarmup::Auto);
+        assert_eq!(
+            parse(&["--dense-warmup", "auto"]).unwrap(),
+            DenseWarmup::Auto
+        );
+        assert_eq!(
+            parse(&["--dense-warmup", "0.05"]).unwrap(),
+            DenseWarmup::Fraction(0.05)
+        );
+        for bad in ["1", "-0.1", "nan", "x", "Auto"] {
             assert!(parse(&["--dense-warmup", bad]).is_err(), "{bad} accepted");
         }
-        let freeze = |steps, warmup| {
+        let policy = |steps, warmup| {
             let opt = super::DenseOpt::OnebitAdam
                 .build(10, 1e-3, steps, warmup)
                 .unwrap();
-            opt.config().freeze_step
+            opt.config().freeze
+        };
+        let fixed = |steps, f| {
+            policy(steps, DenseWarmup::Fraction(f))
+                .fixed_step()
+                .unwrap()
         };
         // 0.2 keeps the former `steps / 5`; a zero warm-up still runs one step.
         for steps in [1, 7, 200, 1001] {
-            assert_eq!(freeze(steps, 0.2), (steps / 5).max(1));
+            assert_eq!(fixed(steps, 0.2), (steps / 5).max(1));
         }
-        assert_eq!((freeze(200, 0.05), freeze(200, 0.0)), (10, 1));
+        assert_eq!((fixed(200, 0.05), fixed(200, 0.0)), (10, 1));
+        // Auto: the library's rule, ending at a quarter of the run at the
+        // latest (and never asking for a minimum beyond that).
+        let rule = AutoFreeze::default();
+        for steps in [1, 40, 1000, 10_000_000] {
+            let FreezePolicy::Auto(a) = policy(steps, DenseWarmup::Auto) else {
+                panic!("auto is an automatic policy")
+            };
+            let cap = ((steps as f64 * AUTO_MAX_FRACTION) as u64).max(1);
+            assert_eq!(a.max_step, rule.max_step.min(cap));
+            assert_eq!(a.min_step, rule.min_step.min(a.max_step));
+            assert_eq!((a.window, a.threshold), (rule.window, rule.threshold));
+        }
+        // The ranks' agreement table tells the two apart.
+        assert_ne!(
+            DenseWarmup::Auto.to_bits(),
+            DenseWarmup::Fraction(0.2).to_bits()
+        );
     }
 }

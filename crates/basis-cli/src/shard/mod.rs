@@ -26,18 +26,19 @@ mod report;
 mod resume;
 mod source;
 
-use crate::cli::ModelArgs;
 use crate::data::Dataset;
 use crate::metrics::{auc, log_loss};
 use crate::model::{Fm, Grads};
 use crate::optim::{self, Optimizer};
 use crate::rng::Rng;
-use crate::run::{EpochPoint, Run, RunResult, finish};
+use crate::run::{
+    EpochPoint, Progress, Run, RunResult, Step, StepAt, Strategy, Timing, finish, on_local_ranks,
+    share, train_loop,
+};
 use basis_shard::{Batch, OwnerRule, RowInit, ShardedTable, TableConfig};
-use basis_std::local::LocalComm;
-use comm_traits::Communicator;
-use core::time::Duration;
+use comm_traits::{CommStats, Communicator};
 use onebit_adam::OneBitAdam;
+use std::path::Path;
 use std::time::Instant;
 
 use source::{Share, Source};
@@ -51,15 +52,7 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
     let p = run.model.workers.max(1);
     let owner = owner_of(ds, run, p)?;
     #[cfg(feature = "mpi")]
-    if let Some(r) = crate::parallel::mpi::with_comm(|comm| {
-        if comm.size() != p {
-            return Err(format!(
-                "--workers {p} but mpirun started {} processes",
-                comm.size()
-            ));
-        }
-        rank_main(ds, run, comm, &owner)
-    }) {
+    if let Some(r) = crate::parallel::mpi::with_ranks(p, |comm| rank_main(ds, run, comm, &owner)) {
         return r;
     }
     train_local(ds, run, p, &owner)
@@ -80,19 +73,8 @@ pub(crate) fn train_local(
     p: usize,
     owner: &OwnerRule,
 ) -> Result<RunResult, String> {
-    let comms = LocalComm::group_with_timeout(p, Duration::from_secs(300));
-    let results: Vec<Result<RunResult, String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = comms
-            .into_iter()
-            .map(|mut comm| s.spawn(move || rank_main(ds, run, &mut comm, owner)))
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("a rank panicked".into())))
-            .collect()
-    });
     // Every rank fails together; report the first rank's error (rank 0's).
-    results
+    on_local_ranks(p, |comm| rank_main(ds, run, comm, owner))
         .into_iter()
         .next()
         .unwrap_or_else(|| Err("no ranks".into()))
@@ -155,11 +137,6 @@ fn agree(comm: &mut dyn Communicator, opts: &[(&'static str, u64)]) -> Result<()
     Ok(())
 }
 
-/// Shares of a batch: rank `r` takes positions `r, r+P, …`.
-fn share(batch: &[usize], rank: usize, p: usize) -> Vec<usize> {
-    batch.iter().skip(rank).step_by(p).copied().collect()
-}
-
 /// One rank's state: its shard of the table (with the sparse optimizer over
 /// its rows and the sparse byte counters), the dense parameters
 /// (replicated) and the dense byte counter.
@@ -175,26 +152,6 @@ struct Rank {
     dense_kind: crate::deep::DenseOpt,
     /// The sparse optimizer's label (named when the loss diverges).
     label: String,
-}
-
-/// Where a training step is, for its errors.
-#[derive(Debug, Clone, Copy)]
-struct StepAt {
-    /// Examples in the whole batch (every share's gradients are of the
-    /// batch mean).
-    batch_len: usize,
-    /// 1-based epoch.
-    epoch: u32,
-    /// 1-based step within the epoch.
-    step: usize,
-}
-
-/// What one training step leaves behind.
-struct Step {
-    /// Summed log-loss of the whole batch (all-reduced).
-    loss: f64,
-    /// Rows this rank's sparse optimizer skipped as non-finite.
-    nonfinite: u64,
 }
 
 impl Rank {
@@ -395,18 +352,6 @@ fn sources(ds: &Dataset) -> (Source<'_>, Source<'_>, Source<'_>) {
     }
 }
 
-/// The dense optimizer of `me`'s dense parameters for a run of `n`
-/// training examples per epoch.
-fn dense_optimizer(me: &Rank, m: &ModelArgs, n: usize) -> Result<OneBitAdam, String> {
-    let steps_total = (n.div_ceil(m.batch) * m.epochs as usize) as u64;
-    m.dense_opt.build(
-        me.model.dense.len(),
-        m.dense_lr,
-        steps_total,
-        m.dense_warmup,
-    )
-}
-
 /// One rank's whole run over any [`Communicator`]; every rank returns the
 /// same global figures (rank 0's memory in `memory`, all ranks in `sharded`).
 pub(crate) fn rank_main(
@@ -428,133 +373,148 @@ fn rank_main_with(
 ) -> Result<RunResult, String> {
     let start = Instant::now();
     let stats_before = comm.stats();
-    let (train_src, valid_src, test_src) = sources(ds);
-    let opts = options(ds, run, [train_src.len(), valid_src.len(), test_src.len()]);
+    let sources = sources(ds);
+    let opts = options(ds, run, [sources.0.len(), sources.1.len(), sources.2.len()]);
     agree(comm, &opts)?;
     let m = run.model;
-    let (rank, p) = (comm.rank(), comm.size());
-    let d = m.dim + 1;
-    let mut me = Rank::new(ds, run, rank, owner)?;
-    let n = train_src.len();
-    let mut dense_opt = dense_optimizer(&me, m, n)?;
-    let mut grads = Grads::new(&me.model, 0);
-    let mut progress = resume::Progress {
-        epoch: 0,
-        rng: Rng::derive(m.seed, 0x0DE5),
-        nonfinite: 0,
-        curve: Vec::new(),
+    let me = Rank::new(ds, run, comm.rank(), owner)?;
+    let dense_opt = crate::run::dense_optimizer(m, me.model.dense.len(), sources.0.len())?;
+    let sharded = Sharded {
+        ds,
+        run,
+        grads: Grads::new(&me.model, 0),
+        me,
+        comm,
+        dense_opt,
+        fault,
+        opts,
+        sources,
+        stats_before,
     };
-    if let (true, Some(base)) = (run.resume, &run.checkpoint) {
-        let local = resume::restore(base, (rank, p), &opts, &mut me, &mut dense_opt);
-        let epoch = local.as_ref().map(|r| r.epoch).map_err(Clone::clone);
-        resume::agree_ok(comm, "resume", epoch)?;
-        progress = local?;
+    train_loop(run, sharded, start)?.ok_or_else(|| "no result".into())
+}
+
+/// The row-sharded strategy: this rank's [`Rank`] and the run around it.
+struct Sharded<'a> {
+    ds: &'a Dataset,
+    run: &'a Run<'a>,
+    comm: &'a mut dyn Communicator,
+    me: Rank,
+    dense_opt: OneBitAdam,
+    /// Reused across steps (the tower's buffers stay allocated).
+    grads: Grads,
+    /// An injected exit (`fault`).
+    fault: Option<fault::Fault>,
+    /// The options every rank agreed on (checkpoint fingerprints).
+    opts: Vec<(&'static str, u64)>,
+    /// Training, validation and test examples.
+    sources: (Source<'a>, Source<'a>, Source<'a>),
+    /// `comm`'s counters when the run started.
+    stats_before: CommStats,
+}
+
+impl Strategy for Sharded<'_> {
+    fn examples(&self) -> usize {
+        self.sources.0.len()
     }
-    let first_epoch = progress.epoch;
-    // A stream is read in order (its examples are i.i.d.; no n-long permutation).
-    let mut order: Vec<usize> = if train_src.shuffled() {
-        (0..n).collect()
-    } else {
-        Vec::new()
-    };
-    let batches = n.div_ceil(m.batch) as u64;
-    let mut train_secs = 0.0f64;
-    for epoch in progress.epoch..m.epochs {
-        let bar = crate::progress::count(
-            n.div_ceil(m.batch) as u64,
-            &format!(
-                "{} sharded ×{p} epoch {}/{}",
-                run.spec.label,
-                epoch + 1,
-                m.epochs
-            ),
-            run.progress && rank == 0,
-        );
-        for (i, o) in order.iter_mut().enumerate() {
-            *o = i;
+
+    fn shuffled(&self) -> bool {
+        self.sources.0.shuffled()
+    }
+
+    fn bar(&self) -> (String, bool) {
+        (
+            format!(" sharded ×{}", self.comm.size()),
+            self.comm.rank() == 0,
+        )
+    }
+
+    fn restore(&mut self, base: &Path) -> Result<Progress, String> {
+        let at = (self.comm.rank(), self.comm.size());
+        let local = resume::restore(base, at, &self.opts, &mut self.me, &mut self.dense_opt);
+        let epoch = local.as_ref().map(|r| r.epoch).map_err(Clone::clone);
+        resume::agree_ok(self.comm, "resume", epoch)?;
+        local
+    }
+
+    fn step(&mut self, batch: &[usize], at: StepAt) -> Result<Step, String> {
+        let (rank, p) = (self.comm.rank(), self.comm.size());
+        if let Some(f) = &self.fault {
+            // The global step, 0-based, counted over epochs.
+            let batches = self.examples().div_ceil(self.run.model.batch) as u64;
+            f.check(rank, u64::from(at.epoch - 1) * batches + at.step as u64 - 1)?;
         }
-        progress.rng.shuffle(&mut order);
-        let mut loss_sum = 0.0f64;
-        let epoch_start = Instant::now();
-        for b in 0..n.div_ceil(m.batch) {
-            if let Some(f) = &fault {
-                f.check(rank, u64::from(epoch) * batches + b as u64)?;
-            }
-            let range = b * m.batch..((b + 1) * m.batch).min(n);
-            let in_order: Vec<usize>;
-            let batch: &[usize] = if train_src.shuffled() {
-                &order[range]
-            } else {
-                in_order = range.collect();
-                &in_order
-            };
-            let sh = train_src.share(&share(batch, rank, p));
-            let at = StepAt {
-                batch_len: batch.len(),
-                epoch: epoch + 1,
-                step: b + 1,
-            };
-            let step = me.train_step(comm, &sh, at, &mut dense_opt, &mut grads)?;
-            progress.nonfinite += step.nonfinite;
-            loss_sum += step.loss;
-            bar.inc(1);
-        }
-        bar.finish_and_clear();
-        train_secs += epoch_start.elapsed().as_secs_f64();
-        let (valid_auc, valid_loss) = me.evaluate(comm, valid_src)?;
-        let (test_auc, test_loss) = me.evaluate(comm, test_src)?;
-        progress.curve.push(EpochPoint {
-            epoch: epoch + 1,
-            train_loss: loss_sum / n.max(1) as f64,
+        let sh = self.sources.0.share(&share(batch, rank, p));
+        let (dense_opt, grads) = (&mut self.dense_opt, &mut self.grads);
+        self.me.train_step(self.comm, &sh, at, dense_opt, grads)
+    }
+
+    fn evaluate(&mut self, epoch: u32, train_loss: f64) -> Result<Option<EpochPoint>, String> {
+        let (valid_auc, valid_loss) = self.me.evaluate(self.comm, self.sources.1)?;
+        let (test_auc, test_loss) = self.me.evaluate(self.comm, self.sources.2)?;
+        Ok(Some(EpochPoint {
+            epoch,
+            train_loss,
             valid_auc,
             valid_loss,
             test_auc,
             test_loss,
-        });
-        progress.epoch = epoch + 1;
-        if let Some(base) = &run.checkpoint {
-            let saved = resume::save(base, (rank, p), &opts, &me, &dense_opt, &progress);
-            resume::agree_ok(comm, "checkpoint", saved.map(|()| progress.epoch))?;
-        }
+        }))
     }
-    let resume::Progress {
-        curve, nonfinite, ..
-    } = progress;
-    let sent = comm.stats().since(&stats_before).bytes_sent;
-    let mut shard = report::gather(comm, &me)?;
-    shard.train_secs = train_secs;
-    shard.examples_per_sec = (n as f64 * f64::from(m.epochs - first_epoch)) / train_secs.max(1e-9);
-    let crc = report::model_crc(comm, me.table.checksum(), &me.model.dense)?;
-    let final_metrics = curve.last().cloned().ok_or("no epochs were run")?;
-    me.model.table = Vec::new();
-    let mut out = finish(
-        ds,
-        run,
-        &me.model,
-        me.table.optimizer(),
-        curve,
-        final_metrics,
-        nonfinite,
-        start,
-        Some(crate::run::CommBytes {
+
+    fn save(&mut self, base: &Path, progress: &Progress) -> Result<(), String> {
+        let at = (self.comm.rank(), self.comm.size());
+        let saved = resume::save(base, at, &self.opts, &self.me, &self.dense_opt, progress);
+        resume::agree_ok(self.comm, "checkpoint", saved.map(|()| progress.epoch))?;
+        Ok(())
+    }
+
+    fn finish(mut self, progress: Progress, timing: Timing) -> Result<Option<RunResult>, String> {
+        let (comm, me, m) = (self.comm, &mut self.me, self.run.model);
+        let Progress {
+            curve, nonfinite, ..
+        } = progress;
+        let sent = comm.stats().since(&self.stats_before).bytes_sent;
+        let mut shard = report::gather(comm, me)?;
+        shard.train_secs = timing.train_secs;
+        let epochs = f64::from(m.epochs - timing.first_epoch);
+        shard.examples_per_sec = self.sources.0.len() as f64 * epochs / timing.train_secs.max(1e-9);
+        let crc = report::model_crc(comm, me.table.checksum(), &me.model.dense)?;
+        let final_metrics = curve.last().cloned().ok_or("no epochs were run")?;
+        me.model.table = Vec::new();
+        let bytes = crate::run::CommBytes {
             total: sent,
             sparse: me.table.stats().bytes_sent,
             dense: me.dense_bytes,
-        }),
-    );
-    out.model_crc32 = crc;
-    // `finish` sized the memory ratios by the data's row count (for a
-    // stream, the estimated vocabulary) and one optimizer; the job holds
-    // `shard.rows` rows in all ranks' state.
-    out.bytes_per_row = shard.state_bytes_per_row;
-    let state: u64 = shard.ranks.iter().map(|r| r.state_bytes).sum();
-    out.compression_vs_adam = if state == 0 {
-        f64::INFINITY
-    } else {
-        shard.rows as f64 * d as f64 * 8.0 / state as f64
-    };
-    out.sharded = Some(shard);
-    Ok(out)
+        };
+        let (ds, run, opt) = (self.ds, self.run, me.table.optimizer());
+        let mut out = finish(
+            ds,
+            run,
+            &me.model,
+            opt,
+            curve,
+            final_metrics,
+            nonfinite,
+            timing.start,
+            Some(bytes),
+        );
+        out.model_crc32 = crc;
+        out.dense_freeze_step = crate::deep::freeze_step_reached(m.dense_opt, &self.dense_opt);
+        // `finish` sized the memory ratios by the data's row count (for a
+        // stream, the estimated vocabulary) and one optimizer; the job holds
+        // `shard.rows` rows in all ranks' state.
+        out.bytes_per_row = shard.state_bytes_per_row;
+        let state: u64 = shard.ranks.iter().map(|r| r.state_bytes).sum();
+        let d = m.dim + 1;
+        out.compression_vs_adam = if state == 0 {
+            f64::INFINITY
+        } else {
+            shard.rows as f64 * d as f64 * 8.0 / state as f64
+        };
+        out.sharded = Some(shard);
+        Ok(Some(out))
+    }
 }
 
 /// Row `id`'s initial value `[0, N(0, std²) …]`, drawn from `(seed, id)`

@@ -15,7 +15,7 @@
 use super::Rank;
 use crate::checkpoint::{self, Checkpoint, ShardSections};
 use crate::rng::Rng;
-use crate::run::EpochPoint;
+use crate::run::Progress;
 use basis_shard::TableSnapshot;
 use comm_traits::Communicator;
 use onebit_adam::OneBitAdam;
@@ -39,18 +39,6 @@ fn fingerprint(opts: &[(&'static str, u64)], p: usize, rank: usize) -> (u64, Str
     let text = lines.join("\n");
     let fp = balanced_hash::murmur3::x64_128(text.as_bytes(), 0x5AAD)[0];
     (fp, text)
-}
-
-/// Where a run stands: what the epoch loop carries besides the model.
-pub(super) struct Progress {
-    /// Epochs completed.
-    pub(super) epoch: u32,
-    /// The data-order RNG.
-    pub(super) rng: Rng,
-    /// Non-finite rows skipped so far.
-    pub(super) nonfinite: u64,
-    /// Metric history.
-    pub(super) curve: Vec<EpochPoint>,
 }
 
 /// Write this rank's file for `progress`.

@@ -4,7 +4,9 @@
 
 use super::*;
 use crate::cli::{Cli, Command, TrainArgs};
+use basis_std::local::LocalComm;
 use clap::Parser;
+use core::time::Duration;
 use std::sync::mpsc;
 
 fn args(extra: &[&str]) -> TrainArgs {
@@ -223,7 +225,8 @@ fn one_sharded_step_is_the_single_process_step() {
                 let owner = owner_of(&ds, &run, p).unwrap();
                 let out = LocalComm::run(p, |mut c| {
                     let mut me = Rank::new(&ds, &run, c.rank(), &owner).unwrap();
-                    let mut dense_opt = dense_optimizer(&me, m, n).unwrap();
+                    let mut dense_opt =
+                        crate::run::dense_optimizer(m, me.model.dense.len(), n).unwrap();
                     let mut grads = Grads::new(&me.model, 0);
                     let sh = Source::Memory(&ds.train).share(&share(&batch, c.rank(), p));
                     me.train_step(

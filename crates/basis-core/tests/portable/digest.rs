@@ -22,8 +22,13 @@ pub(crate) const BUCKETER_DIGEST: u32 = 0xadb2_f5f8;
 /// `num-traits/std` (the host test build does) and `libm` otherwise.
 // Re-pinned (0xfd0e_c035 -> 0x40f8_8ff8) when the host switched from glibc's
 // functions to libm's: the last bits of the row scalars and 1-byte code
-// tables changed. wasm32 computes the same value (`cargo xtask nostd`).
-pub(crate) const BASIS_DIGEST_HOST: u32 = 0x40f8_8ff8;
+// tables changed (wasm32 computed 0x40f8_8ff8 too). Then re-pinned again
+// when the blobs' own trailing CRC was left out of the digest (see
+// `without_crc`: before, only the blobs' lengths reached it).
+pub(crate) const BASIS_DIGEST_HOST: u32 = 0x7398_d0b3;
+/// The digest of the other optimizers' blobs and tables (exact Adam,
+/// row-wise AdaGrad, SGD and the four baselines), required of every target.
+pub(crate) const OTHERS_DIGEST: u32 = 0xfb58_6919;
 
 /// SplitMix64 step: integer only, identical everywhere.
 fn splitmix(state: &mut u64) -> u64 {
@@ -50,9 +55,9 @@ fn crc32_update(mut crc: u32, data: &[u8]) -> u32 {
     !crc
 }
 
-/// The digests of the workloads above: d-choice saved state, then BASIS
-/// blobs and tables.
-pub(crate) fn digests() -> [u32; 2] {
+/// The digests of the workloads above: d-choice saved state, BASIS blobs
+/// and tables, then the other optimizers' blobs and tables.
+pub(crate) fn digests() -> [u32; 3] {
     use balanced_hash::{Bucketer, DChoice, Weighting};
     use basis_core::{
         Basis, BasisConfig, DenseTable, Direction, RowIndex, ScalarStorage, SparseOptimizer,
@@ -71,7 +76,7 @@ pub(crate) fn digests() -> [u32; 2] {
     };
     for d in 2..=4u8 {
         for h in bucketers(d) {
-            let Ok(mut h) = h else { return [0; 2] };
+            let Ok(mut h) = h else { return [0; 3] };
             for _ in 0..3_000 {
                 let r = splitmix(&mut rng);
                 // Keys past the dense range exercise `unremembered`.
@@ -97,9 +102,9 @@ pub(crate) fn digests() -> [u32; 2] {
                 .with_scalar_storage(storage)
                 .with_row_index(RowIndex::Dense { rows: KEYS });
             for h in bucketers(3) {
-                let Ok(h) = h else { return [0; 2] };
+                let Ok(h) = h else { return [0; 3] };
                 let Ok(mut opt) = Basis::new(config, h) else {
-                    return [0; 2];
+                    return [0; 3];
                 };
                 let mut table = alloc::vec![0.25f32; KEYS as usize * DIM];
                 for _ in 0..12 {
@@ -110,13 +115,13 @@ pub(crate) fn digests() -> [u32; 2] {
                         .map(|_| ((splitmix(&mut rng) >> 53) as f32 - 1024.0) / 1024.0)
                         .collect();
                     let Ok(mut rows) = DenseTable::new(&mut table, DIM) else {
-                        return [0; 2];
+                        return [0; 3];
                     };
                     if opt.step(&ids, &grads, &mut rows).is_err() {
-                        return [0; 2];
+                        return [0; 3];
                     }
                 }
-                crc = crc32_update(crc, &opt.export_state());
+                crc = crc32_update(crc, without_crc(&opt.export_state()));
                 let weights: alloc::vec::Vec<u8> = table
                     .iter()
                     .flat_map(|w| w.to_bits().to_le_bytes())
@@ -126,5 +131,80 @@ pub(crate) fn digests() -> [u32; 2] {
             }
         }
     }
-    [bucketer_crc, crc]
+    let basis_crc = crc;
+    [bucketer_crc, basis_crc, others(&mut rng)]
+}
+
+/// A state blob without its trailing CRC-32: a CRC continued over a message
+/// and that message's own CRC no longer depends on the message's bytes (a
+/// CRC's residue), so the blob's values would not reach the digest.
+fn without_crc(blob: &[u8]) -> &[u8] {
+    &blob[..blob.len().saturating_sub(4)]
+}
+
+/// The digest of every other optimizer's blob and table after a fixed
+/// workload (their arithmetic is `+ − × ÷`, `sqrt` and an integer power:
+/// exact IEEE operations, so equal on every target).
+fn others(rng: &mut u64) -> u32 {
+    use alloc::boxed::Box;
+    use alloc::vec::Vec;
+    use basis_core::{
+        AdagradConfig, Adam8bit, AdamConfig, DenseTable, ExactAdam, Ftrl, FtrlConfig,
+        PartialRowwiseAdam, RowIndex, RowStepAdam, RowwiseAdagrad, Sgd, SparseOptimizer,
+    };
+    const ROWS: u64 = 300;
+    const DIM: usize = 5;
+    let index = RowIndex::Dense { rows: ROWS };
+    let adam = AdamConfig::default()
+        .with_dim(DIM)
+        .with_weight_decay(0.01)
+        .with_row_index(index);
+    let (Ok(a), Ok(g), Ok(s), Ok(p), Ok(r), Ok(f), Ok(q)) = (
+        ExactAdam::new(adam),
+        RowwiseAdagrad::new(AdagradConfig::default().with_dim(DIM).with_row_index(index)),
+        Sgd::new(DIM, 0.05),
+        PartialRowwiseAdam::new(adam),
+        RowStepAdam::new(adam),
+        Ftrl::new(
+            FtrlConfig::default()
+                .with_dim(DIM)
+                .with_l1(0.001)
+                .with_row_index(index),
+        ),
+        Adam8bit::new(adam, 4),
+    ) else {
+        return 0;
+    };
+    let opts: [Box<dyn SparseOptimizer>; 7] = [
+        Box::new(a),
+        Box::new(g),
+        Box::new(s),
+        Box::new(p),
+        Box::new(r),
+        Box::new(f),
+        Box::new(q),
+    ];
+    let mut crc = 0u32;
+    for mut opt in opts {
+        let mut table = alloc::vec![0.25f32; ROWS as usize * DIM];
+        for _ in 0..12 {
+            let ids: Vec<u64> = (0..32).map(|_| splitmix(rng) % ROWS).collect();
+            let grads: Vec<f32> = (0..ids.len() * DIM)
+                .map(|_| ((splitmix(rng) >> 53) as f32 - 1024.0) / 1024.0)
+                .collect();
+            let Ok(mut rows) = DenseTable::new(&mut table, DIM) else {
+                return 0;
+            };
+            if opt.step(&ids, &grads, &mut rows).is_err() {
+                return 0;
+            }
+        }
+        crc = crc32_update(crc, without_crc(&opt.export_state()));
+        let weights: Vec<u8> = table
+            .iter()
+            .flat_map(|w| w.to_bits().to_le_bytes())
+            .collect();
+        crc = crc32_update(crc, &weights);
+    }
+    crc
 }

@@ -1,0 +1,243 @@
+//! When the full-precision warm-up ends: [`FreezePolicy`] (a fixed step, or
+//! an automatic one decided from the second moment settling) and the
+//! per-optimizer tracker that applies it.
+//!
+//! The automatic rule compares, every `window` warm-up steps, the Adam
+//! denominator's second moment `v̂` of every 1-bit group with a snapshot
+//! taken `window` steps earlier: `‖v̂ − v̂_snap‖₁ / ‖v̂‖₁` (f64 sums, groups
+//! and elements in order). Below the threshold (and not before `min_step`)
+//! the step that measured it is the last warm-up step; `max_step` is the
+//! latest one whatever the measure says. `v̂` is `v` divided by its bias
+//! correction `1−β₂^{t_v}` when bias correction is on (else `v` itself):
+//! the quantity the update divides by. The raw `v` of a bias-corrected run
+//! grows like `t` for the first `1/(1−β₂)` steps, so its relative change
+//! would measure the step count, not whether the estimate has settled.
+//!
+//! No communication: during the warm-up `v` is built from the all-reduced
+//! gradient, so it has the same bits on every rank, and so has the decision.
+//! The decided step is also part of the layout fingerprint each step's
+//! header carries, so ranks that disagreed (a transport whose all-reduce is
+//! not bit-identical on every rank) fail together at the next step instead
+//! of running different collectives.
+
+use alloc::vec::Vec;
+
+use num_traits::Float;
+
+use crate::OneBitError;
+
+/// When the warm-up ends (see the module docs of `src/freeze.rs`).
+///
+/// ```
+/// use onebit_adam::{AutoFreeze, Config, FreezePolicy};
+///
+/// // The default decides the step itself.
+/// assert!(matches!(Config::default().freeze, FreezePolicy::Auto(_)));
+/// // A fixed step, as DeepSpeed's `freeze_step`.
+/// let fixed = Config::default().with_freeze_step(400);
+/// assert_eq!(fixed.freeze, FreezePolicy::Fixed(400));
+/// // A tighter automatic rule.
+/// let auto = Config::default().with_freeze(FreezePolicy::Auto(
+///     AutoFreeze::default().with_threshold(0.05).with_max_step(2_000),
+/// ));
+/// assert_eq!(auto.freeze.fixed_step(), None);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub enum FreezePolicy {
+    /// Steps `1..=n` are the warm-up (DeepSpeed's `freeze_step`). Must be ≥ 1.
+    Fixed(u64),
+    /// The warm-up ends when `v̂` has settled ([`AutoFreeze`]). The default.
+    Auto(AutoFreeze),
+}
+
+impl Default for FreezePolicy {
+    fn default() -> Self {
+        Self::Auto(AutoFreeze::default())
+    }
+}
+
+impl FreezePolicy {
+    /// The fixed last warm-up step, `None` for [`FreezePolicy::Auto`].
+    pub fn fixed_step(&self) -> Option<u64> {
+        match *self {
+            Self::Fixed(n) => Some(n),
+            Self::Auto(_) => None,
+        }
+    }
+
+    /// `Err(Config)` saying which constraint a field breaks.
+    pub(crate) fn validate(&self) -> Result<(), OneBitError> {
+        match *self {
+            Self::Fixed(0) => Err(OneBitError::Config("freeze_step must be >= 1")),
+            Self::Fixed(_) => Ok(()),
+            Self::Auto(a) => a.validate(),
+        }
+    }
+}
+
+/// The automatic freeze rule. `Default`: window 25 steps, threshold 0.05
+/// (chosen on a DeepFM tower against fixed fractions over seeds:
+/// `docs/ONEBIT_ADAM.md`, "Choosing the automatic freeze"), `min_step` 50,
+/// `max_step` 10 000 (a bound, not a measurement: whatever `v` does, a run
+/// longer than that compresses; a caller that knows its step budget should
+/// lower it, as the CLI does to a quarter of the run).
+///
+/// ```
+/// use onebit_adam::AutoFreeze;
+///
+/// let a = AutoFreeze::default();
+/// assert_eq!((a.window, a.threshold, a.min_step, a.max_step), (25, 0.05, 50, 10_000));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct AutoFreeze {
+    /// Steps between two measures (and between a snapshot and the measure
+    /// against it). Must be ≥ 1. Default 25.
+    pub window: u64,
+    /// Freeze when `‖v̂ − v̂_snap‖₁ / ‖v̂‖₁` is below this. Finite, in
+    /// `(0, 1)`. Default 0.05.
+    pub threshold: f64,
+    /// Never freeze before this step. Must be ≥ 1. Default 50.
+    pub min_step: u64,
+    /// Freeze at this step at the latest. Must be ≥ `min_step`.
+    /// Default 10 000.
+    pub max_step: u64,
+}
+
+impl Default for AutoFreeze {
+    fn default() -> Self {
+        Self {
+            window: 25,
+            threshold: 0.05,
+            min_step: 50,
+            max_step: 10_000,
+        }
+    }
+}
+
+// onebit-codec's macro, one copy per dependency chain.
+onebit_codec::with_setters!(AutoFreeze {
+    with_window => window: u64,
+    with_threshold => threshold: f64,
+    with_min_step => min_step: u64,
+    with_max_step => max_step: u64,
+});
+
+impl AutoFreeze {
+    fn validate(&self) -> Result<(), OneBitError> {
+        if self.window == 0 {
+            return Err(OneBitError::Config("auto freeze window must be >= 1"));
+        }
+        if !(self.threshold.is_finite() && self.threshold > 0.0 && self.threshold < 1.0) {
+            return Err(OneBitError::Config(
+                "auto freeze threshold must be finite and in (0, 1)",
+            ));
+        }
+        if self.min_step == 0 {
+            return Err(OneBitError::Config("auto freeze min_step must be >= 1"));
+        }
+        if self.max_step < self.min_step {
+            return Err(OneBitError::Config(
+                "auto freeze max_step must be >= min_step",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One optimizer's progress through its [`FreezePolicy`].
+#[derive(Debug, Clone, Default)]
+pub(crate) struct FreezeTracker {
+    /// The last warm-up step once known (a fixed policy knows it from the
+    /// start).
+    pub(crate) frozen_at: Option<u64>,
+    /// `v̂` of every 1-bit group, back to back in group order, at step
+    /// `snapshot_at`; empty when there is none (freed at the freeze).
+    pub(crate) snapshot: Vec<f32>,
+    /// The step the snapshot was taken at (`None`: no snapshot).
+    pub(crate) snapshot_at: Option<u64>,
+    /// The last relative change measured (diagnostics; `None` before the
+    /// first measure).
+    pub(crate) last_change: Option<f64>,
+}
+
+impl FreezeTracker {
+    /// The tracker of a fresh optimizer under `policy`.
+    pub(crate) fn new(policy: FreezePolicy) -> Self {
+        Self {
+            frozen_at: policy.fixed_step(),
+            ..Self::default()
+        }
+    }
+
+    /// Whether step `t` (1-based) is a warm-up step.
+    pub(crate) fn is_warmup(&self, t: u64) -> bool {
+        self.frozen_at.is_none_or(|f| t <= f)
+    }
+
+    /// After warm-up step `t` updated `v`: measure, decide, re-snapshot.
+    /// `vhat` yields each 1-bit group's `(v, bias correction)` in order.
+    pub(crate) fn observe<'a>(
+        &mut self,
+        policy: &FreezePolicy,
+        t: u64,
+        vhat: impl Iterator<Item = (&'a [f32], f32)> + Clone,
+    ) {
+        let FreezePolicy::Auto(a) = *policy else {
+            return;
+        };
+        if self.frozen_at.is_some() {
+            return;
+        }
+        let measure = t.is_multiple_of(a.window);
+        if measure && self.snapshot_at.is_some() && self.snapshot_at == t.checked_sub(a.window) {
+            let change = relative_change(&self.snapshot, vhat.clone());
+            self.last_change = Some(change);
+            // NaN (`‖v̂‖₁ = 0`: no gradient yet) is never "settled".
+            if t >= a.min_step && change < a.threshold {
+                self.freeze(t);
+                return;
+            }
+        }
+        if t >= a.max_step {
+            self.freeze(t);
+            return;
+        }
+        if measure {
+            self.snapshot.clear();
+            for (v, bc) in vhat {
+                self.snapshot.extend(v.iter().map(|&v| v / bc));
+            }
+            self.snapshot_at = Some(t);
+        }
+    }
+
+    fn freeze(&mut self, t: u64) {
+        self.frozen_at = Some(t);
+        // The snapshot is only needed during the warm-up: give it back.
+        self.snapshot = Vec::new();
+        self.snapshot_at = None;
+    }
+}
+
+/// `‖v̂ − snap‖₁ / ‖v̂‖₁` in f64, elements in order (the same bits on every
+/// rank); `v̂ = v / bc` in f32, as the snapshot stores it.
+pub(crate) fn relative_change<'a>(
+    snap: &[f32],
+    vhat: impl Iterator<Item = (&'a [f32], f32)>,
+) -> f64 {
+    let (mut diff, mut norm) = (0.0f64, 0.0f64);
+    let mut k = 0;
+    for (v, bc) in vhat {
+        for (&v, &s) in v.iter().zip(&snap[k..k + v.len()]) {
+            let now = f64::from(v / bc);
+            diff += Float::abs(now - f64::from(s));
+            norm += Float::abs(now);
+        }
+        k += v.len();
+    }
+    diff / norm
+}
