@@ -89,12 +89,9 @@ fn interleaved(n: usize) {
     let index = build_index(n);
     let map = build_map(n);
     let bytes = index.memory_bytes() as f64 / n as f64;
-    let table = index.table_bytes() as f64 / n as f64;
     let map_bytes = map.allocation_size() as f64 / n as f64;
     println!(
-        "n = {n}: SlotIndex {bytes:.2} B/id (table {table:.2} + keys by slot {:.2}), \
-         hashbrown {map_bytes:.2} B/id; load {}",
-        bytes - table,
+        "n = {n}: SlotIndex {bytes:.2} B/id, hashbrown {map_bytes:.2} B/id; load {}",
         load()
     );
     let mut t: [Vec<f64>; 6] = Default::default();

@@ -250,7 +250,9 @@ fn build(v: Variant) -> Box<dyn SparseOptimizer> {
 /// and a `BTreeMap`): byte 0 picks the seed and a small segment size (so
 /// splits happen), then 3-byte ops: `op % 4` = insert (0, 1), remove (2),
 /// get (3) of the id `b1 | b2 << 56` (256 × 256 ids, clustered in the low
-/// and spread in the high bits).
+/// and spread in the high bits); `op = 0xFF` is a batch removal
+/// (`retain`) of the ids `≡ b1 (mod 4)`, checked against swap-removes in
+/// decreasing slot order.
 ///
 /// # Panics
 /// When the index and the model disagree or an invariant breaks.
@@ -264,6 +266,31 @@ pub fn slot_index(data: &[u8]) {
     let mut slots: BTreeMap<u64, u32> = BTreeMap::new();
     for (i, op) in rest.chunks_exact(3).enumerate() {
         let key = u64::from(op[1]) | u64::from(op[2]) << 56;
+        if op[0] == 0xFF {
+            let r = u64::from(op[1] & 3);
+            let got = index.retain(|k, _| k % 4 != r).expect("small lists fit");
+            let mut gone: Vec<u32> = (0u32..)
+                .zip(&keys)
+                .filter(|(_, k)| *k % 4 == r)
+                .map(|(s, _)| s)
+                .collect();
+            gone.sort_unstable_by_key(|&s| core::cmp::Reverse(s));
+            let want: Vec<crate::Removed> = gone
+                .into_iter()
+                .map(|slot| {
+                    slots.remove(&keys[slot as usize]);
+                    let last = keys.len() as u32 - 1;
+                    keys.swap_remove(slot as usize);
+                    let moved_from = (slot != last).then(|| {
+                        slots.insert(keys[slot as usize], slot);
+                        last
+                    });
+                    crate::Removed { slot, moved_from }
+                })
+                .collect();
+            assert_eq!(got, want, "retain {r}");
+            continue;
+        }
         match op[0] % 4 {
             0 | 1 => {
                 let got = index.try_insert(key).expect("small tables always fit");

@@ -15,6 +15,8 @@ enum Op {
     Insert(u64),
     Remove(u64),
     Get(u64),
+    /// Remove every held id with `id % 3 == r` (a batch eviction).
+    Retain(u64),
 }
 
 /// Ids from a narrow range (many repeats, removals that hit) mapped through
@@ -26,9 +28,10 @@ fn op(shape: u8) -> impl Strategy<Value = Op> {
         _ => i.rotate_right(9) ^ 0xFFFF_0000_0000_0000,
     });
     prop_oneof![
-        3 => id.clone().prop_map(Op::Insert),
-        1 => id.clone().prop_map(Op::Remove),
-        1 => id.prop_map(Op::Get),
+        30 => id.clone().prop_map(Op::Insert),
+        10 => id.clone().prop_map(Op::Remove),
+        10 => id.prop_map(Op::Get),
+        1 => (0u64..3).prop_map(Op::Retain),
     ]
 }
 
@@ -60,6 +63,22 @@ impl Model {
         });
         Some(Removed { slot, moved_from })
     }
+
+    /// `retain`'s contract spelled out: the removed slots in decreasing
+    /// order, each an ordinary swap-remove.
+    fn retain(&mut self, r: u64) -> Vec<Removed> {
+        let mut gone: Vec<u32> = self
+            .keys
+            .iter()
+            .zip(0u32..)
+            .filter(|(k, _)| *k % 3 == r)
+            .map(|(_, s)| s)
+            .collect();
+        gone.sort_unstable_by_key(|&s| core::cmp::Reverse(s));
+        gone.iter()
+            .map(|&s| self.remove(self.keys[s as usize]).unwrap())
+            .collect()
+    }
 }
 
 fn run(ops: &[Op], index: &mut SlotIndex) -> Result<(), TestCaseError> {
@@ -69,6 +88,20 @@ fn run(ops: &[Op], index: &mut SlotIndex) -> Result<(), TestCaseError> {
             Op::Insert(k) => prop_assert_eq!(index.try_insert(k).unwrap(), model.insert(k)),
             Op::Remove(k) => prop_assert_eq!(index.remove(k), model.remove(k)),
             Op::Get(k) => prop_assert_eq!(index.get(k), model.slots.get(&k).copied()),
+            Op::Retain(r) => {
+                let mut asked = Vec::new();
+                let got = index
+                    .retain(|k, s| {
+                        asked.push((k, s));
+                        k % 3 != r
+                    })
+                    .unwrap();
+                // `keep` saw every (id, slot) pair once.
+                asked.sort_unstable_by_key(|p| p.1);
+                let held: Vec<(u64, u32)> = model.keys.iter().copied().zip(0u32..).collect();
+                prop_assert_eq!(asked, held);
+                prop_assert_eq!(got, model.retain(r));
+            }
         }
         prop_assert_eq!(index.len(), model.keys.len());
     }
@@ -114,30 +147,35 @@ proptest! {
 }
 
 #[test]
-fn memory_is_the_sum_of_the_allocations_and_small_per_id() {
+fn memory_is_the_records_and_small_per_id() {
     let mut index = SlotIndex::new();
     assert_eq!(index.memory_bytes(), 0);
     let n = 200_000u64;
+    let id = |i: u64| i.wrapping_mul(0x2545_F491_4F6C_DD1D);
     for i in 0..n {
-        index
-            .try_insert(i.wrapping_mul(0x2545_F491_4F6C_DD1D))
-            .unwrap();
+        index.try_insert(id(i)).unwrap();
     }
-    let keys = (n as usize).div_ceil(basis_core::slot_index::KEY_CHUNK)
-        * basis_core::slot_index::KEY_CHUNK
-        * 8;
-    // Keys by slot plus the table; the table alone stays under 7 B per id
-    // (5 B per position at loads between 3/4 and 15/16, plus directory).
-    let rest = index.memory_bytes() - index.table_bytes();
-    // The chunk list's own capacity: 16 B per chunk pointer.
-    assert!((keys..=keys + 64 * 16).contains(&rest), "{rest} B of keys");
-    let table_per_id = index.table_bytes() as f64 / n as f64;
-    assert!((5.3..7.0).contains(&table_per_id), "{table_per_id} B/id");
-    // Removing everything frees the keys down to one spare chunk.
+    // 12 B per position at loads between 4/5 and 15/16, plus the
+    // directory: 12.8–15 B per id, and no key array.
+    let per_id = index.memory_bytes() as f64 / n as f64;
+    assert!((12.8..15.2).contains(&per_id), "{per_id} B/id");
+    // A batch removal of every other id keeps the slots dense and frees
+    // nothing (segments do not shrink), the rest still answer.
+    let steps = index.retain(|k, _| k % 2 == 0).unwrap();
+    assert_eq!(index.len() + steps.len(), n as usize);
+    assert!(steps.windows(2).all(|w| w[0].slot > w[1].slot));
+    let mut seen = vec![false; index.len()];
     for i in 0..n {
-        index.remove(i.wrapping_mul(0x2545_F491_4F6C_DD1D)).unwrap();
+        match index.get(id(i)) {
+            Some(s) => {
+                assert_eq!(id(i) % 2, 0);
+                assert!(!core::mem::replace(&mut seen[s as usize], true));
+            }
+            None => assert_eq!(id(i) % 2, 1),
+        }
     }
-    assert!(index.memory_bytes() - index.table_bytes() <= 2 * 8 * 4096 + 1024);
+    assert!(seen.iter().all(|&b| b));
+    index.check_invariants();
 }
 
 #[test]

@@ -4,7 +4,8 @@
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 use basis_core::{
-    GrowError, MemoryReport, RowAccess, SparseOptimizer, StateError, StepError, StepReport,
+    GrowError, MemoryReport, RowAccess, RowStateError, SparseOptimizer, StateError, StepError,
+    StepReport,
 };
 use core::fmt;
 
@@ -57,5 +58,29 @@ impl SparseOptimizer for BoxedOptimizer {
 
     fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
         self.0.import_state(bytes)
+    }
+
+    fn export_rows(&self, slots: &[u64]) -> Result<Vec<u8>, RowStateError> {
+        self.0.export_rows(slots)
+    }
+
+    fn import_rows(&mut self, slots: &[u64], bytes: &[u8]) -> Result<(), RowStateError> {
+        self.0.import_rows(slots, bytes)
+    }
+
+    fn swap_remove_row(&mut self, slot: u64) -> Result<Option<u64>, RowStateError> {
+        self.0.swap_remove_row(slot)
+    }
+
+    fn bucket_count(&self) -> u32 {
+        self.0.bucket_count()
+    }
+
+    fn export_buckets(&self, buckets: &[u32]) -> Result<Vec<u8>, RowStateError> {
+        self.0.export_buckets(buckets)
+    }
+
+    fn import_buckets(&mut self, buckets: &[u32], bytes: &[u8]) -> Result<(), RowStateError> {
+        self.0.import_buckets(buckets, bytes)
     }
 }

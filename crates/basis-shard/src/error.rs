@@ -1,6 +1,6 @@
 //! [`ShardError`]: every way a sharded-table call can fail, typed.
 
-use basis_core::{GrowError, StateError, StepError};
+use basis_core::{GrowError, RowStateError, StateError, StepError};
 use basis_std::checkpoint::CheckpointError;
 use comm_traits::CommError;
 use core::fmt;
@@ -67,6 +67,11 @@ pub enum ShardError {
     State(StateError),
     /// `restore` into a table that already holds rows.
     NotEmpty,
+    /// The optimizer could not free, hand out or take in one row's (or
+    /// bucket's) state: eviction and resharding need
+    /// `SparseOptimizer::{swap_remove_row, export_rows, import_rows}` (and
+    /// for BASIS the bucket calls).
+    RowState(RowStateError),
 }
 
 impl fmt::Display for ShardError {
@@ -102,6 +107,7 @@ impl fmt::Display for ShardError {
             ),
             Self::State(e) => write!(f, "sparse optimizer state: {e}"),
             Self::NotEmpty => f.write_str("restore into a table that already holds rows"),
+            Self::RowState(e) => write!(f, "sparse optimizer row state: {e}"),
         }
     }
 }

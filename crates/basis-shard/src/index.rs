@@ -62,6 +62,21 @@ impl IdSlots {
         ids
     }
 
+    /// Removes the ids of `slots` (distinct, decreasing) as successive
+    /// swap-removes: each freed slot takes the then-last slot's id. `ids`
+    /// is [`ids_by_slot`](Self::ids_by_slot), kept in step.
+    pub(crate) fn swap_remove_slots(&mut self, ids: &mut alloc::vec::Vec<u64>, slots: &[u32]) {
+        for &e in slots {
+            let id = ids.swap_remove(e as usize);
+            self.map.remove(&id);
+            if let Some(moved) = ids.get(e as usize)
+                && let Some(s) = self.map.get_mut(moved)
+            {
+                *s = e;
+            }
+        }
+    }
+
     /// Exact bytes of the index's allocation.
     pub(crate) fn bytes(&self) -> usize {
         self.map.allocation_size()

@@ -4,19 +4,26 @@
 
 extern crate alloc;
 
+mod admission;
 mod boxed;
 mod checkpoint;
 mod error;
+mod eviction;
+#[doc(hidden)]
+pub mod fuzzing;
 mod index;
 mod init;
 mod owner;
+mod reshard;
 pub mod route;
 mod snapshot;
 mod table;
 
+pub use admission::Admission;
 pub use boxed::BoxedOptimizer;
 pub use checkpoint::rank_path;
 pub use error::ShardError;
+pub use eviction::Eviction;
 pub use init::RowInit;
 pub use owner::{OwnerRule, PartitionedBuckets};
 pub use snapshot::{SHARD_FORMAT, TableSnapshot, decode as decode_checkpoint};

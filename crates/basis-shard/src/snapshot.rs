@@ -3,20 +3,26 @@
 //! leaf: the table builds and reads snapshots, `checkpoint` writes them.
 //!
 //! Sections: `shard.meta` (format version `u32`, then `u64`s: rank, group
-//! size, row dimension, owner-rule identity, rows), `shard.ids` (`u64` per
-//! slot), `shard.rows` (`f32` per value, slot-major), `shard.optimizer`
-//! (the optimizer's own versioned, checksummed export). All little-endian.
+//! size, row dimension, owner-rule identity, rows; from version 2 also:
+//! training steps done, admission-rule identity, optimizer rows, eviction
+//! on (1) or off (0)), `shard.ids` (`u64` per slot), `shard.rows` (`f32`
+//! per value, slot-major), `shard.optimizer` (the optimizer's own
+//! versioned, checksummed export); from version 2 `shard.admission` (the
+//! admission sketch's `u8` counters) and `shard.last_seen` (`u32` per
+//! slot with eviction on, else empty). All
+//! little-endian. Version 1 files (no admission or eviction) still read.
 
 use alloc::vec::Vec;
 use basis_std::checkpoint::Checkpoint;
 
 use crate::ShardError;
 
-/// The format version of `shard.meta`.
-pub const SHARD_FORMAT: u32 = 1;
+/// The format version of `shard.meta` (this crate reads 1 and 2).
+pub const SHARD_FORMAT: u32 = 2;
 
-/// One rank's table, detached: what a checkpoint holds.
-#[derive(Debug, Clone, PartialEq)]
+/// One rank's table, detached: what a checkpoint holds. The default is
+/// an empty table of rank 0 of 0 (a base for `..Default::default()`).
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct TableSnapshot {
     /// The rank it was taken on.
     pub rank: u64,
@@ -32,17 +38,38 @@ pub struct TableSnapshot {
     pub rows: Vec<f32>,
     /// The sparse optimizer's exported state.
     pub optimizer: Vec<u8>,
+    /// Training lookups done (admission and eviction count steps).
+    pub step: u64,
+    /// The admission rule's identity.
+    pub admission: u64,
+    /// The admission sketch's counters (empty unless min-count admission).
+    pub counters: Vec<u8>,
+    /// With eviction on: each slot's last training step.
+    pub last_seen: Vec<u32>,
+    /// Rows the optimizer's dense state was grown to.
+    pub opt_rows: u64,
+    /// Whether the table evicts rows.
+    pub eviction: bool,
 }
 
 const META: &str = "shard.meta";
 const IDS: &str = "shard.ids";
 const ROWS: &str = "shard.rows";
 const OPT: &str = "shard.optimizer";
+const ADMISSION: &str = "shard.admission";
+const LAST_SEEN: &str = "shard.last_seen";
+/// `shard.meta`'s length in version 1 and 2.
+const META_V1: usize = 4 + 5 * 8;
+const META_V2: usize = 4 + 9 * 8;
+
+fn u32s(v: &[u32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
 
 impl TableSnapshot {
     /// The snapshot as a checkpoint container.
     pub fn to_checkpoint(&self) -> Checkpoint {
-        let mut meta = Vec::with_capacity(44);
+        let mut meta = Vec::with_capacity(META_V2);
         meta.extend_from_slice(&SHARD_FORMAT.to_le_bytes());
         for x in [
             self.rank,
@@ -50,6 +77,10 @@ impl TableSnapshot {
             self.dim,
             self.owner,
             self.ids.len() as u64,
+            self.step,
+            self.admission,
+            self.opt_rows,
+            u64::from(self.eviction),
         ] {
             meta.extend_from_slice(&x.to_le_bytes());
         }
@@ -57,7 +88,13 @@ impl TableSnapshot {
         let rows: Vec<u8> = self.rows.iter().flat_map(|x| x.to_le_bytes()).collect();
         let mut c = Checkpoint::new();
         // Fixed, distinct, short names: `insert` cannot fail on them.
-        for (name, data) in [(META, meta), (IDS, ids), (ROWS, rows)] {
+        for (name, data) in [
+            (META, meta),
+            (IDS, ids),
+            (ROWS, rows),
+            (ADMISSION, self.counters.clone()),
+            (LAST_SEEN, u32s(&self.last_seen)),
+        ] {
             let _ = c.insert(name, data);
         }
         let _ = c.insert(OPT, self.optimizer.clone());
@@ -73,12 +110,20 @@ impl TableSnapshot {
         let meta = c
             .get(META)
             .ok_or(ShardError::Corrupt("no shard.meta section"))?;
-        if meta.len() != 44 {
-            return Err(ShardError::Corrupt("shard.meta is not 44 bytes"));
-        }
-        let version = u32::from_le_bytes([meta[0], meta[1], meta[2], meta[3]]);
-        if version != SHARD_FORMAT {
-            return Err(ShardError::Corrupt("unknown shard.meta format version"));
+        let version = u32::from_le_bytes(
+            meta.get(..4)
+                .and_then(|b| b.try_into().ok())
+                .ok_or(ShardError::Corrupt("shard.meta has no version"))?,
+        );
+        let expect = match version {
+            1 => META_V1,
+            2 => META_V2,
+            _ => return Err(ShardError::Corrupt("unknown shard.meta format version")),
+        };
+        if meta.len() != expect {
+            return Err(ShardError::Corrupt(
+                "shard.meta is not the length of its version",
+            ));
         }
         let word = |k: usize| {
             let mut b = [0u8; 8];
@@ -105,7 +150,45 @@ impl TableSnapshot {
         if Some((rows.len() / 4) as u64) != word(4).checked_mul(word(2)) {
             return Err(ShardError::Corrupt("shard.rows is not rows × dim values"));
         }
+        let rows_n = word(4);
+        let (step, admission, opt_rows, eviction) = if version == 1 {
+            (0, 0, rows_n, false)
+        } else {
+            if word(8) > 1 {
+                return Err(ShardError::Corrupt("eviction flag is not 0 or 1"));
+            }
+            (word(5), word(6), word(7), word(8) == 1)
+        };
+        let section = |name: &'static str, what: &'static str| {
+            if version == 1 {
+                Ok(&[][..])
+            } else {
+                c.get(name).ok_or(ShardError::Corrupt(what))
+            }
+        };
+        let counters = section(ADMISSION, "no shard.admission section")?.to_vec();
+        let read_u32s = |b: &[u8]| -> Result<Vec<u32>, ShardError> {
+            if !b.len().is_multiple_of(4) {
+                return Err(ShardError::Corrupt("a section is not whole values"));
+            }
+            Ok(b.chunks_exact(4)
+                .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+                .collect())
+        };
+        let last_seen = read_u32s(section(LAST_SEEN, "no shard.last_seen section")?)?;
+        let per_row = if eviction { rows_n } else { 0 };
+        if last_seen.len() as u64 != per_row {
+            return Err(ShardError::Corrupt(
+                "shard.last_seen does not hold one value per row",
+            ));
+        }
         Ok(Self {
+            step,
+            admission,
+            counters,
+            last_seen,
+            opt_rows,
+            eviction,
             rank: word(0),
             ranks: word(1),
             dim: word(2),

@@ -1,15 +1,21 @@
 //! [`ShardedTable`]: one rank's part of a row-sharded embedding table, and
 //! the collective calls of a training step (`lookup`, `apply`) and of
-//! evaluation (`lookup_eval`).
+//! evaluation (`lookup_eval`); admission and eviction of rows (the rules
+//! in `admission` and `eviction`, the bookkeeping here).
 
 use alloc::vec;
 use alloc::vec::Vec;
-use basis_core::{RowAccess, SparseOptimizer, StepReport};
+use basis_core::{RowAccess, RowStateError, SparseOptimizer, StepReport};
 use comm_traits::Communicator;
 
+use crate::admission::Admitter;
 use crate::index::IdSlots;
 use crate::route::{self, Request};
-use crate::{OwnerRule, RowInit, ShardError};
+use crate::{Admission, Eviction, OwnerRule, RowInit, ShardError};
+
+/// The slot of an id that has no row (not admitted): its gradients are
+/// dropped.
+const NONE: u32 = u32::MAX;
 
 /// What a table is, independent of any communicator: its row dimension,
 /// owner rule, this rank, how rows start, and the L2 term owners add.
@@ -27,6 +33,10 @@ pub struct TableConfig {
     /// of a step (as a single process adds it once per row of a batch); 0
     /// adds nothing.
     pub l2: f32,
+    /// When a seen id gets a row ([`Admission::Always`] by default).
+    pub admission: Admission,
+    /// Which rows are freed, if any (none by default).
+    pub eviction: Option<Eviction>,
 }
 
 impl TableConfig {
@@ -39,7 +49,23 @@ impl TableConfig {
             rank,
             init: RowInit::zeros(),
             l2: 0.0,
+            admission: Admission::Always,
+            eviction: None,
         }
+    }
+
+    /// With the admission rule `admission`.
+    #[must_use]
+    pub fn with_admission(mut self, admission: Admission) -> Self {
+        self.admission = admission;
+        self
+    }
+
+    /// With rows evicted by `eviction`.
+    #[must_use]
+    pub fn with_eviction(mut self, eviction: Eviction) -> Self {
+        self.eviction = Some(eviction);
+        self
     }
 
     /// With `init` for new rows.
@@ -93,6 +119,9 @@ pub struct MemoryUse {
     pub row_bytes: usize,
     /// Sparse optimizer state, scratch buffers excluded.
     pub state_bytes: usize,
+    /// Admission and eviction bookkeeping: the admission sketch, and with
+    /// eviction on, each row's last-seen step and optimizer slot (8 B/row).
+    pub bookkeeping_bytes: usize,
 }
 
 /// Counters of one rank's traffic.
@@ -104,13 +133,18 @@ pub struct TableStats {
     /// Bytes this rank sent in the table's exchanges (ids, rows, gradients;
     /// training and evaluation).
     pub bytes_sent: u64,
+    /// Rows this rank freed by [`Eviction`].
+    pub rows_evicted: u64,
+    /// Gradient rows this rank dropped because their id had no row (not
+    /// admitted yet), one per requesting rank and step.
+    pub grads_dropped: u64,
 }
 
 /// The rows, slot-major: what the optimizer steps (by slot).
 #[derive(Debug, Default)]
-struct Rows {
+pub(crate) struct Rows {
     dim: usize,
-    values: Vec<f32>,
+    pub(crate) values: Vec<f32>,
 }
 
 impl RowAccess for Rows {
@@ -133,7 +167,7 @@ impl Rows {
 
 /// The routing of the latest training lookup, kept for its `apply`.
 #[derive(Debug)]
-struct Pending {
+pub(crate) struct Pending {
     generation: u64,
     req: Request,
     /// Slot of every received id (`req.received` order).
@@ -147,19 +181,23 @@ struct Pending {
 /// See the [crate documentation](crate) for the data flow and an example.
 #[derive(Debug)]
 pub struct ShardedTable<O> {
-    dim: usize,
-    rank: usize,
-    owner: OwnerRule,
-    init: RowInit,
-    l2: f32,
-    index: IdSlots,
-    rows: Rows,
-    opt: O,
+    pub(crate) dim: usize,
+    pub(crate) rank: usize,
+    pub(crate) owner: OwnerRule,
+    pub(crate) init: RowInit,
+    pub(crate) l2: f32,
+    pub(crate) index: IdSlots,
+    pub(crate) rows: Rows,
+    pub(crate) opt: O,
     /// Rows the optimizer's dense state has been grown to (never shrinks).
-    opt_rows: u64,
-    pending: Option<Pending>,
-    generation: u64,
-    stats: TableStats,
+    pub(crate) opt_rows: u64,
+    pub(crate) admit: Admitter,
+    pub(crate) eviction: Option<Eviction>,
+    /// With eviction on: each row's last training step (saturating `u32`).
+    pub(crate) last_seen: Vec<u32>,
+    pub(crate) pending: Option<Pending>,
+    pub(crate) generation: u64,
+    pub(crate) stats: TableStats,
 }
 
 impl<O: SparseOptimizer> ShardedTable<O> {
@@ -173,8 +211,12 @@ impl<O: SparseOptimizer> ShardedTable<O> {
     ///
     /// # Errors
     /// [`ShardError::BadConfig`] for `dim == 0`, a rank outside the owner
-    /// rule's group, or an optimizer of another dimension.
-    pub fn new(config: TableConfig, opt: O) -> Result<Self, ShardError> {
+    /// rule's group, an optimizer of another dimension, or an invalid
+    /// admission or eviction rule, or eviction with an optimizer that cannot
+    /// free one row's state (`SparseOptimizer::swap_remove_row`);
+    /// [`ShardError::OutOfMemory`] for an admission sketch that cannot be
+    /// allocated.
+    pub fn new(config: TableConfig, mut opt: O) -> Result<Self, ShardError> {
         if config.dim == 0 {
             return Err(ShardError::BadConfig("rows need at least one value"));
         }
@@ -186,7 +228,20 @@ impl<O: SparseOptimizer> ShardedTable<O> {
                 "the optimizer's dimension is not the table's",
             ));
         }
+        if let Some(ev) = &config.eviction {
+            ev.check()?;
+            // An out-of-range slot is refused as such by an optimizer that
+            // frees rows, as unsupported by one that does not.
+            if let Err(RowStateError::Unsupported(_)) = opt.swap_remove_row(u64::MAX) {
+                return Err(ShardError::BadConfig(
+                    "eviction needs an optimizer that frees one row's state (swap_remove_row)",
+                ));
+            }
+        }
         Ok(Self {
+            admit: Admitter::new(config.admission)?,
+            eviction: config.eviction,
+            last_seen: Vec::new(),
             dim: config.dim,
             rank: config.rank,
             owner: config.owner,
@@ -245,7 +300,7 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         self.index.get(id).map(|s| self.rows.row(s))
     }
 
-    /// Bytes held: index, rows and optimizer state, separately.
+    /// Bytes held: index, rows, optimizer state and bookkeeping, separately.
     pub fn memory(&self) -> MemoryUse {
         let m = self.opt.memory();
         MemoryUse {
@@ -253,7 +308,51 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             index_bytes: self.index.bytes(),
             row_bytes: self.rows.values.capacity() * 4,
             state_bytes: m.total_bytes - m.scratch,
+            bookkeeping_bytes: self.admit.bytes() + self.last_seen.capacity() * 4,
         }
+    }
+
+    /// The admission rule.
+    pub fn admission(&self) -> Admission {
+        self.admit.rule()
+    }
+
+    /// The eviction rule, if any.
+    pub fn eviction(&self) -> Option<Eviction> {
+        self.eviction
+    }
+
+    /// Training lookups done (the step counter admission and eviction use).
+    pub fn steps(&self) -> u64 {
+        self.generation
+    }
+
+    /// Frees the rows `ev` selects when `now` training steps are done:
+    /// each freed slot is refilled by the last row (the optimizer's row
+    /// state first, then the index, the row and its last-seen step), so an
+    /// error leaves every row before it freed and the rest untouched.
+    fn evict(&mut self, ev: Eviction, now: u64) -> Result<(), ShardError> {
+        let mut ids = self.index.ids_by_slot();
+        let gone = ev.select(&self.last_seen, &ids, now);
+        let d = self.dim;
+        for &e in &gone {
+            self.opt
+                .swap_remove_row(u64::from(e))
+                .map_err(ShardError::RowState)?;
+            self.opt_rows -= 1;
+            self.index.swap_remove_slots(&mut ids, &[e]);
+            let e = e as usize;
+            let last = self.last_seen.len() - 1;
+            if e != last {
+                self.rows
+                    .values
+                    .copy_within(last * d..(last + 1) * d, e * d);
+            }
+            self.rows.values.truncate(last * d);
+            self.last_seen.swap_remove(e);
+            self.stats.rows_evicted += 1;
+        }
+        Ok(())
     }
 
     /// `(id, row)` of every row held, in id order.
@@ -310,17 +409,31 @@ impl<O: SparseOptimizer> ShardedTable<O> {
     ) -> Result<Batch, ShardError> {
         self.check_group(comm)?;
         self.pending = None;
+        let step = self.generation + 1;
+        if let Some(ev) = self.eviction
+            && ev.sweeps_before(step)
+        {
+            self.evict(ev, self.generation)?;
+        }
+        self.admit.begin_step(step);
         let before = comm.stats();
         let req = route::request(comm, &self.owner, ids.to_vec())?;
-        let slots = self.slots_for(&req.received)?;
+        let slots = self.slots_for(&req.received, step)?;
         self.stats.ids_served += req.received.len() as u64;
         let d = self.dim;
         let mut serve = Vec::new();
         serve
             .try_reserve_exact(slots.len() * d)
             .map_err(|_| ShardError::OutOfMemory { rows: self.len() })?;
-        for &s in &slots {
-            serve.extend_from_slice(self.rows.row(s));
+        let mut fresh = vec![0.0f32; d];
+        for (&s, &id) in slots.iter().zip(&req.received) {
+            if s == NONE {
+                // Not admitted: the row it would start as.
+                self.init.fill(id, &mut fresh);
+                serve.extend_from_slice(&fresh);
+            } else {
+                serve.extend_from_slice(self.rows.row(s));
+            }
         }
         let rows = self.answer(comm, &req, &serve)?;
         self.generation += 1;
@@ -403,14 +516,16 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         Ok(rows)
     }
 
-    /// The slot of every id in `ids`, creating the missing ones in the order
-    /// given (so slot numbers are a function of the id sequence) and growing
-    /// the optimizer's dense state with them. Fallible allocation: on error
-    /// the table is unchanged except for reserved capacity.
-    fn slots_for(&mut self, ids: &[u64]) -> Result<Vec<u32>, ShardError> {
+    /// The slot of every id in `ids` (training step `step`), creating the
+    /// missing ones the admission rule admits in the order given (so slot
+    /// numbers are a function of the id sequence) and growing the
+    /// optimizer's dense state with them; [`NONE`] for an id left without a
+    /// row. Fallible allocation: on error the table is unchanged except for
+    /// reserved capacity.
+    fn slots_for(&mut self, ids: &[u64], step: u64) -> Result<Vec<u32>, ShardError> {
         let want = self.len().saturating_add(ids.len());
         let oom = ShardError::OutOfMemory { rows: want };
-        if want > u32::MAX as usize {
+        if want >= u32::MAX as usize {
             return Err(oom);
         }
         let mut out = Vec::new();
@@ -421,14 +536,23 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             .len()
             .checked_mul(self.dim)
             .ok_or(ShardError::OutOfMemory { rows: want })?;
-        self.rows
-            .values
-            .try_reserve(values)
-            .map_err(|_| ShardError::OutOfMemory { rows: want })?;
-        // Grow the optimizer to the most rows this call can reach first, so
-        // a failure there leaves the index and rows untouched.
+        // Growth by an eighth, not doubling: the rows are most of a rank's
+        // memory, and a doubled vector would hold up to 2× their bytes
+        // (large blocks grow in place by `mremap`, so no copy either).
+        let rows = &mut self.rows.values;
+        if rows.len() + values > rows.capacity() {
+            rows.try_reserve_exact(values.max(rows.capacity() / 8))
+                .map_err(|_| ShardError::OutOfMemory { rows: want })?;
+        }
+        let evicting = self.eviction.is_some();
+        if evicting {
+            self.last_seen
+                .try_reserve(ids.len())
+                .map_err(|_| ShardError::OutOfMemory { rows: want })?;
+        }
         let before = self.len();
-        // Distinct new ids (several ranks may ask for the same new id).
+        // Distinct new ids (several ranks may ask for the same new id),
+        // sorted: admission decides once per id and step, in id order.
         let mut missing: Vec<u64> = Vec::new();
         missing
             .try_reserve_exact(ids.len())
@@ -436,20 +560,44 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         missing.extend(ids.iter().filter(|&&id| self.index.get(id).is_none()));
         missing.sort_unstable();
         missing.dedup();
-        let new = missing.len();
-        let after = (before + new) as u64;
+        if !self.admit.always() {
+            missing.retain(|&id| self.admit.admit(id, step));
+        }
+        let new = missing.len() as u64;
+        // Grow the optimizer to the most rows this call can reach first, so
+        // a failure there leaves the index and rows untouched.
+        let after = before as u64 + new;
         if after > self.opt_rows {
-            self.opt.grow_rows(after).map_err(ShardError::Grow)?;
+            if let Err(e) = self.opt.grow_rows(after) {
+                self.admit.rollback();
+                return Err(ShardError::Grow(e));
+            }
             self.opt_rows = after;
         }
         let mut fresh = vec![0.0f32; self.dim];
         for &id in ids {
-            let (slot, inserted) = self.index.get_or_insert(id);
-            if inserted {
-                self.init.fill(id, &mut fresh);
-                self.rows.values.extend_from_slice(&fresh);
-            }
+            let slot = match self.index.get(id) {
+                Some(s) => s,
+                None if missing.binary_search(&id).is_ok() => {
+                    let (slot, _) = self.index.get_or_insert(id);
+                    self.init.fill(id, &mut fresh);
+                    self.rows.values.extend_from_slice(&fresh);
+                    if evicting {
+                        self.last_seen.push(0);
+                    }
+                    slot
+                }
+                None => NONE,
+            };
             out.push(slot);
+        }
+        if evicting {
+            let now = u32::try_from(step).unwrap_or(u32::MAX);
+            for &s in &out {
+                if s != NONE {
+                    self.last_seen[s as usize] = now;
+                }
+            }
         }
         Ok(out)
     }
@@ -501,6 +649,11 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         order.sort_by_key(|&k| slots[k]);
         let (mut keys, mut ids, mut rows) = (Vec::new(), Vec::new(), Vec::new());
         for &k in &order {
+            if slots[k] == NONE {
+                // Not admitted: the gradient is dropped.
+                self.stats.grads_dropped += 1;
+                continue;
+            }
             let g = &got[k * d..(k + 1) * d];
             if ids.last() == Some(&u64::from(slots[k])) {
                 let at = rows.len() - d;
@@ -538,6 +691,12 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             ids: self.index.ids_by_slot(),
             rows: self.rows.values.clone(),
             optimizer: self.opt.export_state(),
+            step: self.generation,
+            admission: self.admit.rule().identity(),
+            counters: self.admit.counters().to_vec(),
+            last_seen: self.last_seen.clone(),
+            opt_rows: self.opt_rows,
+            eviction: self.eviction.is_some(),
         }
     }
 
@@ -545,9 +704,11 @@ impl<O: SparseOptimizer> ShardedTable<O> {
     ///
     /// # Errors
     /// [`ShardError::NotEmpty`]; [`ShardError::Mismatch`] for a snapshot of
-    /// another rank, group size, dimension or owner rule;
-    /// [`ShardError::Corrupt`] for row values that are not `ids × dim` or a
-    /// repeated id; [`ShardError::OutOfMemory`] / [`ShardError::Grow`];
+    /// another rank, group size, dimension, owner rule, admission rule, or
+    /// with eviction on where the table has it off (or the reverse);
+    /// [`ShardError::Corrupt`] for row values that are not `ids × dim`, a
+    /// repeated id, or admission counters or last-seen steps of the wrong
+    /// size; [`ShardError::OutOfMemory`] / [`ShardError::Grow`];
     /// [`ShardError::State`] when the optimizer refuses the state. On any
     /// error the table still holds no row (the optimizer may have grown
     /// never-updated rows, which new rows then use).
@@ -560,6 +721,16 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             ("group size", self.owner.ranks() as u64, snap.ranks),
             ("row dimension", self.dim as u64, snap.dim),
             ("owner rule", self.owner.identity(), snap.owner),
+            (
+                "admission rule",
+                self.admit.rule().identity(),
+                snap.admission,
+            ),
+            (
+                "eviction (on = 1)",
+                u64::from(self.eviction.is_some()),
+                u64::from(snap.eviction),
+            ),
         ];
         for (what, expected, found) in expect {
             if expected != found {
@@ -574,9 +745,19 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             return Err(ShardError::Corrupt("row values are not ids × dim"));
         }
         let n = snap.ids.len();
-        if n > u32::MAX as usize {
+        if n >= u32::MAX as usize {
             return Err(ShardError::OutOfMemory { rows: n });
         }
+        if self.eviction.is_some() && snap.last_seen.len() != n {
+            return Err(ShardError::Corrupt("last-seen steps are not one per row"));
+        }
+        // This crate grows and shrinks the optimizer with the rows: its
+        // dense range is the row count (0: a snapshot built by hand).
+        if snap.opt_rows != 0 && snap.opt_rows != n as u64 {
+            return Err(ShardError::Corrupt("optimizer rows are not the row count"));
+        }
+        let mut admit = self.admit.clone();
+        admit.set_counters(snap.counters)?;
         let mut index = IdSlots::default();
         index.try_reserve(n)?;
         for &id in &snap.ids {
@@ -584,15 +765,19 @@ impl<O: SparseOptimizer> ShardedTable<O> {
                 return Err(ShardError::Corrupt("an id appears twice"));
             }
         }
-        if n as u64 > self.opt_rows {
-            self.opt.grow_rows(n as u64).map_err(ShardError::Grow)?;
-            self.opt_rows = n as u64;
+        let opt_rows = n as u64;
+        if opt_rows > self.opt_rows {
+            self.opt.grow_rows(opt_rows).map_err(ShardError::Grow)?;
+            self.opt_rows = opt_rows;
         }
         self.opt
             .import_state(&snap.optimizer)
             .map_err(ShardError::State)?;
         self.index = index;
         self.rows.values = snap.rows;
+        self.last_seen = snap.last_seen;
+        self.admit = admit;
+        self.generation = snap.step;
         self.pending = None;
         Ok(())
     }

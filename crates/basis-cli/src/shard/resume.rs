@@ -113,6 +113,7 @@ pub(super) fn restore(
         ids: sh.ids,
         rows: c.table,
         optimizer: c.optimizer,
+        ..TableSnapshot::default()
     };
     me.table
         .restore_snapshot(snapshot)

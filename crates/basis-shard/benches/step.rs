@@ -1,0 +1,106 @@
+//! One rank's training step (`lookup` + `apply`, `P = 1` over `LocalComm`,
+//! SGD so that the optimizer does not hide the table's own costs) on a
+//! table of `STEP_BENCH_ROWS` rows (default 10^6, `dim = 32`): batches of
+//! 8192 ids, 90 % held rows in random order and 10 % new ids. Prints the
+//! median time per step of each round (5 rounds of 40 steps), the rows, the
+//! index / row / state bytes per row and the process's RSS per row, with
+//! the load average.
+//!
+//! This is the step-level figure the id index is judged by: build it once
+//! per index variant and run the binaries in turns (interleaved A/B; the
+//! machine is shared).
+// A benchmark binary: a failed unwrap is a failed run.
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::time::Instant;
+
+use basis_core::Sgd;
+use basis_shard::{OwnerRule, RowInit, ShardedTable, TableConfig};
+use basis_std::local::LocalComm;
+use comm_traits::Communicator;
+
+const DIM: usize = 32;
+const BATCH: usize = 8192;
+
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+fn load() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// The process's resident set, bytes (`/proc/self/statm`, Linux).
+fn rss() -> u64 {
+    std::fs::read_to_string("/proc/self/statm")
+        .ok()
+        .and_then(|s| s.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .map_or(0, |pages| pages * 4096)
+}
+
+fn step(t: &mut ShardedTable<Sgd>, comm: &mut dyn Communicator, ids: &[u64]) {
+    let batch = t.lookup(comm, ids).unwrap();
+    let grads = vec![0.001f32; batch.ids.len() * DIM];
+    t.apply(comm, &batch, &grads).unwrap();
+}
+
+fn main() {
+    let rows: u64 = std::env::var("STEP_BENCH_ROWS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
+    let mut comm = LocalComm::group(1).pop().unwrap();
+    let config = TableConfig::new(DIM, OwnerRule::hashed(1, 1).unwrap(), 0)
+        .with_init(RowInit::uniform(1, 0.01));
+    let mut t = ShardedTable::new(config, Sgd::new(DIM, 0.01).unwrap()).unwrap();
+    let id = |i: u64| mix(i ^ 0xBEEF);
+    let mut next = 0u64;
+    while next < rows {
+        let ids: Vec<u64> = (next..(next + BATCH as u64).min(rows)).map(id).collect();
+        next += ids.len() as u64;
+        step(&mut t, &mut comm, &ids);
+    }
+    let mut r = 12345u64;
+    let mut medians = Vec::new();
+    for _ in 0..5 {
+        let mut times = Vec::new();
+        for _ in 0..40 {
+            let ids: Vec<u64> = (0..BATCH)
+                .map(|k| {
+                    r = mix(r);
+                    if k % 10 == 0 {
+                        next += 1;
+                        id(next - 1)
+                    } else {
+                        id(r % next)
+                    }
+                })
+                .collect();
+            let t0 = Instant::now();
+            step(&mut t, &mut comm, &ids);
+            times.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        times.sort_by(f64::total_cmp);
+        medians.push(times[times.len() / 2]);
+    }
+    let m = t.memory();
+    let n = m.rows as f64;
+    println!(
+        "rows {} | step ms (median per round) {:?} | index {:.2} B/row, rows {:.1} B/row, state {:.2} B/row, process RSS {:.1} B/row | load {}",
+        m.rows,
+        medians
+            .iter()
+            .map(|x| (x * 100.0).round() / 100.0)
+            .collect::<Vec<_>>(),
+        m.index_bytes as f64 / n,
+        m.row_bytes as f64 / n,
+        m.state_bytes as f64 / n,
+        rss() as f64 / n,
+        load()
+    );
+}
