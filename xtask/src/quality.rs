@@ -16,7 +16,7 @@
 //! re-run skips every cell already there (delete a file to redo it). Sets
 //! whose data is missing (`data/ml-100k`, `data/spam`: `cargo xtask data
 //! fetch …`) are skipped with a note. At the end (or with `--report` alone)
-//! it writes `tables.md` (one Markdown table per set and a summary against
+//! it writes `tables-<preset>.md` (one Markdown table per set, a summary against
 //! the goal) and `<set>.png`, test AUC against bytes/row (log) per set.
 //!
 //! Presets:
@@ -473,7 +473,7 @@ fn report(out: &Path, sets: &[Set], opts: &[String], seeds: u32) -> Result<(), S
             )),
         );
     }
-    let path = out.join("tables.md");
+    let path = out.join(format!("tables-{preset}.md"));
     std::fs::write(&path, md).map_err(|e| format!("{}: {e}", path.display()))?;
     eprintln!("quality: wrote {} and the plots", path.display());
     Ok(())
