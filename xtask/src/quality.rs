@@ -285,7 +285,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             }
         }
     }
-    report(&out, &sets, &opts, a.seeds)
+    report(&out, &a.preset, &sets, &opts, a.seeds)
 }
 
 /// The `basis compare` argument list of one cell (without the binary).
@@ -381,7 +381,13 @@ fn lr_text(lr: f64) -> String {
 }
 
 /// Write `tables.md` and the plots from the cells present.
-fn report(out: &Path, sets: &[Set], opts: &[String], seeds: u32) -> Result<(), String> {
+fn report(
+    out: &Path,
+    preset: &str,
+    sets: &[Set],
+    opts: &[String],
+    seeds: u32,
+) -> Result<(), String> {
     let mut md = String::new();
     let mut summary = Vec::new();
     for set in sets {
