@@ -74,8 +74,9 @@ const ABLATION: &[&str] = &[
     "pra",
     "pra:beta1=0",
     "rowwise-adagrad",
-    // per-row bias correction
+    // per-row bias correction, and momentum once it is there
     "rowstep-adam",
+    "rowstep-adam:beta1=0",
     // BASIS: direction mode, scalar bytes, rows per bucket
     "basis",
     "basis:storage=f32",
@@ -84,6 +85,9 @@ const ABLATION: &[&str] = &[
     "basis:mode=own,storage=u8",
     "basis:mode=own,ratio=1000",
     "basis:mode=own,storage=u8,ratio=1000",
+    // is it the learned row scalar or the shared second moment?
+    "basis:mode=own,ratio=1000,scalar-lr=0",
+    "basis:mode=own,storage=u8,ratio=10000",
 ];
 
 /// The one-pass stream sets with `examples` training examples.
