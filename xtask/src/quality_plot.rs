@@ -92,11 +92,13 @@ fn text(
         for k in 0..35 {
             if bits >> (34 - k) & 1 == 1 {
                 let (px, py) = (x0 + (k % 5) * scale, y + (k / 5) * scale);
-                area.draw(&Rectangle::new(
-                    [(px, py), (px + scale - 1, py + scale - 1)],
-                    color.filled(),
-                ))
-                .map_err(|e| e.to_string())?;
+                // Pixel by pixel: plotters draws a 1×1 filled rectangle as nothing.
+                for dy in 0..scale {
+                    for dx in 0..scale {
+                        area.draw_pixel((px + dx, py + dy), color)
+                            .map_err(|e| e.to_string())?;
+                    }
+                }
             }
         }
     }
@@ -127,7 +129,9 @@ pub(crate) fn draw(path: &Path, title: &str, points: &[Point]) -> Result<(), Str
     let black = RGBColor(0, 0, 0);
     let grey = RGBColor(220, 220, 220);
     // x: log2(bytes/row), padded half a step; y: AUC ± sd, padded 8 %.
-    let xs = points.iter().map(|p| p.bytes_per_row.max(0.25).log2());
+    let xs = points
+        .iter()
+        .map(|p| p.bytes_per_row.max(1.0 / 32.0).log2());
     let (x_lo, x_hi) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
         (a.min(x), b.max(x))
     });
@@ -223,7 +227,7 @@ pub(crate) fn draw(path: &Path, title: &str, points: &[Point]) -> Result<(), Str
         .map_err(|e| e.to_string())?;
     for (i, p) in points.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
-        let x = p.bytes_per_row.max(0.25).log2();
+        let x = p.bytes_per_row.max(1.0 / 32.0).log2();
         chart
             .draw_series(LineSeries::new(
                 [(x, p.mean - p.sd), (x, p.mean + p.sd)],
