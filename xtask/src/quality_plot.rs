@@ -262,6 +262,20 @@ mod tests {
     }
 
     #[test]
+    fn text_inks_exactly_the_glyph_pixels() {
+        let (w, h) = (40u32, 10u32);
+        let mut buf = vec![255u8; (w * h * 3) as usize];
+        {
+            let root = BitMapBackend::with_buffer(&mut buf, (w, h)).into_drawing_area();
+            text(&root, 0, 0, "a1", 1, &RGBColor(0, 0, 0)).unwrap();
+            root.present().unwrap();
+        }
+        let ink = buf.chunks(3).filter(|p| p[0] == 0).count() as u32;
+        let bits = |c: char| GLYPHS.iter().find(|g| g.0 == c).unwrap().1.count_ones();
+        assert_eq!(ink, bits('A') + bits('1'));
+    }
+
+    #[test]
     fn a_plot_is_a_png_file() {
         let path =
             std::env::temp_dir().join(format!("xtask-quality-plot-{}.png", std::process::id()));
