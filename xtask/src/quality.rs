@@ -60,9 +60,11 @@ const OPTIMIZERS: &[&str] = &[
     "ftrl",
     "adam8bit",
     // The diagnosis's candidates (docs/BASIS.md): `own` at N/B 1000 with
-    // 1-byte learned scalars, and with frozen scalars (bucket state only).
+    // 1-byte learned scalars, and with frozen scalars (bucket state only),
     "basis:mode=own,storage=u8,ratio=1000",
     "basis:mode=own,ratio=1000,scalar-lr=0",
+    // and the smallest change to the default: `rowscaled` with an EMA of g².
+    "basis:accumulate=ema",
 ];
 
 /// The DeepFM diagnosis (issue 26 item 3): what separates Adam from BASIS.
@@ -88,6 +90,9 @@ const ABLATION: &[&str] = &[
     // is it the learned row scalar or the shared second moment?
     "basis:mode=own,ratio=1000,scalar-lr=0",
     "basis:mode=own,storage=u8,ratio=10000",
+    // is it the never-forgetting AdaGrad sum? `rowscaled` with an EMA
+    "basis:accumulate=ema",
+    "basis:accumulate=ema,beta=0.999",
 ];
 
 /// The one-pass stream sets with `examples` training examples.
