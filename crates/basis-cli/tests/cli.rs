@@ -188,7 +188,7 @@ fn baselines_train_in_compare_single_and_sharded() {
         assert!((ftrl - adam).abs() <= 0.05 * adam, "{bytes:?}");
     }
     let e = err(&["compare", "-q", "--opt", "pra:block=2"]);
-    assert!(e.contains("takes only `lr`"), "{e}");
+    assert!(e.contains("takes `lr`, `beta1`, not `block`"), "{e}");
     let e = err(&["compare", "-q", "--opt", "ftrl:beta=0"]);
     assert!(e.contains("beta must be > 0"), "{e}");
 }
@@ -377,6 +377,8 @@ fn bad_arguments_are_clear_errors() {
         "{e}"
     );
     let e = err(&["train", "--opt", "adam:ratio=10"]);
+    assert!(e.contains("takes `lr`, `beta1`, not `ratio`"), "{e}");
+    let e = err(&["train", "--opt", "sgd:beta1=0"]);
     assert!(e.contains("takes only `lr`"), "{e}");
     let e = err(&["train", "--resume"]);
     assert!(e.contains("--checkpoint"), "{e}");
