@@ -14,6 +14,8 @@
 //! - `mpi`    the MPI integration program under mpirun (`--bench [--net 1gbit]`)
 //! - `data`   `data fetch movielens|spam`
 //! - `demo`   the README's main job
+//! - `quality` the production-like quality benchmark (`--preset short|headline|ablation`;
+//!   opt-in, never in CI: long runs, resumable)
 
 // xtask is a std-only host tool: `core`/`alloc` paths buy it nothing.
 #![allow(clippy::std_instead_of_core, clippy::std_instead_of_alloc)]
@@ -27,6 +29,8 @@ mod mpi;
 mod nostd;
 mod peers;
 mod publish;
+mod quality;
+mod quality_plot;
 mod util;
 
 use std::process::ExitCode;
@@ -35,7 +39,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some((cmd, rest)) = args.split_first() else {
         eprintln!(
-            "usage: cargo xtask <ci|test|publish-check|nostd|bench|loom|fuzz|mpi|data|demo> [args]"
+            "usage: cargo xtask <ci|test|publish-check|nostd|bench|loom|fuzz|mpi|data|demo|quality> [args]"
         );
         return ExitCode::from(2);
     };
@@ -51,6 +55,7 @@ fn main() -> ExitCode {
         "mpi" => mpi::run(rest),
         "data" => data::run(rest),
         "demo" => demo::run(rest),
+        "quality" => quality::run(rest),
         other => Err(format!("unknown xtask command `{other}`")),
     };
     match result {

@@ -344,8 +344,19 @@ fn run_all(
                             resume: false,
                             progress,
                         },
-                    )?;
+                    );
                     bar.end();
+                    // A rate too large for the model diverges: that is a
+                    // result of the search (the worst score), not the end of
+                    // the comparison.
+                    let r = match r {
+                        Err(e) if is_divergence(&e) => {
+                            eprintln!("{}: lr {lr}: {e}; scored as diverged", spec.label);
+                            q.record(lr, f64::NEG_INFINITY);
+                            continue;
+                        }
+                        r => r?,
+                    };
                     q.record(lr, r.final_metrics.valid_auc);
                     if q.best().is_some_and(|(b, _)| b == lr) {
                         first_run = Some(r);
@@ -401,6 +412,12 @@ fn run_all(
         });
     }
     Ok(entries)
+}
+
+/// Whether a training error is a divergence (`validate::finite_loss`'s
+/// message), which a learning-rate search scores instead of stopping on.
+fn is_divergence(e: &str) -> bool {
+    e.starts_with("training diverged")
 }
 
 /// `lr: AUC, …` of a search.
@@ -503,8 +520,16 @@ pub(crate) fn compare(args: &CompareArgs, progress: bool) -> Result<(), String> 
     )?;
     if !table_suppressed(&args.out) {
         print!("{}", describe(&ds));
+        let model = match args.model.model {
+            crate::deep::ModelKind::Fm => "FM".to_string(),
+            crate::deep::ModelKind::Deepfm => format!("DeepFM (tower {:?})", args.model.mlp),
+            crate::deep::ModelKind::Dlrm => format!(
+                "DLRM (bottom {:?}, top {:?})",
+                args.model.bottom_mlp, args.model.mlp
+            ),
+        };
         println!(
-            "model: FM, k = {} (row dim {}), {} epochs, batch {}, {} seed(s){}\n",
+            "model: {model}, k = {} (row dim {}), {} epochs, batch {}, {} seed(s){}\n",
             args.model.dim,
             args.model.dim + 1,
             args.model.epochs,
@@ -582,4 +607,18 @@ pub(crate) fn train_text(ds: &Dataset, e: &Entry) -> String {
         let _ = writeln!(s, "{w}");
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The search recognises exactly the divergence error of a training run.
+    #[test]
+    fn divergence_is_told_apart_from_other_errors() {
+        let e = crate::validate::finite_loss(f64::NAN, 1, 508, "adam").unwrap_err();
+        assert!(is_divergence(&e), "{e}");
+        assert!(!is_divergence("cannot write out.json: denied"));
+        assert!(crate::validate::finite_loss(0.5, 1, 1, "adam").is_ok());
+    }
 }

@@ -2,15 +2,15 @@
 //!
 //! | name | keys |
 //! |---|---|
-//! | `adam` | `lr` |
+//! | `adam` | `lr`, `beta1` (momentum β1, default 0.9; 0 = no momentum, for ablations) |
 //! | `rowwise-adagrad` | `lr` |
 //! | `sgd` | `lr` |
 //! | `basis` | `lr`, `mode`, `buckets` or `ratio`, `rule`, `storage`, `choices`, `scalar-lr`, `accumulate`, `beta`, `profile`, `lead`, `eps` |
 //! | `countsketch` | as `basis`, with `mode=signed` fixed |
-//! | `partial-rowwise-adam` (`pra`) | `lr` |
-//! | `rowstep-adam` (`adam-rowstep`) | `lr` |
+//! | `partial-rowwise-adam` (`pra`) | `lr`, `beta1` |
+//! | `rowstep-adam` (`adam-rowstep`) | `lr`, `beta1` |
 //! | `ftrl` | `lr` (α), `beta` (β), `l1`, `l2` (defaults: `basis-core`'s `FtrlConfig`) |
-//! | `adam8bit` (`adam-8bit`) | `lr`, `block` (values per absmax, default 256) |
+//! | `adam8bit` (`adam-8bit`) | `lr`, `beta1`, `block` (values per absmax, default 256) |
 //!
 //! Every `basis` default is `basis-core`'s ([`BasisConfig::defaults_for`]
 //! the mode), except `lead`, which the CLI sets from its models' rows.
@@ -137,6 +137,8 @@ pub(crate) struct OptSpec {
     pub(crate) l2: Option<f32>,
     /// 8-bit Adam's values per absmax (`None` = the core default).
     pub(crate) block: Option<usize>,
+    /// The Adam family's β1 (`None` = `AdamConfig`'s default, 0.9).
+    pub(crate) beta1: Option<f32>,
 }
 
 /// A bad specification.
@@ -257,13 +259,15 @@ impl core::str::FromStr for OptSpec {
             l1: None,
             l2: None,
             block: None,
+            beta1: None,
         };
         let mut keys: Vec<&str> = Vec::new();
         let bucketed = matches!(kind, Kind::Basis | Kind::Countsketch);
         // The keys a baseline reads besides `lr`.
         let own: &[&str] = match kind {
             Kind::Ftrl => &["beta", "l1", "l2"],
-            Kind::Adam8bit => &["block"],
+            Kind::Adam8bit => &["block", "beta1"],
+            Kind::Adam | Kind::PartialRowwiseAdam | Kind::RowStepAdam => &["beta1"],
             _ => &[],
         };
         let mut seen: Vec<&str> = Vec::new();
@@ -310,6 +314,13 @@ impl core::str::FromStr for OptSpec {
                     } else {
                         &mut spec.l2
                     }) = Some(x);
+                }
+                "beta1" if !bucketed => {
+                    let b: f32 = num(k, v)?;
+                    if !(0.0..1.0).contains(&b) {
+                        return Err(SpecError(format!("beta1 must be in [0, 1), got {v}")));
+                    }
+                    spec.beta1 = Some(b);
                 }
                 "block" => {
                     let b: usize = num(k, v)?;
@@ -481,6 +492,17 @@ mod tests {
         ] {
             assert_eq!(alias.parse::<OptSpec>().unwrap().kind, kind);
         }
+        for (text, beta1) in [
+            ("adam:beta1=0", 0.0),
+            ("pra:beta1=0.5", 0.5),
+            ("adam8bit:beta1=0,block=8", 0.0),
+        ] {
+            assert_eq!(
+                text.parse::<OptSpec>().unwrap().beta1,
+                Some(beta1),
+                "{text}"
+            );
+        }
         let one: OptSpec = "basis:lead=0".parse().unwrap();
         assert_eq!(one.lr(), 0.01);
         for bad in [
@@ -495,6 +517,10 @@ mod tests {
             "ftrl:mode=own",
             "adam8bit:block=0",
             "rowstep-adam:block=4",
+            "adam:beta1=1",
+            "adam:beta1=-0.1",
+            "basis:beta1=0",
+            "ftrl:beta1=0",
         ] {
             assert!(bad.parse::<OptSpec>().is_err(), "{bad}");
         }

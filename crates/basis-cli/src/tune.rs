@@ -1,24 +1,30 @@
 //! The comparison protocol of `basis compare`: each optimizer's learning-rate
-//! grid (`--tune-lr auto` or a list), the edge rule, and the overall progress
-//! line.
+//! grid (`--tune-lr auto` or a list), the edge rule, the refinement around
+//! every local maximum, and the overall progress line.
 //!
 //! Why per-optimizer grids: useful rates differ by orders of magnitude
 //! between families (SGD's best is 100–10,000× Adam's), so one shared list
 //! either misses some optimizer's optimum or wastes runs on hopeless rates.
 //! `auto` starts from five points of a half-decade ladder (…, 0.001, 0.003,
-//! 0.01, …) centred on the family's default rate and, when the best
-//! validation AUC sits at an end of what was tried, tries the next ladder
-//! point beyond it, until the best is inside (at most [`MAX_EXTENSIONS`]
-//! times, then it warns). A given list is used as is, with a warning when the
-//! best is at its edge.
-
+//! 0.01, …) centred on the family's default rate.
+//!
+//! Why every local maximum, not only the best: on deep models the validation
+//! AUC over the rate can have two modes (DeepFM, docs/RESULTS.md: row-wise
+//! AdaGrad's grid 0.003–0.3 peaked inside at 0.1 while a higher mode sat at
+//! 0.0003, below the grid). So, on the coarse ladder, every *local* maximum
+//! at an end of what was tried gets the next ladder point beyond it (at most
+//! [`MAX_EXTENSIONS`] per side, then it warns), and once no end is a local
+//! maximum any more, every interior local maximum is refined once with the
+//! two log-midpoints to its neighbours (quarter-decade spacing). The chosen
+//! rate is the best of everything tried. A given list is used as is, with a
+//! warning when the best is at its edge.
 use crate::spec::OptSpec;
 use core::fmt;
 use std::time::Instant;
 
 /// Points of the first `auto` grid.
 const AUTO_POINTS: usize = 5;
-/// Ladder points `auto` may add beyond its first grid, per optimizer.
+/// Ladder points `auto` may add beyond each end of its first grid, per optimizer.
 pub(crate) const MAX_EXTENSIONS: usize = 4;
 
 /// What `--tune-lr` asks for.
@@ -97,36 +103,36 @@ pub(crate) struct Search {
     queue: Vec<f32>,
     /// `(lr, validation AUC)` in the order tried.
     pub(crate) tried: Vec<(f32, f64)>,
-    extensions: usize,
+    /// Ladder points added below / above the first grid.
+    extensions: (usize, usize),
+    /// The refinement round has been queued (it runs once).
+    refined: bool,
 }
 
 impl Search {
     /// The search for `spec` under `tune`.
     pub(crate) fn new(tune: &TuneLr, spec: &OptSpec) -> Self {
-        match tune {
+        let (auto, list, queue) = match tune {
             TuneLr::Auto => {
                 let c = ladder_index(spec.default_lr());
                 let half = (AUTO_POINTS / 2) as i32;
                 let (lo, hi) = (c - half, c + half);
-                Self {
-                    auto: Some((lo, hi)),
-                    list: Vec::new(),
-                    queue: (lo..=hi).map(ladder).collect(),
-                    tried: Vec::new(),
-                    extensions: 0,
-                }
+                (Some((lo, hi)), Vec::new(), (lo..=hi).map(ladder).collect())
             }
-            TuneLr::List(l) => Self {
-                auto: None,
-                list: l.clone(),
-                queue: l.clone(),
-                tried: Vec::new(),
-                extensions: 0,
-            },
+            TuneLr::List(l) => (None, l.clone(), l.clone()),
+        };
+        Self {
+            auto,
+            list,
+            queue,
+            tried: Vec::new(),
+            extensions: (0, 0),
+            refined: false,
         }
     }
 
-    /// Runs still known to be needed (more may follow an extension).
+    /// Runs still known to be needed (more may follow an extension or a
+    /// refinement).
     pub(crate) fn pending(&self) -> usize {
         self.queue.len()
     }
@@ -159,23 +165,55 @@ impl Search {
             })
     }
 
+    /// The validation AUC recorded for `lr` (the first, if tried twice).
+    fn value(&self, lr: f32) -> Option<f64> {
+        self.tried.iter().find(|t| t.0 == lr).map(|t| t.1)
+    }
+
+    /// `auto` only: queue the next rates, or nothing when the search is over.
+    /// First the ends of the ladder span that are local maxima extend
+    /// outwards (one ladder point per side and call); when neither does,
+    /// the interior local maxima of everything tried are refined, once.
     fn extend(&mut self) {
-        let (Some((lo, hi)), Some((best, _))) = (self.auto, self.best()) else {
+        let Some((lo, hi)) = self.auto else {
             return;
         };
-        if self.extensions >= MAX_EXTENSIONS {
+        let coarse: Vec<(f32, f64)> = (lo..=hi)
+            .filter_map(|k| self.value(ladder(k)).map(|v| (ladder(k), v)))
+            .collect();
+        let maxima = local_maxima(&coarse);
+        let (mut new_lo, mut new_hi) = (lo, hi);
+        if maxima.contains(&0) && self.extensions.0 < MAX_EXTENSIONS {
+            new_lo -= 1;
+            self.extensions.0 += 1;
+            self.queue.push(ladder(new_lo));
+        }
+        if coarse.len() > 1
+            && maxima.contains(&(coarse.len() - 1))
+            && self.extensions.1 < MAX_EXTENSIONS
+        {
+            new_hi += 1;
+            self.extensions.1 += 1;
+            self.queue.push(ladder(new_hi));
+        }
+        self.auto = Some((new_lo, new_hi));
+        if !self.queue.is_empty() || self.refined {
             return;
         }
-        if best == ladder(lo) {
-            self.auto = Some((lo - 1, hi));
-            self.queue.push(ladder(lo - 1));
-        } else if best == ladder(hi) {
-            self.auto = Some((lo, hi + 1));
-            self.queue.push(ladder(hi + 1));
-        } else {
-            return;
+        self.refined = true;
+        let mut all = self.tried.clone();
+        all.sort_by(|a, b| a.0.total_cmp(&b.0));
+        all.dedup_by(|a, b| a.0 == b.0);
+        for i in local_maxima(&all) {
+            for j in [i.wrapping_sub(1), i + 1] {
+                if let Some(&(n, _)) = all.get(j) {
+                    let mid = (f64::from(all[i].0) * f64::from(n)).sqrt() as f32;
+                    if self.value(mid).is_none() && !self.queue.contains(&mid) {
+                        self.queue.push(mid);
+                    }
+                }
+            }
         }
-        self.extensions += 1;
     }
 
     /// Whether the chosen rate is the smallest or largest one tried (its
@@ -193,6 +231,23 @@ impl Search {
         let max = rates.iter().copied().fold(0.0, f32::max);
         rates.len() > 1 && (best == min || best == max)
     }
+}
+
+/// Indices of the local maxima of `points` (sorted by rate): a point at
+/// least as high as each neighbour and higher than one of them (a flat
+/// curve has none; an end has one neighbour).
+fn local_maxima(points: &[(f32, f64)]) -> Vec<usize> {
+    (0..points.len())
+        .filter(|&i| {
+            let v = points[i].1;
+            let nb: Vec<f64> = [i.checked_sub(1), Some(i + 1)]
+                .into_iter()
+                .flatten()
+                .filter_map(|j| points.get(j).map(|p| p.1))
+                .collect();
+            !nb.is_empty() && nb.iter().all(|&n| v >= n) && nb.iter().any(|&n| v > n)
+        })
+        .collect()
 }
 
 /// The overall progress line: run `i` of `N` (N grows when a grid extends),
@@ -299,23 +354,116 @@ mod tests {
 
     #[test]
     fn auto_extends_until_the_best_is_inside_and_lists_only_warn() {
-        // Adam's grid is 1e-4..1e-2; a peak at 0.1 needs two extensions, then 0.3 shows it is inside.
+        // Adam's grid is 1e-4..1e-2; a peak at 0.1 needs two extensions, then
+        // 0.3 shows it is inside; the refinement adds its two log-midpoints.
         let q = drive(&TuneLr::Auto, 0.1);
         assert_eq!(q.best().unwrap().0, 0.1);
-        assert_eq!(q.tried.len(), AUTO_POINTS + 3);
+        assert_eq!(q.tried.len(), AUTO_POINTS + 3 + 2);
         assert!(!q.at_edge());
-        // An interior peak: the first grid only.
+        // An interior peak: the first grid and its refinement only.
         let q = drive(&TuneLr::Auto, 0.001);
-        assert_eq!((q.tried.len(), q.at_edge()), (AUTO_POINTS, false));
-        // Beyond the extension budget: stops and says so.
+        assert_eq!((q.tried.len(), q.at_edge()), (AUTO_POINTS + 2, false));
+        let mids: Vec<f64> = q.tried[AUTO_POINTS..]
+            .iter()
+            .map(|t| f64::from(t.0))
+            .collect();
+        let want = [(3e-4f64 * 1e-3).sqrt(), (1e-3f64 * 3e-3).sqrt()];
+        assert!(
+            mids.iter()
+                .zip(want)
+                .all(|(m, w)| (m / w - 1.0).abs() < 1e-6),
+            "{mids:?}"
+        );
+        // Beyond the extension budget: stops (one inner midpoint) and says so.
         let q = drive(&TuneLr::Auto, 1e4);
-        assert_eq!(q.tried.len(), AUTO_POINTS + MAX_EXTENSIONS);
+        assert_eq!(q.tried.len(), AUTO_POINTS + MAX_EXTENSIONS + 1);
         assert!(q.at_edge());
-        // A list is not extended; its edge is reported.
+        // A list is neither extended nor refined; its edge is reported.
         let q = drive(&TuneLr::List(vec![0.001, 0.01]), 0.1);
         assert_eq!(
             (q.tried.len(), q.best().unwrap().0, q.at_edge()),
             (2, 0.01, true)
+        );
+    }
+
+    /// Runs `auto` for `spec` against a fake evaluator; returns the search.
+    fn drive_with(spec_text: &str, eval: impl Fn(f32) -> f64) -> Search {
+        let mut q = Search::new(&TuneLr::Auto, &spec(spec_text));
+        while let Some(lr) = q.next() {
+            q.record(lr, eval(lr));
+            assert!(q.tried.len() < 40, "the search must end");
+        }
+        q
+    }
+
+    /// The global best of the first `auto` grid (what a search that only
+    /// extends at the edges and never refines would have kept from it).
+    fn coarse_best(q: &Search) -> f32 {
+        let first = &q.tried[..AUTO_POINTS];
+        first
+            .iter()
+            .fold(first[0], |b, &t| if t.1 > b.1 { t } else { b })
+            .0
+    }
+
+    #[test]
+    fn a_narrow_mode_between_ladder_points_beats_the_coarse_best() {
+        // Two modes over log10(lr): a broad one peaking on the ladder at
+        // 0.003 (0.70) and a narrow, higher one at 4.5e-4 (0.72), between the
+        // ladder points 3e-4 and 1e-3, with a valley (0.5) at 1e-3. Adam's
+        // coarse grid 1e-4..1e-2 sees 0.70 at 0.003 as its best; 3e-4 (0.658)
+        // is a lesser local maximum, and its refinement finds the higher mode.
+        let eval = |lr: f32| {
+            let x = f64::from(lr).log10();
+            let broad = 0.70 - (x - 0.003f64.log10()).powi(2);
+            let sharp = 0.72 - 2.0 * (x - 0.00045f64.log10()).powi(2);
+            broad.max(sharp).max(0.5)
+        };
+        let q = drive_with("adam", eval);
+        assert_eq!(coarse_best(&q), 0.003, "the coarse grid is fooled");
+        let (lr, v) = q.best().unwrap();
+        let mid = (0.0003f64 * 0.001).sqrt();
+        assert!((f64::from(lr) / mid - 1.0).abs() < 1e-6, "{lr}");
+        assert!(v > 0.70, "{v}");
+        assert!(!q.at_edge());
+    }
+
+    #[test]
+    fn a_mode_below_the_grid_is_reached_through_a_local_maximum_at_its_end() {
+        // Row-wise BASIS on DeepFM, the validation AUCs measured in
+        // docs/RESULTS.md (rates 1e-4..0.3), interpolated linearly in log(lr)
+        // between them: the `auto` grid 0.003..0.3 peaks inside at 0.1, but
+        // its lower end 0.003 is a local maximum too; following it down finds
+        // the higher mode at 3e-4.
+        const CURVE: [(f64, f64); 8] = [
+            (0.0001, 0.6601),
+            (0.0003, 0.6740),
+            (0.001, 0.6590),
+            (0.003, 0.6311),
+            (0.01, 0.6261),
+            (0.03, 0.6321),
+            (0.1, 0.6482),
+            (0.3, 0.6213),
+        ];
+        let eval = |lr: f32| {
+            let x = f64::from(lr).ln();
+            let k = CURVE
+                .windows(2)
+                .position(|w| x <= w[1].0.ln())
+                .unwrap_or(CURVE.len() - 2);
+            let ((a, va), (b, vb)) = (CURVE[k], CURVE[k + 1]);
+            let t = ((x - a.ln()) / (b.ln() - a.ln())).clamp(0.0, 1.0);
+            va + t * (vb - va)
+        };
+        let q = drive_with("basis", eval);
+        assert_eq!(coarse_best(&q), 0.1, "the coarse grid is fooled");
+        assert_eq!(q.best().unwrap().0, 0.0003);
+        assert!(!q.at_edge());
+        // Both modes were refined: a midpoint beside 0.1 was tried too.
+        assert!(
+            q.tried.iter().any(|t| t.0 > 0.1 && t.0 < 0.3),
+            "{:?}",
+            q.tried
         );
     }
 

@@ -188,7 +188,7 @@ fn baselines_train_in_compare_single_and_sharded() {
         assert!((ftrl - adam).abs() <= 0.05 * adam, "{bytes:?}");
     }
     let e = err(&["compare", "-q", "--opt", "pra:block=2"]);
-    assert!(e.contains("takes only `lr`"), "{e}");
+    assert!(e.contains("takes `lr`, `beta1`, not `block`"), "{e}");
     let e = err(&["compare", "-q", "--opt", "ftrl:beta=0"]);
     assert!(e.contains("beta must be > 0"), "{e}");
 }
@@ -377,6 +377,8 @@ fn bad_arguments_are_clear_errors() {
         "{e}"
     );
     let e = err(&["train", "--opt", "adam:ratio=10"]);
+    assert!(e.contains("takes `lr`, `beta1`, not `ratio`"), "{e}");
+    let e = err(&["train", "--opt", "sgd:beta1=0"]);
     assert!(e.contains("takes only `lr`"), "{e}");
     let e = err(&["train", "--resume"]);
     assert!(e.contains("--checkpoint"), "{e}");
@@ -588,4 +590,29 @@ fn mpi_ranks_match_local_ranks() {
     );
     assert_eq!(l["model_crc32"], m["model_crc32"]);
     assert_eq!(l["comm_bytes"], m["comm_bytes"]);
+}
+
+/// A rate that diverges is scored as the worst of a learning-rate search
+/// (`null` in the JSON's `lr_search`), not the end of the comparison.
+#[test]
+fn a_diverging_rate_in_a_search_is_scored_not_fatal() {
+    let out = ok(&[
+        "compare",
+        "-q",
+        "--synthetic-examples",
+        "3000",
+        "--epochs",
+        "1",
+        "--opt",
+        "sgd",
+        "--tune-lr",
+        "1e30,1",
+        "--json",
+        "-",
+    ]);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let r = &v["results"][0];
+    assert_eq!(r["lr"].as_f64(), Some(1.0));
+    assert!(r["lr_search"][0][1].is_null(), "{}", r["lr_search"]);
+    assert!(r["lr_search"][1][1].as_f64().unwrap() > 0.5);
 }
