@@ -200,11 +200,7 @@ impl SparseOptimizer for RowwiseAdagrad {
         }
         self.steps += 1;
         self.nonfinite += merged.skipped as u64;
-        let report = StepReport {
-            rows_updated: merged.ids.len(),
-            rows_skipped_nonfinite: merged.skipped,
-            buckets_touched: 0,
-        };
+        let report = merged.row_report();
         self.scratch = merged;
         Ok(report)
     }

@@ -227,11 +227,7 @@ impl SparseOptimizer for ExactAdam {
             }
         }
         self.nonfinite += merged.skipped as u64;
-        let report = StepReport {
-            rows_updated: merged.ids.len(),
-            rows_skipped_nonfinite: merged.skipped,
-            buckets_touched: 0,
-        };
+        let report = merged.row_report();
         self.scratch = merged;
         Ok(report)
     }

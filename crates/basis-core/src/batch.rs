@@ -45,6 +45,16 @@ pub(crate) struct Merged {
 }
 
 impl Merged {
+    /// The step's report for an optimizer without shared buckets: the rows
+    /// this merge kept and skipped.
+    pub(crate) fn row_report(&self) -> crate::StepReport {
+        crate::StepReport {
+            rows_updated: self.ids.len(),
+            rows_skipped_nonfinite: self.skipped,
+            buckets_touched: 0,
+        }
+    }
+
     /// Bytes of the reusable buffers.
     pub(crate) fn capacity_bytes(&self) -> usize {
         self.ids.capacity() * 8

@@ -339,11 +339,7 @@ impl<L: Lanes> RowDriver<L> {
             update(&mut self.lanes, slot, g, table.row_mut(id), self.steps);
         }
         self.nonfinite += merged.skipped as u64;
-        let report = StepReport {
-            rows_updated: merged.ids.len(),
-            rows_skipped_nonfinite: merged.skipped,
-            buckets_touched: 0,
-        };
+        let report = merged.row_report();
         self.scratch = merged;
         Ok(report)
     }

@@ -87,11 +87,7 @@ impl SparseOptimizer for Sgd {
             }
         }
         self.steps += 1;
-        Ok(StepReport {
-            rows_updated: merged.ids.len(),
-            rows_skipped_nonfinite: merged.skipped,
-            buckets_touched: 0,
-        })
+        Ok(merged.row_report())
     }
 
     /// SGD keeps no per-row state: any row range is fine.
