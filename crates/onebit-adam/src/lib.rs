@@ -11,6 +11,7 @@ pub mod dense;
 mod error;
 mod header;
 mod optimizer;
+mod overlap;
 // Single-threaded simulations the tests compare against: test support, not API.
 #[doc(hidden)]
 pub mod reference;
@@ -34,3 +35,4 @@ pub use dense::{AdamW, Kernel};
 pub use error::{OneBitError, StateError};
 pub use onebit_codec::ScaleKind;
 pub use optimizer::{Config, GroupSpec, OneBitAdam, Policy, Stage, StepReport, Variant};
+pub use overlap::overlapped_allreduce;
