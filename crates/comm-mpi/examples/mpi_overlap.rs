@@ -7,7 +7,10 @@
 //! against (a) the same collectives run blocking through the same MPI
 //! communicator and (b) `LocalComm`'s blocking calls in-process. Then a
 //! size error on one rank must be an error on every rank, with the
-//! requests around it intact.
+//! requests around it intact. Finally `onebit-adam`'s
+//! `overlapped_allreduce` (buckets pipelined over these requests) must
+//! equal `compressed_allreduce` once per bucket on `LocalComm`, bit for
+//! bit, over three calls.
 
 use std::process::ExitCode;
 
@@ -15,6 +18,7 @@ use basis_std::local::LocalComm;
 use basis_std::overlap::Overlapped;
 use comm_mpi::MpiComm;
 use comm_mpi::comm_traits::{CommError, CommStats, Communicator, Completed, NonBlocking};
+use onebit_adam::{AllReduceState, compressed_allreduce, overlapped_allreduce};
 
 /// SplitMix64, so every process can rebuild every rank's inputs.
 fn mix(mut z: u64) -> u64 {
@@ -156,6 +160,66 @@ fn error_parity(comm: &mut dyn NonBlocking) -> Result<(), String> {
     Ok(())
 }
 
+/// Bucket lengths of the compressed all-reduce check.
+fn bucket_lengths(p: usize) -> Vec<usize> {
+    vec![0, 1, 37, 8 * p, 1000, 50_001]
+}
+
+/// Three calls of the bucketed compressed all-reduce; the final buckets
+/// and error buffers as bits (`overlapped`: one `overlapped_allreduce`
+/// per call; otherwise one `compressed_allreduce` per bucket).
+fn buckets_run(comm: &mut dyn NonBlocking, overlapped: bool) -> Result<Vec<Vec<u8>>, String> {
+    let (p, me) = (comm.size(), comm.rank());
+    let lens = bucket_lengths(p);
+    let mut states = vec![AllReduceState::new(); lens.len()];
+    let mut bufs: Vec<Vec<f32>> = Vec::new();
+    for call in 0..3u64 {
+        bufs = lens
+            .iter()
+            .enumerate()
+            .map(|(b, &n)| floats(90_000 + call * 100 + b as u64, me, n))
+            .collect();
+        if overlapped {
+            let mut views: Vec<&mut [f32]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+            overlapped_allreduce(comm, &mut views, &mut states).map_err(|e| e.to_string())?;
+        } else {
+            for (buf, state) in bufs.iter_mut().zip(&mut states) {
+                compressed_allreduce(comm, buf, state).map_err(|e| e.to_string())?;
+            }
+        }
+    }
+    let mut out: Vec<Vec<u8>> = bufs.iter().map(|b| float_bits(b)).collect();
+    for s in &states {
+        out.push(float_bits(&s.worker_error()));
+        out.push(float_bits(&s.server_error()));
+    }
+    Ok(out)
+}
+
+/// `overlapped_allreduce` over MPI == `compressed_allreduce` per bucket
+/// over MPI (blocking, through the same handle) == the same on `LocalComm`
+/// (each rank wrapped in its own `Overlapped`, for the blocking run).
+fn buckets(comm: &mut Overlapped) -> Result<(), String> {
+    let (p, me) = (comm.size(), comm.rank());
+    let got = buckets_run(comm, true)?;
+    let mpi_blocking = buckets_run(comm, false)?;
+    if got != mpi_blocking {
+        return Err("overlapped_allreduce != compressed_allreduce on MPI".into());
+    }
+    let local = LocalComm::run(p, |c| {
+        let mut c = Overlapped::spawn(move || Ok::<_, ()>(c)).map_err(|e| format!("{e:?}"))?;
+        buckets_run(&mut c, false)
+    })
+    .into_iter()
+    .nth(me)
+    .ok_or("no such local rank")?
+    .map_err(|_| "a local rank panicked".to_string())??;
+    if got != local {
+        return Err("overlapped_allreduce on MPI != compressed_allreduce on LocalComm".into());
+    }
+    Ok(())
+}
+
 fn run(comm: &mut Overlapped) -> Result<(), String> {
     let (p, me) = (comm.size(), comm.rank());
     let (got, got_stats) = nonblocking(comm).map_err(|e| e.to_string())?;
@@ -180,7 +244,8 @@ fn run(comm: &mut Overlapped) -> Result<(), String> {
             local.1
         ));
     }
-    error_parity(comm)
+    error_parity(comm)?;
+    buckets(comm)
 }
 
 fn main() -> ExitCode {
@@ -196,7 +261,8 @@ fn main() -> ExitCode {
     match run(&mut comm) {
         Ok(()) => {
             println!(
-                "mpi_overlap rank {me}/{p}: overlapped == blocking == LocalComm, errors agree"
+                "mpi_overlap rank {me}/{p}: overlapped == blocking == LocalComm, errors agree, \
+                 overlapped_allreduce == compressed_allreduce"
             );
             ExitCode::SUCCESS
         }
