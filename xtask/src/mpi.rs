@@ -6,7 +6,10 @@
 //!   with `mpirun --oversubscribe -np N` for N = 2, 3, 4 (every rank checks
 //!   its MPI results against `LocalComm` bit for bit), then runs its
 //!   `mismatch` mode and asserts that every rank reported the error and the
-//!   job exited non-zero before the timeout; `basis-shard`'s
+//!   job exited non-zero before the timeout; `comm-mpi`'s `mpi_overlap`
+//!   on 2, 3, 4 ranks (non-blocking collectives with many requests in
+//!   flight == blocking MPI == `LocalComm`, bit for bit, and the bucketed
+//!   `overlapped_allreduce` == `compressed_allreduce`); `basis-shard`'s
 //!   `custom_loop_mpi` example on 2 and 3 ranks must equal its `LocalComm`
 //!   loop bit for bit; then a row-sharded
 //!   `basis train` under `mpirun -np N` must equal the `LocalComm` run bit
@@ -111,8 +114,41 @@ fn check() -> Result<(), String> {
         );
     }
     mismatch(&exe, 3)?;
+    overlap()?;
     shard_crate()?;
     shard::check()
+}
+
+/// `comm-mpi`'s `mpi_overlap` example on 2, 3 and 4 ranks: non-blocking
+/// collectives (`basis-std`'s `Overlapped` over `MpiComm`) with many
+/// requests in flight must equal the blocking MPI calls and `LocalComm`
+/// bit for bit, with equal byte statistics, and a size error on one rank
+/// must be an error on every rank; `onebit-adam`'s `overlapped_allreduce`
+/// must equal `compressed_allreduce` per bucket.
+fn overlap() -> Result<(), String> {
+    util::run(cargo().args([
+        "build",
+        "-p",
+        "basisopt-comm-mpi",
+        "--example",
+        "mpi_overlap",
+        "--profile",
+        "test",
+    ]))?;
+    let exe = target_dir().join("debug/examples/mpi_overlap");
+    for np in CHECK_RANKS {
+        let t = Instant::now();
+        let mut cmd = mpirun(np, Transport::ShmPortable, Some(CHECK_TIMEOUT));
+        cmd.arg(&exe);
+        if !util::run_with_timeout(&mut cmd, outer(CHECK_TIMEOUT))? {
+            return Err(format!("mpi_overlap on {np} ranks failed or timed out"));
+        }
+        eprintln!(
+            "  mpi_overlap on {np} ranks: ok ({:.1}s)",
+            t.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
 }
 
 /// `basis-shard`'s `custom_loop_mpi` example on 2 and 3 ranks: every rank's

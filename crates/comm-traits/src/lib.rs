@@ -4,7 +4,13 @@
 #![no_std]
 #![forbid(unsafe_code)]
 
+// `Vec` for the owned buffers of non-blocking requests ([`nonblocking`]).
+extern crate alloc;
+
 use core::fmt;
+
+pub mod nonblocking;
+pub use nonblocking::{Completed, NonBlocking, Request};
 
 /// Why a collective failed. Every variant is reported on every rank that can
 /// observe it; none of them leaves a rank waiting forever.

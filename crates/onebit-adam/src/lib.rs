@@ -13,6 +13,7 @@ mod freeze;
 mod header;
 mod memory;
 mod optimizer;
+mod overlap;
 // Single-threaded simulations the tests compare against: test support, not API.
 #[doc(hidden)]
 pub mod reference;
@@ -38,3 +39,4 @@ pub use freeze::{AutoFreeze, FreezePolicy};
 pub use memory::Memory;
 pub use onebit_codec::ScaleKind;
 pub use optimizer::{Config, GroupSpec, OneBitAdam, Policy, Stage, StepReport, Variant};
+pub use overlap::overlapped_allreduce;
