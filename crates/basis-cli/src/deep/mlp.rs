@@ -197,10 +197,9 @@ impl Mlp {
                         matmul(gm.row_range(r), w.t(), dxb, false);
                         if i > 0 {
                             // ReLU: h_i = relu(z), so ∂z = ∂h where h_i > 0.
+                            // A select, not a branch, so the loop vectorises.
                             for (d, &h) in dxb.iter_mut().zip(xb) {
-                                if h <= 0.0 {
-                                    *d = 0.0;
-                                }
+                                *d = if h <= 0.0 { 0.0 } else { *d };
                             }
                         }
                     });
