@@ -8,7 +8,9 @@
 //! - `nostd`  prove the `no_std` crates build with no `std` in their tree
 //! - `bench`  run the criterion benches (`cargo xtask bench [crate] [filter]`);
 //!   `bench --peers [--rounds R] [--ab OLD,NEW]`: interleaved same-run comparisons with
-//!   PyTorch and numpy (opt-in: installs torch into `target/peers/venv`)
+//!   PyTorch and numpy (opt-in: installs torch into `target/peers/venv`);
+//!   `bench --tower [--rounds R] [--old BIN] [--threads 1,2]`: interleaved
+//!   FM/DeepFM/DLRM training throughput per `--threads` count, against an old binary
 //! - `loom`   loom models of the concurrent tables
 //! - `fuzz`   cargo-fuzz targets (`fuzz <target>|--all --seconds N`)
 //! - `mpi`    the MPI integration program under mpirun (`--bench [--net 1gbit]`)
@@ -20,6 +22,7 @@
 // xtask is a std-only host tool: `core`/`alloc` paths buy it nothing.
 #![allow(clippy::std_instead_of_core, clippy::std_instead_of_alloc)]
 
+mod bench_tower;
 mod ci;
 mod data;
 mod demo;
@@ -49,6 +52,7 @@ fn main() -> ExitCode {
         "nostd" => nostd::run(rest),
         "publish-check" => publish::run(rest),
         "bench" if rest.iter().any(|a| a == "--peers") => peers::run(rest),
+        "bench" if rest.iter().any(|a| a == "--tower") => bench_tower::run(rest),
         "bench" => ci::bench(rest),
         "loom" => loom::run(rest),
         "fuzz" => fuzz::run(rest),

@@ -152,6 +152,12 @@ pub(crate) struct ModelArgs {
     /// the dense parameters use 1-bit Adam.
     #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = validate::count_usize)]
     pub(crate) workers: usize,
+    /// Threads inside each process's training step (the DeepFM/DLRM
+    /// tower's products, split by rows); default: the machine's cores
+    /// divided by `--workers` (ranks share the machine). Results are the
+    /// same bits at any count.
+    #[arg(long, allow_negative_numbers = true, value_parser = validate::count_usize)]
+    pub(crate) threads: Option<usize>,
     /// Model: `fm`, `deepfm` (FM + an MLP over the per-field embeddings) or
     /// `dlrm` (bottom MLP on dense features, pairwise dots, top MLP; needs
     /// `--format criteo-synth`).

@@ -48,6 +48,17 @@ pub fn run() -> ExitCode {
         return ExitCode::FAILURE;
     }
     let progress = !cli.quiet && parallel::is_output_rank();
+    let model = match &cli.command {
+        cli::Command::Train(a) => Some(&a.model),
+        cli::Command::Compare(a) => Some(&a.model),
+        cli::Command::Inspect(_) => None,
+    };
+    if let Some(m) = model
+        && let Err(e) = deep::par::init_pool(m.threads, m.workers)
+    {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     let result = match &cli.command {
         cli::Command::Train(a) => compare::train_one(a, progress),
         cli::Command::Compare(a) => compare::compare(a, progress),

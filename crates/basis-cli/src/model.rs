@@ -307,17 +307,36 @@ impl DenseAdam {
         }
     }
 
-    /// One step.
+    /// One step (split over the current rayon pool's threads for large
+    /// towers; elementwise, so the same bits at any thread count).
     pub(crate) fn step(&mut self, params: &mut [f32], grads: &[f32]) {
         const B1: f32 = 0.9;
         const B2: f32 = 0.999;
+        // Elementwise: the split over `--threads` cannot change a bit.
+        const CHUNK: usize = 1 << 14;
+        use rayon::prelude::*;
         self.t += 1;
         let c1 = 1.0 - B1.powi(self.t as i32);
         let c2 = 1.0 - B2.powi(self.t as i32);
-        for i in 0..params.len() {
-            self.m[i] = B1 * self.m[i] + (1.0 - B1) * grads[i];
-            self.v[i] = B2 * self.v[i] + (1.0 - B2) * grads[i] * grads[i];
-            params[i] -= self.lr * (self.m[i] / c1) / ((self.v[i] / c2).sqrt() + 1e-8);
+        let lr = self.lr;
+        let update = |p: &mut [f32], m: &mut [f32], v: &mut [f32], g: &[f32]| {
+            for (((p, m), v), &g) in p.iter_mut().zip(m).zip(v).zip(g) {
+                *m = B1 * *m + (1.0 - B1) * g;
+                *v = B2 * *v + (1.0 - B2) * g * g;
+                *p -= lr * (*m / c1) / ((*v / c2).sqrt() + 1e-8);
+            }
+        };
+        let n = params.len();
+        let (m, v, g) = (&mut self.m[..n], &mut self.v[..n], &grads[..n]);
+        if n > CHUNK && rayon::current_num_threads() > 1 {
+            params
+                .par_chunks_mut(CHUNK)
+                .zip(m.par_chunks_mut(CHUNK))
+                .zip(v.par_chunks_mut(CHUNK))
+                .zip(g.par_chunks(CHUNK))
+                .for_each(|(((p, m), v), g)| update(p, m, v, g));
+        } else {
+            update(params, m, v, g);
         }
     }
 }

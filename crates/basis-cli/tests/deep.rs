@@ -1,5 +1,5 @@
 //! Integration tests of `--model deepfm`: determinism, learning against the
-//! FM, data-parallel dense optimizers, checkpoints, bad `--mlp`.
+//! FM, data-parallel dense optimizers, checkpoints, bad `--mlp`, `--threads`.
 #![allow(clippy::unwrap_used)] // tests
 
 use serde_json::Value;
@@ -76,6 +76,22 @@ fn deepfm_is_deterministic_and_learns_like_the_fm() {
         auc(&a),
         auc(&fm)
     );
+}
+
+#[test]
+fn deepfm_trains_the_same_bits_on_one_and_three_threads() {
+    // A tower whose products are split over the threads (`deep::par`).
+    let with = |t: &'static str| {
+        let mut v = SMALL.to_vec();
+        v.extend(["--model", "deepfm", "--mlp", "256,64,1", "--threads", t]);
+        run(&v)
+    };
+    let (one, three) = (with("1"), with("3"));
+    assert_eq!(one["model_crc32"], three["model_crc32"]);
+    assert_eq!(one["final_metrics"], three["final_metrics"]);
+    let zero = basis(&deep(&["--threads", "0"]));
+    assert!(!zero.status.success());
+    assert!(String::from_utf8_lossy(&zero.stderr).contains("--threads"));
 }
 
 #[test]

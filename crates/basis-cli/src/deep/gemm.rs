@@ -6,8 +6,10 @@
 //! on this machine (59–94 vs 48–77 GFLOP/s single-threaded,
 //! `docs/BENCHMARKS.md`), and it is one small crate. It is built without its
 //! `threading` feature, so every product runs on the calling thread with
-//! fixed blocking: results do not depend on thread counts. (They can depend
-//! on the CPU: the crate picks an FMA or SSE kernel at run time.)
+//! fixed blocking; [`super::par`] splits a product into blocks of rows over
+//! threads itself, which gives the same bits as the whole product (tested
+//! below). (Results can depend on the CPU: the crate picks an FMA or SSE
+//! kernel at run time.)
 //!
 //! This module holds the crate's only `unsafe` block; [`reference`] is the
 //! plain triple loop the tests compare it with.
@@ -15,14 +17,18 @@
 // The wrapper exists to check everything `sgemm` trusts its caller with.
 #![allow(unsafe_code)]
 
-/// A logical `rows × cols` matrix over a row-major slice: when `trans` is
-/// set, the slice holds the `cols × rows` matrix and is read transposed.
+/// A logical `rows × cols` matrix over a slice: element `(i, j)` is
+/// `data[i·rs + j·cs]`. [`Mat::new`] reads a row-major slice, [`Mat::t`]
+/// transposes without a copy, [`Mat::row_range`] takes a block of rows (so
+/// a product can be split over threads).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Mat<'a> {
     pub(crate) data: &'a [f32],
     pub(crate) rows: usize,
     pub(crate) cols: usize,
-    pub(crate) trans: bool,
+    /// Row and column strides in `data`.
+    rs: usize,
+    cs: usize,
 }
 
 impl<'a> Mat<'a> {
@@ -32,7 +38,8 @@ impl<'a> Mat<'a> {
             data,
             rows,
             cols,
-            trans: false,
+            rs: cols,
+            cs: 1,
         }
     }
 
@@ -41,24 +48,39 @@ impl<'a> Mat<'a> {
         Self {
             rows: self.cols,
             cols: self.rows,
-            trans: !self.trans,
+            rs: self.cs,
+            cs: self.rs,
             ..self
         }
     }
 
-    /// (row stride, column stride) of the logical matrix in `data`.
-    fn strides(&self) -> (isize, isize) {
-        if self.trans {
-            (1, self.rows as isize)
-        } else {
-            (self.cols as isize, 1)
+    /// Rows `r.start..r.end` (no copy). Panics when the range is not within
+    /// the rows: callers split the model's own shapes.
+    pub(crate) fn row_range(self, r: core::ops::Range<usize>) -> Self {
+        assert!(r.start <= r.end && r.end <= self.rows, "row range");
+        let at = (r.start * self.rs).min(self.data.len());
+        Self {
+            data: &self.data[at..],
+            rows: r.end - r.start,
+            ..self
         }
+    }
+
+    /// Whether every element lies in `data` (strides and sizes as given).
+    fn in_bounds(&self) -> bool {
+        if self.rows == 0 || self.cols == 0 {
+            return true;
+        }
+        (self.rows - 1)
+            .checked_mul(self.rs)
+            .zip((self.cols - 1).checked_mul(self.cs))
+            .and_then(|(a, b)| a.checked_add(b))
+            .is_some_and(|last| last < self.data.len())
     }
 
     #[cfg(test)]
     fn at(&self, i: usize, j: usize) -> f32 {
-        let (rs, cs) = self.strides();
-        self.data[i * rs as usize + j * cs as usize]
+        self.data[i * self.rs + j * self.cs]
     }
 }
 
@@ -69,11 +91,15 @@ impl<'a> Mat<'a> {
 pub(crate) fn matmul(a: Mat<'_>, b: Mat<'_>, c: &mut [f32], accumulate: bool) {
     let (m, k, n) = (a.rows, a.cols, b.cols);
     assert_eq!(b.rows, k, "inner dimensions");
-    assert_eq!(a.data.len(), m * k, "A length");
-    assert_eq!(b.data.len(), k * n, "B length");
+    assert!(a.in_bounds(), "A out of its slice");
+    assert!(b.in_bounds(), "B out of its slice");
     assert_eq!(c.len(), m * n, "C length");
+    // Slices never exceed isize::MAX bytes, so in-bounds strides and sizes fit isize.
+    let limit = isize::MAX as usize / 2;
     assert!(
-        m.max(n).max(k) <= isize::MAX as usize / 2,
+        [m, n, k, a.rs, a.cs, b.rs, b.cs]
+            .iter()
+            .all(|&x| x <= limit),
         "dimension overflow"
     );
     if m == 0 || n == 0 {
@@ -85,14 +111,15 @@ pub(crate) fn matmul(a: Mat<'_>, b: Mat<'_>, c: &mut [f32], accumulate: bool) {
         }
         return;
     }
-    let (rsa, csa) = a.strides();
-    let (rsb, csb) = b.strides();
+    let (rsa, csa) = (a.rs as isize, a.cs as isize);
+    let (rsb, csb) = (b.rs as isize, b.cs as isize);
     let beta = if accumulate { 1.0 } else { 0.0 };
     // SAFETY: the asserts above prove every index sgemm forms is in bounds:
-    // A is read at i·rsa + p·csa for i < m, p < k, which is < m·k = a.data.len()
-    // for both layouts (row-major: i·k + p; transposed: i + p·m); likewise B
-    // with k × n; C is written at i·n + j < m·n = c.len(). `c` is a unique
-    // borrow, so it cannot alias `a` or `b`. With beta = 0 sgemm does not read C.
+    // A is read at i·rsa + p·csa for i < m, p < k, at most
+    // (m−1)·rsa + (k−1)·csa < a.data.len() (`in_bounds`, strides ≥ 0);
+    // likewise B with k × n; C is written at i·n + j < m·n = c.len(). `c` is
+    // a unique borrow, so it cannot alias `a` or `b`. With beta = 0 sgemm
+    // does not read C.
     unsafe {
         matrixmultiply::sgemm(
             m,
@@ -174,6 +201,60 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_product_split_by_rows_equals_the_whole_bit_for_bit() {
+        // What `par` relies on: rows of C computed in blocks (any block
+        // edges, aligned or not, k over several of the kernel's k-blocks)
+        // are the same bits as the one whole product.
+        let mut rng = Rng::new(9);
+        for &(m, k, n) in &[(72, 600, 40), (37, 300, 19), (130, 70, 1), (16, 1, 33)] {
+            for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                let ad = random(m * k, &mut rng);
+                let bd = random(k * n, &mut rng);
+                let a = if ta {
+                    Mat::new(&ad, k, m).t()
+                } else {
+                    Mat::new(&ad, m, k)
+                };
+                let b = if tb {
+                    Mat::new(&bd, n, k).t()
+                } else {
+                    Mat::new(&bd, k, n)
+                };
+                for acc in [false, true] {
+                    let init = random(m * n, &mut rng);
+                    let mut whole = init.clone();
+                    matmul(a, b, &mut whole, acc);
+                    for rows in [1, 5, 8, 24, m.div_ceil(2)] {
+                        let mut split = init.clone();
+                        for (i, cb) in split.chunks_mut(rows * n).enumerate() {
+                            let r = i * rows..i * rows + cb.len() / n;
+                            matmul(a.row_range(r), b, cb, acc);
+                        }
+                        let same = whole
+                            .iter()
+                            .zip(&split)
+                            .all(|(x, y)| x.to_bits() == y.to_bits());
+                        assert!(same, "{m}x{k}x{n} {ta} {tb} {acc}: blocks of {rows}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn strides_out_of_the_slice_are_refused_before_sgemm() {
+        let d = [1.0; 6];
+        let a = Mat::new(&d, 2, 3).row_range(1..2);
+        assert!(a.in_bounds() && a.data.len() == 3);
+        let bad = Mat {
+            rows: 3,
+            ..Mat::new(&d, 2, 3)
+        };
+        assert!(!bad.in_bounds());
+        assert!(Mat::new(&d, 2, 3).t().row_range(2..3).in_bounds());
     }
 
     #[test]

@@ -8,10 +8,16 @@
 //!
 //! Backward, with `g = ∂L/∂z_l` (`batch × out`): `∂W_l = h_lᵀ g`,
 //! `∂b_l = Σ_rows g`, `∂h_l = g W_lᵀ`, and `∂z_{l−1} = ∂h_l ⊙ [h_l > 0]`.
-//! Every product goes through [`super::gemm::matmul`]; the bias sums run in
-//! row order, so the result is deterministic.
+//! Every product goes through [`super::gemm::matmul`], split over the
+//! threads of the current pool by blocks of rows ([`super::par`]): the
+//! forward pass as `batch` row blocks, each filled with the bias, multiplied
+//! and rectified while in cache; the backward pass runs `∂W` (blocks of
+//! `W`'s rows) beside `∂h` (blocks of the batch, masked by the ReLU in the
+//! same block). The bias sums run in row order. Results are the same bits
+//! at any thread count.
 
 use super::gemm::{Mat, matmul};
+use super::par;
 use crate::rng::Rng;
 
 /// Largest tower this CLI builds: 2^28 parameters, 1 GiB of f32 (about 4 GiB
@@ -23,10 +29,13 @@ const MAX_PARAMS: usize = 1 << 28;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Mlp {
     widths: Vec<usize>,
+    /// Where each layer's parameters are (derived from `widths`; kept so a
+    /// step allocates nothing).
+    layers: Vec<Layer>,
 }
 
 /// Where layer `l`'s parameters are in the flat slice.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Layer {
     w: usize,
     b: usize,
@@ -61,7 +70,8 @@ impl Mlp {
                     )
                 })?;
         }
-        Ok(Self { widths })
+        let layers = layers_of(&widths);
+        Ok(Self { widths, layers })
     }
 
     /// A tower that ends in the logit: as [`Mlp::new`], and the last width
@@ -85,7 +95,7 @@ impl Mlp {
 
     /// Number of parameters.
     pub(crate) fn params(&self) -> usize {
-        self.layers().last().map_or(0, |l| l.b + l.out)
+        self.layers.last().map_or(0, |l| l.b + l.out)
     }
 
     /// Outputs per row.
@@ -98,27 +108,10 @@ impl Mlp {
         self.widths.iter().copied().max().unwrap_or(0)
     }
 
-    fn layers(&self) -> Vec<Layer> {
-        let mut at = 0;
-        self.widths
-            .windows(2)
-            .map(|w| {
-                let l = Layer {
-                    w: at,
-                    b: at + w[0] * w[1],
-                    inp: w[0],
-                    out: w[1],
-                };
-                at = l.b + l.out;
-                l
-            })
-            .collect()
-    }
-
     /// He initialisation (`W ~ N(0, 2/fan_in)`, the last layer `N(0, 1/fan_in)`),
     /// biases 0; deterministic in `rng`.
     pub(crate) fn init(&self, params: &mut [f32], rng: &mut Rng) {
-        let layers = self.layers();
+        let layers = &self.layers;
         for (i, l) in layers.iter().enumerate() {
             let gain = if i + 1 == layers.len() { 1.0 } else { 2.0 };
             let std = (gain / l.inp as f64).sqrt();
@@ -137,21 +130,25 @@ impl Mlp {
         batch: usize,
         acts: &'a mut Activations,
     ) -> &'a [f32] {
-        let layers = self.layers();
+        let layers = &self.layers;
         for (i, l) in layers.iter().enumerate() {
             let (inp, rest) = acts.h.split_at_mut(i + 1);
-            let x = &inp[i][..batch * l.inp];
+            let x = Mat::new(&inp[i][..batch * l.inp], batch, l.inp);
             let z = &mut rest[0][..batch * l.out];
-            for row in z.chunks_exact_mut(l.out) {
-                row.copy_from_slice(&params[l.b..l.b + l.out]);
-            }
             let w = Mat::new(&params[l.w..l.b], l.inp, l.out);
-            matmul(Mat::new(x, batch, l.inp), w, z, true);
-            if i + 1 < layers.len() {
-                for v in z.iter_mut() {
-                    *v = v.max(0.0);
+            let bias = &params[l.b..l.b + l.out];
+            let relu = i + 1 < layers.len();
+            par::row_blocks_mut(z, batch, l.out, batch * l.inp * l.out, |r, zb| {
+                for row in zb.chunks_exact_mut(l.out) {
+                    row.copy_from_slice(bias);
                 }
-            }
+                matmul(x.row_range(r), w, zb, true);
+                if relu {
+                    for v in zb.iter_mut() {
+                        *v = v.max(0.0);
+                    }
+                }
+            });
         }
         &acts.h[layers.len()][..batch * self.outputs()]
     }
@@ -169,40 +166,66 @@ impl Mlp {
         grad: &mut [f32],
         acts: &mut Activations,
     ) {
-        let layers = self.layers();
+        let layers = &self.layers;
         let n_out = batch * self.outputs();
         acts.g[..n_out].copy_from_slice(&d_out[..n_out]);
         for (i, l) in layers.iter().enumerate().rev() {
             let g = &acts.g[..batch * l.out];
             let x = &acts.h[i][..batch * l.inp];
             let (gw, gb) = grad[l.w..l.b + l.out].split_at_mut(l.inp * l.out);
-            // `∂W` overwritten (β = 0: the product does not read `gw`).
-            matmul(
-                Mat::new(x, batch, l.inp).t(),
-                Mat::new(g, batch, l.out),
-                gw,
-                false,
-            );
-            gb.fill(0.0);
-            for row in g.chunks_exact(l.out) {
-                for (b, &v) in gb.iter_mut().zip(row) {
-                    *b += v;
-                }
-            }
             let dx = &mut acts.dh[..batch * l.inp];
+            let (xm, gm) = (Mat::new(x, batch, l.inp), Mat::new(g, batch, l.out));
             let w = Mat::new(&params[l.w..l.b], l.inp, l.out);
-            matmul(Mat::new(g, batch, l.out), w.t(), dx, false);
-            if i > 0 {
-                // ReLU: h_i = relu(z), so ∂z = ∂h where h_i > 0.
-                for (d, &h) in dx.iter_mut().zip(x) {
-                    if h <= 0.0 {
-                        *d = 0.0;
+            let macs = batch * l.inp * l.out;
+            par::join(
+                || {
+                    // `∂W` overwritten (β = 0: the product does not read `gw`),
+                    // by blocks of W's rows (the inputs).
+                    par::row_blocks_mut(gw, l.inp, l.out, macs, |r, gwb| {
+                        matmul(xm.t().row_range(r), gm, gwb, false);
+                    });
+                },
+                || {
+                    gb.fill(0.0);
+                    for row in g.chunks_exact(l.out) {
+                        for (b, &v) in gb.iter_mut().zip(row) {
+                            *b += v;
+                        }
                     }
-                }
-            }
+                    par::row_blocks_mut(dx, batch, l.inp, macs, |r, dxb| {
+                        let xb = &x[r.start * l.inp..r.end * l.inp];
+                        matmul(gm.row_range(r), w.t(), dxb, false);
+                        if i > 0 {
+                            // ReLU: h_i = relu(z), so ∂z = ∂h where h_i > 0.
+                            // A select, not a branch, so the loop vectorises.
+                            for (d, &h) in dxb.iter_mut().zip(xb) {
+                                *d = if h <= 0.0 { 0.0 } else { *d };
+                            }
+                        }
+                    });
+                },
+            );
             core::mem::swap(&mut acts.g, &mut acts.dh);
         }
     }
+}
+
+/// Where each layer of a tower of `widths` has its parameters.
+fn layers_of(widths: &[usize]) -> Vec<Layer> {
+    let mut at = 0;
+    widths
+        .windows(2)
+        .map(|w| {
+            let l = Layer {
+                w: at,
+                b: at + w[0] * w[1],
+                inp: w[0],
+                out: w[1],
+            };
+            at = l.b + l.out;
+            l
+        })
+        .collect()
 }
 
 /// Activation and gradient buffers of a tower for batches up to `capacity`.

@@ -40,6 +40,7 @@ pub(crate) mod deepfm;
 pub(crate) mod dlrm;
 pub(crate) mod gemm;
 pub(crate) mod mlp;
+pub(crate) mod par;
 
 use onebit_adam::{AutoFreeze, Config, FreezePolicy, GroupSpec, OneBitAdam, Variant};
 

@@ -1,0 +1,243 @@
+//! `cargo xtask bench --tower [--rounds R] [--old BIN] [--threads 1,2]
+//! [--examples N]`: interleaved end-to-end training throughput of the FM,
+//! DeepFM and DLRM models at each `--threads` count (issue 28 item 6), and,
+//! with `--old`, the same runs of another `basis` binary (e.g. one built
+//! from main) as a paired baseline.
+//!
+//! Every round runs each (model, threads, binary) once, in an order that
+//! reverses every other round, so a burst of load from elsewhere hits all
+//! sides alike; the table gives medians over rounds and the median of the
+//! per-round ratios to the one-thread run of the same binary and to the old
+//! binary. Each run is `basis compare -q --format criteo-synth
+//! --synthetic-examples N --epochs 1 --dim 16 --opt basis --model M
+//! [--threads T] --json FILE`; its `wall_secs` covers training and
+//! evaluation, not data generation, and the examples/s are training
+//! examples (80 % of N) over it. The model's CRC32 is compared across
+//! thread counts and binaries: the tower's results are the same bits at any
+//! thread count, and a change that keeps the arithmetic keeps them equal to
+//! the old binary's too. The 1-minute load average is printed with every
+//! round. An `--old` binary that predates `--threads` is run without it
+//! (one thread) at every count.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::util::{self, root};
+
+const MODELS: [&str; 3] = ["fm", "deepfm", "dlrm"];
+
+/// One measured run.
+struct Run {
+    wall: f64,
+    crc: u64,
+    auc: f64,
+}
+
+pub(crate) fn run(args: &[String]) -> Result<(), String> {
+    let mut rounds = 5usize;
+    let mut old: Option<PathBuf> = None;
+    let mut threads = vec![1usize, 2];
+    let mut examples = 100_000u64;
+    let mut it = args.iter();
+    let number = |v: Option<&String>, what: &str| -> Result<u64, String> {
+        v.and_then(|v| v.parse().ok())
+            .filter(|&n| n >= 1)
+            .ok_or_else(|| format!("{what} needs a positive number"))
+    };
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--tower" => {}
+            "--rounds" => rounds = number(it.next(), "--rounds")? as usize,
+            "--examples" => examples = number(it.next(), "--examples")?,
+            "--old" => old = Some(it.next().ok_or("--old needs a binary")?.into()),
+            "--threads" => {
+                threads = it
+                    .next()
+                    .ok_or("--threads needs a list, e.g. 1,2")?
+                    .split(',')
+                    .map(|t| t.parse().ok().filter(|&t| t >= 1))
+                    .collect::<Option<_>>()
+                    .ok_or("--threads needs positive numbers, e.g. 1,2")?;
+            }
+            other => {
+                return Err(format!(
+                    "unknown argument `{other}` (bench --tower [--rounds R] [--old BIN] \
+                     [--threads 1,2] [--examples N])"
+                ));
+            }
+        }
+    }
+    let root = root();
+    util::run(util::cargo().args(["build", "--release", "-p", "basisopt-cli"]))?;
+    // A copy, so a rebuild during the run cannot change the binary.
+    let dir = root.join("target/bench-tower");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let new = dir.join("basis-new");
+    std::fs::copy(root.join("target/release/basis"), &new).map_err(|e| e.to_string())?;
+    let mut bins = vec![("new", new)];
+    if let Some(o) = old {
+        bins.push(("old", o));
+    }
+    let mut jobs = Vec::new();
+    for model in MODELS {
+        for &t in &threads {
+            for (name, bin) in &bins {
+                jobs.push((model, t, *name, bin.clone()));
+            }
+        }
+    }
+    let mut results: BTreeMap<(&str, usize, &str), Vec<Run>> = BTreeMap::new();
+    let json = dir.join("run.json");
+    for round in 0..rounds {
+        println!("round {}/{rounds}: load {}", round + 1, loadavg());
+        let order: Vec<_> = if round % 2 == 0 {
+            jobs.iter().collect()
+        } else {
+            jobs.iter().rev().collect()
+        };
+        for (model, t, name, bin) in order {
+            let r = one(bin, *name == "new", model, *t, examples, &json)?;
+            println!(
+                "  {model:6} {name} threads {t}: {:.3} s, crc {:08x}, test AUC {:.5}",
+                r.wall, r.crc, r.auc
+            );
+            results.entry((model, *t, name)).or_default().push(r);
+        }
+    }
+    println!("load after: {}", loadavg());
+    report(&results, &threads, &bins, examples);
+    Ok(())
+}
+
+/// One `basis compare` run; `threads_flag`: the binary knows `--threads`.
+fn one(
+    bin: &Path,
+    threads_flag: bool,
+    model: &str,
+    threads: usize,
+    examples: u64,
+    json: &Path,
+) -> Result<Run, String> {
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "compare",
+        "-q",
+        "--format",
+        "criteo-synth",
+        "--synthetic-examples",
+    ])
+    .arg(examples.to_string())
+    .args([
+        "--epochs", "1", "--dim", "16", "--opt", "basis", "--model", model,
+    ]);
+    if threads_flag {
+        cmd.args(["--threads", &threads.to_string()]);
+    }
+    cmd.arg("--json").arg(json);
+    let out = cmd
+        .output()
+        .map_err(|e| format!("{}: {e}", bin.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} {model} failed: {}",
+            bin.display(),
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let text = std::fs::read_to_string(json).map_err(|e| e.to_string())?;
+    let field = |key: &str| number_after(&text, key).ok_or(format!("no `{key}` in the JSON"));
+    Ok(Run {
+        wall: field("\"wall_secs\"")?,
+        crc: field("\"model_crc32\"")? as u64,
+        auc: field("\"test_auc\"")?,
+    })
+}
+
+/// The first number after the first `key` in `text` (enough for the
+/// `compare --json` record: `"wall_secs": {"mean": 1.2, …}`, `"model_crc32": 7`).
+fn number_after(text: &str, key: &str) -> Option<f64> {
+    let rest = &text[text.find(key)? + key.len()..];
+    let start = rest.find(|c: char| c.is_ascii_digit() || c == '-')?;
+    let rest = &rest[start..];
+    let end = rest
+        .find(|c: char| !(c.is_ascii_digit() || "-+.eE".contains(c)))
+        .unwrap_or(rest.len());
+    rest[..end].parse().ok()
+}
+
+fn report(
+    results: &BTreeMap<(&str, usize, &str), Vec<Run>>,
+    threads: &[usize],
+    bins: &[(&str, PathBuf)],
+    examples: u64,
+) {
+    let train = examples as f64 * 0.8;
+    println!(
+        "\n| model | binary | threads | wall s (median) | train ex/s | speed-up over its 1 thread (paired median) \
+         | speed-up over old, same threads (paired median) | test AUC | same bits as new@1 |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---|");
+    for model in MODELS {
+        let Some(base) = results.get(&(model, threads[0], "new")) else {
+            continue;
+        };
+        for &t in threads {
+            for (name, _) in bins {
+                let Some(rs) = results.get(&(model, t, name)) else {
+                    continue;
+                };
+                let wall = median(rs.iter().map(|r| r.wall).collect());
+                let own1 = results.get(&(model, threads[0], name));
+                let ratio = |other: Option<&Vec<Run>>| {
+                    other.map_or("—".to_owned(), |o| {
+                        let r = median(o.iter().zip(rs).map(|(a, b)| a.wall / b.wall).collect());
+                        format!("{r:.2}×")
+                    })
+                };
+                let vs_old = if *name == "new" {
+                    ratio(results.get(&(model, t, "old")))
+                } else {
+                    "—".to_owned()
+                };
+                let same = rs.iter().all(|r| r.crc == base[0].crc);
+                println!(
+                    "| {model} | {name} | {t} | {wall:.3} | {:.0} | {} | {vs_old} | {:.5} | {} |",
+                    train / wall,
+                    ratio(own1),
+                    rs[0].auc,
+                    if same { "yes" } else { "NO" }
+                );
+            }
+        }
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_numbers_after_keys() {
+        let j = r#"{"x": 1, "wall_secs": {"mean": 4.25e0, "std": 0.0}, "model_crc32": 468546628}"#;
+        assert_eq!(number_after(j, "\"wall_secs\""), Some(4.25));
+        assert_eq!(number_after(j, "\"model_crc32\""), Some(468_546_628.0));
+        assert_eq!(number_after(j, "\"nope\""), None);
+        assert_eq!(median(vec![3.0, 1.0, 2.0, 10.0]), 2.5);
+    }
+}
