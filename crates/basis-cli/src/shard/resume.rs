@@ -154,6 +154,9 @@ fn restore_resharded(
     // 0's file without its rows.
     let failure: RefCell<Option<String>> = RefCell::new(None);
     let mut first: Option<Checkpoint> = None;
+    // Rows skipped as non-finite are counted per rank: new rank 0 carries
+    // the old ranks' sum, so the total over ranks stays.
+    let mut nonfinite = 0u64;
     let fail = |msg: String| {
         failure.borrow_mut().get_or_insert(msg);
         ShardError::Corrupt("a checkpoint file of the old group was refused")
@@ -174,6 +177,7 @@ fn restore_resharded(
                 f.epoch, c.epoch
             )));
         }
+        nonfinite += c.nonfinite;
         let snapshot = TableSnapshot {
             rank: r as u64,
             ranks: p_old as u64,
@@ -224,7 +228,7 @@ fn restore_resharded(
     Ok(Progress {
         epoch: c.epoch,
         rng: Rng::new(c.rng_state),
-        nonfinite: c.nonfinite,
+        nonfinite: if rank == 0 { nonfinite } else { 0 },
         curve: serde_json::from_str(&c.history).map_err(|e| at(&format_args!("history: {e}")))?,
     })
 }

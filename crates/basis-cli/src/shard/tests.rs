@@ -733,6 +733,12 @@ fn admission_and_eviction_flags_reach_the_table_and_are_reported() {
         s.ranks.iter().map(|k| k.rows_evicted).sum::<u64>()
     );
     assert!(s.rows < all.rows, "{} of {}", s.rows, all.rows);
+    // The last sweep left at most 150 rows; one step adds at most a
+    // batch's ids.
+    let per_step = (a.model.batch * ds.fields.len()) as u64;
+    for k in &s.ranks {
+        assert!(k.rows <= 150 + per_step, "rank {}: {} rows", k.rank, k.rows);
+    }
     let json = serde_json::to_string(s).unwrap();
     assert!(json.contains("\"rows_evicted\"") && json.contains("\"grads_dropped\""));
     let p = sharded(2, &["--admit-prob", "0.5", "--evict-ttl", "3"]);
