@@ -194,6 +194,49 @@ pub(crate) struct ModelArgs {
     /// by all-to-all). Without it every rank holds a full replica.
     #[arg(long, value_enum)]
     pub(crate) shard: Option<ShardMode>,
+    /// `--shard rows`: give an id a row only in the training step in which
+    /// it has been seen in N steps (2 to 255; counted in a fixed count-min
+    /// sketch of 4 × 2^20 one-byte counters per rank). Until then it reads
+    /// as its initial row and its gradients are dropped.
+    #[arg(long, value_name = "N", requires = "shard", conflicts_with = "admit_prob",
+          value_parser = clap::value_parser!(u8).range(2..))]
+    pub(crate) admit_min_count: Option<u8>,
+    /// `--shard rows`: give an id a row with probability P (0 < P ≤ 1) at
+    /// each training step in which it is seen (a hash of seed, id and step:
+    /// every rank agrees, runs repeat).
+    #[arg(long, value_name = "P", requires = "shard", value_parser = probability)]
+    pub(crate) admit_prob: Option<f64>,
+    /// `--shard rows`: free the rows not looked up in the last STEPS
+    /// training steps (row and optimizer row state; BASIS keeps its buckets).
+    #[arg(long, value_name = "STEPS", requires = "shard",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) evict_ttl: Option<u64>,
+    /// `--shard rows`: hold at most ROWS rows per rank, freeing the least
+    /// recently seen ones (after `--evict-ttl`, checked every step).
+    #[arg(long, value_name = "ROWS", requires = "shard",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) evict_capacity: Option<u64>,
+}
+
+/// An admission probability in `(0, 1]`.
+fn probability(text: &str) -> Result<f64, String> {
+    let p: f64 = text.parse().map_err(|e| format!("{e}"))?;
+    if p > 0.0 && p <= 1.0 {
+        Ok(p)
+    } else {
+        Err("must be in (0, 1]".into())
+    }
+}
+
+impl ModelArgs {
+    /// Whether the sharded table admits or evicts rows (its checkpoints do
+    /// not carry the admission counters and last-seen steps yet).
+    pub(crate) fn admits_or_evicts(&self) -> bool {
+        self.admit_min_count.is_some()
+            || self.admit_prob.is_some()
+            || self.evict_ttl.is_some()
+            || self.evict_capacity.is_some()
+    }
 }
 
 /// How the embedding table is laid out over the ranks.

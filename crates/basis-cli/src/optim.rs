@@ -5,8 +5,8 @@ use balanced_hash::{DChoice, LoadStats, OneChoice};
 use basis_core::{
     Accumulate, AdagradConfig, Adam8bit, AdamConfig, Basis, BasisConfig, ConfigError, DenseTable,
     Diagnostics, ExactAdam, Ftrl, FtrlConfig, MemoryReport, PartialRowwiseAdam, Profile, RowIndex,
-    RowStepAdam, RowwiseAdagrad, ScalarRule, ScalarStorage, Sgd, SparseOptimizer, StateError,
-    StepReport,
+    RowStateError, RowStepAdam, RowwiseAdagrad, ScalarRule, ScalarStorage, Sgd, SparseOptimizer,
+    StateError, StepReport,
 };
 use basis_shard::{OwnerRule, PartitionedBuckets};
 use serde::Serialize;
@@ -426,6 +426,33 @@ impl SparseOptimizer for Optimizer {
     fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
         self.inner().import_state(bytes)
     }
+
+    // The row-state calls: without them eviction and resharding of a
+    // sharded table over the CLI's optimizers would fail `Unsupported`.
+
+    fn export_rows(&self, slots: &[u64]) -> Result<Vec<u8>, RowStateError> {
+        self.inner_ref().export_rows(slots)
+    }
+
+    fn import_rows(&mut self, slots: &[u64], bytes: &[u8]) -> Result<(), RowStateError> {
+        self.inner().import_rows(slots, bytes)
+    }
+
+    fn swap_remove_row(&mut self, slot: u64) -> Result<Option<u64>, RowStateError> {
+        self.inner().swap_remove_row(slot)
+    }
+
+    fn bucket_count(&self) -> u32 {
+        self.inner_ref().bucket_count()
+    }
+
+    fn export_buckets(&self, buckets: &[u32]) -> Result<Vec<u8>, RowStateError> {
+        self.inner_ref().export_buckets(buckets)
+    }
+
+    fn import_buckets(&mut self, buckets: &[u32], bytes: &[u8]) -> Result<(), RowStateError> {
+        self.inner().import_buckets(buckets, bytes)
+    }
 }
 
 #[cfg(test)]
@@ -535,6 +562,79 @@ mod tests {
             let plain = run(name);
             assert_eq!(plain, run(&format!("{name}:beta1=0.9")), "{name}");
             assert_ne!(plain, run(&format!("{name}:beta1=0")), "{name}");
+        }
+    }
+}
+
+/// The row-state calls reach the optimizer through the enum (a table that
+/// evicts or reshards needs them).
+#[cfg(test)]
+mod row_state_tests {
+    use super::*;
+
+    /// Steps `opt` over a dense table of `rows` slots, keyed by global ids
+    /// `slot * 1000 + 3` (as a shard store steps).
+    fn keyed_steps(opt: &mut Optimizer, table: &mut [f32], rows: u64, from: u64, n: u64) {
+        for s in from..from + n {
+            let slots: Vec<u64> = (0..rows).filter(|i| (i + s) % 3 != 0).collect();
+            let keys: Vec<u64> = slots.iter().map(|i| i * 1000 + 3).collect();
+            let grads: Vec<f32> = slots
+                .iter()
+                .flat_map(|&i| [(i as f32 + s as f32).sin(), 0.5, -0.25])
+                .collect();
+            let mut t = DenseTable::new(table, 3).unwrap();
+            opt.step_keyed(&keys, &slots, &grads, &mut t).unwrap();
+        }
+    }
+
+    #[test]
+    fn rows_and_buckets_move_through_the_enum_and_continue_bit_for_bit() {
+        let rows = 12u64;
+        for text in ["adam", "rowwise-adagrad", "basis", "rowstep-adam"] {
+            let spec: OptSpec = text.parse().unwrap();
+            let owner = owner_rule(&spec, 64, 2, 5).unwrap();
+            let build = || {
+                let mut o = build_shard(&spec, 64, (1, &owner), 3, 5).unwrap();
+                o.grow_rows(rows).unwrap();
+                o
+            };
+            let mut a = build();
+            let mut ta = vec![0.1f32; rows as usize * 3];
+            keyed_steps(&mut a, &mut ta, rows, 0, 4);
+            // Move every row (in reverse slot order) and every bucket into
+            // a fresh optimizer.
+            let from: Vec<u64> = (0..rows).rev().collect();
+            let to: Vec<u64> = (0..rows).collect();
+            let blob = a.export_rows(&from).unwrap();
+            let mut b = build();
+            b.import_rows(&to, &blob).unwrap();
+            assert_eq!(a.bucket_count(), b.bucket_count(), "{text}");
+            assert_eq!(a.bucket_count() > 0, text == "basis", "{text}");
+            if a.bucket_count() > 0 {
+                let all: Vec<u32> = (0..a.bucket_count()).collect();
+                let buckets = a.export_buckets(&all).unwrap();
+                b.import_buckets(&all, &buckets).unwrap();
+            }
+            let mut tb: Vec<f32> = ta.chunks(3).rev().flatten().copied().collect();
+            // `b` holds `a`'s slot `rows-1-i` at slot `i`: step it with
+            // the same keys at the mirrored slots.
+            for s in 4..7 {
+                keyed_steps(&mut a, &mut ta, rows, s, 1);
+                let slots: Vec<u64> = (0..rows).filter(|i| (i + s) % 3 != 0).collect();
+                let keys: Vec<u64> = slots.iter().map(|i| i * 1000 + 3).collect();
+                let mirrored: Vec<u64> = slots.iter().map(|i| rows - 1 - i).collect();
+                let grads: Vec<f32> = slots
+                    .iter()
+                    .flat_map(|&i| [(i as f32 + s as f32).sin(), 0.5, -0.25])
+                    .collect();
+                let mut t = DenseTable::new(&mut tb, 3).unwrap();
+                b.step_keyed(&keys, &mirrored, &grads, &mut t).unwrap();
+            }
+            let back: Vec<f32> = tb.chunks(3).rev().flatten().copied().collect();
+            assert_eq!(ta, back, "{text}");
+            // Eviction: the last slot's state moves into the freed slot.
+            assert_eq!(b.swap_remove_row(2).unwrap(), Some(rows - 1), "{text}");
+            assert_eq!(b.swap_remove_row(rows - 2).unwrap(), None, "{text}");
         }
     }
 }

@@ -28,6 +28,11 @@ pub(crate) struct RankReport {
     /// requests, summed over steps): the rows it looked up, returned and
     /// stepped.
     pub(crate) ids_served: u64,
+    /// Rows this rank freed (`--evict-ttl`, `--evict-capacity`).
+    pub(crate) rows_evicted: u64,
+    /// Gradient rows this rank dropped because their id had no row yet
+    /// (`--admit-min-count`, `--admit-prob`), one per requesting rank and step.
+    pub(crate) grads_dropped: u64,
 }
 
 /// The sharded run's per-rank figures and their summary.
@@ -47,6 +52,10 @@ pub(crate) struct ShardReport {
     pub(crate) index_bytes_per_row: f64,
     /// Rows over all ranks.
     pub(crate) rows: u64,
+    /// Rows freed by eviction over all ranks.
+    pub(crate) rows_evicted: u64,
+    /// Gradient rows dropped (ids not admitted yet) over all ranks.
+    pub(crate) grads_dropped: u64,
     /// Seconds spent in training steps (evaluation excluded).
     pub(crate) train_secs: f64,
     /// Training examples per second over all ranks (epochs × examples /

@@ -554,6 +554,33 @@ impl OneBitAdam {
         }
     }
 
+    /// Forget the rank and group size the state is bound to, so that it
+    /// continues in a group of another size (a resumed run resharded over
+    /// more or fewer ranks). Allowed only while nothing in the state is
+    /// per rank: no error-feedback buffer (full-precision groups, or no
+    /// 1-bit step yet) and no accumulated gradient. The rest (moments,
+    /// counters, freeze state) is the same on every rank, so every rank of
+    /// the new group can import one rank's record, unbind, and continue
+    /// exactly as a run of that size would.
+    ///
+    /// # Errors
+    /// [`OneBitError::Config`] when a group holds error-feedback buffers or
+    /// a gradient is accumulated; nothing changed then.
+    pub fn unbind(&mut self) -> Result<(), OneBitError> {
+        let per_rank = self.grad_count > 0
+            || self
+                .groups
+                .iter()
+                .any(|g| g.seed.is_some() || g.allreduce.shape.is_some());
+        if per_rank {
+            return Err(OneBitError::Config(
+                "the state holds per-rank error feedback or an accumulated gradient",
+            ));
+        }
+        self.bound = None;
+        Ok(())
+    }
+
     /// Add one micro-batch gradient; [`Self::step`] uses the average of all
     /// gradients added since the previous step (both stages).
     ///

@@ -136,3 +136,74 @@ fn state_error_messages_explain_themselves() {
             .starts_with("state checksum mismatch")
     );
 }
+
+/// A state with no per-rank part (full precision, or 1-bit still in its
+/// warm-up) unbinds and continues on three ranks exactly as the 2-rank
+/// run it came from would (the moments are the same on every rank); once
+/// compression has run, unbinding is refused and the state unchanged.
+#[test]
+fn unbind_moves_a_warm_up_state_to_another_group_size_and_refuses_error_feedback() {
+    let config = Config::default().with_freeze(FreezePolicy::Fixed(4));
+    let groups = [GroupSpec::one_bit(D - 5), GroupSpec::full_precision(5)];
+    let grad = |s: usize| -> Vec<f32> {
+        (0..D)
+            .map(|i| ((i * 7 + s * 3) % 11) as f32 * 0.1 - 0.5)
+            .collect()
+    };
+    // Two warm-up steps on two ranks, then one more on 2 and on 3 ranks.
+    let run = |ranks: usize, record: Option<(Vec<u8>, Vec<f32>)>| {
+        LocalComm::run(ranks, |mut comm| {
+            let mut opt = OneBitAdam::with_groups(&groups, config).unwrap();
+            let mut params = vec![0.5f32; D];
+            let steps = match &record {
+                Some((blob, p)) => {
+                    opt.import_state(blob).unwrap();
+                    opt.unbind().unwrap();
+                    params.clone_from(p);
+                    2..3
+                }
+                None => 0..3,
+            };
+            for s in steps {
+                opt.step_with_grad(&mut comm, &mut params, &grad(s))
+                    .unwrap();
+            }
+            params
+        })
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect::<Vec<_>>()
+    };
+    let at_two: Vec<(Vec<u8>, Vec<f32>)> = LocalComm::run(2, |mut comm| {
+        let mut opt = OneBitAdam::with_groups(&groups, config).unwrap();
+        let mut params = vec![0.5f32; D];
+        for s in 0..2 {
+            opt.step_with_grad(&mut comm, &mut params, &grad(s))
+                .unwrap();
+        }
+        (opt.export_state(), params)
+    })
+    .into_iter()
+    .map(|r| r.unwrap())
+    .collect();
+    // Without unbinding, 3 ranks refuse the 2-rank state.
+    let refused = LocalComm::run(3, |mut comm| {
+        let mut opt = OneBitAdam::with_groups(&groups, config).unwrap();
+        opt.import_state(&at_two[0].0).unwrap();
+        let mut params = at_two[0].1.clone();
+        opt.step_with_grad(&mut comm, &mut params, &grad(2))
+            .is_err()
+    });
+    assert!(refused.into_iter().all(|r| r.unwrap()));
+    let whole = run(2, None);
+    let moved = run(3, Some(at_two[0].clone()));
+    for p in &moved {
+        assert_eq!(p, &whole[0]);
+    }
+    // After compression (step 5 and on) the error buffers are per rank.
+    let (blob, mut opt) = records(config, 6).swap_remove(0);
+    let before = opt.export_state();
+    assert_eq!(blob, before);
+    assert!(opt.unbind().is_err());
+    assert_eq!(opt.export_state(), before);
+}

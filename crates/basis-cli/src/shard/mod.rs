@@ -35,7 +35,7 @@ use crate::run::{
     EpochPoint, Progress, Run, RunResult, Step, StepAt, Strategy, Timing, finish, on_local_ranks,
     share, train_loop,
 };
-use basis_shard::{Batch, OwnerRule, RowInit, ShardedTable, TableConfig};
+use basis_shard::{Admission, Batch, Eviction, OwnerRule, RowInit, ShardedTable, TableConfig};
 use comm_traits::{CommStats, Communicator};
 use onebit_adam::OneBitAdam;
 use std::path::Path;
@@ -85,7 +85,7 @@ fn options(ds: &Dataset, run: &Run<'_>, lens: [usize; 3]) -> Vec<(&'static str, 
     let m = run.model;
     let label = balanced_hash::murmur3::x64_128(run.spec.label.as_bytes(), 0)[0];
     let data = balanced_hash::murmur3::x64_128(ds.name.as_bytes(), 0)[0];
-    vec![
+    let mut opts = vec![
         ("--opt", label),
         ("learning rate", u64::from(run.spec.lr().to_bits())),
         ("--epochs", u64::from(m.epochs)),
@@ -109,7 +109,50 @@ fn options(ds: &Dataset, run: &Run<'_>, lens: [usize; 3]) -> Vec<(&'static str, 
         ("training examples", lens[0] as u64),
         ("validation examples", lens[1] as u64),
         ("test examples", lens[2] as u64),
-    ]
+    ];
+    // Only when set: runs without them keep their checkpoints' fingerprint.
+    let admission = [
+        ("--admit-min-count", m.admit_min_count.map(u64::from)),
+        ("--admit-prob", m.admit_prob.map(f64::to_bits)),
+        ("--evict-ttl", m.evict_ttl),
+        ("--evict-capacity", m.evict_capacity),
+    ];
+    opts.extend(admission.into_iter().filter_map(|(k, v)| Some((k, v?))));
+    opts
+}
+
+/// Counters per row of the `--admit-min-count` sketch (4 rows: 4 MiB per
+/// rank; with 10^6 sightings per rank between halvings, at most
+/// `(10^6 / 2^20)^4 ≈ 0.8 %` of never-seen ids are admitted at once at
+/// `N = 2`, by `Admission::MinCount`'s bound).
+const ADMIT_WIDTH: usize = 1 << 20;
+/// Rows of the `--admit-min-count` sketch.
+const ADMIT_DEPTH: usize = 4;
+
+/// The table of `m`'s admission and eviction flags over `config`.
+fn with_admission(config: TableConfig, m: &crate::cli::ModelArgs) -> Result<TableConfig, String> {
+    let err = |e: basis_shard::ShardError| e.to_string();
+    let mut config = match (m.admit_min_count, m.admit_prob) {
+        (Some(n), _) => {
+            config.with_admission(Admission::min_count(n, ADMIT_WIDTH, ADMIT_DEPTH).map_err(err)?)
+        }
+        (None, Some(p)) => {
+            config.with_admission(Admission::probability(p, m.seed ^ 0xAD_0175).map_err(err)?)
+        }
+        (None, None) => config,
+    };
+    let eviction = match (m.evict_ttl, m.evict_capacity) {
+        (Some(t), c) => Some(Eviction::ttl(t)).map(|e| match c {
+            Some(c) => e.with_capacity(usize::try_from(c).unwrap_or(usize::MAX)),
+            None => e,
+        }),
+        (None, Some(c)) => Some(Eviction::capacity(usize::try_from(c).unwrap_or(usize::MAX))),
+        (None, None) => None,
+    };
+    if let Some(e) = eviction {
+        config = config.with_eviction(e);
+    }
+    Ok(config)
 }
 
 /// All-gather every option and fail on every rank, naming the first option
@@ -170,6 +213,7 @@ impl Rank {
                 init_row(row, std, seed, id)
             }))
             .with_l2(m.l2);
+        let config = with_admission(config, m)?;
         let table = ShardedTable::new(config, opt).map_err(|e| e.to_string())?;
         // The model without a table: rows live in the shard.
         let mut model = Fm::new(0, m.dim, m.init_std, m.seed)?;
@@ -371,6 +415,16 @@ fn rank_main_with(
     owner: &OwnerRule,
     fault: Option<fault::Fault>,
 ) -> Result<RunResult, String> {
+    if run.checkpoint.is_some() && run.model.admits_or_evicts() {
+        // The per-rank files do not carry the admission counters and the
+        // rows' last-seen steps: such a run could not resume exactly.
+        return Err(
+            "--checkpoint with --admit-min-count, --admit-prob, --evict-ttl or \
+             --evict-capacity is not supported yet (the checkpoint would lose the \
+             admission counters and last-seen steps)"
+                .into(),
+        );
+    }
     let start = Instant::now();
     let stats_before = comm.stats();
     let sources = sources(ds);
@@ -431,10 +485,15 @@ impl Strategy for Sharded<'_> {
 
     fn restore(&mut self, base: &Path) -> Result<Progress, String> {
         let at = (self.comm.rank(), self.comm.size());
-        let local = resume::restore(base, at, &self.opts, &mut self.me, &mut self.dense_opt);
-        let epoch = local.as_ref().map(|r| r.epoch).map_err(Clone::clone);
+        let (ds, run) = (self.ds, self.run);
+        let (me, dense_opt) = (&mut self.me, &mut self.dense_opt);
+        let local = resume::restore(base, at, &self.opts, (ds, run), me, dense_opt);
+        let epoch = local.as_ref().map(|r| r.0.epoch).map_err(Clone::clone);
         resume::agree_ok(self.comm, "resume", epoch)?;
-        local
+        let (progress, p_old) = local?;
+        // Stale files could make some ranks reshard and others not.
+        agree(self.comm, &[("the checkpoint's --workers", p_old as u64)])?;
+        Ok(progress)
     }
 
     fn step(&mut self, batch: &[usize], at: StepAt) -> Result<Step, String> {
@@ -512,6 +571,12 @@ impl Strategy for Sharded<'_> {
         } else {
             shard.rows as f64 * d as f64 * 8.0 / state as f64
         };
+        if m.admits_or_evicts() && comm.rank() == 0 {
+            eprintln!(
+                "sharded table: {} rows held, {} rows evicted, {} gradient rows dropped (ids not admitted yet)",
+                shard.rows, shard.rows_evicted, shard.grads_dropped
+            );
+        }
         out.sharded = Some(shard);
         Ok(Some(out))
     }

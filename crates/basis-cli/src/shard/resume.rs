@@ -8,16 +8,28 @@
 //! the options **with `P` and the rank**.
 //!
 //! Every rank's verdict is agreed collectively ([`agree_ok`]): when one
-//! rank's file is missing, corrupt, of another `P` or of another rank, or
-//! the files are of different epochs, every rank fails with the same
-//! message naming that rank — nobody waits for a rank that gave up.
+//! rank's file is missing, corrupt, of another rank, or the files are of
+//! different epochs, every rank fails with the same message naming that
+//! rank — nobody waits for a rank that gave up.
+//!
+//! Files of another group size `P` (every other option equal) are
+//! resharded ([`restore_resharded`]): each of the `P'` ranks reads the `P`
+//! files one at a time and takes the rows it now owns, with their optimizer
+//! row state and, under one-choice BASIS, their buckets
+//! (`ShardedTable::restore_resharded`); the replicated parts (dense
+//! parameters and optimizer, data order, history) come from rank 0's file.
+//! 1-bit Adam's error-feedback buffers are per rank: once its compressed
+//! stage has begun they cannot move exactly, and such a resume is refused.
 
 use super::Rank;
-use crate::checkpoint::{self, Checkpoint, ShardSections};
+use crate::checkpoint::{self, Checkpoint, CheckpointError, ShardSections};
+use crate::data::Dataset;
+use crate::optim;
 use crate::rng::Rng;
-use crate::run::Progress;
-use basis_shard::TableSnapshot;
+use crate::run::{Progress, Run};
+use basis_shard::{ShardError, TableSnapshot};
 use comm_traits::Communicator;
+use core::cell::RefCell;
 use onebit_adam::OneBitAdam;
 use std::path::{Path, PathBuf};
 
@@ -78,18 +90,156 @@ pub(super) fn save(
     checkpoint::save(&rank_path(base, rank), &c).map_err(|e| e.to_string())
 }
 
-/// Read this rank's file into `me` and `dense_opt`; on error they may be
-/// half restored (the run then fails on every rank).
+/// Read this rank's file into `me` and `dense_opt`, or, when the files
+/// are of another group size `P` (found in rank 0's file), reshard them
+/// ([`restore_resharded`]). Returns the progress and the files' `P`. On
+/// error `me` and `dense_opt` may be half restored (the run then fails on
+/// every rank).
 pub(super) fn restore(
     base: &Path,
     (rank, p): (usize, usize),
     opts: &[(&'static str, u64)],
+    (ds, run): (&Dataset, &Run<'_>),
+    me: &mut Rank,
+    dense_opt: &mut OneBitAdam,
+) -> Result<(Progress, usize), String> {
+    let path = rank_path(base, rank);
+    let (fp, options) = fingerprint(opts, p, rank);
+    let c = match checkpoint::load(&path, fp, &options) {
+        Ok(c) => c,
+        Err(e) => {
+            // Only on failure: is rank 0's file of another group size
+            // (every option before `--workers` equal)?
+            return match group_size_of(base, opts, p) {
+                Some(p_old) => {
+                    let at = (rank, p, p_old);
+                    restore_resharded(base, at, opts, (ds, run), me, dense_opt)
+                        .map(|progress| (progress, p_old))
+                }
+                None => Err(e.to_string()),
+            };
+        }
+    };
+    restore_own(&path, c, me, dense_opt).map(|progress| (progress, p))
+}
+
+/// The group size rank 0's file was written with, when it is not `p` and
+/// every option the file records before `--workers` equals this run's.
+fn group_size_of(base: &Path, opts: &[(&'static str, u64)], p: usize) -> Option<usize> {
+    let (fp, options) = fingerprint(opts, p, 0);
+    match checkpoint::load(&rank_path(base, 0), fp, &options) {
+        Err(CheckpointError::Mismatch {
+            differs: Some((option, theirs, _)),
+            ..
+        }) if option == "--workers" => theirs.parse().ok().filter(|&q| q >= 1 && q != p),
+        _ => None,
+    }
+}
+
+/// Rank `rank` of `p` takes its rows from the `p_old` files of a run with
+/// the same options on `p_old` ranks (`ShardedTable::restore_resharded`,
+/// one file at a time); the replicated parts come from rank 0's file.
+fn restore_resharded(
+    base: &Path,
+    (rank, p, p_old): (usize, usize, usize),
+    opts: &[(&'static str, u64)],
+    (ds, run): (&Dataset, &Run<'_>),
     me: &mut Rank,
     dense_opt: &mut OneBitAdam,
 ) -> Result<Progress, String> {
-    let path = rank_path(base, rank);
-    let (fp, options) = fingerprint(opts, p, rank);
-    let c = checkpoint::load(&path, fp, &options).map_err(|e| e.to_string())?;
+    let m = run.model;
+    let old_owner = optim::owner_rule(run.spec, ds.rows, p_old, m.seed)?;
+    let d = me.table.dim();
+    // Why a file failed (the table sees only a placeholder error), and rank
+    // 0's file without its rows.
+    let failure: RefCell<Option<String>> = RefCell::new(None);
+    let mut first: Option<Checkpoint> = None;
+    // Rows skipped as non-finite are counted per rank: new rank 0 carries
+    // the old ranks' sum, so the total over ranks stays.
+    let mut nonfinite = 0u64;
+    let fail = |msg: String| {
+        failure.borrow_mut().get_or_insert(msg);
+        ShardError::Corrupt("a checkpoint file of the old group was refused")
+    };
+    let files = (0..p_old).map(|r| {
+        let path = rank_path(base, r);
+        let (fp, options) = fingerprint(opts, p_old, r);
+        let mut c = checkpoint::load(&path, fp, &options).map_err(|e| fail(e.to_string()))?;
+        let sh = c.shard.take().ok_or_else(|| {
+            fail(format!(
+                "checkpoint {}: not a sharded run's file",
+                path.display()
+            ))
+        })?;
+        if let Some(f) = first.as_ref().filter(|f| f.epoch != c.epoch) {
+            return Err(fail(format!(
+                "resharding {p_old} ranks' checkpoints: the files are of different epochs (rank 0 has epoch {}, rank {r} has epoch {}): a run stopped while saving; start afresh",
+                f.epoch, c.epoch
+            )));
+        }
+        nonfinite += c.nonfinite;
+        let snapshot = TableSnapshot {
+            rank: r as u64,
+            ranks: p_old as u64,
+            dim: d as u64,
+            owner: old_owner.identity(),
+            ids: sh.ids,
+            rows: core::mem::take(&mut c.table),
+            optimizer: core::mem::take(&mut c.optimizer),
+            ..TableSnapshot::default()
+        };
+        if r == 0 {
+            c.shard = Some(ShardSections {
+                ids: Vec::new(),
+                dense_opt: sh.dense_opt,
+            });
+            first = Some(c);
+        }
+        Ok(snapshot)
+    });
+    let old_optimizer =
+        |r: usize| optim::build_shard(run.spec, ds.rows, (r, &old_owner), d, m.seed).map_err(&fail);
+    let moved = me.table.restore_resharded(&old_owner, files, old_optimizer);
+    let at = |e: &dyn core::fmt::Display| {
+        format!(
+            "resharding the {p_old} ranks' checkpoints {} into {p} ranks (rank {rank}): {e}",
+            base.display()
+        )
+    };
+    if let Err(e) = moved {
+        return Err(failure.into_inner().unwrap_or_else(|| at(&e)));
+    }
+    let c = first.ok_or_else(|| at(&"no rank 0 file"))?;
+    let sh = c.shard.ok_or_else(|| at(&"no rank 0 file"))?;
+    if c.dense.len() != me.model.dense.len() {
+        return Err(at(&format_args!("dense parameters: {}", c.dense.len())));
+    }
+    dense_opt
+        .import_state(&sh.dense_opt)
+        .map_err(|e| at(&format_args!("dense optimizer state: {e}")))?;
+    // Rank 0's dense optimizer state is every rank's (replicated) unless
+    // 1-bit compression has run: then its error feedback is per rank.
+    dense_opt.unbind().map_err(|e| {
+        at(&format_args!(
+            "dense optimizer: {e}: 1-bit Adam's error-feedback buffers are per rank and cannot move to another group size exactly (resume with --workers {p_old}, or train with --dense-opt adam)"
+        ))
+    })?;
+    me.model.dense = c.dense;
+    Ok(Progress {
+        epoch: c.epoch,
+        rng: Rng::new(c.rng_state),
+        nonfinite: if rank == 0 { nonfinite } else { 0 },
+        curve: serde_json::from_str(&c.history).map_err(|e| at(&format_args!("history: {e}")))?,
+    })
+}
+
+/// Read this rank's own file `c` (at `path`) into `me` and `dense_opt`.
+fn restore_own(
+    path: &Path,
+    c: Checkpoint,
+    me: &mut Rank,
+    dense_opt: &mut OneBitAdam,
+) -> Result<Progress, String> {
     let at = |what: &str, e: &dyn core::fmt::Display| {
         format!("checkpoint {}: {what}: {e}", path.display())
     };

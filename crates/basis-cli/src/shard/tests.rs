@@ -524,7 +524,8 @@ fn resume_is_bit_identical_and_bad_files_fail_every_rank() {
             &out,
             &["resume failed on rank 1", "it has rank 0, this run rank 1"],
         );
-        // Written with P = 3, resumed with P = 2.
+        // Written with P = 3, resumed with P = 2: the rows would move, but
+        // 1-bit Adam's per-rank error feedback cannot.
         restore();
         let two = sharded(2, &["--epochs", "2", "--opt", opt]);
         let out = with_checkpoint(&ds, &two, &base, true, None);
@@ -532,7 +533,8 @@ fn resume_is_bit_identical_and_bad_files_fail_every_rank() {
             &out,
             &[
                 "resume failed on rank 0",
-                "--workers 3, this run --workers 2",
+                "resharding the 3 ranks' checkpoints",
+                "error-feedback buffers are per rank",
             ],
         );
         // Files of different epochs (a run stopped between two ranks'
@@ -653,4 +655,137 @@ fn the_cli_optimizers_step_through_the_table_as_by_id() {
         back.restore_snapshot(snap.clone()).unwrap();
         assert_eq!(back.snapshot(), snap, "{}", spec.label);
     }
+}
+
+/// Checkpoints of a `P = 2` run resume on `P' = 3` ranks: the rows move to
+/// their new owners with their state (one-choice BASIS: with its buckets),
+/// and the run ends with the rows and (to float summation order) the test
+/// AUC of an uninterrupted 3-rank run. A missing old file fails every rank.
+#[test]
+fn a_two_rank_checkpoint_resumes_on_three_ranks() {
+    for opt in ["basis", "adam"] {
+        let extra = ["--epochs", "2", "--opt", opt, "--dense-opt", "adam"];
+        let (two, three) = (sharded(2, &extra), sharded(3, &extra));
+        let ds = load(&two);
+        let dir = temp_dir(&format!("reshard-{opt}"));
+        let base = dir.join("run.ckpt");
+        let whole = with_checkpoint(&ds, &three, &dir.join("whole"), false, None);
+        let whole = whole[0].as_ref().unwrap();
+        let whole_two = with_checkpoint(&ds, &two, &dir.join("whole2"), false, None);
+        let epoch_one = &whole_two[0].as_ref().unwrap().curve[0];
+        let batches = ds.train.len().div_ceil(two.model.batch) as u64;
+        let stopped = with_checkpoint(&ds, &two, &base, false, Some(batches + 3));
+        all_fail_with(&stopped, &["leaving at step"]);
+        let resumed = with_checkpoint(&ds, &three, &base, true, None);
+        for r in &resumed {
+            let r = r.as_ref().unwrap();
+            let (s, w) = (r.sharded.as_ref().unwrap(), whole.sharded.as_ref().unwrap());
+            assert_eq!(s.ranks.len(), 3, "{opt}");
+            assert_eq!(s.rows, w.rows, "{opt}");
+            assert_eq!(
+                r.curve.len(),
+                2,
+                "{opt}: epoch 1 from the file, epoch 2 trained"
+            );
+            // Epoch 1 is the 2-rank run's (read from its files, not retrained).
+            let e = &r.curve[0];
+            assert_eq!(e.test_auc.to_bits(), epoch_one.test_auc.to_bits(), "{opt}");
+            assert_eq!(
+                e.train_loss.to_bits(),
+                epoch_one.train_loss.to_bits(),
+                "{opt}"
+            );
+            let (a, b) = (r.final_metrics.test_auc, whole.final_metrics.test_auc);
+            assert!(
+                (a - b).abs() < 1e-3,
+                "{opt}: resumed {a}, uninterrupted {b}"
+            );
+        }
+        // The resumed run writes 3-rank files; a 2-rank file missing fails
+        // every rank, naming it.
+        let stopped = with_checkpoint(&ds, &two, &base, false, Some(batches + 3));
+        all_fail_with(&stopped, &["leaving at step"]);
+        std::fs::remove_file(resume::rank_path(&base, 1)).unwrap();
+        let out = with_checkpoint(&ds, &three, &base, true, None);
+        all_fail_with(&out, &["resume failed on rank 0", "rank1"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+/// `--admit-min-count` and `--evict-capacity` reach the table: gradients
+/// of ids not admitted yet are dropped, rows are evicted, the job holds at
+/// most the capacity (plus the rows created since the last sweep) and
+/// reports both counts; `--checkpoint` with them is refused.
+#[test]
+fn admission_and_eviction_flags_reach_the_table_and_are_reported() {
+    let plain = sharded(2, &[]);
+    let ds = load(&plain);
+    let (_, all) = test_auc(&ds, &plain);
+    let all = all.sharded.unwrap();
+    assert_eq!((all.rows_evicted, all.grads_dropped), (0, 0));
+    let a = sharded(2, &["--admit-min-count", "2", "--evict-capacity", "150"]);
+    let r = crate::train::train(&ds, &run_of(&a)).unwrap();
+    let s = r.sharded.as_ref().unwrap();
+    assert!(s.grads_dropped > 0, "{s:?}");
+    assert!(s.rows_evicted > 0, "{s:?}");
+    assert_eq!(
+        s.rows_evicted,
+        s.ranks.iter().map(|k| k.rows_evicted).sum::<u64>()
+    );
+    assert!(s.rows < all.rows, "{} of {}", s.rows, all.rows);
+    // The last sweep left at most 150 rows; one step adds at most a
+    // batch's ids.
+    let per_step = (a.model.batch * ds.fields.len()) as u64;
+    for k in &s.ranks {
+        assert!(k.rows <= 150 + per_step, "rank {}: {} rows", k.rank, k.rows);
+    }
+    let json = serde_json::to_string(s).unwrap();
+    assert!(json.contains("\"rows_evicted\"") && json.contains("\"grads_dropped\""));
+    let p = sharded(2, &["--admit-prob", "0.5", "--evict-ttl", "3"]);
+    let s = crate::train::train(&ds, &run_of(&p))
+        .unwrap()
+        .sharded
+        .unwrap();
+    assert!(s.grads_dropped > 0 && s.rows_evicted > 0, "{s:?}");
+    let dir = temp_dir("admit-checkpoint");
+    let out = with_checkpoint(&ds, &a, &dir.join("run.ckpt"), false, None);
+    all_fail_with(
+        &out,
+        &["--checkpoint with --admit-min-count", "not supported yet"],
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The admission and eviction flags need `--shard rows`.
+#[test]
+fn admission_and_eviction_flags_need_shard_rows() {
+    for flag in [
+        ["--admit-min-count", "2"],
+        ["--admit-prob", "0.5"],
+        ["--evict-ttl", "10"],
+        ["--evict-capacity", "100"],
+    ] {
+        let argv = ["basis", "train", "--workers", "2", flag[0], flag[1]];
+        let e = Cli::try_parse_from(argv).unwrap_err().to_string();
+        assert!(e.contains("--shard"), "{flag:?}: {e}");
+    }
+    for bad in [
+        ["--admit-min-count", "1"],
+        ["--admit-prob", "0"],
+        ["--evict-ttl", "0"],
+    ] {
+        let argv = ["basis", "train", "--shard", "rows", bad[0], bad[1]];
+        assert!(Cli::try_parse_from(argv).is_err(), "{bad:?}");
+    }
+    let both = [
+        "basis",
+        "train",
+        "--shard",
+        "rows",
+        "--admit-min-count",
+        "2",
+        "--admit-prob",
+        "0.5",
+    ];
+    assert!(Cli::try_parse_from(both).is_err());
 }
