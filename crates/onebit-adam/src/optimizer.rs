@@ -338,6 +338,9 @@ pub(crate) struct Frozen {
     /// `PreconditionedMomentum`: `√(v/bc2) + ε` per live coordinate, the
     /// same expression (and so the same bits) the update kernel divides by.
     denom: Vec<f32>,
+    /// `PreconditionedMomentum`: the bound `|u| ≤ cap` of the buffer sent
+    /// ([`preconditioned_cap`]; `+∞` for the other variants).
+    cap: f32,
 }
 
 impl Frozen {
@@ -1014,7 +1017,7 @@ impl OneBitAdam {
             Variant::PreconditionedMomentum => {
                 // `÷` and `×` are exact, so these contiguous (vectorised)
                 // loops give the bits of the per-coordinate formula.
-                let d = &frozen.denom;
+                let (d, cap) = (&frozen.denom, frozen.cap);
                 for_runs_at(runs, &mut packed, |r, k, out| {
                     let d = &d[k..k + out.len()];
                     let (m, g) = (&m[r.clone()], &g[r]);
@@ -1022,12 +1025,12 @@ impl OneBitAdam {
                         // The mean copy's `f·g + 0.0`, formed here: same bits.
                         Some(f) => {
                             for (((o, &m), &g), &d) in out.iter_mut().zip(m).zip(g).zip(d) {
-                                *o = (b1 * m + (1.0 - b1) * (g * f + 0.0)) / d;
+                                *o = ((b1 * m + (1.0 - b1) * (g * f + 0.0)) / d).clamp(-cap, cap);
                             }
                         }
                         None => {
                             for (((o, &m), &g), &d) in out.iter_mut().zip(m).zip(g).zip(d) {
-                                *o = (b1 * m + (1.0 - b1) * g) / d;
+                                *o = ((b1 * m + (1.0 - b1) * g) / d).clamp(-cap, cap);
                             }
                         }
                     }
@@ -1093,6 +1096,7 @@ impl OneBitAdam {
         }
         let count = live.iter().map(ExactSizeIterator::len).sum();
         let mut denom = Vec::new();
+        let mut cap = f32::INFINITY;
         if matches!(self.config.variant, Variant::PreconditionedMomentum) {
             let c = self.config;
             let bc2 = if c.bias_correction {
@@ -1100,6 +1104,7 @@ impl OneBitAdam {
             } else {
                 1.0
             };
+            cap = preconditioned_cap(c.beta1, c.beta2, bc2);
             let v = &self.v[range];
             // The update kernel's denominator, `√(v/bc2) + ε`.
             for r in &live {
@@ -1111,6 +1116,7 @@ impl OneBitAdam {
             live,
             count,
             denom,
+            cap,
         }
     }
 
@@ -1189,6 +1195,34 @@ enum Grad<'a> {
     Mean(&'a mut [f32]),
     /// The caller's gradient and factor, read by the kernel (one rank).
     Direct(&'a [f32], f32),
+}
+
+/// The largest `|m/(√(v/bc₂)+ε)|` full-precision Adam can produce with
+/// decays `β₁² < β₂`: with a zero start, `m_t = Σ_k a_k g_{t−k}` and
+/// `v_t = Σ_k b_k g²_{t−k}` (`a_k = (1−β₁)β₁^k`, `b_k = (1−β₂)β₂^k`), so by
+/// Cauchy–Schwarz `|m_t| ≤ √(Σ a_k²/b_k)·√v_t`, i.e.
+/// `|m_t|/√v_t ≤ B = (1−β₁) / (√(1−β₂)·√(1−β₁²/β₂))` (≈ 7.27 at the
+/// defaults; reached by a gradient growing `β₂/β₁`-fold per step), and the
+/// preconditioned value is at most `B·√bc₂`.
+///
+/// After the freeze `v` no longer follows the gradient: a coordinate whose
+/// gradient was ~0 during warm-up (a ReLU unit that rarely fired, `√v̂`
+/// down at ε) and grows later gets `u = m/ε`, unbounded. Clamping `u` to
+/// `cap` is the same as raising the frozen `v` to the floor `(m/B)²` that
+/// the momentum itself proves Adam's `v` would have reached — so no
+/// coordinate asks for a larger step than Adam could take (Adafactor's
+/// update clipping, for the same cause: a stale second moment). Without it
+/// the RMS scale of the compressed buffer follows those outliers, every
+/// coordinate steps `±lr·α`, and the error feedback grows without bound
+/// (DLRM at the CLI defaults: `α` from ≈ 5 to 140 in 190 1-bit steps, then
+/// a NaN). `β₁² ≥ β₂` has no bound: `+∞` (no clamp).
+fn preconditioned_cap(beta1: f32, beta2: f32, bc2: f32) -> f32 {
+    let (b1, b2) = (f64::from(beta1), f64::from(beta2));
+    let r = b1 * b1 / b2;
+    if r >= 1.0 {
+        return f32::INFINITY;
+    }
+    ((1.0 - b1) / Float::sqrt((1.0 - b2) * (1.0 - r)) * Float::sqrt(f64::from(bc2))) as f32
 }
 
 /// Write `values` into `out` (same length) and say whether any is NaN/±Inf,
@@ -1293,4 +1327,47 @@ fn gather_mean(
             .map_err(|_| OneBitError::Config("internal buffer size"))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::preconditioned_cap;
+
+    /// The bound against f64 Adam moments on gradient sequences that push
+    /// `|m/√v|` up (geometrically growing gradients, among them the
+    /// `β₂/β₁`-fold growth that attains it, and sign noise): never above
+    /// it, and within 1 % of it at the worst case (the bound is tight).
+    #[test]
+    fn the_cap_bounds_adam_and_is_nearly_reached() {
+        let (b1, b2) = (0.9f64, 0.999f64);
+        let cap = f64::from(preconditioned_cap(0.9, 0.999, 1.0));
+        let mut highest = 0.0f64;
+        for growth in [1.0f64, 1.01, 1.03, b2 / b1, 1.2, 2.0] {
+            for noisy in [false, true] {
+                let (mut m, mut v, mut g) = (0.0f64, 0.0f64, 1e-3f64);
+                for t in 0..3000u64 {
+                    g *= growth;
+                    if g > 1e30 {
+                        break;
+                    }
+                    let s = if noisy && t.wrapping_mul(0x9E37_79B9) % 7 == 3 {
+                        -1.0
+                    } else {
+                        1.0
+                    };
+                    m = b1 * m + (1.0 - b1) * s * g;
+                    v = b2 * v + (1.0 - b2) * g * g;
+                    let r = m.abs() / v.sqrt();
+                    assert!(r <= cap * (1.0 + 1e-6), "growth {growth}: {r} > {cap}");
+                    highest = highest.max(r);
+                }
+            }
+        }
+        assert!(highest > 0.99 * cap, "highest {highest} vs {cap}");
+        // With bias correction the cap scales by √bc₂; β₁² ≥ β₂: no bound.
+        let c = preconditioned_cap(0.9, 0.999, 0.25);
+        assert!((f64::from(c) - cap * 0.5).abs() < 1e-4 * cap);
+        assert_eq!(preconditioned_cap(0.99, 0.9, 1.0), f32::INFINITY);
+        assert!((cap - 7.2703).abs() < 1e-3, "{cap}");
+    }
 }

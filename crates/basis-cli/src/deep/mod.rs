@@ -216,7 +216,9 @@ impl DenseOpt {
         // Plain `Momentum` gives every coordinate ±(scale of the raw
         // momentum); this tower's √v̂ spans 10⁻⁹..10⁻², so that step is
         // lr·10⁵ on some coordinates and the run diverges within three
-        // 1-bit steps. Compressing m/(√v̂+ε) keeps each step ≈ lr.
+        // 1-bit steps. Compressing m/(√v̂+ε) keeps each step ≈ lr; the
+        // library clamps it to Adam's own bound on |m/√v|, without which
+        // units waking after the freeze (√v̂ ≈ ε) made DLRM diverge.
         let config = Config::default()
             .with_lr(lr)
             .with_freeze(warmup.policy(steps_total))
