@@ -18,6 +18,7 @@ mod metrics;
 mod model;
 mod optim;
 mod parallel;
+mod pixel_font;
 mod plot;
 mod progress;
 mod rng;
