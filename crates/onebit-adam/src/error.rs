@@ -79,7 +79,8 @@ impl From<CommError> for OneBitError {
     }
 }
 
-/// Why [`crate::OneBitAdam::import_state`] rejected a saved state. The
+/// Why [`crate::OneBitAdam::import_state`] (or
+/// [`crate::ZeroOneAdam::import_state`]) rejected a saved state. The
 /// optimizer is unchanged on error.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -95,7 +96,8 @@ pub enum StateError {
         /// Bytes present.
         found: u64,
     },
-    /// Not a 1-bit Adam state record.
+    /// Not a state record of this crate's optimizers (the magic is neither
+    /// 1-bit Adam's nor 0/1 Adam's; displayed as "not a 1-bit Adam state record").
     BadMagic,
     /// A format version this build cannot read.
     UnsupportedVersion(u32),
@@ -113,6 +115,9 @@ pub enum StateError {
     NonFinite,
     /// Bytes follow the end of the record its length fields announce.
     TrailingBytes,
+    /// The record was saved by another optimizer of this crate (names
+    /// it: `"1-bit Adam"` or `"0/1 Adam"`).
+    OtherOptimizer(&'static str),
 }
 
 impl fmt::Display for StateError {
@@ -134,6 +139,12 @@ impl fmt::Display for StateError {
                 f,
                 "trailing bytes after the state record (longer than its length fields announce)"
             ),
+            Self::OtherOptimizer(kind) => {
+                write!(
+                    f,
+                    "the state record was saved by another optimizer ({kind})"
+                )
+            }
         }
     }
 }

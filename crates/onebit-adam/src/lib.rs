@@ -20,6 +20,11 @@ pub mod reference;
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 mod simd;
 mod state;
+mod zero_one;
+mod zero_one_state;
+// The single-threaded simulation of 0/1 Adam the tests compare against.
+#[doc(hidden)]
+pub mod reference_zero_one;
 // A deterministic training problem for tests and benches: test support, not API.
 #[doc(hidden)]
 pub mod testing;
@@ -40,3 +45,4 @@ pub use memory::Memory;
 pub use onebit_codec::ScaleKind;
 pub use optimizer::{Config, GroupSpec, OneBitAdam, Policy, Stage, StepReport, Variant};
 pub use overlap::overlapped_allreduce;
+pub use zero_one::{ZeroOneAdam, ZeroOneConfig, ZeroOneMemory, ZeroOneReport, ZeroOneStage};

@@ -316,6 +316,7 @@ impl OneBitAdam {
     /// built with the same groups (and config). On error `self` is unchanged.
     ///
     /// # Errors
+    /// [`StateError::OtherOptimizer`] for a 0/1 Adam record,
     /// [`StateError::BadMagic`], [`StateError::UnsupportedVersion`],
     /// [`StateError::Truncated`] / [`StateError::TrailingBytes`] (fewer or
     /// more bytes than the record's length fields announce, checked before
@@ -324,6 +325,9 @@ impl OneBitAdam {
     /// [`StateError::NonFinite`].
     pub fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
         let seen = bytes.len().min(MAGIC.len());
+        if bytes.get(..4) == Some(&crate::zero_one_state::MAGIC[..]) {
+            return Err(StateError::OtherOptimizer("0/1 Adam"));
+        }
         if bytes[..seen] != MAGIC[..seen] {
             return Err(StateError::BadMagic);
         }
