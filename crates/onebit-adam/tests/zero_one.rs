@@ -519,3 +519,60 @@ fn config_is_validated_and_memory_is_counted() {
     assert_eq!((m.error_feedback, m.scratch), (4 * (112 + 56), 400));
     assert_eq!(m.total(), 800 + 400 + 500 + 4 * 168 + 400);
 }
+
+/// The goal on the crate's problem (the figures of
+/// `examples/zero_one_bytes.rs`): ≥ 3× fewer bytes than 1-bit Adam with a
+/// 20 % warm-up, at a final loss within 1 % of it, with `H = 4`.
+#[test]
+fn three_times_fewer_bytes_than_one_bit_adam_at_its_loss() {
+    const STEPS: u64 = 1000;
+    const BATCH: usize = 256;
+    let problem = LogisticProblem::generate(4, 8192, 4095, 32, 7);
+    let n = problem.params();
+    let batch = |t: u64| {
+        let start = (t as usize * BATCH) % (8192 - BATCH + 1);
+        start..start + BATCH
+    };
+    let one_bit = LocalComm::run(4, |mut c| {
+        let config = Config::default().with_lr(0.005).with_freeze_step(STEPS / 5);
+        let mut opt = OneBitAdam::new(n, config).unwrap();
+        let (mut x, mut g, mut bytes) = (vec![0.0f32; n], vec![0.0f32; n], 0);
+        for t in 0..STEPS {
+            problem
+                .batch_loss_grad(c.rank(), batch(t), &x, &mut g)
+                .unwrap();
+            bytes += opt
+                .step_with_grad(&mut c, &mut x, &g)
+                .unwrap()
+                .bytes
+                .bytes_sent;
+        }
+        (bytes, problem.loss(&x))
+    });
+    let zero_one = LocalComm::run(4, |mut c| {
+        let config = ZeroOneConfig::default()
+            .with_lr(0.005)
+            .with_var_freeze_step(STEPS / 5)
+            .with_local_step_scaler(STEPS / 20)
+            .with_local_step_clipper(4);
+        let mut opt = ZeroOneAdam::new(n, config).unwrap();
+        let (mut x, mut g, mut bytes) = (vec![0.0f32; n], vec![0.0f32; n], 0);
+        for t in 0..STEPS {
+            problem
+                .batch_loss_grad(c.rank(), batch(t), &x, &mut g)
+                .unwrap();
+            bytes += opt
+                .step_with_grad(&mut c, &mut x, &g)
+                .unwrap()
+                .bytes
+                .bytes_sent;
+        }
+        (bytes, problem.loss(&x))
+    });
+    let (ob_bytes, ob_loss) = *one_bit[0].as_ref().unwrap();
+    for rank in &zero_one {
+        let (bytes, loss) = *rank.as_ref().unwrap();
+        assert!(bytes * 3 <= ob_bytes, "{bytes} vs {ob_bytes}");
+        assert!(loss <= 1.01 * ob_loss && loss < 0.5, "{loss} vs {ob_loss}");
+    }
+}
