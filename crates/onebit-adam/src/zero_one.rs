@@ -523,7 +523,25 @@ impl ZeroOneAdam {
         params: &mut [f32],
         grad: &[f32],
     ) -> Result<ZeroOneReport, OneBitError> {
-        self.step_inner(comm, params, Some(grad))
+        self.step_inner(comm, params, Some((grad, 1.0)))
+    }
+
+    /// [`Self::step_with_grad`] with `factor · grad` as this rank's
+    /// gradient, scaled in the pass that reads it (a data-parallel rank whose
+    /// `grad` is its share of the batch gradient passes `factor = P`). The
+    /// same bits as `step_with_grad` on the product.
+    ///
+    /// # Errors
+    /// As [`Self::step`]; a non-finite `factor` is [`OneBitError::Config`],
+    /// a product that overflows is [`OneBitError::NonFinite`].
+    pub fn step_with_grad_scaled(
+        &mut self,
+        comm: &mut dyn Communicator,
+        params: &mut [f32],
+        grad: &[f32],
+        factor: f32,
+    ) -> Result<ZeroOneReport, OneBitError> {
+        self.step_inner(comm, params, Some((grad, factor)))
     }
 
     /// One optimizer step on `params` with the averaged accumulated gradient.
@@ -577,7 +595,7 @@ impl ZeroOneAdam {
         &mut self,
         comm: &dyn Communicator,
         params: &[f32],
-        extra: Option<&[f32]>,
+        extra: Option<(&[f32], f32)>,
     ) -> Result<(), OneBitError> {
         if params.len() != self.len {
             return Err(OneBitError::Length {
@@ -585,13 +603,16 @@ impl ZeroOneAdam {
                 found: params.len(),
             });
         }
-        if let Some(g) = extra
-            && g.len() != self.len
-        {
-            return Err(OneBitError::Length {
-                expected: self.len,
-                found: g.len(),
-            });
+        if let Some((g, f)) = extra {
+            if g.len() != self.len {
+                return Err(OneBitError::Length {
+                    expected: self.len,
+                    found: g.len(),
+                });
+            }
+            if !f.is_finite() {
+                return Err(OneBitError::Config("gradient factor is not finite"));
+            }
         }
         let count = self.grad_count + u32::from(extra.is_some());
         if count == 0 {
@@ -608,15 +629,16 @@ impl ZeroOneAdam {
         self.scratch.resize(self.len, 0.0);
         let inv = count as f32;
         match extra {
-            // `g + 0.0`: the sum a fresh accumulator would form.
-            Some(g) if self.grad_count == 0 => {
+            // `f·g + 0.0`: the sum a fresh accumulator would form (`g · 1.0`
+            // is `g`, so `step_with_grad` keeps its bits).
+            Some((g, f)) if self.grad_count == 0 => {
                 for (o, g) in self.scratch.iter_mut().zip(g) {
-                    *o = *g + 0.0;
+                    *o = *g * f + 0.0;
                 }
             }
-            Some(g) => {
+            Some((g, f)) => {
                 for ((o, s), g) in self.scratch.iter_mut().zip(&self.grad_sum).zip(g) {
-                    *o = (s + g) / inv;
+                    *o = (s + g * f) / inv;
                 }
             }
             None => {
@@ -635,7 +657,7 @@ impl ZeroOneAdam {
         &mut self,
         comm: &mut dyn Communicator,
         params: &mut [f32],
-        extra: Option<&[f32]>,
+        extra: Option<(&[f32], f32)>,
     ) -> Result<ZeroOneReport, OneBitError> {
         let before = comm.stats();
         let local = self.prepare(comm, params, extra);

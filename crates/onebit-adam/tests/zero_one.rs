@@ -576,3 +576,38 @@ fn three_times_fewer_bytes_than_one_bit_adam_at_its_loss() {
         assert!(loss <= 1.01 * ob_loss && loss < 0.5, "{loss} vs {ob_loss}");
     }
 }
+
+#[test]
+fn scaled_gradient_and_accumulation_match_the_plain_recipe() {
+    let config = schedule().with_var_freeze_step(3).with_local_step_scaler(1);
+    let out = LocalComm::run(2, |mut c| {
+        let mut a = ZeroOneAdam::new(40, config).unwrap();
+        let mut b = a.clone();
+        let mut d = a.clone();
+        let (mut xa, mut xb, mut xd) = (vec![0.5f32; 40], vec![0.5f32; 40], vec![0.5f32; 40]);
+        for t in 0..8 {
+            let g: Vec<f32> = (0..40)
+                .map(|i| ((i * 5 + t * 3 + c.rank()) % 9) as f32 * 0.1 - 0.4)
+                .collect();
+            let twice: Vec<f32> = g.iter().map(|x| 2.0 * x).collect();
+            a.step_with_grad_scaled(&mut c, &mut xa, &g, 2.0).unwrap();
+            b.step_with_grad(&mut c, &mut xb, &twice).unwrap();
+            // Two micro-batches g and 3g average to 2g.
+            d.accumulate(&g).unwrap();
+            let thrice: Vec<f32> = g.iter().map(|x| 3.0 * x).collect();
+            d.step_with_grad(&mut c, &mut xd, &thrice).unwrap();
+        }
+        assert_eq!(
+            a.step_with_grad_scaled(&mut c, &mut xa, &[0.0; 40], f32::INFINITY),
+            Err(OneBitError::Config("gradient factor is not finite"))
+        );
+        (bits(&xa), bits(&xb), xd)
+    });
+    for r in out {
+        let (a, b, d) = r.unwrap();
+        assert_eq!(a, b);
+        // (g + 3g)/2 rounds like 2g only approximately: close, not equal bits.
+        let b: Vec<f32> = b.iter().map(|&x| f32::from_bits(x)).collect();
+        assert!(b.iter().zip(&d).all(|(x, y)| (x - y).abs() < 1e-3));
+    }
+}
