@@ -79,7 +79,8 @@ impl From<CommError> for OneBitError {
     }
 }
 
-/// Why [`crate::OneBitAdam::import_state`] rejected a saved state. The
+/// Why [`crate::OneBitAdam::import_state`] (or
+/// [`crate::OneBitLamb::import_state`]) rejected a saved state. The
 /// optimizer is unchanged on error.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -95,7 +96,8 @@ pub enum StateError {
         /// Bytes present.
         found: u64,
     },
-    /// Not a 1-bit Adam state record.
+    /// Not a state record of the optimizer importing it (1-bit Adam's and
+    /// 1-bit LAMB's have different magics; the message names the family).
     BadMagic,
     /// A format version this build cannot read.
     UnsupportedVersion(u32),
