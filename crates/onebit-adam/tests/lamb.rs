@@ -655,3 +655,71 @@ fn converges_at_a_large_batch_like_one_bit_adam() {
     assert!(warm / comp >= 25.0);
     assert!(zeros > 0);
 }
+
+#[test]
+fn adaptation_factor_is_clipped_both_ways() {
+    // β₂ = 0.5 so both variances follow the gradient within a few steps.
+    // Gradients of size ~1 through the warm-up, 100× smaller for 40 steps
+    // (the fresh variance falls: the factor rises), then 100× larger than
+    // at first (it falls).
+    const FREEZE: u64 = 20;
+    let cfg = LambConfig::default()
+        .with_lr(0.01)
+        .with_beta2(0.5)
+        .with_freeze_step(FREEZE);
+    let n = 64;
+    let grad = |rank: usize, t: u64| -> Vec<f32> {
+        let size = match t {
+            0..=20 => 1.0,
+            21..=60 => 0.01,
+            _ => 100.0,
+        };
+        (0..n)
+            .map(|i| {
+                let s = ((i * 7 + rank * 3 + t as usize) % 5) as f32 - 1.5;
+                size * s
+            })
+            .collect()
+    };
+    let out = LocalComm::run(2, |mut c| {
+        let mut opt = OneBitLamb::new(&[LambGroup::new(n)], cfg).unwrap();
+        let mut x: Vec<f32> = (0..n).map(|i| 1.0 + i as f32 * 0.01).collect();
+        let mut cs = Vec::new();
+        for t in 1..=100 {
+            let g = grad(c.rank(), t);
+            let rep = opt.step_with_grad(&mut c, &mut x, &g).unwrap();
+            cs.push(rep.coefficients[0]);
+        }
+        (cs, opt.frozen_coefficients()[0], bits(&x))
+    });
+    let (cs, cbar, xb) = out.into_iter().next().unwrap().unwrap();
+    let mut refl = ReferenceLamb::new(&[LambGroup::new(n)], cfg, FREEZE, 2);
+    let mut x: Vec<f32> = (0..n).map(|i| 1.0 + i as f32 * 0.01).collect();
+    for t in 1..=100 {
+        let g = vec![grad(0, t), grad(1, t)];
+        assert_eq!(refl.step(&mut x, &g)[0], cs[t as usize - 1], "step {t}");
+    }
+    assert_eq!(bits(&x), xb);
+    // The factors f = c/c̄ of the compression stage.
+    let f: Vec<f64> = cs[FREEZE as usize..].iter().map(|c| c / cbar).collect();
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b;
+    let mut prev = 1.0;
+    for (k, &f) in f.iter().enumerate() {
+        assert!(
+            f >= 0.5 * (1.0 - 1e-9) && f <= 4.0 * (1.0 + 1e-9),
+            "step {k}: {f}"
+        );
+        assert!(
+            f >= prev * 0.9 * (1.0 - 1e-9) && f <= prev * 1.1 * (1.0 + 1e-9),
+            "step {k}: {prev} -> {f}"
+        );
+        prev = f;
+    }
+    // Each clip was reached: a rise of exactly +10 %, the top 4, a fall of
+    // exactly −10 %, the bottom 0.5.
+    let pairs: Vec<(f64, f64)> = f.windows(2).map(|w| (w[0], w[1])).collect();
+    assert!(pairs.iter().any(|&(a, b)| close(b, a * 1.1)), "{f:?}");
+    assert!(f.iter().any(|&x| close(x, 4.0)), "{f:?}");
+    assert!(pairs.iter().any(|&(a, b)| close(b, a * 0.9)), "{f:?}");
+    assert!(f.iter().any(|&x| close(x, 0.5)), "{f:?}");
+}
