@@ -257,7 +257,7 @@ impl LambGroup {
     }
 }
 
-/// What one [`OneBitLamb::step`] did on this rank.
+/// What one [`OneBitLamb::step_with_grad`] did on this rank.
 #[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
