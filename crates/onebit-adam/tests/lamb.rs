@@ -762,7 +762,7 @@ proptest::proptest! {
                 .map(|i| {
                     let h = mix(seed ^ mix(t * 1000 + i as u64) ^ (rank as u64) << 40);
                     // Every 5th coordinate is dead; a quarter of the rest 0 by chance.
-                    if i % 5 == 3 || h % 4 == 0 { 0.0 } else { ((h >> 11) % 2001) as f32 / 1000.0 - 1.0 }
+                    if i % 5 == 3 || h.is_multiple_of(4) { 0.0 } else { ((h >> 11) % 2001) as f32 / 1000.0 - 1.0 }
                 })
                 .collect()
         };
