@@ -791,3 +791,33 @@ proptest::proptest! {
         }
     }
 }
+
+#[test]
+fn a_state_bound_to_another_group_size_is_refused_at_the_step() {
+    let cfg = LambConfig::default().with_freeze_step(1);
+    let saved = LocalComm::run(2, |mut c| {
+        let mut opt = OneBitLamb::new(&[LambGroup::new(12)], cfg).unwrap();
+        let mut x = vec![0.5f32; 12];
+        for _ in 0..3 {
+            opt.step_with_grad(&mut c, &mut x, &[0.1; 12]).unwrap();
+        }
+        opt.export_state()
+    })
+    .into_iter()
+    .next()
+    .unwrap()
+    .unwrap();
+    let mut opt = OneBitLamb::new(&[LambGroup::new(12)], cfg).unwrap();
+    opt.import_state(&saved).unwrap();
+    let mut x = vec![0.5f32; 12];
+    // Rank 0 of 2, stepped alone: its error buffers belong to a pair.
+    assert_eq!(
+        opt.step_with_grad(&mut SingleRank::default(), &mut x, &[0.1; 12]),
+        Err(OneBitError::StateShape {
+            expected: 2,
+            found: 1
+        })
+    );
+    assert_eq!(opt.export_state(), saved);
+    assert_eq!(x, vec![0.5f32; 12]);
+}
