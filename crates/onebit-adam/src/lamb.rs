@@ -69,12 +69,10 @@
 //!   also left out of the factor's maximum: DeepSpeed's masked coordinates
 //!   enter it as `ε/ε = 1`, which pins `f ≥ 1` for any layer with one.
 //!
-//! Known limitation (as in DeepSpeed): after the freeze every coordinate's
-//! momentum arrives as `±α` of the whole buffer, so a coordinate whose
-//! frozen `√v` is far below `α` steps by `α/√v`. Mini-batch gradient noise
-//! keeps `v` broad enough; a full-batch run of the logistic problem degrades
-//! after the freeze (`examples/lamb_large_batch.rs`). 1-bit Adam's
-//! [`crate::Variant::PreconditionedMomentum`] is the fix to port.
+//! Known limitation: mini-batch runs of the logistic problem stay within
+//! 0.5 % of full-precision LAMB, but a full-batch run degrades soon after the
+//! freeze (`examples/lamb_large_batch.rs`; 1-bit Adam's plain momentum
+//! does too, less); the cause is not diagnosed yet.
 //!
 //! Every step starts with one header exchange (step, length, group layout,
 //! gradient verdict), so a NaN gradient or a disagreement fails on every
