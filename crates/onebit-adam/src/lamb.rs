@@ -69,8 +69,8 @@
 //!   also left out of the factor's maximum: DeepSpeed's masked coordinates
 //!   enter it as `ε/ε = 1`, which pins `f ≥ 1` for any layer with one.
 //!
-//! Known limitation: mini-batch runs of the logistic problem stay within
-//! 0.5 % of full-precision LAMB, but a full-batch run degrades soon after the
+//! Known limitation: mini-batch runs of the logistic problem end at most
+//! 0.5 % above full-precision LAMB, but a full-batch run degrades soon after the
 //! freeze (`examples/lamb_large_batch.rs`; 1-bit Adam's plain momentum
 //! does too, less); the cause is not diagnosed yet.
 //!
