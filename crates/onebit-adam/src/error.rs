@@ -80,7 +80,8 @@ impl From<CommError> for OneBitError {
 }
 
 /// Why [`crate::OneBitAdam::import_state`] (or
-/// [`crate::ZeroOneAdam::import_state`]) rejected a saved state. The
+/// [`crate::ZeroOneAdam::import_state`], [`crate::OneBitLamb::import_state`])
+/// rejected a saved state. The
 /// optimizer is unchanged on error.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -96,8 +97,9 @@ pub enum StateError {
         /// Bytes present.
         found: u64,
     },
-    /// Not a state record of this crate's optimizers (the magic is neither
-    /// 1-bit Adam's nor 0/1 Adam's; displayed as "not a 1-bit Adam state record").
+    /// Not a state record of the optimizer importing it (1-bit Adam's, 0/1
+    /// Adam's and 1-bit LAMB's have different magics; the message names the
+    /// family).
     BadMagic,
     /// A format version this build cannot read.
     UnsupportedVersion(u32),

@@ -25,6 +25,8 @@ pub(crate) enum Op {
     OptimizerStep = 2,
     /// One step of the 0/1 Adam optimizer that communicates.
     ZeroOneStep = 3,
+    /// One step of the 1-bit LAMB optimizer (all its collectives).
+    LambStep = 4,
 }
 
 /// What this rank proposes; `status` is 0 when its input is acceptable.

@@ -11,12 +11,17 @@ pub mod dense;
 mod error;
 mod freeze;
 mod header;
+mod lamb;
+mod lamb_state;
 mod memory;
 mod optimizer;
 mod overlap;
 // Single-threaded simulations the tests compare against: test support, not API.
 #[doc(hidden)]
 pub mod reference;
+// The slow 1-bit LAMB simulation the tests compare against: test support, not API.
+#[doc(hidden)]
+pub mod reference_lamb;
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 mod simd;
 mod state;
@@ -41,6 +46,7 @@ pub use allreduce::{
 pub use dense::{AdamW, Kernel};
 pub use error::{OneBitError, StateError};
 pub use freeze::{AutoFreeze, FreezePolicy};
+pub use lamb::{LambConfig, LambGroup, LambStepReport, OneBitLamb};
 pub use memory::Memory;
 pub use onebit_codec::ScaleKind;
 pub use optimizer::{Config, GroupSpec, OneBitAdam, Policy, Stage, StepReport, Variant};

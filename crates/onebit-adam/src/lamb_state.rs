@@ -1,0 +1,402 @@
+//! Export / import of one rank's whole [`OneBitLamb`] state — moments, the
+//! fresh variance, the frozen and adapted coefficients, the momentum
+//! scaling, the freeze tracker, counters and **the error buffers** — so a
+//! restored run continues bit for bit (DeepSpeed resets the error buffers
+//! and, mid-warm-up, the coefficients on checkpoint load).
+//!
+//! Record (all integers and floats little-endian), versioned and CRC-32
+//! checked like 1-bit Adam's (`src/state.rs`), with its total length in the
+//! header so a cut or padded record is named as such before the checksum:
+//! ```text
+//! magic "1BLM" | version u32 = 1 | total bytes u64 (CRC included)
+//! rank u32 | size u32 (u32::MAX = unbound) | len u64 | groups u32 | step u64
+//! per group: len u64 | c̄ f64 | f_prev f64 | last c f64
+//!            | has scaling u8 (0/1) | s f32 (0 when absent)
+//! freeze: policy u8 (1 fixed, 2 auto) | fixed: step u64 | 0 u64 ×3;
+//!         auto: window u64 | threshold f64 | min_step u64 | max_step u64
+//!         | frozen_at u64 (0 = not decided) | snapshot_at u64 (0 = none)
+//!         | last change f64 (NaN = none) | S u64 | v̂ snapshot f32×S
+//! error feedback: kind u8 (0 none, 1 bound) | kind 1: calls u64
+//!         | N u64 | e_w f32×N | M u64 | e_s f32×M   (N = len padded to 8P, M = N/P)
+//! m f32×len | v f32×len | F u64 (0 or len) | v_fresh f32×F
+//! zero mask ⌈len/8⌉ bytes (Msb0; the buffers' `len` is its live count)
+//! crc32 u32 over everything before it
+//! ```
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use crate::StateError;
+use crate::allreduce::{AllReduceState, Shape};
+use crate::freeze::{FreezePolicy, FreezeTracker};
+use crate::lamb::OneBitLamb;
+
+const MAGIC: [u8; 4] = *b"1BLM";
+const VERSION: u32 = 1;
+const UNBOUND: u32 = u32::MAX;
+/// magic, version, total length.
+const HEAD: usize = 16;
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn u8(&mut self, x: u8) {
+        self.0.push(x);
+    }
+    fn u32(&mut self, x: u32) {
+        self.0.extend_from_slice(&x.to_le_bytes());
+    }
+    fn u64(&mut self, x: u64) {
+        self.0.extend_from_slice(&x.to_le_bytes());
+    }
+    fn f64(&mut self, x: f64) {
+        self.u64(x.to_bits());
+    }
+    fn floats(&mut self, xs: &[f32]) {
+        self.u64(xs.len() as u64);
+        for x in xs {
+            self.0.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+}
+
+struct Reader<'a> {
+    b: &'a [u8],
+    total: u64,
+}
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8], StateError> {
+        if self.b.len() < n {
+            // The checksum held but a length field overruns the record.
+            return Err(StateError::Truncated {
+                needed: self.total.saturating_add((n - self.b.len()) as u64),
+                found: self.total,
+            });
+        }
+        let (head, rest) = self.b.split_at(n);
+        self.b = rest;
+        Ok(head)
+    }
+    fn u8(&mut self) -> Result<u8, StateError> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, StateError> {
+        let mut w = [0u8; 4];
+        w.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(w))
+    }
+    fn u64(&mut self) -> Result<u64, StateError> {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(w))
+    }
+    fn f64(&mut self) -> Result<f64, StateError> {
+        Ok(f64::from_bits(self.u64()?))
+    }
+    fn f32(&mut self) -> Result<f32, StateError> {
+        let mut w = [0u8; 4];
+        w.copy_from_slice(self.take(4)?);
+        Ok(f32::from_le_bytes(w))
+    }
+    /// A length-prefixed float vector, checked finite; the length is
+    /// checked against the bytes left before allocating.
+    fn floats(&mut self) -> Result<Vec<f32>, StateError> {
+        let n = self.u64()?;
+        let bytes = usize::try_from(n)
+            .ok()
+            .and_then(|n| n.checked_mul(4))
+            .ok_or(StateError::Truncated {
+                needed: u64::MAX,
+                found: self.total,
+            })?;
+        let raw = self.take(bytes)?;
+        let mut out = Vec::with_capacity(raw.len() / 4);
+        for w in raw.chunks_exact(4) {
+            let x = f32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+            if !x.is_finite() {
+                return Err(StateError::NonFinite);
+            }
+            out.push(x);
+        }
+        Ok(out)
+    }
+    /// A float vector whose length must be `want`.
+    fn floats_exact(&mut self, want: usize, what: &'static str) -> Result<Vec<f32>, StateError> {
+        let v = self.floats()?;
+        if v.len() == want {
+            Ok(v)
+        } else {
+            Err(StateError::Shape(what))
+        }
+    }
+}
+
+/// The freeze block's policy fields: kind, then four u64.
+fn freeze_fields(p: FreezePolicy) -> (u8, [u64; 4]) {
+    match p {
+        FreezePolicy::Fixed(n) => (1, [n, 0, 0, 0]),
+        FreezePolicy::Auto(a) => (2, [a.window, a.threshold.to_bits(), a.min_step, a.max_step]),
+    }
+}
+
+impl OneBitLamb {
+    /// Serialise this rank's state as a versioned, CRC-32-checked record
+    /// (layout in the module docs of this crate's `src/lamb_state.rs`).
+    /// Hyper-parameters are not stored: the caller rebuilds the optimizer
+    /// with its config and groups, then imports.
+    pub fn export_state(&self) -> Vec<u8> {
+        let mut w = Writer(Vec::new());
+        w.0.extend_from_slice(&MAGIC);
+        w.u32(VERSION);
+        w.u64(0); // total length, patched below
+        let (rank, size) = self
+            .bound
+            .map_or((UNBOUND, UNBOUND), |(r, s)| (r as u32, s as u32));
+        w.u32(rank);
+        w.u32(size);
+        w.u64(self.len as u64);
+        w.u32(self.groups.len() as u32);
+        w.u64(self.step);
+        for g in &self.groups {
+            w.u64(g.spec.len as u64);
+            w.f64(g.coeff_avg);
+            w.f64(g.last_factor);
+            w.f64(g.last_coeff);
+            w.u8(u8::from(g.scaling.is_some()));
+            w.0.extend_from_slice(&g.scaling.unwrap_or(0.0).to_le_bytes());
+        }
+        let (kind, fields) = freeze_fields(self.config.freeze);
+        w.u8(kind);
+        for x in fields {
+            w.u64(x);
+        }
+        let fz = &self.freeze;
+        w.u64(fz.frozen_at.unwrap_or(0));
+        w.u64(fz.snapshot_at.unwrap_or(0));
+        w.f64(fz.last_change.unwrap_or(f64::NAN));
+        w.floats(&fz.snapshot);
+        if self.allreduce.shape.is_some() {
+            w.u8(1);
+            w.u64(self.allreduce.calls);
+            w.floats(&self.allreduce.worker_error());
+            w.floats(&self.allreduce.server_error());
+        } else {
+            w.u8(0);
+        }
+        w.floats(&self.m);
+        w.floats(&self.v);
+        w.floats(&self.v_fresh);
+        let mut mask = vec![0u8; self.len.div_ceil(8)];
+        for (i, &z) in self.zero.iter().enumerate() {
+            if z {
+                mask[i / 8] |= 0x80 >> (i % 8);
+            }
+        }
+        w.0.extend_from_slice(&mask);
+        let total = (w.0.len() + 4) as u64;
+        w.0[8..16].copy_from_slice(&total.to_le_bytes());
+        let crc = crc32fast::hash(&w.0);
+        w.u32(crc);
+        w.0
+    }
+
+    /// Restore a record written by [`Self::export_state`] on an optimizer
+    /// built with the same groups and config. On error `self` is unchanged.
+    ///
+    /// # Errors
+    /// [`StateError::BadMagic`], [`StateError::UnsupportedVersion`],
+    /// [`StateError::Truncated`] / [`StateError::TrailingBytes`] (fewer or
+    /// more bytes than the record's length field announces, checked before
+    /// the checksum), [`StateError::Checksum`], [`StateError::Shape`] (other
+    /// parameter count, groups, rank, freeze policy, or a record whose
+    /// parts disagree about the stage), [`StateError::NonFinite`] (a
+    /// non-finite float, or a coefficient out of its range).
+    pub fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
+        let seen = bytes.len().min(MAGIC.len());
+        if bytes[..seen] != MAGIC[..seen] {
+            return Err(StateError::BadMagic);
+        }
+        if let Some(v) = bytes.get(4..8) {
+            let version = u32::from_le_bytes([v[0], v[1], v[2], v[3]]);
+            if version != VERSION {
+                return Err(StateError::UnsupportedVersion(version));
+            }
+        }
+        let found = bytes.len() as u64;
+        let Some(t) = bytes.get(8..HEAD) else {
+            return Err(StateError::Truncated {
+                needed: HEAD as u64 + 4,
+                found,
+            });
+        };
+        let mut w = [0u8; 8];
+        w.copy_from_slice(t);
+        let total = u64::from_le_bytes(w);
+        if found < total.max(HEAD as u64 + 4) {
+            return Err(StateError::Truncated {
+                needed: total.max(HEAD as u64 + 4),
+                found,
+            });
+        }
+        if found > total {
+            return Err(StateError::TrailingBytes);
+        }
+        let (body, tail) = bytes.split_at(bytes.len() - 4);
+        let stored = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
+        let computed = crc32fast::hash(body);
+        if stored != computed {
+            return Err(StateError::Checksum { stored, computed });
+        }
+        let mut r = Reader {
+            b: &body[HEAD..],
+            total,
+        };
+        let next = self.read(&mut r)?;
+        if !r.b.is_empty() {
+            return Err(StateError::TrailingBytes);
+        }
+        *self = next;
+        Ok(())
+    }
+
+    /// The checked body of a record, as a new optimizer.
+    fn read(&self, r: &mut Reader<'_>) -> Result<Self, StateError> {
+        let mut next = self.clone();
+        let (rank, size) = (r.u32()?, r.u32()?);
+        next.bound = match (rank, size) {
+            (UNBOUND, UNBOUND) => None,
+            (rank, size) if rank < size => Some((rank as usize, size as usize)),
+            _ => return Err(StateError::Shape("rank")),
+        };
+        if r.u64()? != self.len as u64 {
+            return Err(StateError::Shape("parameter count"));
+        }
+        if r.u32()? != self.groups.len() as u32 {
+            return Err(StateError::Shape("group count"));
+        }
+        next.step = r.u64()?;
+        for g in &mut next.groups {
+            if r.u64()? != g.spec.len as u64 {
+                return Err(StateError::Shape("group length"));
+            }
+            g.coeff_avg = r.f64()?;
+            g.last_factor = r.f64()?;
+            g.last_coeff = r.f64()?;
+            let has = r.u8()?;
+            let s = r.f32()?;
+            g.scaling = match has {
+                0 => None,
+                1 => Some(s),
+                _ => return Err(StateError::Shape("scaling flag")),
+            };
+            // Ranges the math keeps them in: c̄ ≥ 0, f_prev > 0, s > 0.
+            let ok = g.coeff_avg.is_finite()
+                && g.coeff_avg >= 0.0
+                && g.last_factor.is_finite()
+                && g.last_factor > 0.0
+                && g.last_coeff.is_finite()
+                && g.scaling.is_none_or(|s| s.is_finite() && s > 0.0);
+            if !ok {
+                return Err(StateError::NonFinite);
+            }
+        }
+        next.freeze = self.read_freeze(r, next.step)?;
+        // The error buffers are sized by the zero mask, which comes last:
+        // read them now, check them once the mask is known.
+        let errors = match r.u8()? {
+            0 => None,
+            1 => {
+                let calls = r.u64()?;
+                Some((calls, r.floats()?, r.floats()?))
+            }
+            _ => return Err(StateError::Shape("error buffer kind")),
+        };
+        next.m = r.floats_exact(self.len, "momentum length")?;
+        next.v = r.floats_exact(self.len, "variance length")?;
+        next.v_fresh = r.floats()?;
+        let mask = r.take(self.len.div_ceil(8))?;
+        next.zero = (0..self.len)
+            .map(|i| mask[i / 8] & (0x80 >> (i % 8)) != 0)
+            .collect();
+        if next.zero.iter().zip(&next.m).any(|(&z, &m)| z && m != 0.0) {
+            return Err(StateError::Shape("momentum of an exact-zero coordinate"));
+        }
+        next.allreduce = AllReduceState::new();
+        if let Some((calls, we, se)) = errors {
+            let (rank, ranks) = next.bound.ok_or(StateError::Shape("rank"))?;
+            let shape = Shape {
+                len: next.zero.iter().filter(|&&z| !z).count(),
+                ranks,
+                rank,
+            };
+            if we.len() != shape.padded() {
+                return Err(StateError::Shape("worker error length"));
+            }
+            if se.len() != shape.server_len() {
+                return Err(StateError::Shape("server error length"));
+            }
+            next.allreduce
+                .restore(shape, calls, &we, &se)
+                .map_err(|_| StateError::NonFinite)?;
+        }
+        // The stage the parts describe must be one: after the first
+        // compressed step every group has its scaling, `v_fresh` is whole
+        // and the error buffers are bound; before it, none of the first two.
+        let scaled = next.groups.iter().filter(|g| g.scaling.is_some()).count();
+        let compressed = match (scaled, next.v_fresh.len()) {
+            (0, 0) => false,
+            (s, f) if s == next.groups.len() && f == self.len => true,
+            _ => return Err(StateError::Shape("stage (scaling and fresh variance)")),
+        };
+        if compressed
+            && (next.allreduce.shape.is_none()
+                || next.freeze.frozen_at.is_none_or(|f| f >= next.step))
+        {
+            return Err(StateError::Shape("stage (compressed without a freeze)"));
+        }
+        Ok(next)
+    }
+
+    /// The freeze block, checked against this optimizer's policy and the
+    /// record's `step`.
+    fn read_freeze(&self, r: &mut Reader<'_>, step: u64) -> Result<FreezeTracker, StateError> {
+        let kind = r.u8()?;
+        let mut fields = [0u64; 4];
+        for f in &mut fields {
+            *f = r.u64()?;
+        }
+        if (kind, fields) != freeze_fields(self.config.freeze) {
+            return Err(StateError::Shape(
+                "freeze policy (the record was saved under another FreezePolicy)",
+            ));
+        }
+        let at = |x: u64| (x != 0).then_some(x);
+        let frozen_at = at(r.u64()?);
+        let snapshot_at = at(r.u64()?);
+        let change = r.f64()?;
+        let last_change = (!change.is_nan()).then_some(change);
+        let snapshot = r.floats()?;
+        let consistent = match (self.config.freeze, frozen_at) {
+            (FreezePolicy::Fixed(n), f) => f == Some(n) && snapshot_at.is_none(),
+            (FreezePolicy::Auto(_), Some(f)) => f <= step.max(1) && snapshot_at.is_none(),
+            (FreezePolicy::Auto(_), None) => snapshot_at.is_none_or(|s| s <= step),
+        };
+        let snapshot_ok = match snapshot_at {
+            Some(_) => snapshot.len() == self.len,
+            None => snapshot.is_empty(),
+        };
+        if !(consistent && snapshot_ok) {
+            return Err(StateError::Shape("freeze state (step or snapshot length)"));
+        }
+        if last_change.is_some_and(|c| c.is_infinite() || c < 0.0) {
+            return Err(StateError::NonFinite);
+        }
+        Ok(FreezeTracker {
+            frozen_at,
+            snapshot,
+            snapshot_at,
+            last_change,
+        })
+    }
+}
