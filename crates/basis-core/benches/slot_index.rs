@@ -4,7 +4,10 @@
 //! medians: robust to a busy machine's load spikes), then criterion groups.
 //!
 //! Operations: lookup hit (65 536 held ids in random order), lookup miss
-//! (65 536 absent ids), and insert (building the whole table from empty, ns
+//! (65 536 absent ids), Zipf-skewed hits (rank `r` with probability ∝ 1/r),
+//! each per id with `get` and batched with `SlotIndex::get_many` (8192 ids a
+//! call, a shard step's batch; hashbrown has no batched lookup, so its
+//! per-id figure is taken again, interleaved), and insert (building the whole table from empty, ns
 //! per id, growth included). Ids are pseudo-random 64-bit values.
 //! `SLOT_BENCH_N=1000000` limits the sizes (the default is both).
 // `criterion_group!` generates an undocumented function.
@@ -18,6 +21,8 @@ use criterion::{Criterion, Throughput, criterion_group};
 use hashbrown::HashMap;
 
 const PROBES: usize = 1 << 16;
+/// Ids per `get_many` call: the shard step bench's batch.
+const STEP_BATCH: usize = 8192;
 
 fn id(i: u64) -> u64 {
     // An odd multiplier is a bijection: distinct, scattered ids.
@@ -61,6 +66,33 @@ fn sum_index(index: &SlotIndex, ids: &[u64]) -> u64 {
     ids.iter().map(|&k| index.get(k).map_or(1, u64::from)).sum()
 }
 
+/// [`SlotIndex::get_many`] over `ids` in runs of a table step's batch.
+fn sum_index_many(index: &SlotIndex, ids: &[u64], out: &mut [Option<u32>]) -> u64 {
+    let mut sum = 0;
+    for (ks, os) in ids.chunks(STEP_BATCH).zip(out.chunks_mut(STEP_BATCH)) {
+        index.get_many(ks, os);
+        sum += os.iter().map(|s| s.map_or(1, u64::from)).sum::<u64>();
+    }
+    sum
+}
+
+/// Zipf-like ids over the `n` held ones (rank `r` drawn with probability
+/// ∝ 1/r: `r = n^u` for uniform `u`), scattered by `id`: a training batch's
+/// skew, where hot ids stay in cache for both structures.
+fn zipf(n: usize) -> Vec<u64> {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    (0..PROBES)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let u = (x >> 11) as f64 / (1u64 << 53) as f64;
+            let r = (n as f64).powf(u) as u64 - 1;
+            id(r.wrapping_mul(0x2545_F491_4F6C_DD1D) % n as u64)
+        })
+        .collect()
+}
+
 fn sum_map(map: &HashMap<u64, u32, IdBuildHasher>, ids: &[u64]) -> u64 {
     ids.iter()
         .map(|k| map.get(k).map_or(1, |&s| u64::from(s)))
@@ -94,33 +126,54 @@ fn interleaved(n: usize) {
         "n = {n}: SlotIndex {bytes:.2} B/id, hashbrown {map_bytes:.2} B/id; load {}",
         load()
     );
-    let mut t: [Vec<f64>; 6] = Default::default();
+    let zipf = zipf(n);
+    let mut out = vec![None; PROBES];
+    // Pairs (SlotIndex, hashbrown) per row of the report; `get_many` rows
+    // compare the batched lookup with hashbrown's per-id one.
+    let mut t: [Vec<f64>; 12] = Default::default();
     for _ in 0..7 {
-        t[0].push(ns_per(PROBES, || {
-            black_box(sum_index(&index, &hits));
-        }));
-        t[1].push(ns_per(PROBES, || {
-            black_box(sum_map(&map, &hits));
-        }));
-        t[2].push(ns_per(PROBES, || {
-            black_box(sum_index(&index, &misses));
-        }));
-        t[3].push(ns_per(PROBES, || {
-            black_box(sum_map(&map, &misses));
-        }));
-        if n <= 1_000_000 {
-            t[4].push(ns_per(n, || drop(black_box(build_index(n)))));
-            t[5].push(ns_per(n, || drop(black_box(build_map(n)))));
+        for (row, ids) in [&hits, &misses, &zipf].into_iter().enumerate() {
+            t[2 * row].push(ns_per(PROBES, || {
+                black_box(sum_index(&index, ids));
+            }));
+            t[2 * row + 1].push(ns_per(PROBES, || {
+                black_box(sum_map(&map, ids));
+            }));
+            t[6 + 2 * row].push(ns_per(PROBES, || {
+                black_box(sum_index_many(&index, ids, &mut out));
+            }));
+            t[6 + 2 * row + 1].push(ns_per(PROBES, || {
+                black_box(sum_map(&map, ids));
+            }));
         }
     }
-    let names = ["hit", "miss", "insert"];
-    for (i, name) in names.iter().enumerate() {
-        if t[2 * i].is_empty() {
-            continue;
+    let mut build: [Vec<f64>; 2] = Default::default();
+    if n <= 1_000_000 {
+        for _ in 0..7 {
+            build[0].push(ns_per(n, || drop(black_box(build_index(n)))));
+            build[1].push(ns_per(n, || drop(black_box(build_map(n)))));
         }
+    }
+    let names = [
+        "hit",
+        "miss",
+        "zipf",
+        "hit get_many",
+        "miss get_many",
+        "zipf get_many",
+    ];
+    for (i, name) in names.iter().enumerate() {
         let (a, b) = (median(t[2 * i].clone()), median(t[2 * i + 1].clone()));
         println!(
-            "  {name:6} SlotIndex {a:7.1} ns/op  hashbrown {b:7.1} ns/op  ratio {:.2}",
+            "  {name:13} SlotIndex {a:7.1} ns/op  hashbrown {b:7.1} ns/op  ratio {:.2}",
+            a / b
+        );
+    }
+    if !build[0].is_empty() {
+        let (a, b) = (median(build[0].clone()), median(build[1].clone()));
+        println!(
+            "  {:13} SlotIndex {a:7.1} ns/op  hashbrown {b:7.1} ns/op  ratio {:.2}",
+            "insert",
             a / b
         );
     }
@@ -138,6 +191,10 @@ fn lookups(c: &mut Criterion) {
         g.bench_function("hit/hashbrown", |b| b.iter(|| sum_map(&map, &hits)));
         g.bench_function("miss/SlotIndex", |b| b.iter(|| sum_index(&index, &misses)));
         g.bench_function("miss/hashbrown", |b| b.iter(|| sum_map(&map, &misses)));
+        let mut out = vec![None; PROBES];
+        g.bench_function("hit/SlotIndex::get_many", |b| {
+            b.iter(|| sum_index_many(&index, &hits, &mut out))
+        });
         g.finish();
     }
 }

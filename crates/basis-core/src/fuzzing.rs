@@ -329,4 +329,14 @@ pub fn slot_index(data: &[u8]) {
     let pairs: Vec<(u64, u32)> = index.iter().collect();
     let want: Vec<(u64, u32)> = keys.iter().copied().zip(0u32..).collect();
     assert_eq!(pairs, want);
+    // The batched lookup over every key the input named, held or not.
+    let asked: Vec<u64> = rest
+        .chunks_exact(3)
+        .map(|op| u64::from(op[1]) | u64::from(op[2]) << 56)
+        .collect();
+    let mut got = alloc::vec![Some(u32::MAX); asked.len()];
+    index.get_many(&asked, &mut got);
+    for (k, g) in asked.iter().zip(got) {
+        assert_eq!(g, slots.get(k).copied(), "get_many {k}");
+    }
 }

@@ -43,11 +43,26 @@
 //! id: the home position already encodes `log2(positions)` bits of `h` that
 //! the 56-bit tag stores again, and the slot takes 32 bits where
 //! `log2 N` would do. At loads between 4/5 and 15/16 that is 12.8–15 B per
-//! position-filled id, ≈ 13.5 B on average (measured below). **≤ 10 B per
-//! id** needs bit-packed records of `64 − log2(positions)` tag bits, a
-//! `ceil(log2 N)`-bit slot and a 4–5-bit distance (≈ 69 bits, 9.6 B at load
-//! 0.9): reachable, at the price of variable-width records (and a segment
-//! rebuild whenever `N` passes a power of two); not done here.
+//! position-filled id, ≈ 13.5 B on average (measured below).
+//!
+//! **≤ 10 B per id** needs ≈ 70 bits per position at a load that never
+//! drops below ≈ 0.88. Bit-packed Robin Hood records (`64 −
+//! log2(positions)` tag bits, up to one more lost to the non-power-of-two
+//! home reduction, a `ceil(log2 N)`-bit slot, a 5–6-bit distance) take
+//! ≈ 70–71 bits at 10^7 ids: ≈ 10.4 B per id at this layout's average load
+//! (≈ 0.85), under 10 B only above load ≈ 0.89, where linear-probing
+//! clusters (`≈ 1/(1 − load)²` long) make an insertion shift about a
+//! hundred records. The other layouts, counted on paper (not built), miss
+//! it once everything is counted: slots only (4 B per
+//! position) compared against an `ids_by_slot` array (8 B per id) is
+//! ≥ 12.3 B at load 15/16; a 1-byte control array with separate key and
+//! slot arrays (hashbrown's group probing) is 13 B per position, ≥ 13.9 B
+//! per id; a key remainder and the slot packed in one `u64` leave no bit
+//! for probe metadata (`64 − log2 P + log2 N ≈ 64`). The layout that would
+//! reach it, not built: two-choice buckets of 8 records (bucketized
+//! cuckoo, load ≈ 0.95, one choice bit and no distance): ≈ 68–69 bits per
+//! record, ≈ 9 B per id — with a miss reading both buckets (2–4 cache
+//! lines, against one control group for hashbrown).
 //!
 //! # Measured (`cargo bench -p basisopt-core --bench slot_index`)
 //! Bytes per id after growth (deterministic): 14.21 at 10^6 ids, 13.49 at
@@ -62,10 +77,34 @@
 //! its misses mostly stop in its 1-byte control array (16 MiB at 10^7,
 //! cache-resident), ours read a 12-byte record in a 135 MB table; building
 //! pays Robin Hood's shifts at loads up to 15/16 (perf: 38 % of a build in
-//! `Segment::insert`) and the segment rebuilds. In the shard table's step
-//! (`cargo bench -p basisopt-shard --bench step`, 1.16·10^6 rows, SGD) an
-//! index of this type made the step 1.7–2.1× as long as hashbrown's (three
-//! interleaved pairs, load 16–18), so the shard table keeps `hashbrown`.
+//! `Segment::insert`) and the segment rebuilds.
+//!
+//! [`SlotIndex::get_many`] (hash 32 keys and load their home records, then
+//! probe) narrows the lookup gap; one interleaved run each, against
+//! hashbrown's per-id `get` (per-id `get` in brackets): at 10^6 ids (load
+//! 17–18) hits 1.80× (3.02×), misses 3.35× (3.71×), Zipf-skewed hits 1.44×
+//! (2.85×); at 10^7 (load 16) hits 2.56× (3.26×), misses 2.85×, Zipf
+//! 1.66× (3.24×). Building stays 4.57× (10^6).
+//!
+//! In the shard table's step (`cargo bench -p basisopt-shard --bench
+//! step`, 1.16·10^6 rows, SGD, 8192 ids a step; `IdSlots` over this type
+//! with one `get_many` per step, built apart and run in turns with the
+//! hashbrown table, three rounds, load 17–19): the step took 1.49–1.88×
+//! hashbrown's (uniform ids) and 1.58–2.16× (`STEP_BENCH_ZIPF=1`) — but
+//! not for the lookups (`get_many` is 6 % of that step's samples in
+//! `perf`): the process takes 660 000 minor page faults against 114 000,
+//! ≈ 35 % of its time in the kernel zeroing pages. glibc's `malloc` serves
+//! the step's ≈ 1 MB buffers with `mmap` (a fresh, faulted-in mapping each
+//! step) until a large block is freed: hashbrown's doubling frees its old
+//! 8–16 MB tables and so raises glibc's dynamic mmap threshold as a side
+//! effect; this index never frees more than one segment (≤ 192 KiB). With
+//! the threshold pinned where hashbrown leaves it
+//! (`GLIBC_TUNABLES=glibc.malloc.mmap_threshold=16777216:glibc.malloc.trim_threshold=33554432`
+//! for both binaries) the step took 0.79–1.17× hashbrown's (uniform) and
+//! 0.75–1.50× (Zipf): parity within this machine's noise, at a process RSS
+//! of 155 B/row against 187. So the shard table keeps `hashbrown` for now:
+//! this type misses the 10 B/row bar (14.3 B/row in that run) and its step
+//! speed depends on the table reusing its per-step buffers.
 //!
 //! Every allocation is fallible: growing returns [`IndexError::OutOfMemory`]
 //! and leaves the index as it was. [`SlotIndex::memory_bytes`] is the exact sum
@@ -104,6 +143,10 @@ pub const SEGMENT_MAX: usize = 1 << 14;
 /// a home position leaves at most 24 of its 32 hash bits unknown). A
 /// non-empty index therefore holds at least 3 KiB.
 pub const SEGMENT_MIN: usize = 256;
+/// Keys [`SlotIndex::get_many`] hashes and loads before probing them: enough
+/// independent loads to keep the core's miss buffers busy, few enough that
+/// their lines are still in L1 when probed.
+pub const BATCH: usize = 32;
 /// Longest probe distance a record holds (its low byte).
 const MAX_DIST: u64 = 255;
 /// Deepest directory: the directory uses the top bits of the hash, the home
@@ -278,11 +321,17 @@ impl Segment {
     /// Position of the entry of hash `h`: one `u64` compare per probe.
     #[inline]
     fn find(&self, h: u64) -> Option<usize> {
+        self.find_from(h, self.home(h))
+    }
+
+    /// [`find`](Self::find) with the home position of `h` already known.
+    #[inline]
+    fn find_from(&self, h: u64, home: usize) -> Option<usize> {
         if self.len == 0 {
             return None;
         }
         let want = (h & TAG_MASK) << 8;
-        let mut p = self.home(h);
+        let mut p = home;
         let mut d = 1u64;
         loop {
             let m = self.recs[p].meta();
@@ -511,6 +560,42 @@ impl SlotIndex {
     pub fn get(&self, key: u64) -> Option<u32> {
         self.locate_hash(self.hash(key))
             .map(|(seg, p)| self.segments[seg].recs[p].slot)
+    }
+
+    /// The slot of each of `keys` into `out` (`out[k] = get(keys[k])`, for
+    /// the first `min(keys.len(), out.len())` keys): the same answers as
+    /// [`get`](Self::get), faster on a large index. Each run of
+    /// [`BATCH`] keys is hashed and its home records are loaded first (the
+    /// loads are independent, so their cache misses overlap), then probed
+    /// while those lines are in cache — the batched lookup of a table
+    /// step, in safe code (no prefetch intrinsic: this crate forbids
+    /// `unsafe`).
+    pub fn get_many(&self, keys: &[u64], out: &mut [Option<u32>]) {
+        let n = keys.len().min(out.len());
+        let (keys, out) = (&keys[..n], &mut out[..n]);
+        if self.len == 0 {
+            out.fill(None);
+            return;
+        }
+        let mut at = [(0u64, 0u32, 0u32); BATCH];
+        let mut touched = 0u32;
+        for (ks, os) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
+            for (&k, a) in ks.iter().zip(at.iter_mut()) {
+                let h = self.hash(k);
+                let seg = self.dir[self.dir_of(h)];
+                let s = &self.segments[seg as usize];
+                let home = s.home(h);
+                touched ^= s.recs[home].lo;
+                *a = (h, seg, home as u32);
+            }
+            // Keeps the first pass's loads (their only purpose is to bring
+            // the lines in).
+            core::hint::black_box(touched);
+            for (&(h, seg, home), o) in at.iter().zip(os.iter_mut()) {
+                let s = &self.segments[seg as usize];
+                *o = s.find_from(h, home as usize).map(|p| s.recs[p].slot);
+            }
+        }
     }
 
     /// Whether `key` has a slot.

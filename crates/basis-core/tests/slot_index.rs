@@ -114,6 +114,19 @@ fn run(ops: &[Op], index: &mut SlotIndex) -> Result<(), TestCaseError> {
         prop_assert!(index.contains_key(k));
     }
     prop_assert_eq!(index.key_of(model.keys.len() as u32), None);
+    // The batched lookup answers as the model for every id the ops named
+    // (held, removed or never inserted), in runs longer than its batch.
+    let asked: Vec<u64> = ops
+        .iter()
+        .map(|op| match *op {
+            Op::Insert(k) | Op::Remove(k) | Op::Get(k) => k,
+            Op::Retain(r) => r.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        })
+        .collect();
+    let mut got = vec![Some(u32::MAX); asked.len()];
+    index.get_many(&asked, &mut got);
+    let want: Vec<Option<u32>> = asked.iter().map(|k| model.slots.get(k).copied()).collect();
+    prop_assert_eq!(got, want);
     Ok(())
 }
 

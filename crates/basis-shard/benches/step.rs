@@ -1,7 +1,11 @@
 //! One rank's training step (`lookup` + `apply`, `P = 1` over `LocalComm`,
 //! SGD so that the optimizer does not hide the table's own costs) on a
 //! table of `STEP_BENCH_ROWS` rows (default 10^6, `dim = 32`): batches of
-//! 8192 ids, 90 % held rows in random order and 10 % new ids. Prints the
+//! 8192 ids, 90 % held rows in random order and 10 % new ids. With
+//! `STEP_BENCH_ZIPF=1` the held rows are drawn Zipf-skewed instead of
+//! uniformly (rank `r` with probability ∝ 1/r, `r = n^u` for uniform `u`,
+//! ranks scattered over the rows): a training stream's skew, where hot rows
+//! stay in cache. Prints the
 //! median time per step of each round (5 rounds of 40 steps), the rows, the
 //! index / row / state bytes per row and the process's RSS per row, with
 //! the load average.
@@ -65,6 +69,7 @@ fn main() {
         next += ids.len() as u64;
         step(&mut t, &mut comm, &ids);
     }
+    let zipf = std::env::var("STEP_BENCH_ZIPF").is_ok_and(|v| v == "1");
     let mut r = 12345u64;
     let mut medians = Vec::new();
     for _ in 0..5 {
@@ -76,6 +81,10 @@ fn main() {
                     if k % 10 == 0 {
                         next += 1;
                         id(next - 1)
+                    } else if zipf {
+                        let u = (r >> 11) as f64 / (1u64 << 53) as f64;
+                        let rank = (next as f64).powf(u) as u64 - 1;
+                        id(rank.wrapping_mul(0x9E37_79B9_7F4A_7C15) % next)
                     } else {
                         id(r % next)
                     }
@@ -91,8 +100,9 @@ fn main() {
     let m = t.memory();
     let n = m.rows as f64;
     println!(
-        "rows {} | step ms (median per round) {:?} | index {:.2} B/row, rows {:.1} B/row, state {:.2} B/row, process RSS {:.1} B/row | load {}",
+        "rows {}{} | step ms (median per round) {:?} | index {:.2} B/row, rows {:.1} B/row, state {:.2} B/row, process RSS {:.1} B/row | load {}",
         m.rows,
+        if zipf { " (zipf)" } else { "" },
         medians
             .iter()
             .map(|x| (x * 100.0).round() / 100.0)
