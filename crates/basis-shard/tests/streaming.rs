@@ -279,7 +279,7 @@ fn an_evicted_row_that_returns_starts_as_a_fresh_tables_row() {
         let evicted = t.stats().rows_evicted;
         let grads: Vec<f32> = batch.ids.iter().flat_map(|&id| g(id)).collect();
         t.apply(&mut c, &batch, &grads).unwrap();
-        (t.get(a).map(<[f32]>::to_vec), evicted, held_before, t.len())
+        (t.get(a), evicted, held_before, t.len())
     });
     // The reference never saw `a` before step 4 (Adam's step count is the
     // optimizer's, so the same number of steps is taken).
@@ -290,7 +290,7 @@ fn an_evicted_row_that_returns_starts_as_a_fresh_tables_row() {
             let ids = if first { ids.to_vec() } else { Vec::new() };
             step_with(&mut t, &mut c, &ids, g).unwrap();
         }
-        t.get(a).map(<[f32]>::to_vec)
+        t.get(a)
     });
     let owner = OwnerRule::hashed(p, 3).unwrap().owner(a);
     assert!(after.iter().any(|x| x.2));
