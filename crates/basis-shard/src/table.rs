@@ -296,6 +296,12 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         self.rows.precision()
     }
 
+    /// The seed of the rows' stochastic rounding
+    /// ([`TableConfig::rounding_seed`]).
+    pub fn rounding_seed(&self) -> u64 {
+        self.rows.seed()
+    }
+
     /// Bytes held: index, rows, optimizer state and bookkeeping, separately.
     pub fn memory(&self) -> MemoryUse {
         let m = self.opt.memory();

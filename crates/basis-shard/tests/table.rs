@@ -678,3 +678,160 @@ fn corrupt_and_mixed_checkpoints_are_refused_with_typed_errors() {
     ));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn bf16_checkpoints_round_trip_at_their_width_and_continue_bit_for_bit() {
+    let dir = temp_dir("bf16");
+    let p = 2;
+    let kind = Kind::Basis;
+    let owner = owner_for(kind, p);
+    let base = dir.join("t");
+    let straight = on_ranks(p, |mut c| {
+        let mut t = table_at(kind, &owner, c.rank(), RowPrecision::Bf16, 9);
+        run_steps(&mut t, &mut c, 0..8).unwrap();
+        t.checksum()
+    });
+    let snaps = on_ranks(p, |mut c| {
+        let mut t = table_at(kind, &owner, c.rank(), RowPrecision::Bf16, 9);
+        run_steps(&mut t, &mut c, 0..4).unwrap();
+        t.checkpoint(&basis_shard::rank_path(&base, c.rank()))
+            .unwrap();
+        let snap = t.snapshot();
+        // The file holds 2 bytes per value.
+        let file = snap.to_checkpoint();
+        assert_eq!(
+            file.get("shard.rows").unwrap().len(),
+            snap.ids.len() * DIM * 2
+        );
+        assert_eq!(
+            basis_shard::decode_checkpoint(&file.encode()).unwrap(),
+            snap
+        );
+        snap
+    });
+    assert!(snaps.iter().all(|s| s.precision == RowPrecision::Bf16));
+    let resumed = on_ranks(p, |mut c| {
+        let mut t = table_at(kind, &owner, c.rank(), RowPrecision::Bf16, 9);
+        t.restore(&basis_shard::rank_path(&base, c.rank())).unwrap();
+        assert_eq!(t.snapshot(), snaps[c.rank()]);
+        run_steps(&mut t, &mut c, 4..8).unwrap();
+        t.checksum()
+    });
+    assert_eq!(resumed, straight);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_checkpoint_of_another_precision_or_seed_is_refused_with_a_typed_error() {
+    let dir = temp_dir("prec");
+    let owner = OwnerRule::hashed(1, 3).unwrap();
+    let file = |prec: RowPrecision, seed: u64| {
+        let path = dir.join(format!("{prec}-{seed}"));
+        let mut c = group(1).pop().unwrap();
+        let mut t = table_at(Kind::Adam, &owner, 0, prec, seed);
+        run_steps(&mut t, &mut c, 0..3).unwrap();
+        t.checkpoint(&path).unwrap();
+        path
+    };
+    let (f32_file, bf16_file) = (file(RowPrecision::F32, 4), file(RowPrecision::Bf16, 4));
+    for (prec, path, found) in [
+        (RowPrecision::F32, &bf16_file, RowPrecision::Bf16),
+        (RowPrecision::Bf16, &f32_file, RowPrecision::F32),
+        (RowPrecision::F16, &bf16_file, RowPrecision::Bf16),
+    ] {
+        let mut t = table_at(Kind::Adam, &owner, 0, prec, 4);
+        let e = t.restore(path).unwrap_err();
+        assert!(
+            matches!(e, ShardError::Precision { table, checkpoint } if table == prec && checkpoint == found),
+            "{e}"
+        );
+        assert!(t.is_empty());
+        assert!(e.to_string().contains("row precision"), "{e}");
+    }
+    // Narrow rows under another rounding seed would not continue the run.
+    let e = table_at(Kind::Adam, &owner, 0, RowPrecision::Bf16, 5)
+        .restore(&bf16_file)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ShardError::Mismatch {
+                what: "rounding seed",
+                expected: 5,
+                found: 4
+            }
+        ),
+        "{e}"
+    );
+    // f32 rows ignore the seed.
+    table_at(Kind::Adam, &owner, 0, RowPrecision::F32, 5)
+        .restore(&f32_file)
+        .unwrap();
+    // A value bf16 cannot hold exactly is refused, not rounded.
+    let good = basis_shard::decode_checkpoint(&std::fs::read(&bf16_file).unwrap()).unwrap();
+    let mut bad = good.clone();
+    bad.rows[0] = 1.0 + f32::EPSILON;
+    let mut t = table_at(Kind::Adam, &owner, 0, RowPrecision::Bf16, 4);
+    let e = t.restore_snapshot(bad).unwrap_err();
+    assert!(matches!(e, ShardError::Corrupt(_)), "{e}");
+    assert!(t.is_empty());
+    t.restore_snapshot(good).unwrap();
+    // An unknown precision code in the file is corrupt.
+    let mut c = basis_shard::decode_checkpoint(&std::fs::read(&bf16_file).unwrap())
+        .unwrap()
+        .to_checkpoint();
+    let mut meta = c.remove("shard.meta").unwrap();
+    let at = meta.len() - 16;
+    meta[at..at + 8].copy_from_slice(&7u64.to_le_bytes());
+    c.insert("shard.meta", meta).unwrap();
+    assert!(matches!(
+        basis_shard::decode_checkpoint(&c.encode()),
+        Err(ShardError::Corrupt("unknown row precision"))
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A version-2 file (before row precisions) reads as f32 rows.
+#[test]
+fn a_version_2_checkpoint_still_reads_as_f32_rows() {
+    let owner = OwnerRule::hashed(1, 3).unwrap();
+    let mut comm = group(1).pop().unwrap();
+    let mut t = table(Kind::Adam, &owner, 0);
+    run_steps(&mut t, &mut comm, 0..3).unwrap();
+    let snap = t.snapshot();
+    let mut c = snap.to_checkpoint();
+    let mut meta = c.remove("shard.meta").unwrap();
+    // Version 2's meta: the version word, then 9 words (no precision, seed).
+    meta.truncate(4 + 9 * 8);
+    meta[..4].copy_from_slice(&2u32.to_le_bytes());
+    c.insert("shard.meta", meta).unwrap();
+    let old = basis_shard::decode_checkpoint(&c.encode()).unwrap();
+    assert_eq!(old, snap);
+    assert_eq!(old.precision, RowPrecision::F32);
+    let mut back = table(Kind::Adam, &owner, 0);
+    back.restore_snapshot(old).unwrap();
+    assert_eq!(back.checksum(), t.checksum());
+}
+
+#[test]
+fn bf16_rows_report_half_the_row_bytes() {
+    let owner = OwnerRule::hashed(1, 0).unwrap();
+    let ids: Vec<u64> = (0..1000).map(mix).collect();
+    let mem = |prec| {
+        let mut c = group(1).pop().unwrap();
+        let mut t = table_at(Kind::Adam, &owner, 0, prec, 0);
+        let b = t.lookup(&mut c, &ids).unwrap();
+        t.apply(&mut c, &b, &vec![0.1; b.rows.len()]).unwrap();
+        t.memory()
+    };
+    let (wide, narrow, half) = (
+        mem(RowPrecision::F32),
+        mem(RowPrecision::Bf16),
+        mem(RowPrecision::F16),
+    );
+    assert_eq!(wide.row_bytes, 1000 * DIM * 4, "{wide:?}");
+    assert_eq!(narrow.row_bytes, 1000 * DIM * 2, "{narrow:?}");
+    assert_eq!(half.row_bytes, 1000 * DIM * 2, "{half:?}");
+    assert_eq!(narrow.state_bytes, wide.state_bytes);
+    assert_eq!(narrow.index_bytes, wide.index_bytes);
+}
