@@ -561,7 +561,7 @@ fn the_checkpoint_fuzz_entry_survives_mutated_files() {
     for _ in 0..400 {
         x = mix(x);
         let mut s = snap.clone();
-        match x % 6 {
+        match x % 8 {
             0 => {
                 s.ids.pop();
             }
@@ -571,6 +571,11 @@ fn the_checkpoint_fuzz_entry_survives_mutated_files() {
             4 if !s.optimizer.is_empty() => {
                 let k = (x >> 16) as usize % s.optimizer.len();
                 s.optimizer[k] ^= 1 << ((x >> 40) % 8);
+            }
+            5 => s.precision = basis_shard::RowPrecision::Bf16,
+            6 => {
+                s.precision = basis_shard::RowPrecision::F16;
+                s.rounding_seed = x;
             }
             _ => s.step = x,
         }
