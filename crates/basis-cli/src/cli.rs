@@ -216,6 +216,17 @@ pub(crate) struct ModelArgs {
     #[arg(long, value_name = "ROWS", requires = "shard",
           value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) evict_capacity: Option<u64>,
+    /// `--shard rows`: store the rows as f32 (the default), or as bf16 /
+    /// f16 (half the bytes) updated in f32 and stored with stochastic
+    /// rounding keyed by `--seed` (runs repeat, sharded == one rank).
+    #[arg(long, value_name = "f32|bf16|f16", requires = "shard",
+          default_value_t = basis_shard::RowPrecision::F32, value_parser = row_precision)]
+    pub(crate) row_precision: basis_shard::RowPrecision,
+}
+
+/// A row precision: `f32`, `bf16` or `f16`.
+fn row_precision(text: &str) -> Result<basis_shard::RowPrecision, String> {
+    text.parse().map_err(|e| format!("{e}"))
 }
 
 /// An admission probability in `(0, 1]`.

@@ -603,6 +603,17 @@ pub(crate) fn train_text(ds: &Dataset, e: &Entry) -> String {
             let _ = writeln!(s, "dense 1-bit Adam: full precision until step {t}");
         }
     }
+    if let Some(sh) = e.runs.first().and_then(|r| r.sharded.as_ref()) {
+        let _ = writeln!(
+            s,
+            "sharded table: {} rows ({} values); bytes per row: index {:.1}, rows {:.1}, optimizer state {:.1}",
+            sh.rows,
+            sh.row_precision,
+            sh.index_bytes_per_row,
+            sh.row_bytes_per_row,
+            sh.state_bytes_per_row
+        );
+    }
     if let Some(w) = skew_warning(e) {
         let _ = writeln!(s, "{w}");
     }

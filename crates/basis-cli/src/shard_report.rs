@@ -24,6 +24,9 @@ pub(crate) struct RankReport {
     pub(crate) state_bytes: u64,
     /// Bytes of the shard's id index (its hash map).
     pub(crate) index_bytes: u64,
+    /// Bytes of the shard's row values at their stored width
+    /// (`--row-precision`), capacity included.
+    pub(crate) row_bytes: u64,
     /// Ids this rank served as an owner in training steps (every rank's
     /// requests, summed over steps): the rows it looked up, returned and
     /// stepped.
@@ -50,6 +53,10 @@ pub(crate) struct ShardReport {
     pub(crate) state_bytes_per_row: f64,
     /// All index bytes over all rows.
     pub(crate) index_bytes_per_row: f64,
+    /// How rows are stored (`--row-precision`: `f32`, `bf16`, `f16`).
+    pub(crate) row_precision: &'static str,
+    /// All row-value bytes over all rows (at the stored width).
+    pub(crate) row_bytes_per_row: f64,
     /// Rows over all ranks.
     pub(crate) rows: u64,
     /// Rows freed by eviction over all ranks.

@@ -106,7 +106,7 @@ pub use ftrl::{Ftrl, FtrlConfig};
 /// The `half` crate whose `bf16` [`bf16_stochastic`] returns, so users name
 /// it without pinning a version of their own.
 pub use half;
-pub use low_precision::{LowPrecisionRows, RowFormat, StepRows};
+pub use low_precision::{LowPrecisionRows, RowFormat, StepRows, rounding_bits};
 pub use optimizer::SparseOptimizer;
 pub use partial_rowwise_adam::PartialRowwiseAdam;
 pub use quant::{LogCode, bf16_stochastic};

@@ -235,8 +235,16 @@ impl<T: RowFormat> LowPrecisionRows<T> {
 
     /// Random bits of element `j` of row `id` at the current step.
     fn bits(&self, id: u64, j: usize) -> u64 {
-        random_bits(self.seed ^ mix64(self.step), id, j as u64)
+        rounding_bits(self.seed, self.step, id, j as u64)
     }
+}
+
+/// The random bits [`LowPrecisionRows`] rounds element `element` of row
+/// `id` with at step `step` under `seed`: a pure function of the four, so a
+/// table that keeps rows elsewhere (the sharded table keeps them by slot)
+/// rounds exactly as [`LowPrecisionRows`] does, in any order, on any rank.
+pub fn rounding_bits(seed: u64, step: u64, id: u64, element: u64) -> u64 {
+    random_bits(seed ^ mix64(step), id, element)
 }
 
 /// One step's f32 view of a [`LowPrecisionRows`] (see

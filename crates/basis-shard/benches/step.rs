@@ -8,7 +8,10 @@
 //! stay in cache. Prints the
 //! median time per step of each round (5 rounds of 40 steps), the rows, the
 //! index / row / state bytes per row and the process's RSS per row, with
-//! the load average.
+//! the load average. `STEP_BENCH_PRECISION=f32|bf16|f16` sets the row
+//! precision (default f32), `STEP_BENCH_OPT=sgd|basis` the optimizer
+//! (default SGD; `basis`: BASIS over 4096 one-choice buckets, for its
+//! per-row state).
 //!
 //! This is the step-level figure the id index is judged by: build it once
 //! per index variant and run the binaries in turns (interleaved A/B; the
@@ -18,8 +21,8 @@
 
 use std::time::Instant;
 
-use basis_core::Sgd;
-use basis_shard::{OwnerRule, RowInit, ShardedTable, TableConfig};
+use basis_core::{Basis, BasisConfig, OneChoice, RowIndex, Sgd, SparseOptimizer};
+use basis_shard::{BoxedOptimizer, OwnerRule, RowInit, RowPrecision, ShardedTable, TableConfig};
 use basis_std::local::LocalComm;
 use comm_traits::Communicator;
 
@@ -47,7 +50,7 @@ fn rss() -> u64 {
         .map_or(0, |pages| pages * 4096)
 }
 
-fn step(t: &mut ShardedTable<Sgd>, comm: &mut dyn Communicator, ids: &[u64]) {
+fn step(t: &mut ShardedTable<BoxedOptimizer>, comm: &mut dyn Communicator, ids: &[u64]) {
     let batch = t.lookup(comm, ids).unwrap();
     let grads = vec![0.001f32; batch.ids.len() * DIM];
     t.apply(comm, &batch, &grads).unwrap();
@@ -58,10 +61,28 @@ fn main() {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1_000_000);
+    let precision: RowPrecision = std::env::var("STEP_BENCH_PRECISION")
+        .map_or(Ok(RowPrecision::F32), |s| s.parse())
+        .unwrap();
+    let opt: Box<dyn SparseOptimizer + Send> =
+        match std::env::var("STEP_BENCH_OPT").as_deref().unwrap_or("sgd") {
+            "sgd" => Box::new(Sgd::new(DIM, 0.01).unwrap()),
+            "basis" => Box::new(
+                Basis::new(
+                    BasisConfig::default()
+                        .with_dim(DIM)
+                        .with_row_index(RowIndex::Dense { rows: 0 }),
+                    OneChoice::new(4096, 1).unwrap(),
+                )
+                .unwrap(),
+            ),
+            other => panic!("STEP_BENCH_OPT={other}: sgd or basis"),
+        };
     let mut comm = LocalComm::group(1).pop().unwrap();
     let config = TableConfig::new(DIM, OwnerRule::hashed(1, 1).unwrap(), 0)
-        .with_init(RowInit::uniform(1, 0.01));
-    let mut t = ShardedTable::new(config, Sgd::new(DIM, 0.01).unwrap()).unwrap();
+        .with_init(RowInit::uniform(1, 0.01))
+        .with_precision(precision, 1);
+    let mut t = ShardedTable::new(config, BoxedOptimizer(opt)).unwrap();
     let id = |i: u64| mix(i ^ 0xBEEF);
     let mut next = 0u64;
     while next < rows {
@@ -100,7 +121,7 @@ fn main() {
     let m = t.memory();
     let n = m.rows as f64;
     println!(
-        "rows {}{} | step ms (median per round) {:?} | index {:.2} B/row, rows {:.1} B/row, state {:.2} B/row, process RSS {:.1} B/row | load {}",
+        "{precision} rows {}{} | step ms (median per round) {:?} | index {:.2} B/row, rows {:.1} B/row, state {:.2} B/row, process RSS {:.1} B/row | load {}",
         m.rows,
         if zipf { " (zipf)" } else { "" },
         medians

@@ -5,6 +5,8 @@ use basis_std::checkpoint::CheckpointError;
 use comm_traits::CommError;
 use core::fmt;
 
+use crate::RowPrecision;
+
 /// Why a [`ShardedTable`](crate::ShardedTable) call failed.
 ///
 /// A collective call (`lookup`, `lookup_eval`, `apply`) that fails on one
@@ -72,6 +74,15 @@ pub enum ShardError {
     /// `SparseOptimizer::{swap_remove_row, export_rows, import_rows}` (and
     /// for BASIS the bucket calls).
     RowState(RowStateError),
+    /// A checkpoint whose rows are stored at another precision than the
+    /// table's ([`TableConfig::precision`](crate::TableConfig::precision)):
+    /// restoring it would widen or round every row, so it is refused.
+    Precision {
+        /// This table's precision.
+        table: RowPrecision,
+        /// The checkpoint's precision.
+        checkpoint: RowPrecision,
+    },
 }
 
 impl fmt::Display for ShardError {
@@ -108,6 +119,11 @@ impl fmt::Display for ShardError {
             Self::State(e) => write!(f, "sparse optimizer state: {e}"),
             Self::NotEmpty => f.write_str("restore into a table that already holds rows"),
             Self::RowState(e) => write!(f, "sparse optimizer row state: {e}"),
+            Self::Precision { table, checkpoint } => write!(
+                f,
+                "checkpoint rows are {checkpoint}, this table's are {table}: \
+                 restore into a table of the checkpoint's row precision"
+            ),
         }
     }
 }

@@ -8,7 +8,8 @@ use crate::{Admission, Eviction, OwnerRule, ShardedTable, TableConfig};
 
 /// Decode `data` as a shard checkpoint; when it decodes, restore it into a
 /// table made to match its identity fields (rank, group, owner rule,
-/// admission rule, a dimension of 1–8), so that the row, counter,
+/// admission rule, row precision and rounding seed, a dimension of 1–8),
+/// so that the row, counter,
 /// last-seen and optimizer checks behind them run too. Any outcome but a
 /// panic (or an allocation beyond the input's size) is fine.
 ///
@@ -32,7 +33,9 @@ pub fn shard_checkpoint(data: &[u8]) {
     let Ok(owner) = OwnerRule::hashed(1, 0) else {
         return;
     };
-    let mut config = TableConfig::new(dim, owner, 0).with_admission(admission);
+    let mut config = TableConfig::new(dim, owner, 0)
+        .with_admission(admission)
+        .with_precision(snap.precision, snap.rounding_seed);
     if snap.eviction {
         config = config.with_eviction(Eviction::ttl(3));
     }

@@ -16,6 +16,7 @@ mod init;
 mod owner;
 mod reshard;
 pub mod route;
+mod rows;
 mod snapshot;
 mod table;
 
@@ -26,5 +27,6 @@ pub use error::ShardError;
 pub use eviction::Eviction;
 pub use init::RowInit;
 pub use owner::{OwnerRule, PartitionedBuckets};
+pub use rows::{ParsePrecisionError, RowPrecision};
 pub use snapshot::{SHARD_FORMAT, TableSnapshot, decode as decode_checkpoint};
 pub use table::{Batch, MemoryUse, ShardedTable, TableConfig, TableStats};

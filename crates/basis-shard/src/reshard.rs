@@ -44,8 +44,10 @@ impl<O: SparseOptimizer> ShardedTable<O> {
     /// merged exactly); [`ShardError::Corrupt`] for an id held by two old
     /// ranks or malformed sections; [`ShardError::State`] /
     /// [`ShardError::RowState`] when an optimizer refuses the state;
-    /// [`ShardError::OutOfMemory`] / [`ShardError::Grow`]; the iterator's
-    /// own errors. After an error the table holds part of the rows: drop
+    /// [`ShardError::OutOfMemory`] / [`ShardError::Grow`];
+    /// [`ShardError::Precision`] (or a rounding-seed
+    /// [`ShardError::Mismatch`]) for rows stored unlike this table's; the
+    /// iterator's own errors. After an error the table holds part of the rows: drop
     /// it (the snapshots are only read).
     pub fn restore_resharded<I, F>(
         &mut self,
@@ -94,6 +96,7 @@ impl<O: SparseOptimizer> ShardedTable<O> {
                     });
                 }
             }
+            self.check_precision(&snap)?;
             self.take_rows(r, &snap, old_owner, &mut old_optimizer, bucketed, new_part)?;
             match &mut counters {
                 None => counters = Some(snap.counters),
@@ -151,6 +154,14 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         if snap.opt_rows != 0 && snap.opt_rows != n as u64 {
             return Err(ShardError::Corrupt("optimizer rows are not the row count"));
         }
+        // Narrow rows move unchanged: widened exactly into the snapshot,
+        // narrowed exactly back (a value the width cannot hold is refused).
+        let p = self.rows.precision();
+        if !snap.rows.iter().all(|&x| p.holds(x)) {
+            return Err(ShardError::Corrupt(
+                "a row value is not exact at the checkpoint's precision",
+            ));
+        }
         let mut from = old_optimizer(r)?;
         from.grow_rows(n as u64).map_err(ShardError::Grow)?;
         from.import_state(&snap.optimizer)
@@ -169,8 +180,7 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         }
         self.index.try_reserve(mine.len())?;
         self.rows
-            .values
-            .try_reserve(mine.len() * d)
+            .try_reserve_exact(mine.len() * d)
             .map_err(|_| ShardError::OutOfMemory { rows: total })?;
         if total as u64 > self.opt_rows {
             self.opt.grow_rows(total as u64).map_err(ShardError::Grow)?;
@@ -184,9 +194,7 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             if !self.index.insert_new(snap.ids[k]) {
                 return Err(ShardError::Corrupt("an id is held by two old ranks"));
             }
-            self.rows
-                .values
-                .extend_from_slice(&snap.rows[k * d..(k + 1) * d]);
+            self.rows.push(&snap.rows[k * d..(k + 1) * d]);
             if self.eviction.is_some() {
                 self.last_seen.push(snap.last_seen[k]);
             }

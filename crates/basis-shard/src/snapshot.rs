@@ -5,20 +5,24 @@
 //! Sections: `shard.meta` (format version `u32`, then `u64`s: rank, group
 //! size, row dimension, owner-rule identity, rows; from version 2 also:
 //! training steps done, admission-rule identity, optimizer rows, eviction
-//! on (1) or off (0)), `shard.ids` (`u64` per slot), `shard.rows` (`f32`
-//! per value, slot-major), `shard.optimizer` (the optimizer's own
-//! versioned, checksummed export); from version 2 `shard.admission` (the
-//! admission sketch's `u8` counters) and `shard.last_seen` (`u32` per
-//! slot with eviction on, else empty). All
-//! little-endian. Version 1 files (no admission or eviction) still read.
+//! on (1) or off (0); from version 3 also: row precision (0 f32, 1 bf16,
+//! 2 f16), rounding seed), `shard.ids` (`u64` per slot), `shard.rows`
+//! (one value per row element, slot-major, at the row precision: `f32`,
+//! or the `u16` bits of a bf16 / f16), `shard.optimizer` (the optimizer's
+//! own versioned, checksummed export); from version 2 `shard.admission`
+//! (the admission sketch's `u8` counters) and `shard.last_seen` (`u32`
+//! per slot with eviction on, else empty). All little-endian. Version 1
+//! files (no admission or eviction) and version 2 files still read, as
+//! f32 rows.
 
 use alloc::vec::Vec;
 use basis_std::checkpoint::Checkpoint;
 
-use crate::ShardError;
+use crate::{RowPrecision, ShardError};
+use basis_core::half::{bf16, f16};
 
-/// The format version of `shard.meta` (this crate reads 1 and 2).
-pub const SHARD_FORMAT: u32 = 2;
+/// The format version of `shard.meta` (this crate reads 1, 2 and 3).
+pub const SHARD_FORMAT: u32 = 3;
 
 /// One rank's table, detached: what a checkpoint holds. The default is
 /// an empty table of rank 0 of 0 (a base for `..Default::default()`).
@@ -34,8 +38,13 @@ pub struct TableSnapshot {
     pub owner: u64,
     /// Id of every slot, slot order.
     pub ids: Vec<u64>,
-    /// Row values, slot-major (`ids.len() × dim`).
+    /// Row values, slot-major (`ids.len() × dim`), widened to f32: each
+    /// one exactly representable at [`precision`](Self::precision).
     pub rows: Vec<f32>,
+    /// How the table stores its rows (what the file's `shard.rows` holds).
+    pub precision: RowPrecision,
+    /// The seed of the rows' stochastic rounding (bf16 / f16 rows).
+    pub rounding_seed: u64,
     /// The sparse optimizer's exported state.
     pub optimizer: Vec<u8>,
     /// Training lookups done (admission and eviction count steps).
@@ -58,9 +67,10 @@ const ROWS: &str = "shard.rows";
 const OPT: &str = "shard.optimizer";
 const ADMISSION: &str = "shard.admission";
 const LAST_SEEN: &str = "shard.last_seen";
-/// `shard.meta`'s length in version 1 and 2.
+/// `shard.meta`'s length in versions 1, 2 and 3.
 const META_V1: usize = 4 + 5 * 8;
 const META_V2: usize = 4 + 9 * 8;
+const META_V3: usize = 4 + 11 * 8;
 
 fn u32s(v: &[u32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
@@ -69,7 +79,7 @@ fn u32s(v: &[u32]) -> Vec<u8> {
 impl TableSnapshot {
     /// The snapshot as a checkpoint container.
     pub fn to_checkpoint(&self) -> Checkpoint {
-        let mut meta = Vec::with_capacity(META_V2);
+        let mut meta = Vec::with_capacity(META_V3);
         meta.extend_from_slice(&SHARD_FORMAT.to_le_bytes());
         for x in [
             self.rank,
@@ -81,11 +91,27 @@ impl TableSnapshot {
             self.admission,
             self.opt_rows,
             u64::from(self.eviction),
+            self.precision.code(),
+            self.rounding_seed,
         ] {
             meta.extend_from_slice(&x.to_le_bytes());
         }
         let ids: Vec<u8> = self.ids.iter().flat_map(|x| x.to_le_bytes()).collect();
-        let rows: Vec<u8> = self.rows.iter().flat_map(|x| x.to_le_bytes()).collect();
+        // Narrow values are exact in their width (the table holds them so),
+        // so the file holds them at it, bit for bit.
+        let rows: Vec<u8> = match self.precision {
+            RowPrecision::F32 => self.rows.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            RowPrecision::Bf16 => self
+                .rows
+                .iter()
+                .flat_map(|&x| bf16::from_f32(x).to_bits().to_le_bytes())
+                .collect(),
+            RowPrecision::F16 => self
+                .rows
+                .iter()
+                .flat_map(|&x| f16::from_f32(x).to_bits().to_le_bytes())
+                .collect(),
+        };
         let mut c = Checkpoint::new();
         // Fixed, distinct, short names: `insert` cannot fail on them.
         for (name, data) in [
@@ -118,6 +144,7 @@ impl TableSnapshot {
         let expect = match version {
             1 => META_V1,
             2 => META_V2,
+            3 => META_V3,
             _ => return Err(ShardError::Corrupt("unknown shard.meta format version")),
         };
         if meta.len() != expect {
@@ -139,7 +166,17 @@ impl TableSnapshot {
         let optimizer = c
             .get(OPT)
             .ok_or(ShardError::Corrupt("no shard.optimizer section"))?;
-        if ids.len() % 8 != 0 || rows.len() % 4 != 0 {
+        let (precision, rounding_seed) = if version >= 3 {
+            (
+                RowPrecision::from_code(word(9))
+                    .ok_or(ShardError::Corrupt("unknown row precision"))?,
+                word(10),
+            )
+        } else {
+            (RowPrecision::F32, 0)
+        };
+        let width = precision.bytes();
+        if ids.len() % 8 != 0 || rows.len() % width != 0 {
             return Err(ShardError::Corrupt("a section is not whole values"));
         }
         if (ids.len() / 8) as u64 != word(4) {
@@ -147,7 +184,7 @@ impl TableSnapshot {
                 "shard.ids does not hold the rows counted",
             ));
         }
-        if Some((rows.len() / 4) as u64) != word(4).checked_mul(word(2)) {
+        if Some((rows.len() / width) as u64) != word(4).checked_mul(word(2)) {
             return Err(ShardError::Corrupt("shard.rows is not rows × dim values"));
         }
         let rows_n = word(4);
@@ -197,10 +234,22 @@ impl TableSnapshot {
                 .chunks_exact(8)
                 .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
                 .collect(),
-            rows: rows
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect(),
+            rows: match precision {
+                RowPrecision::F32 => rows
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect(),
+                RowPrecision::Bf16 => rows
+                    .chunks_exact(2)
+                    .map(|b| bf16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32())
+                    .collect(),
+                RowPrecision::F16 => rows
+                    .chunks_exact(2)
+                    .map(|b| f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32())
+                    .collect(),
+            },
+            precision,
+            rounding_seed,
             optimizer: optimizer.to_vec(),
         })
     }

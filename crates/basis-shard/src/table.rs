@@ -5,13 +5,14 @@
 
 use alloc::vec;
 use alloc::vec::Vec;
-use basis_core::{RowAccess, RowStateError, SparseOptimizer, StepReport};
+use basis_core::{RowStateError, SparseOptimizer, StepReport};
 use comm_traits::Communicator;
 
 use crate::admission::Admitter;
 use crate::index::IdSlots;
 use crate::route::{self, Request};
-use crate::{Admission, Eviction, OwnerRule, RowInit, ShardError};
+use crate::rows::Rows;
+use crate::{Admission, Eviction, OwnerRule, RowInit, RowPrecision, ShardError};
 
 /// The slot of an id that has no row (not admitted): its gradients are
 /// dropped.
@@ -37,6 +38,13 @@ pub struct TableConfig {
     pub admission: Admission,
     /// Which rows are freed, if any (none by default).
     pub eviction: Option<Eviction>,
+    /// How row values are stored ([`RowPrecision::F32`] by default; bf16
+    /// and f16 halve the row bytes and round each update stochastically).
+    pub precision: RowPrecision,
+    /// Keys the stochastic rounding of bf16 / f16 rows (0 by default;
+    /// unused with f32 rows). Every rank of a group must use the same seed
+    /// (a restore checks it), as a single process would.
+    pub rounding_seed: u64,
 }
 
 impl TableConfig {
@@ -51,7 +59,18 @@ impl TableConfig {
             l2: 0.0,
             admission: Admission::Always,
             eviction: None,
+            precision: RowPrecision::F32,
+            rounding_seed: 0,
         }
+    }
+
+    /// With rows stored at `precision`, their stochastic rounding keyed by
+    /// `rounding_seed`.
+    #[must_use]
+    pub fn with_precision(mut self, precision: RowPrecision, rounding_seed: u64) -> Self {
+        self.precision = precision;
+        self.rounding_seed = rounding_seed;
+        self
     }
 
     /// With the admission rule `admission`.
@@ -115,7 +134,7 @@ pub struct MemoryUse {
     pub rows: u64,
     /// The id → slot index (its allocation, slack included).
     pub index_bytes: usize,
-    /// Row values (`capacity × 4`).
+    /// Row values (`capacity ×` [`RowPrecision::bytes`]).
     pub row_bytes: usize,
     /// Sparse optimizer state, scratch buffers excluded.
     pub state_bytes: usize,
@@ -138,31 +157,6 @@ pub struct TableStats {
     /// Gradient rows this rank dropped because their id had no row (not
     /// admitted yet), one per requesting rank and step.
     pub grads_dropped: u64,
-}
-
-/// The rows, slot-major: what the optimizer steps (by slot).
-#[derive(Debug, Default)]
-pub(crate) struct Rows {
-    dim: usize,
-    pub(crate) values: Vec<f32>,
-}
-
-impl RowAccess for Rows {
-    fn dim(&self) -> usize {
-        self.dim
-    }
-
-    fn row_mut(&mut self, slot: u64) -> Option<&mut [f32]> {
-        let s = usize::try_from(slot).ok()?.checked_mul(self.dim)?;
-        self.values.get_mut(s..s.checked_add(self.dim)?)
-    }
-}
-
-impl Rows {
-    fn row(&self, slot: u32) -> &[f32] {
-        let s = slot as usize * self.dim;
-        &self.values[s..s + self.dim]
-    }
 }
 
 /// The routing of the latest training lookup, kept for its `apply`.
@@ -248,10 +242,7 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             init: config.init,
             l2: config.l2,
             index: IdSlots::default(),
-            rows: Rows {
-                dim: config.dim,
-                values: Vec::new(),
-            },
+            rows: Rows::new(config.dim, config.precision, config.rounding_seed),
             opt,
             opt_rows: 0,
             pending: None,
@@ -295,9 +286,20 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         self.stats
     }
 
-    /// Row `id` if this rank holds it.
-    pub fn get(&self, id: u64) -> Option<&[f32]> {
+    /// Row `id` (widened to f32) if this rank holds it.
+    pub fn get(&self, id: u64) -> Option<Vec<f32>> {
         self.index.get(id).map(|s| self.rows.row(s))
+    }
+
+    /// How row values are stored.
+    pub fn precision(&self) -> RowPrecision {
+        self.rows.precision()
+    }
+
+    /// The seed of the rows' stochastic rounding
+    /// ([`TableConfig::rounding_seed`]).
+    pub fn rounding_seed(&self) -> u64 {
+        self.rows.seed()
     }
 
     /// Bytes held: index, rows, optimizer state and bookkeeping, separately.
@@ -306,7 +308,7 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         MemoryUse {
             rows: self.len() as u64,
             index_bytes: self.index.bytes(),
-            row_bytes: self.rows.values.capacity() * 4,
+            row_bytes: self.rows.bytes(),
             state_bytes: m.total_bytes - m.scratch,
             bookkeeping_bytes: self.admit.bytes() + self.last_seen.capacity() * 4,
         }
@@ -334,7 +336,6 @@ impl<O: SparseOptimizer> ShardedTable<O> {
     fn evict(&mut self, ev: Eviction, now: u64) -> Result<(), ShardError> {
         let mut ids = self.index.ids_by_slot();
         let gone = ev.select(&self.last_seen, &ids, now);
-        let d = self.dim;
         for &e in &gone {
             self.opt
                 .swap_remove_row(u64::from(e))
@@ -342,39 +343,44 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             self.opt_rows -= 1;
             self.index.swap_remove_slots(&mut ids, &[e]);
             let e = e as usize;
-            let last = self.last_seen.len() - 1;
-            if e != last {
-                self.rows
-                    .values
-                    .copy_within(last * d..(last + 1) * d, e * d);
-            }
-            self.rows.values.truncate(last * d);
+            self.rows.swap_remove(e);
             self.last_seen.swap_remove(e);
             self.stats.rows_evicted += 1;
         }
         Ok(())
     }
 
-    /// `(id, row)` of every row held, in id order.
-    pub fn sorted_rows(&self) -> Vec<(u64, &[f32])> {
-        let mut v: Vec<(u64, &[f32])> = self
+    /// `(id, slot)` of every row held, in id order.
+    fn sorted_slots(&self) -> Vec<(u64, u32)> {
+        let mut v: Vec<(u64, u32)> = self
             .index
             .ids_by_slot()
             .into_iter()
             .enumerate()
-            .map(|(s, id)| (id, self.rows.row(s as u32)))
+            .map(|(s, id)| (id, s as u32))
             .collect();
         v.sort_unstable_by_key(|p| p.0);
         v
     }
 
-    /// CRC-32 of this rank's rows in id order (ids and values): equal on
-    /// two runs iff they hold the same rows, bit for bit.
+    /// `(id, row)` of every row held (widened to f32), in id order.
+    pub fn sorted_rows(&self) -> Vec<(u64, Vec<f32>)> {
+        self.sorted_slots()
+            .into_iter()
+            .map(|(id, s)| (id, self.rows.row(s)))
+            .collect()
+    }
+
+    /// CRC-32 of this rank's rows in id order (ids and values widened to
+    /// f32): equal on two runs iff they hold the same rows, bit for bit.
     pub fn checksum(&self) -> u32 {
         let mut h = crc32fast::Hasher::new();
-        for (id, row) in self.sorted_rows() {
+        let mut row = Vec::with_capacity(self.dim);
+        for (id, s) in self.sorted_slots() {
             h.update(&id.to_le_bytes());
-            for x in row {
+            row.clear();
+            self.rows.extend_row(s, &mut row);
+            for x in &row {
                 h.update(&x.to_le_bytes());
             }
         }
@@ -430,9 +436,10 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             if s == NONE {
                 // Not admitted: the row it would start as.
                 self.init.fill(id, &mut fresh);
+                self.rows.round_nearest(&mut fresh);
                 serve.extend_from_slice(&fresh);
             } else {
-                serve.extend_from_slice(self.rows.row(s));
+                self.rows.extend_row(s, &mut serve);
             }
         }
         let rows = self.answer(comm, &req, &serve)?;
@@ -458,7 +465,8 @@ impl<O: SparseOptimizer> ShardedTable<O> {
 
     /// Evaluation, collective: like [`lookup`](Self::lookup) but read only.
     /// Owners return the rows they hold and, for an id no rank holds yet,
-    /// the row it **would start as** ([`RowInit`]) without inserting it —
+    /// the row it **would start as** ([`RowInit`], rounded to the row
+    /// precision) without inserting it —
     /// so evaluating unseen ids neither grows the table nor differs from a
     /// single-process model that holds every row from its start. The batch
     /// cannot be applied.
@@ -482,9 +490,10 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         let mut fresh = vec![0.0f32; d];
         for &id in &req.received {
             match self.index.get(id) {
-                Some(s) => serve.extend_from_slice(self.rows.row(s)),
+                Some(s) => self.rows.extend_row(s, &mut serve),
                 None => {
                     self.init.fill(id, &mut fresh);
+                    self.rows.round_nearest(&mut fresh);
                     serve.extend_from_slice(&fresh);
                 }
             }
@@ -536,14 +545,9 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             .len()
             .checked_mul(self.dim)
             .ok_or(ShardError::OutOfMemory { rows: want })?;
-        // Growth by an eighth, not doubling: the rows are most of a rank's
-        // memory, and a doubled vector would hold up to 2× their bytes
-        // (large blocks grow in place by `mremap`, so no copy either).
-        let rows = &mut self.rows.values;
-        if rows.len() + values > rows.capacity() {
-            rows.try_reserve_exact(values.max(rows.capacity() / 8))
-                .map_err(|_| ShardError::OutOfMemory { rows: want })?;
-        }
+        self.rows
+            .reserve_growth(values)
+            .map_err(|_| ShardError::OutOfMemory { rows: want })?;
         let evicting = self.eviction.is_some();
         if evicting {
             self.last_seen
@@ -581,7 +585,7 @@ impl<O: SparseOptimizer> ShardedTable<O> {
                 None if missing.binary_search(&id).is_ok() => {
                     let (slot, _) = self.index.get_or_insert(id);
                     self.init.fill(id, &mut fresh);
-                    self.rows.values.extend_from_slice(&fresh);
+                    self.rows.push(&fresh);
                     if evicting {
                         self.last_seen.push(0);
                     }
@@ -667,15 +671,23 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             }
         }
         if self.l2 > 0.0 {
+            let mut theta = Vec::with_capacity(d);
             for (slot, g) in ids.iter().zip(rows.chunks_exact_mut(d)) {
-                let theta = self.rows.row(*slot as u32);
-                for (g, &t) in g.iter_mut().zip(theta) {
+                theta.clear();
+                self.rows.extend_row(*slot as u32, &mut theta);
+                for (g, &t) in g.iter_mut().zip(&theta) {
                     *g += self.l2 * t;
                 }
             }
         }
-        self.opt
-            .step_keyed(&keys, &ids, &rows, &mut self.rows)
+        // Narrow rows round with the training step this batch belongs to
+        // (0 for the first), as a single process stepping once per batch
+        // (`LowPrecisionRows`) does.
+        let opt = &mut self.opt;
+        self.rows
+            .step(&keys, &ids, batch.generation - 1, |table| {
+                opt.step_keyed(&keys, &ids, &rows, table)
+            })
             .map_err(ShardError::Step)
     }
 
@@ -689,7 +701,9 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             dim: self.dim as u64,
             owner: self.owner.identity(),
             ids: self.index.ids_by_slot(),
-            rows: self.rows.values.clone(),
+            rows: self.rows.to_f32(),
+            precision: self.rows.precision(),
+            rounding_seed: self.rows.seed(),
             optimizer: self.opt.export_state(),
             step: self.generation,
             admission: self.admit.rule().identity(),
@@ -708,7 +722,11 @@ impl<O: SparseOptimizer> ShardedTable<O> {
     /// with eviction on where the table has it off (or the reverse);
     /// [`ShardError::Corrupt`] for row values that are not `ids × dim`, a
     /// repeated id, or admission counters or last-seen steps of the wrong
-    /// size; [`ShardError::OutOfMemory`] / [`ShardError::Grow`];
+    /// size, or row values the snapshot's precision cannot hold exactly;
+    /// [`ShardError::Precision`] for rows of another [`RowPrecision`] (a
+    /// row is never silently widened or rounded to restore it), and
+    /// [`ShardError::Mismatch`] for narrow rows under another rounding
+    /// seed; [`ShardError::OutOfMemory`] / [`ShardError::Grow`];
     /// [`ShardError::State`] when the optimizer refuses the state. On any
     /// error the table still holds no row (the optimizer may have grown
     /// never-updated rows, which new rows then use).
@@ -716,6 +734,7 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         if !self.is_empty() {
             return Err(ShardError::NotEmpty);
         }
+        self.check_precision(&snap)?;
         let expect = [
             ("rank", self.rank as u64, snap.rank),
             ("group size", self.owner.ranks() as u64, snap.ranks),
@@ -758,6 +777,10 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         }
         let mut admit = self.admit.clone();
         admit.set_counters(snap.counters)?;
+        let mut rows = Rows::new(self.dim, self.rows.precision(), self.rows.seed());
+        rows.replace(snap.rows).map_err(|()| {
+            ShardError::Corrupt("a row value is not exact at the checkpoint's precision")
+        })?;
         let mut index = IdSlots::default();
         index.try_reserve(n)?;
         for &id in &snap.ids {
@@ -774,11 +797,31 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             .import_state(&snap.optimizer)
             .map_err(ShardError::State)?;
         self.index = index;
-        self.rows.values = snap.rows;
+        self.rows = rows;
         self.last_seen = snap.last_seen;
         self.admit = admit;
         self.generation = snap.step;
         self.pending = None;
+        Ok(())
+    }
+
+    /// Refuses `snap` unless its rows are stored as this table's are:
+    /// same precision and, for narrow rows, the same rounding seed.
+    pub(crate) fn check_precision(&self, snap: &crate::TableSnapshot) -> Result<(), ShardError> {
+        let mine = self.rows.precision();
+        if snap.precision != mine {
+            return Err(ShardError::Precision {
+                table: mine,
+                checkpoint: snap.precision,
+            });
+        }
+        if mine != RowPrecision::F32 && snap.rounding_seed != self.rows.seed() {
+            return Err(ShardError::Mismatch {
+                what: "rounding seed",
+                expected: self.rows.seed(),
+                found: snap.rounding_seed,
+            });
+        }
         Ok(())
     }
 }

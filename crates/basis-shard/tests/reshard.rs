@@ -11,8 +11,8 @@ use core::time::Duration;
 
 use basis_core::{AdamConfig, Basis, BasisConfig, ExactAdam, OneChoice, RowIndex};
 use basis_shard::{
-    Admission, BoxedOptimizer as Dyn, Eviction, OwnerRule, RowInit, ShardError, ShardedTable,
-    TableConfig,
+    Admission, BoxedOptimizer as Dyn, Eviction, OwnerRule, RowInit, RowPrecision, ShardError,
+    ShardedTable, TableConfig,
 };
 use basis_std::local::LocalComm;
 use comm_traits::Communicator;
@@ -89,6 +89,7 @@ struct Setup {
     kind: Kind,
     admission: Admission,
     eviction: Option<Eviction>,
+    precision: RowPrecision,
 }
 
 fn table(s: Setup, p: usize, rank: usize) -> ShardedTable<Dyn> {
@@ -96,7 +97,8 @@ fn table(s: Setup, p: usize, rank: usize) -> ShardedTable<Dyn> {
     let mut config = TableConfig::new(DIM, owner.clone(), rank)
         .with_init(RowInit::uniform(3, 0.1))
         .with_l2(0.01)
-        .with_admission(s.admission);
+        .with_admission(s.admission)
+        .with_precision(s.precision, 21);
     if let Some(e) = s.eviction {
         config = config.with_eviction(e);
     }
@@ -202,6 +204,7 @@ fn adam_rows_and_state_move_from_2_to_3_ranks_and_back() {
         kind: Kind::Adam,
         admission: Admission::Always,
         eviction: None,
+        precision: RowPrecision::F32,
     };
     reshard_round_trip("adam", s, 2, 3, 5, 10, true);
     reshard_round_trip("adam", s, 3, 2, 5, 10, true);
@@ -215,6 +218,7 @@ fn admission_counters_and_last_seen_steps_move_too() {
         // sketches of the old ranks decide as a P' run's would.
         admission: Admission::min_count(2, 1 << 14, 3).unwrap(),
         eviction: Some(Eviction::ttl(3).with_capacity(30)),
+        precision: RowPrecision::F32,
     };
     reshard_round_trip("stream", s, 2, 3, 6, 12, true);
     reshard_round_trip("stream", s, 3, 2, 6, 12, true);
@@ -226,6 +230,7 @@ fn basis_bucket_partitions_move_with_their_rows() {
         kind: Kind::Basis,
         admission: Admission::Always,
         eviction: None,
+        precision: RowPrecision::F32,
     };
     reshard_round_trip("basis", s, 2, 3, 5, 10, false);
     reshard_round_trip("basis", s, 3, 2, 5, 10, false);
@@ -237,6 +242,7 @@ fn bad_reshards_are_refused_with_typed_errors() {
         kind: Kind::Adam,
         admission: Admission::Always,
         eviction: None,
+        precision: RowPrecision::F32,
     };
     let p = 2;
     let snaps: Vec<_> = on_ranks(p, |mut c| {
@@ -300,4 +306,60 @@ fn bad_reshards_are_refused_with_typed_errors() {
     .unwrap();
     let e = t1.restore_resharded(&old, twice.into_iter().map(Ok), make);
     assert!(matches!(e, Err(ShardError::Corrupt(_))), "{e:?}");
+}
+
+#[test]
+fn bf16_rows_move_unchanged_and_continue_bit_for_bit() {
+    for s in [
+        Setup {
+            kind: Kind::Basis,
+            admission: Admission::Always,
+            eviction: None,
+            precision: RowPrecision::Bf16,
+        },
+        Setup {
+            kind: Kind::Adam,
+            admission: Admission::min_count(2, 1 << 14, 3).unwrap(),
+            eviction: Some(Eviction::ttl(3).with_capacity(30)),
+            precision: RowPrecision::F16,
+        },
+    ] {
+        reshard_round_trip("narrow", s, 2, 3, 5, 10, matches!(s.kind, Kind::Adam));
+        reshard_round_trip("narrow", s, 3, 2, 5, 10, false);
+    }
+    // Rows of another precision are refused, typed.
+    let dir = std::env::temp_dir().join(format!("basis-reshard-prec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let base = dir.join("ckpt");
+    let narrow = Setup {
+        kind: Kind::Adam,
+        admission: Admission::Always,
+        eviction: None,
+        precision: RowPrecision::Bf16,
+    };
+    on_ranks(2, |mut c| {
+        let mut t = table(narrow, 2, c.rank());
+        run(&mut t, &mut c, 0..3);
+        t.checkpoint(&basis_shard::rank_path(&base, c.rank()))
+            .unwrap();
+    });
+    let wide = Setup {
+        precision: RowPrecision::F32,
+        ..narrow
+    };
+    let old = owner(Kind::Adam, 2);
+    let e = table(wide, 3, 0)
+        .restore_resharded_files(&base, &old, |r| Ok(optimizer(Kind::Adam, &old, r)))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ShardError::Precision {
+                table: RowPrecision::F32,
+                checkpoint: RowPrecision::Bf16
+            }
+        ),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

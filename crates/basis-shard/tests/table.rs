@@ -4,12 +4,13 @@
 //! memory while growing, stale batches, corrupt and mixed checkpoints.
 #![allow(clippy::unwrap_used, missing_docs)]
 
+use basis_core::half::{bf16, f16};
 use basis_core::{
-    AdagradConfig, AdamConfig, Basis, BasisConfig, ExactAdam, OneChoice, RowAccess, RowIndex,
-    RowwiseAdagrad, Sgd, SparseOptimizer,
+    AdagradConfig, AdamConfig, Basis, BasisConfig, ExactAdam, LowPrecisionRows, OneChoice,
+    RowAccess, RowFormat, RowIndex, RowwiseAdagrad, Sgd, SparseOptimizer,
 };
 use basis_shard::{
-    BoxedOptimizer as Dyn, OwnerRule, RowInit, ShardError, ShardedTable, TableConfig,
+    BoxedOptimizer as Dyn, OwnerRule, RowInit, RowPrecision, ShardError, ShardedTable, TableConfig,
 };
 use basis_std::fault::ExitsAt;
 use basis_std::local::LocalComm;
@@ -105,11 +106,23 @@ fn owner_for(kind: Kind, p: usize) -> OwnerRule {
 }
 
 fn table(kind: Kind, owner: &OwnerRule, rank: usize) -> ShardedTable<Dyn> {
+    table_at(kind, owner, rank, RowPrecision::F32, 0)
+}
+
+/// [`table`] with rows stored at `precision`, rounding keyed by `seed`.
+fn table_at(
+    kind: Kind,
+    owner: &OwnerRule,
+    rank: usize,
+    precision: RowPrecision,
+    seed: u64,
+) -> ShardedTable<Dyn> {
     let part = owner.partition(rank).unwrap();
     let opt = build(kind, RowIndex::Dense { rows: 0 }, part);
     let config = TableConfig::new(DIM, owner.clone(), rank)
         .with_init(RowInit::uniform(1, 0.1))
-        .with_l2(L2);
+        .with_l2(L2)
+        .with_precision(precision, seed);
     ShardedTable::new(config, Dyn(opt)).unwrap()
 }
 
@@ -184,6 +197,59 @@ fn reference(kind: Kind, p: usize, steps: u64) -> BTreeMap<u64, Vec<f32>> {
     table.rows
 }
 
+/// The single process with narrow rows: [`reference`]'s steps on
+/// `basis_core`'s own [`LowPrecisionRows`] (rows by id, rounded with its
+/// step counter), each row created at its `RowInit` value rounded to
+/// nearest.
+fn reference_narrow<T: RowFormat>(
+    kind: Kind,
+    p: usize,
+    steps: u64,
+    seed: u64,
+) -> BTreeMap<u64, Vec<f32>> {
+    let init = RowInit::uniform(1, 0.1);
+    let mut opt = build(kind, RowIndex::Sparse, None);
+    let mut table = LowPrecisionRows::<T>::new(DIM, seed).unwrap();
+    let mut seen = alloc::collections::BTreeSet::new();
+    for step in 0..steps {
+        let mut sum: BTreeMap<u64, [f32; DIM]> = BTreeMap::new();
+        for r in 0..p {
+            let mut uniq = ids_of(step, r);
+            uniq.sort_unstable();
+            uniq.dedup();
+            for id in uniq {
+                let g = grad_of(step, r, id);
+                match sum.get_mut(&id) {
+                    Some(s) => s.iter_mut().zip(g).for_each(|(a, b)| *a += b),
+                    None => {
+                        sum.insert(id, g);
+                    }
+                }
+            }
+        }
+        let ids: Vec<u64> = sum.keys().copied().collect();
+        let mut grads = Vec::new();
+        let mut row = [0.0f32; DIM];
+        for (id, g) in &sum {
+            if seen.insert(*id) {
+                init.fill(*id, &mut row);
+                table.try_push(*id, &row).unwrap();
+            }
+            assert!(table.read(*id, &mut row));
+            grads.extend(g.iter().zip(row.iter()).map(|(g, t)| g + L2 * t));
+        }
+        let mut rows = table.begin_step();
+        opt.step(&ids, &grads, &mut rows).unwrap();
+    }
+    seen.into_iter()
+        .map(|id| {
+            let mut row = vec![0.0; DIM];
+            assert!(table.read(id, &mut row));
+            (id, row)
+        })
+        .collect()
+}
+
 fn group(p: usize) -> Vec<LocalComm> {
     LocalComm::group_with_timeout(p, Duration::from_secs(20))
 }
@@ -221,6 +287,101 @@ fn sharded_table_equals_the_single_process_bit_for_bit() {
                 assert_eq!(&got[id], row, "{kind:?} P={p} row {id}");
             }
         }
+    }
+}
+
+/// Every rank's rows of a `p`-rank run of `steps` steps, merged by id.
+fn sharded_rows(
+    kind: Kind,
+    p: usize,
+    steps: u64,
+    precision: RowPrecision,
+    seed: u64,
+) -> BTreeMap<u64, Vec<f32>> {
+    let owner = owner_for(kind, p);
+    let got = on_ranks(p, |mut c| {
+        let mut t = table_at(kind, &owner, c.rank(), precision, seed);
+        assert_eq!(t.precision(), precision);
+        run_steps(&mut t, &mut c, 0..steps).unwrap();
+        let rows = t.sorted_rows();
+        assert!(rows.iter().all(|(id, _)| owner.owner(*id) == c.rank()));
+        rows
+    });
+    got.into_iter().flatten().collect()
+}
+
+#[test]
+fn bf16_and_f16_sharded_tables_equal_the_single_process_bit_for_bit() {
+    let steps = 12;
+    let seed = 77;
+    for kind in [Kind::Adam, Kind::Adagrad, Kind::Sgd, Kind::Basis] {
+        let f32_rows = sharded_rows(kind, 2, steps, RowPrecision::F32, seed);
+        for p in 1..=4 {
+            let want = reference_narrow::<bf16>(kind, p, steps, seed);
+            let got = sharded_rows(kind, p, steps, RowPrecision::Bf16, seed);
+            assert_eq!(got, want, "bf16 {kind:?} P={p}");
+            // Every value is a bf16 (the rows are stored narrow).
+            assert!(
+                got.values()
+                    .flatten()
+                    .all(|&x| bf16::from_f32(x).to_f32() == x)
+            );
+            if p == 2 {
+                // Not the f32 run under another name.
+                assert_ne!(got, f32_rows, "{kind:?}");
+            }
+        }
+        for p in [1, 3] {
+            let want = reference_narrow::<f16>(kind, p, steps, seed);
+            let got = sharded_rows(kind, p, steps, RowPrecision::F16, seed);
+            assert_eq!(got, want, "f16 {kind:?} P={p}");
+        }
+    }
+    // The seed keys the rounding: another seed, other rows.
+    assert_ne!(
+        sharded_rows(Kind::Sgd, 2, steps, RowPrecision::Bf16, 1),
+        sharded_rows(Kind::Sgd, 2, steps, RowPrecision::Bf16, 2)
+    );
+}
+
+/// SGD steps a quarter of a representable step long (below 1.0: 2^-8 in
+/// bf16, 2^-11 in f16) from 1.0: rounding to nearest would never move a
+/// row; stochastic rounding moves the mean by the f32 sum of the updates
+/// (`E[stored] = updated`).
+#[test]
+fn stochastic_rounding_in_the_table_is_unbiased() {
+    let (rows, steps, lr) = (1024u64, 200u64, 1.0f32);
+    let owner = OwnerRule::hashed(2, 3).unwrap();
+    // Per value ≤ `steps` rounding errors of variance ≤ ulp²/4: the mean
+    // of 4096 values has sd ≤ 4.3e-4 (bf16), 5.4e-5 (f16); ~5 sd allowed.
+    for (precision, g, tol) in [
+        (RowPrecision::Bf16, 2f32.powi(-10), 2e-3),
+        (RowPrecision::F16, 2f32.powi(-13), 3e-4),
+    ] {
+        let means = on_ranks(2, |mut c| {
+            let config = TableConfig::new(DIM, owner.clone(), c.rank())
+                .with_init(RowInit::from_fn(|_, r| r.fill(1.0)))
+                .with_precision(precision, 5);
+            let mut t = ShardedTable::new(config, Sgd::new(DIM, lr).unwrap()).unwrap();
+            // Each rank asks for half of the ids every step.
+            let ids: Vec<u64> = (0..rows).filter(|i| i % 2 == c.rank() as u64).collect();
+            for _ in 0..steps {
+                let b = t.lookup(&mut c, &ids).unwrap();
+                t.apply(&mut c, &b, &vec![g; b.rows.len()]).unwrap();
+            }
+            let rows = t.sorted_rows();
+            let n = (rows.len() * DIM) as f64;
+            let sum: f64 = rows.iter().flat_map(|r| &r.1).map(|&x| f64::from(x)).sum();
+            (sum, n)
+        });
+        let (sum, n) = means.iter().fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
+        assert_eq!(n, (rows as usize * DIM) as f64);
+        let mean = sum / n;
+        let want = 1.0 - steps as f64 * f64::from(lr * g);
+        assert!(
+            (mean - want).abs() < tol,
+            "{precision}: mean {mean}, want {want}"
+        );
     }
 }
 
@@ -516,4 +677,161 @@ fn corrupt_and_mixed_checkpoints_are_refused_with_typed_errors() {
         Err(ShardError::NotEmpty)
     ));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bf16_checkpoints_round_trip_at_their_width_and_continue_bit_for_bit() {
+    let dir = temp_dir("bf16");
+    let p = 2;
+    let kind = Kind::Basis;
+    let owner = owner_for(kind, p);
+    let base = dir.join("t");
+    let straight = on_ranks(p, |mut c| {
+        let mut t = table_at(kind, &owner, c.rank(), RowPrecision::Bf16, 9);
+        run_steps(&mut t, &mut c, 0..8).unwrap();
+        t.checksum()
+    });
+    let snaps = on_ranks(p, |mut c| {
+        let mut t = table_at(kind, &owner, c.rank(), RowPrecision::Bf16, 9);
+        run_steps(&mut t, &mut c, 0..4).unwrap();
+        t.checkpoint(&basis_shard::rank_path(&base, c.rank()))
+            .unwrap();
+        let snap = t.snapshot();
+        // The file holds 2 bytes per value.
+        let file = snap.to_checkpoint();
+        assert_eq!(
+            file.get("shard.rows").unwrap().len(),
+            snap.ids.len() * DIM * 2
+        );
+        assert_eq!(
+            basis_shard::decode_checkpoint(&file.encode()).unwrap(),
+            snap
+        );
+        snap
+    });
+    assert!(snaps.iter().all(|s| s.precision == RowPrecision::Bf16));
+    let resumed = on_ranks(p, |mut c| {
+        let mut t = table_at(kind, &owner, c.rank(), RowPrecision::Bf16, 9);
+        t.restore(&basis_shard::rank_path(&base, c.rank())).unwrap();
+        assert_eq!(t.snapshot(), snaps[c.rank()]);
+        run_steps(&mut t, &mut c, 4..8).unwrap();
+        t.checksum()
+    });
+    assert_eq!(resumed, straight);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_checkpoint_of_another_precision_or_seed_is_refused_with_a_typed_error() {
+    let dir = temp_dir("prec");
+    let owner = OwnerRule::hashed(1, 3).unwrap();
+    let file = |prec: RowPrecision, seed: u64| {
+        let path = dir.join(format!("{prec}-{seed}"));
+        let mut c = group(1).pop().unwrap();
+        let mut t = table_at(Kind::Adam, &owner, 0, prec, seed);
+        run_steps(&mut t, &mut c, 0..3).unwrap();
+        t.checkpoint(&path).unwrap();
+        path
+    };
+    let (f32_file, bf16_file) = (file(RowPrecision::F32, 4), file(RowPrecision::Bf16, 4));
+    for (prec, path, found) in [
+        (RowPrecision::F32, &bf16_file, RowPrecision::Bf16),
+        (RowPrecision::Bf16, &f32_file, RowPrecision::F32),
+        (RowPrecision::F16, &bf16_file, RowPrecision::Bf16),
+    ] {
+        let mut t = table_at(Kind::Adam, &owner, 0, prec, 4);
+        let e = t.restore(path).unwrap_err();
+        assert!(
+            matches!(e, ShardError::Precision { table, checkpoint } if table == prec && checkpoint == found),
+            "{e}"
+        );
+        assert!(t.is_empty());
+        assert!(e.to_string().contains("row precision"), "{e}");
+    }
+    // Narrow rows under another rounding seed would not continue the run.
+    let e = table_at(Kind::Adam, &owner, 0, RowPrecision::Bf16, 5)
+        .restore(&bf16_file)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            ShardError::Mismatch {
+                what: "rounding seed",
+                expected: 5,
+                found: 4
+            }
+        ),
+        "{e}"
+    );
+    // f32 rows ignore the seed.
+    table_at(Kind::Adam, &owner, 0, RowPrecision::F32, 5)
+        .restore(&f32_file)
+        .unwrap();
+    // A value bf16 cannot hold exactly is refused, not rounded.
+    let good = basis_shard::decode_checkpoint(&std::fs::read(&bf16_file).unwrap()).unwrap();
+    let mut bad = good.clone();
+    bad.rows[0] = 1.0 + f32::EPSILON;
+    let mut t = table_at(Kind::Adam, &owner, 0, RowPrecision::Bf16, 4);
+    let e = t.restore_snapshot(bad).unwrap_err();
+    assert!(matches!(e, ShardError::Corrupt(_)), "{e}");
+    assert!(t.is_empty());
+    t.restore_snapshot(good).unwrap();
+    // An unknown precision code in the file is corrupt.
+    let mut c = basis_shard::decode_checkpoint(&std::fs::read(&bf16_file).unwrap())
+        .unwrap()
+        .to_checkpoint();
+    let mut meta = c.remove("shard.meta").unwrap();
+    let at = meta.len() - 16;
+    meta[at..at + 8].copy_from_slice(&7u64.to_le_bytes());
+    c.insert("shard.meta", meta).unwrap();
+    assert!(matches!(
+        basis_shard::decode_checkpoint(&c.encode()),
+        Err(ShardError::Corrupt("unknown row precision"))
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A version-2 file (before row precisions) reads as f32 rows.
+#[test]
+fn a_version_2_checkpoint_still_reads_as_f32_rows() {
+    let owner = OwnerRule::hashed(1, 3).unwrap();
+    let mut comm = group(1).pop().unwrap();
+    let mut t = table(Kind::Adam, &owner, 0);
+    run_steps(&mut t, &mut comm, 0..3).unwrap();
+    let snap = t.snapshot();
+    let mut c = snap.to_checkpoint();
+    let mut meta = c.remove("shard.meta").unwrap();
+    // Version 2's meta: the version word, then 9 words (no precision, seed).
+    meta.truncate(4 + 9 * 8);
+    meta[..4].copy_from_slice(&2u32.to_le_bytes());
+    c.insert("shard.meta", meta).unwrap();
+    let old = basis_shard::decode_checkpoint(&c.encode()).unwrap();
+    assert_eq!(old, snap);
+    assert_eq!(old.precision, RowPrecision::F32);
+    let mut back = table(Kind::Adam, &owner, 0);
+    back.restore_snapshot(old).unwrap();
+    assert_eq!(back.checksum(), t.checksum());
+}
+
+#[test]
+fn bf16_rows_report_half_the_row_bytes() {
+    let owner = OwnerRule::hashed(1, 0).unwrap();
+    let ids: Vec<u64> = (0..1000).map(mix).collect();
+    let mem = |prec| {
+        let mut c = group(1).pop().unwrap();
+        let mut t = table_at(Kind::Adam, &owner, 0, prec, 0);
+        let b = t.lookup(&mut c, &ids).unwrap();
+        t.apply(&mut c, &b, &vec![0.1; b.rows.len()]).unwrap();
+        t.memory()
+    };
+    let (wide, narrow, half) = (
+        mem(RowPrecision::F32),
+        mem(RowPrecision::Bf16),
+        mem(RowPrecision::F16),
+    );
+    assert_eq!(wide.row_bytes, 1000 * DIM * 4, "{wide:?}");
+    assert_eq!(narrow.row_bytes, 1000 * DIM * 2, "{narrow:?}");
+    assert_eq!(half.row_bytes, 1000 * DIM * 2, "{half:?}");
+    assert_eq!(narrow.state_bytes, wide.state_bytes);
+    assert_eq!(narrow.index_bytes, wide.index_bytes);
 }

@@ -15,12 +15,14 @@ use std::time::Instant;
 const LIMIT: Duration = Duration::from_secs(120);
 
 /// The models checked: the FM, DeepFM with a small tower (1-bit Adam at a
-/// learning rate where it stays finite on this data), and the FM over the
-/// streamed source (each rank generates its share of every batch itself).
-const MODELS: [&[&str]; 3] = [
+/// learning rate where it stays finite on this data), the FM over the
+/// streamed source (each rank generates its share of every batch itself),
+/// and the FM with bf16 rows (stochastic rounding keyed by id and step).
+const MODELS: [&[&str]; 4] = [
     &["--model", "fm"],
     &["--model", "deepfm", "--mlp", "32,1", "--dense-lr", "0.001"],
     &["--model", "fm", "--format", "criteo-synth", "--stream"],
+    &["--model", "fm", "--row-precision", "bf16"],
 ];
 
 /// A small run: 20 000 synthetic examples, one epoch.

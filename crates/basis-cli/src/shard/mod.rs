@@ -118,6 +118,10 @@ fn options(ds: &Dataset, run: &Run<'_>, lens: [usize; 3]) -> Vec<(&'static str, 
         ("--evict-capacity", m.evict_capacity),
     ];
     opts.extend(admission.into_iter().filter_map(|(k, v)| Some((k, v?))));
+    // Only when narrow: f32 runs keep their checkpoints' fingerprint.
+    if m.row_precision != basis_shard::RowPrecision::F32 {
+        opts.push(("--row-precision", precision_code(m.row_precision)));
+    }
     opts
 }
 
@@ -128,6 +132,20 @@ fn options(ds: &Dataset, run: &Run<'_>, lens: [usize; 3]) -> Vec<(&'static str, 
 const ADMIT_WIDTH: usize = 1 << 20;
 /// Rows of the `--admit-min-count` sketch.
 const ADMIT_DEPTH: usize = 4;
+
+/// A number for `--row-precision` in the agreed options.
+fn precision_code(p: basis_shard::RowPrecision) -> u64 {
+    match p {
+        basis_shard::RowPrecision::F32 => 0,
+        basis_shard::RowPrecision::Bf16 => 1,
+        basis_shard::RowPrecision::F16 => 2,
+    }
+}
+
+/// The seed of the rows' stochastic rounding (`--row-precision bf16|f16`).
+pub(super) fn rounding_seed(m: &crate::cli::ModelArgs) -> u64 {
+    m.seed ^ 0x5EED_B16F
+}
 
 /// The table of `m`'s admission and eviction flags over `config`.
 fn with_admission(config: TableConfig, m: &crate::cli::ModelArgs) -> Result<TableConfig, String> {
@@ -212,7 +230,8 @@ impl Rank {
             .with_init(RowInit::from_fn(move |id, row| {
                 init_row(row, std, seed, id)
             }))
-            .with_l2(m.l2);
+            .with_l2(m.l2)
+            .with_precision(m.row_precision, rounding_seed(m));
         let config = with_admission(config, m)?;
         let table = ShardedTable::new(config, opt).map_err(|e| e.to_string())?;
         // The model without a table: rows live in the shard.

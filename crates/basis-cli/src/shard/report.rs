@@ -24,7 +24,7 @@ fn status_kb(key: &str) -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-const FIELDS: usize = 10;
+const FIELDS: usize = 11;
 
 /// Most over mean of `xs` (1 = even; 0 rows everywhere counts as even).
 fn skew(xs: impl Iterator<Item = u64> + Clone) -> f64 {
@@ -52,6 +52,7 @@ pub(crate) fn gather(comm: &mut dyn Communicator, me: &Rank) -> Result<ShardRepo
         stats.ids_served,
         stats.rows_evicted,
         stats.grads_dropped,
+        mem.row_bytes as u64,
     ];
     let bytes: Vec<u8> = mine.iter().flat_map(|x| x.to_le_bytes()).collect();
     let mut all = vec![0u8; bytes.len() * comm.size()];
@@ -74,6 +75,7 @@ pub(crate) fn gather(comm: &mut dyn Communicator, me: &Rank) -> Result<ShardRepo
                 ids_served: f(7),
                 rows_evicted: f(8),
                 grads_dropped: f(9),
+                row_bytes: f(10),
             }
         })
         .collect();
@@ -84,6 +86,8 @@ pub(crate) fn gather(comm: &mut dyn Communicator, me: &Rank) -> Result<ShardRepo
         served_skew: skew(ranks.iter().map(|r| r.ids_served)),
         state_bytes_per_row: per_row(ranks.iter().map(|r| r.state_bytes).sum()),
         index_bytes_per_row: per_row(ranks.iter().map(|r| r.index_bytes).sum()),
+        row_precision: me.table.precision().name(),
+        row_bytes_per_row: per_row(ranks.iter().map(|r| r.row_bytes).sum()),
         rows_evicted: ranks.iter().map(|r| r.rows_evicted).sum(),
         grads_dropped: ranks.iter().map(|r| r.grads_dropped).sum(),
         ranks,

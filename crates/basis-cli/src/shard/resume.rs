@@ -150,6 +150,7 @@ fn restore_resharded(
     let m = run.model;
     let old_owner = optim::owner_rule(run.spec, ds.rows, p_old, m.seed)?;
     let d = me.table.dim();
+    let (precision, rounding_seed) = (me.table.precision(), me.table.rounding_seed());
     // Why a file failed (the table sees only a placeholder error), and rank
     // 0's file without its rows.
     let failure: RefCell<Option<String>> = RefCell::new(None);
@@ -186,6 +187,9 @@ fn restore_resharded(
             ids: sh.ids,
             rows: core::mem::take(&mut c.table),
             optimizer: core::mem::take(&mut c.optimizer),
+            // The fingerprint covers `--row-precision` and `--seed`.
+            precision,
+            rounding_seed,
             ..TableSnapshot::default()
         };
         if r == 0 {
@@ -263,6 +267,9 @@ fn restore_own(
         ids: sh.ids,
         rows: c.table,
         optimizer: c.optimizer,
+        // The fingerprint covers `--row-precision` and `--seed`.
+        precision: t.precision(),
+        rounding_seed: t.rounding_seed(),
         ..TableSnapshot::default()
     };
     me.table

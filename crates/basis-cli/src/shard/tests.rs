@@ -789,3 +789,29 @@ fn admission_and_eviction_flags_need_shard_rows() {
     ];
     assert!(Cli::try_parse_from(both).is_err());
 }
+
+/// `--row-precision bf16`: rows at 2 bytes per value in the report, runs
+/// that repeat bit for bit, a model other than the f32 run's, and the
+/// f32 run's test AUC within 0.01 on this small run.
+#[test]
+fn bf16_rows_halve_the_row_bytes_and_repeat_bit_for_bit() {
+    let f32_args = sharded(2, &["--opt", "basis"]);
+    let ds = load(&f32_args);
+    let (x, wide) = test_auc(&ds, &f32_args);
+    let bf16_args = sharded(2, &["--opt", "basis", "--row-precision", "bf16"]);
+    let (y, narrow) = test_auc(&ds, &bf16_args);
+    let (_, again) = test_auc(&ds, &bf16_args);
+    assert_eq!(narrow.model_crc32, again.model_crc32);
+    assert_ne!(narrow.model_crc32, wide.model_crc32);
+    assert!((x - y).abs() < 0.01, "f32 {x}, bf16 {y}");
+    let (w, n) = (wide.sharded.unwrap(), narrow.sharded.unwrap());
+    assert_eq!((w.row_precision, n.row_precision), ("f32", "bf16"));
+    assert_eq!(w.rows, n.rows);
+    let d = (wide.row_dim) as f64;
+    assert!(w.row_bytes_per_row >= 4.0 * d, "{}", w.row_bytes_per_row);
+    assert!(
+        n.row_bytes_per_row >= 2.0 * d && n.row_bytes_per_row <= 2.0 * d * 1.2,
+        "{}",
+        n.row_bytes_per_row
+    );
+}
