@@ -194,15 +194,6 @@ proptest! {
         prop_assert!(max_load(&many) <= max_load(&one), "d={} max {} > {}", d, max_load(&many), max_load(&one));
     }
 
-    #[test]
-    fn d_choice_small_tables_lose_at_most_one(
-        buckets in 1u32..64, n in 0u64..300, d in 2u8..=4, seed in any::<u64>(),
-    ) {
-        let one = count_loads(&mut OneChoice::new(buckets, seed).unwrap(), 0..n).unwrap();
-        let many = count_loads(&mut DChoice::sparse(buckets, d, seed).unwrap(), 0..n).unwrap();
-        prop_assert!(max_load(&many) <= max_load(&one) + 1);
-    }
-
     /// A remembered choice never changes, however many keys come after it.
     #[test]
     fn remembered_choice_is_stable(buckets in 1u32..100, d in 2u8..=4, seed in any::<u64>(), probe in 0u64..1000, later in proptest::collection::vec(0u64..1000, 0..500)) {
@@ -232,6 +223,46 @@ proptest! {
             prop_assert_eq!(restored.loads(), original.loads());
             prop_assert_eq!(restored.assigned_keys(), original.assigned_keys());
             for k in 0..200 { prop_assert_eq!(restored.bucket(k), original.bucket(k)); }
+        }
+    }
+}
+
+/// Small tables (B < 64): d-choice's fullest bucket is no fuller than
+/// one-choice's *on average* over seeds. Per seed it can be: with B = 2 the
+/// two choices coincide half the time, and one seed in a few hundred gives
+/// d-choice a bucket two keys fuller (found by proptest: B = 2, N = 71,
+/// d = 2), so an earlier per-seed bound of "+1" failed at random in CI. The
+/// seeds here are fixed, so the test is deterministic; it fails if d-choice
+/// stops choosing the emptier bucket: where there is a choice (B ≥ 2,
+/// N ≥ 5) it must be strictly better on average (checked: always taking the
+/// first candidate, which is one-choice's bucket, fails it).
+#[test]
+fn d_choice_small_tables_are_no_fuller_on_average() {
+    for buckets in [1u32, 2, 3, 5, 8, 13, 31, 63] {
+        for n in [0u64, 1, 5, 17, 71, 150, 299] {
+            for d in 2u8..=4 {
+                let (mut one_sum, mut many_sum) = (0u64, 0u64);
+                for seed in 0..128u64 {
+                    let seed = fmix64(seed);
+                    let one =
+                        count_loads(&mut OneChoice::new(buckets, seed).unwrap(), 0..n).unwrap();
+                    let many =
+                        count_loads(&mut DChoice::sparse(buckets, d, seed).unwrap(), 0..n).unwrap();
+                    one_sum += max_load(&one);
+                    many_sum += max_load(&many);
+                }
+                assert!(
+                    many_sum <= one_sum,
+                    "B {buckets}, N {n}, d {d}: d-choice max loads sum to {many_sum} > {one_sum}"
+                );
+                // With a choice to make, the choice must help.
+                if buckets >= 2 && n >= 5 {
+                    assert!(
+                        many_sum < one_sum,
+                        "B {buckets}, N {n}, d {d}: d-choice no better ({many_sum} vs {one_sum})"
+                    );
+                }
+            }
         }
     }
 }
