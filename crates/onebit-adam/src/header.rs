@@ -23,6 +23,8 @@ pub(crate) enum Op {
     CompressedAllReduce = 1,
     /// One step of the 1-bit Adam optimizer (all its collectives).
     OptimizerStep = 2,
+    /// `graded_allreduce` (the header's layout field carries the grade).
+    GradedAllReduce = 3,
 }
 
 /// What this rank proposes; `status` is 0 when its input is acceptable.

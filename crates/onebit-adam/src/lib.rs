@@ -10,6 +10,7 @@ mod allreduce;
 pub mod dense;
 mod error;
 mod freeze;
+mod graded;
 mod header;
 mod memory;
 mod optimizer;
@@ -36,7 +37,8 @@ pub use allreduce::{
 pub use dense::{AdamW, Kernel};
 pub use error::{OneBitError, StateError};
 pub use freeze::{AutoFreeze, FreezePolicy};
+pub use graded::{GradedState, graded_allreduce, graded_allreduce_bytes};
 pub use memory::Memory;
-pub use onebit_codec::ScaleKind;
+pub use onebit_codec::{Grade, ScaleKind};
 pub use optimizer::{Config, GroupSpec, OneBitAdam, Policy, Stage, StepReport, Variant};
 pub use overlap::overlapped_allreduce;

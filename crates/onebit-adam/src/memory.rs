@@ -17,7 +17,7 @@ pub struct Memory {
     /// gradient: `5n`.
     pub mask_and_accumulator: usize,
     /// Error-feedback buffers of the 1-bit stage: `4(N + N/P)` per group
-    /// with the momentum variants, `4L` with the decayed-gradient one; 0
+    /// with the momentum variants and per [`crate::Policy::Graded`] group, `4L` with the decayed-gradient one; 0
     /// before the first compressed step.
     pub error_feedback: usize,
     /// The automatic freeze's snapshot of `v̂`: one `f32` per element of the
@@ -68,7 +68,11 @@ impl OneBitAdam {
         let error_feedback = self
             .groups
             .iter()
-            .map(|g| g.allreduce.error_len() + g.seed.as_ref().map_or(0, |c| c.len()))
+            .map(|g| {
+                g.allreduce.error_len()
+                    + g.graded.error_len()
+                    + g.seed.as_ref().map_or(0, |c| c.len())
+            })
             .sum::<usize>()
             * f;
         let frozen: usize = self

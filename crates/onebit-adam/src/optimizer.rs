@@ -27,12 +27,13 @@ use core::ops::Range;
 
 use comm_traits::{CommStats, Communicator};
 use num_traits::Float;
-use onebit_codec::{Compressor, CompressorConfig, ErrorFeedback, ScaleKind};
+use onebit_codec::{Compressor, CompressorConfig, ErrorFeedback, Grade, ScaleKind};
 
 use crate::OneBitError;
 use crate::allreduce::{self, AllReduceState, ErrorNorms};
 use crate::dense::{AdamW, Kernel, PackedRuns, PackedSigns};
 use crate::freeze::{FreezePolicy, FreezeTracker};
+use crate::graded::{self, GradedState};
 use crate::header::{self, Op};
 
 /// How a parameter group communicates after the freeze.
@@ -46,6 +47,40 @@ pub enum Policy {
     /// Full-precision mean all-reduce of gradients and plain Adam at every
     /// step (DeepSpeed's `non_freeze` groups; e.g. a small output layer).
     FullPrecision,
+    /// Graded compression after the freeze: the same compressed-momentum
+    /// stage as [`Policy::OneBit`] (`v` frozen, worker and server error
+    /// feedback, the variant's buffer), through [`crate::graded_allreduce`]'s
+    /// codec — [`Grade::TwoBit`] (sign + magnitude bit, a scale per chunk)
+    /// or [`Grade::Bf16`] (bfloat16 momentum with error feedback) — for the
+    /// layers where 1 bit hurts (the seed's layered setting: 2 bits for the
+    /// embedding-adjacent layer). Not with [`Variant::DecayedGradient`].
+    ///
+    /// The half-precision grade compresses the **momentum**, not the
+    /// gradient: the group then differs from a 1-bit group only in its
+    /// codec (one code path, one state layout, `v` frozen alike), and the
+    /// momentum is what 1-bit Adam's error feedback is proven for; a bf16
+    /// gradient all-reduce would keep `v` moving but send the gradient's
+    /// noise at 16 bits every step for a difference error feedback already
+    /// removes.
+    Graded(Grade),
+}
+
+impl Policy {
+    /// Whether the group compresses after the freeze (every policy but
+    /// [`Policy::FullPrecision`]).
+    pub fn compresses(self) -> bool {
+        !matches!(self, Self::FullPrecision)
+    }
+
+    /// A short name: `1bit`, `2bit`, `bf16`, `full` (what the CLI parses).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::OneBit => "1bit",
+            Self::FullPrecision => "full",
+            Self::Graded(Grade::TwoBit) => "2bit",
+            Self::Graded(_) => "bf16",
+        }
+    }
 }
 
 /// What is compressed in the 1-bit stage.
@@ -316,6 +351,8 @@ pub(crate) struct GroupState {
     /// Seed variant: decayed gradient compressor over the live coordinates
     /// (created at the first 1-bit step).
     pub(crate) seed: Option<Compressor>,
+    /// [`Policy::Graded`]: worker/server errors of the graded all-reduce.
+    pub(crate) graded: GradedState,
     /// What the 1-bit stage derives from the frozen `v` and zero mask, built
     /// at the first 1-bit step after they last changed (see [`Frozen`]).
     pub(crate) frozen: Option<Frozen>,
@@ -432,12 +469,20 @@ impl OneBitAdam {
                     "group weight_decay must be finite and >= 0",
                 ));
             }
+            if matches!(spec.policy, Policy::Graded(_))
+                && matches!(config.variant, Variant::DecayedGradient { .. })
+            {
+                return Err(OneBitError::Config(
+                    "a graded group needs a momentum variant, not DecayedGradient",
+                ));
+            }
             states.push(GroupState {
                 spec,
                 range: start..start + spec.len,
                 v_updates: 0,
                 allreduce: AllReduceState::new(),
                 seed: None,
+                graded: GradedState::new(),
                 frozen: None,
             });
             start += spec.len;
@@ -537,12 +582,13 @@ impl OneBitAdam {
     pub fn error_norms(&self) -> Vec<ErrorNorms> {
         self.groups
             .iter()
-            .map(|g| match &g.seed {
-                Some(c) => ErrorNorms {
+            .map(|g| match (&g.seed, g.spec.policy) {
+                (Some(c), _) => ErrorNorms {
                     worker: c.error_norm(),
                     server: 0.0,
                 },
-                None => g.allreduce.error_norms(),
+                (None, Policy::Graded(_)) => g.graded.error_norms(),
+                (None, _) => g.allreduce.error_norms(),
             })
             .collect()
     }
@@ -551,6 +597,7 @@ impl OneBitAdam {
     pub fn reset_errors(&mut self) {
         for g in &mut self.groups {
             g.allreduce.reset_errors();
+            g.graded.reset_errors();
             if let Some(c) = &mut g.seed {
                 c.reset_error();
             }
@@ -571,10 +618,9 @@ impl OneBitAdam {
     /// a gradient is accumulated; nothing changed then.
     pub fn unbind(&mut self) -> Result<(), OneBitError> {
         let per_rank = self.grad_count > 0
-            || self
-                .groups
-                .iter()
-                .any(|g| g.seed.is_some() || g.allreduce.shape.is_some());
+            || self.groups.iter().any(|g| {
+                g.seed.is_some() || g.allreduce.shape.is_some() || g.graded.shape.is_some()
+            });
         if per_rank {
             return Err(OneBitError::Config(
                 "the state holds per-rank error feedback or an accumulated gradient",
@@ -710,6 +756,7 @@ impl OneBitAdam {
             eat(match g.spec.policy {
                 Policy::OneBit => 1,
                 Policy::FullPrecision => 2,
+                Policy::Graded(grade) => 16 + u64::from(grade.bits()),
             });
         }
         eat(match self.config.variant {
@@ -816,7 +863,7 @@ impl OneBitAdam {
     fn direct(&self, comm: &dyn Communicator, extra: Option<(&[f32], f32)>) -> bool {
         let t = self.step + 1;
         let compressing = self.stage_of(t) == Stage::Compressed
-            && self.groups.iter().any(|g| g.spec.policy == Policy::OneBit);
+            && self.groups.iter().any(|g| g.spec.policy.compresses());
         extra.is_some()
             && self.grad_count == 0
             && if compressing {
@@ -856,10 +903,13 @@ impl OneBitAdam {
         let stage = self.stage_of(t);
         let mut g = core::mem::take(&mut self.scratch);
         for gi in 0..self.groups.len() {
-            let one_bit =
-                stage == Stage::Compressed && self.groups[gi].spec.policy == Policy::OneBit;
+            let policy = self.groups[gi].spec.policy;
+            let compressed = stage == Stage::Compressed && policy.compresses();
             let range = self.groups[gi].range.clone();
-            if one_bit {
+            if let (true, Policy::Graded(grade)) = (compressed, policy) {
+                self.graded_group(comm, gi, &g[range.clone()], grade)?;
+                self.update(gi, t, &mut params[range])?;
+            } else if compressed {
                 let (grad, factor) = match extra {
                     Some((grad, f)) if direct => (&grad[range.clone()], Some(f)),
                     _ => (&g[range.clone()], None),
@@ -902,7 +952,7 @@ impl OneBitAdam {
         let vhat = self
             .groups
             .iter()
-            .filter(|g| g.spec.policy == Policy::OneBit)
+            .filter(|g| g.spec.policy.compresses())
             .map(move |g| {
                 let bc2 = if c.bias_correction {
                     (1.0 - Float::powi(f64::from(c.beta2), clamp_i32(g.v_updates))) as f32
@@ -1076,6 +1126,57 @@ impl OneBitAdam {
                 }
             }
         };
+        self.groups[gi].frozen = Some(frozen);
+        self.scratch_packed = packed;
+        result
+    }
+
+    /// Compressed stage of a [`Policy::Graded`] group: the variant's buffer
+    /// over the live coordinates (`β₁m + (1−β₁)ḡ`, or for
+    /// `PreconditionedMomentum` that divided by the frozen denominator and
+    /// clamped, as [`Self::one_bit_group`] forms it), the graded
+    /// all-reduce, then `m` from the result (`u·d` for the preconditioned
+    /// variant; dead coordinates keep `m = 0`). `g` is the mean-gradient copy.
+    fn graded_group(
+        &mut self,
+        comm: &mut dyn Communicator,
+        gi: usize,
+        g: &[f32],
+        grade: Grade,
+    ) -> Result<(), OneBitError> {
+        let b1 = self.config.beta1;
+        let range = self.groups[gi].range.clone();
+        let frozen = match self.groups[gi].frozen.take() {
+            Some(f) if f.v_updates == self.groups[gi].v_updates => f,
+            _ => self.freeze(gi),
+        };
+        let mut packed = core::mem::take(&mut self.scratch_packed);
+        packed.resize(frozen.count, 0.0);
+        let m = &mut self.m[range];
+        let pre = matches!(self.config.variant, Variant::PreconditionedMomentum);
+        let (d, cap) = (&frozen.denom, frozen.cap);
+        for_runs_at(&frozen.live, &mut packed, |r, k, out| {
+            for (i, (o, (&m, &g))) in out
+                .iter_mut()
+                .zip(m[r.clone()].iter().zip(&g[r]))
+                .enumerate()
+            {
+                let mom = b1 * m + (1.0 - b1) * g;
+                *o = if pre {
+                    (mom / d[k + i]).clamp(-cap, cap)
+                } else {
+                    mom
+                };
+            }
+        });
+        let state = &mut self.groups[gi].graded;
+        let result = graded::reduce_counted(comm, &mut packed, grade, state).map(|_| {
+            for_runs_at(&frozen.live, &mut packed, |r, k, out| {
+                for (i, (m, &u)) in m[r].iter_mut().zip(out.iter()).enumerate() {
+                    *m = if pre { u * d[k + i] } else { u };
+                }
+            });
+        });
         self.groups[gi].frozen = Some(frozen);
         self.scratch_packed = packed;
         result
