@@ -40,5 +40,7 @@ pub use freeze::{AutoFreeze, FreezePolicy};
 pub use graded::{GradedState, graded_allreduce, graded_allreduce_bytes};
 pub use memory::Memory;
 pub use onebit_codec::{Grade, ScaleKind};
-pub use optimizer::{Config, GroupSpec, OneBitAdam, Policy, Stage, StepReport, Variant};
+pub use optimizer::{
+    Config, GroupSpec, GroupTelemetry, OneBitAdam, Policy, Stage, StepReport, Variant,
+};
 pub use overlap::overlapped_allreduce;

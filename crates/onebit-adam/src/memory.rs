@@ -28,6 +28,9 @@ pub struct Memory {
     /// coordinates and the 1-bit stage's frozen denominators), reused
     /// across steps.
     pub scratch: usize,
+    /// [`crate::Config::telemetry`]'s sign bits: `8·⌈n/64⌉` once the first
+    /// step with telemetry has run, else 0.
+    pub telemetry: usize,
 }
 
 impl Memory {
@@ -38,6 +41,7 @@ impl Memory {
             + self.error_feedback
             + self.freeze_snapshot
             + self.scratch
+            + self.telemetry
     }
 }
 
@@ -87,6 +91,7 @@ impl OneBitAdam {
             error_feedback,
             freeze_snapshot: self.freeze.snapshot.len() * f,
             scratch: self.scratch_bytes() + frozen,
+            telemetry: self.negative.len() * size_of::<u64>(),
         }
     }
 }

@@ -164,6 +164,13 @@ pub struct Config {
     /// Zero every error buffer after each `k`-th 1-bit step (bounds how long
     /// a stale error can linger). `None`: never.
     pub error_reset_every: Option<u64>,
+    /// Fill [`GroupTelemetry::error_norms`] and
+    /// [`GroupTelemetry::sign_flips`] at every step (one extra read of each
+    /// compressing group's error buffers, `4(N + N/P)` bytes, and of each
+    /// group's `m`, `4n` bytes, plus one bit per parameter kept between
+    /// steps). Default `false`: those fields are `None`; the bytes and
+    /// scales are reported either way (they cost nothing).
+    pub telemetry: bool,
 }
 
 // onebit-codec's macro, one copy per dependency chain.
@@ -178,6 +185,7 @@ onebit_codec::with_setters!(Config {
     with_variant => variant: Variant,
     with_final_full_after => final_full_after: Option<u64>,
     with_error_reset_every => error_reset_every: Option<u64>,
+    with_telemetry => telemetry: bool,
 });
 
 impl Default for Config {
@@ -193,6 +201,7 @@ impl Default for Config {
             variant: Variant::Momentum,
             final_full_after: None,
             error_reset_every: None,
+            telemetry: false,
         }
     }
 }
@@ -327,7 +336,7 @@ pub enum Stage {
 /// assert_eq!(second.bytes.bytes_sent, 0); // one rank sends nothing
 /// # Ok::<(), onebit_adam::OneBitError>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct StepReport {
@@ -335,8 +344,43 @@ pub struct StepReport {
     pub step: u64,
     /// Its stage.
     pub stage: Stage,
-    /// Bytes and calls of this step's collectives on this rank.
+    /// Bytes and calls of this step's collectives on this rank (the
+    /// header exchange included; the groups' bytes add up to this minus
+    /// the header's `(P−1)·40`).
     pub bytes: CommStats,
+    /// Per group, in order: what it sent and its error-feedback health.
+    pub groups: Vec<GroupTelemetry>,
+}
+
+/// One group's part of a [`StepReport`] (the monitoring the layered
+/// 1-bit Adam deployments recommend: error-feedback norm, quantisation
+/// scale, how much the update direction churns, bytes).
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct GroupTelemetry {
+    /// The group's policy.
+    pub policy: Policy,
+    /// Whether it was compressed this step (else a full-precision mean
+    /// all-reduce of the gradient, or nothing on one rank).
+    pub compressed: bool,
+    /// Bytes and calls of this group's collectives this step on this rank.
+    pub bytes: CommStats,
+    /// This rank's worker scale: `α_r` (1-bit), the mean of its chunk
+    /// scales (2-bit), `1.0` (bf16, no scale); `0.0` when not compressed.
+    pub worker_scale: f32,
+    /// This rank's server scale (`β_r`, the 2-bit server chunk's scale,
+    /// `1.0` for bf16); `0.0` when not compressed or for the
+    /// decayed-gradient variant (no server stage).
+    pub server_scale: f32,
+    /// `‖e_w‖₂`, `‖e_s‖₂` after the step (zero for a group without error
+    /// buffers); `None` unless [`Config::telemetry`].
+    pub error_norms: Option<ErrorNorms>,
+    /// Fraction of the group's coordinates whose momentum changed sign
+    /// class (`m < 0` or not) in this step; the first step compares with
+    /// the initial `m = 0`. `None` unless [`Config::telemetry`] (or an
+    /// empty group).
+    pub sign_flips: Option<f64>,
 }
 
 /// State of one group (besides `m`, `v` which live in the flat vectors).
@@ -441,6 +485,9 @@ pub struct OneBitAdam {
     scratch_packed: Vec<f32>,
     /// Where the run is in its [`FreezePolicy`].
     pub(crate) freeze: FreezeTracker,
+    /// [`Config::telemetry`]: bit `i` = `m[i] < 0` after the previous step
+    /// (allocated at the first step with telemetry).
+    pub(crate) negative: Vec<u64>,
 }
 
 impl OneBitAdam {
@@ -504,6 +551,7 @@ impl OneBitAdam {
             scratch_gather: Vec::new(),
             scratch_packed: Vec::new(),
             freeze: FreezeTracker::new(config.freeze),
+            negative: Vec::new(),
         })
     }
 
@@ -580,8 +628,15 @@ impl OneBitAdam {
     /// Error-buffer norms per group (`0` for full-precision groups); for the
     /// seed variant `worker` is the decayed gradient error and `server` is 0.
     pub fn error_norms(&self) -> Vec<ErrorNorms> {
-        self.groups
-            .iter()
+        (0..self.groups.len())
+            .map(|gi| self.group_error_norms(gi))
+            .collect()
+    }
+
+    /// [`Self::error_norms`] of group `gi`.
+    fn group_error_norms(&self, gi: usize) -> ErrorNorms {
+        [&self.groups[gi]]
+            .into_iter()
             .map(|g| match (&g.seed, g.spec.policy) {
                 (Some(c), _) => ErrorNorms {
                     worker: c.error_norm(),
@@ -590,7 +645,24 @@ impl OneBitAdam {
                 (None, Policy::Graded(_)) => g.graded.error_norms(),
                 (None, _) => g.allreduce.error_norms(),
             })
-            .collect()
+            .fold(ErrorNorms::default(), |_, n| n)
+    }
+
+    /// Fraction of group `gi`'s coordinates whose `m < 0` differs from the
+    /// stored bit, and store the new bits (one read of `m`).
+    fn sign_flips(&mut self, gi: usize) -> Option<f64> {
+        let range = self.groups[gi].range.clone();
+        if self.negative.len() != self.len.div_ceil(64) {
+            self.negative = vec![0; self.len.div_ceil(64)];
+        }
+        let mut flips = 0u64;
+        for i in range.clone() {
+            let (w, b) = (i / 64, i % 64);
+            let neg = u64::from(self.m[i] < 0.0);
+            flips += ((self.negative[w] >> b) & 1) ^ neg;
+            self.negative[w] = (self.negative[w] & !(1 << b)) | (neg << b);
+        }
+        (!range.is_empty()).then(|| flips as f64 / range.len() as f64)
     }
 
     /// Zero every error buffer now (all ranks at the same step).
@@ -902,19 +974,22 @@ impl OneBitAdam {
         let t = self.step + 1;
         let stage = self.stage_of(t);
         let mut g = core::mem::take(&mut self.scratch);
+        let mut groups = Vec::with_capacity(self.groups.len());
         for gi in 0..self.groups.len() {
             let policy = self.groups[gi].spec.policy;
             let compressed = stage == Stage::Compressed && policy.compresses();
             let range = self.groups[gi].range.clone();
+            let at = comm.stats();
+            let mut scales = (0.0, 0.0);
             if let (true, Policy::Graded(grade)) = (compressed, policy) {
-                self.graded_group(comm, gi, &g[range.clone()], grade)?;
+                scales = self.graded_group(comm, gi, &g[range.clone()], grade)?;
                 self.update(gi, t, &mut params[range])?;
             } else if compressed {
                 let (grad, factor) = match extra {
                     Some((grad, f)) if direct => (&grad[range.clone()], Some(f)),
                     _ => (&g[range.clone()], None),
                 };
-                self.one_bit_group(comm, gi, grad, factor)?;
+                scales = self.one_bit_group(comm, gi, grad, factor)?;
                 self.finish_one_bit(gi, t, &mut params[range])?;
             } else {
                 let warmup = stage == Stage::Warmup;
@@ -924,6 +999,16 @@ impl OneBitAdam {
                 };
                 self.full_group(comm, gi, t, source, &mut params[range], warmup)?;
             }
+            let watch = self.config.telemetry;
+            groups.push(GroupTelemetry {
+                policy,
+                compressed,
+                bytes: comm.stats().since(&at),
+                worker_scale: scales.0,
+                server_scale: scales.1,
+                error_norms: watch.then(|| self.group_error_norms(gi)),
+                sign_flips: if watch { self.sign_flips(gi) } else { None },
+            });
         }
         self.scratch = g;
         self.step = t;
@@ -942,6 +1027,7 @@ impl OneBitAdam {
             step: t,
             stage,
             bytes: comm.stats().since(&before),
+            groups,
         })
     }
 
@@ -1025,7 +1111,7 @@ impl OneBitAdam {
         gi: usize,
         g: &[f32],
         factor: Option<f32>,
-    ) -> Result<(), OneBitError> {
+    ) -> Result<(f32, f32), OneBitError> {
         let b1 = self.config.beta1;
         if factor.is_some() && !matches!(self.config.variant, Variant::PreconditionedMomentum) {
             return Err(OneBitError::Config(
@@ -1050,7 +1136,7 @@ impl OneBitAdam {
                 // `finish_one_bit` decodes it into `m` in the update's pass
                 // (the same bits as the gather path below).
                 let state = &mut self.groups[gi].allreduce;
-                allreduce::reduce_counted_signs(comm, m, Some((b1, g)), state).map(|_| ())
+                allreduce::reduce_counted_signs(comm, m, Some((b1, g)), state)
             }
             Variant::Momentum => {
                 for_runs(runs, &mut packed, |r, out| {
@@ -1060,7 +1146,7 @@ impl OneBitAdam {
                 });
                 let state = &mut self.groups[gi].allreduce;
                 let r = allreduce::reduce_counted(comm, &mut packed, None, state);
-                r.map(|_| {
+                r.inspect(|_| {
                     for_runs(runs, &mut packed, |r, out| m[r].copy_from_slice(out));
                 })
             }
@@ -1088,7 +1174,7 @@ impl OneBitAdam {
                 // `m = u·d` is formed by `finish_one_bit`, in the update's
                 // pass, decoding `u` from the server signs as it goes.
                 let state = &mut self.groups[gi].allreduce;
-                allreduce::reduce_counted_signs(comm, &packed, None, state).map(|_| ())
+                allreduce::reduce_counted_signs(comm, &packed, None, state)
             }
             Variant::DecayedGradient { beta, scale } => {
                 for_runs(runs, &mut packed, |r, out| out.copy_from_slice(&g[r]));
@@ -1112,12 +1198,13 @@ impl OneBitAdam {
                         &mut self.scratch_bits,
                         &mut self.scratch_gather,
                     )
-                    .map(|()| {
+                    .map(|alpha| {
                         for_runs(runs, &mut packed, |r, v| {
                             for (m, &v) in m[r].iter_mut().zip(&*v) {
                                 *m = b1 * *m + (1.0 - b1) * v;
                             }
                         });
+                        (alpha, 0.0)
                     }),
                     _ => Err(OneBitError::StateShape {
                         expected: group.seed.as_ref().map_or(0, Compressor::len) as u64,
@@ -1143,7 +1230,7 @@ impl OneBitAdam {
         gi: usize,
         g: &[f32],
         grade: Grade,
-    ) -> Result<(), OneBitError> {
+    ) -> Result<(f32, f32), OneBitError> {
         let b1 = self.config.beta1;
         let range = self.groups[gi].range.clone();
         let frozen = match self.groups[gi].frozen.take() {
@@ -1170,7 +1257,7 @@ impl OneBitAdam {
             }
         });
         let state = &mut self.groups[gi].graded;
-        let result = graded::reduce_counted(comm, &mut packed, grade, state).map(|_| {
+        let result = graded::reduce_counted(comm, &mut packed, grade, state).inspect(|_| {
             for_runs_at(&frozen.live, &mut packed, |r, k, out| {
                 for (i, (m, &u)) in m[r].iter_mut().zip(out.iter()).enumerate() {
                     *m = if pre { u * d[k + i] } else { u };
@@ -1388,14 +1475,14 @@ fn clamp_i32(t: u64) -> i32 {
 
 /// Seed variant: compress `g` with decayed error feedback, all-gather
 /// `[signs | scale]`, and replace `g` by the rank-order mean of the
-/// decoded gradients `Σ_i (α_i/P)·σ_i`.
+/// decoded gradients `Σ_i (α_i/P)·σ_i`; returns this rank's `α`.
 fn gather_mean(
     comm: &mut dyn Communicator,
     c: &mut Compressor,
     g: &mut [f32],
     send: &mut Vec<u8>,
     recv: &mut Vec<u8>,
-) -> Result<(), OneBitError> {
+) -> Result<f32, OneBitError> {
     let p = comm.size();
     let bytes = onebit_codec::packed_len(g.len());
     let unit = bytes + 4;
@@ -1427,7 +1514,7 @@ fn gather_mean(
         onebit_codec::unpack_add(&piece[..bytes], a, g)
             .map_err(|_| OneBitError::Config("internal buffer size"))?;
     }
-    Ok(())
+    Ok(alpha)
 }
 
 #[cfg(test)]
