@@ -189,3 +189,12 @@ fn two_bit_layout_is_msb_first_with_a_trailing_scale() {
         })
     );
 }
+
+proptest! {
+    /// The fuzz target's checks on random bytes (the target runs them on
+    /// whatever libFuzzer finds).
+    #[test]
+    fn the_graded_fuzz_entry_holds_on_random_bytes(bytes in prop::collection::vec(any::<u8>(), 0..80)) {
+        onebit_codec::fuzzing::graded_decode(&bytes);
+    }
+}
