@@ -196,6 +196,10 @@ pub(crate) struct ModelArgs {
     /// the output layer; unnamed: 1bit), e.g. `first=2bit,last=full`.
     #[arg(long, value_name = "POLICY|first=P,last=P,rest=P", default_value_t = DensePolicy::default(), value_parser = DensePolicy::parse)]
     pub(crate) dense_policy: DensePolicy,
+    /// Show each dense group's telemetry on the progress line (policy,
+    /// ‖worker error‖, share of momentum signs flipped, bytes of the step).
+    #[arg(long)]
+    pub(crate) progress_dense: bool,
     /// Shard the embedding table by row over the `--workers` ranks (each
     /// rank holds only its rows and their optimizer state; ids and rows move
     /// by all-to-all). Without it every rank holds a full replica.

@@ -66,9 +66,33 @@ impl DenseGroups {
     }
 }
 
+/// The progress-line field of one step: per group `policy e=‖e_w‖
+/// f=flips% bytes`, groups separated by ` | ` (`-` for a value the step
+/// did not produce).
+pub(crate) fn progress_field(report: &StepReport) -> String {
+    let mut out = String::new();
+    for (i, g) in report.groups.iter().enumerate() {
+        if i > 0 {
+            out.push_str(" | ");
+        }
+        let e = g
+            .error_norms
+            .map_or_else(|| "-".into(), |n| format!("{:.3}", n.worker));
+        let f = g
+            .sign_flips
+            .map_or_else(|| "-".into(), |f| format!("{:.0}%", 100.0 * f));
+        out.push_str(&format!(
+            "{} e={e} f={f} {}B",
+            g.policy.name(),
+            g.bytes.bytes_sent
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
-    use super::DenseGroups;
+    use super::{DenseGroups, progress_field};
     use onebit_adam::comm_traits::SingleRank;
     use onebit_adam::{Config, Grade, GroupSpec, OneBitAdam, Policy};
 
@@ -105,5 +129,10 @@ mod tests {
         assert_eq!(g0.worker_scale, last.worker_scale);
         assert_eq!(g0.worker_error_norm, last.error_norms.unwrap().worker);
         assert!(g0.worker_scale > 0.0);
+        let line = progress_field(&reports[4]);
+        let n = last.error_norms.unwrap().worker;
+        let f = 100.0 * last.sign_flips.unwrap();
+        let want = format!("2bit e={n:.3} f={f:.0}% 0B | full e=0.000 f=");
+        assert!(line.starts_with(&want), "{line} vs {want}");
     }
 }

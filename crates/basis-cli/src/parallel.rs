@@ -256,6 +256,7 @@ impl Strategy for Replica<'_> {
             return Ok(Step {
                 loss: g.loss,
                 nonfinite,
+                dense: None,
             });
         };
         // Sparse: every rank steps the concatenation of all ranks' rows.
@@ -279,6 +280,9 @@ impl Strategy for Replica<'_> {
         Ok(Step {
             loss: f64::from(loss[0]),
             nonfinite: rep.rows_skipped_nonfinite as u64,
+            dense: m
+                .progress_dense
+                .then(|| crate::dense_telemetry::progress_field(&dense)),
         })
     }
 

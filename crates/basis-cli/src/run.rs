@@ -295,12 +295,14 @@ pub(crate) struct StepAt {
 }
 
 /// What one training step leaves behind.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Step {
     /// Summed log-loss of the whole batch (all ranks').
     pub(crate) loss: f64,
     /// Rows the sparse optimizer skipped as non-finite (this rank's).
     pub(crate) nonfinite: u64,
+    /// `--progress-dense`: the dense groups' telemetry for the progress line.
+    pub(crate) dense: Option<String>,
 }
 
 /// The clock of a finished loop.
@@ -407,6 +409,14 @@ pub(crate) fn train_loop(
             let step = s.step(batch, at)?;
             progress.nonfinite += step.nonfinite;
             loss_sum += step.loss;
+            if let Some(d) = &step.dense {
+                bar.set_message(format!(
+                    "{}{label} epoch {}/{} {d}",
+                    run.spec.label,
+                    epoch + 1,
+                    m.epochs
+                ));
+            }
             bar.inc(1);
         }
         bar.finish_and_clear();

@@ -194,6 +194,8 @@ struct Rank {
     dense_bytes: u64,
     /// Per-group dense telemetry (`--json`'s `dense_groups`).
     dense_groups: crate::dense_telemetry::DenseGroups,
+    /// `--progress-dense`: put it on the progress line too.
+    progress_dense: bool,
     /// `--dense-opt` (named in its errors).
     dense_kind: crate::deep::DenseOpt,
     /// The sparse optimizer's label (named when the loss diverges).
@@ -228,6 +230,7 @@ impl Rank {
             model,
             dense_bytes: 0,
             dense_groups: Default::default(),
+            progress_dense: m.progress_dense,
             dense_kind: m.dense_opt,
             label: run.spec.label.clone(),
         })
@@ -280,6 +283,9 @@ impl Rank {
         Ok(Step {
             loss: f64::from(loss[0]),
             nonfinite,
+            dense: self
+                .progress_dense
+                .then(|| crate::dense_telemetry::progress_field(&report)),
         })
     }
 
