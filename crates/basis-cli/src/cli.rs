@@ -2,7 +2,7 @@
 
 use crate::data::criteo_synth::CriteoSynthConfig;
 use crate::data::{Format, LoadOptions, synthetic::SynthConfig};
-use crate::deep::{DenseOpt, DenseWarmup, ModelKind};
+use crate::deep::{DenseOpt, DensePolicy, DenseWarmup, ModelKind};
 use crate::spec::OptSpec;
 use crate::validate;
 use clap::{Args, Parser, Subcommand};
@@ -189,6 +189,17 @@ pub(crate) struct ModelArgs {
     /// steps (at least one; DeepSpeed's guidance is 15–25 %).
     #[arg(long, value_name = "auto|FRACTION", default_value_t = DenseWarmup::Auto, value_parser = DenseWarmup::parse)]
     pub(crate) dense_warmup: DenseWarmup,
+    /// Communication policy per tower layer under `--dense-opt
+    /// onebit-adam`, after the warm-up: `1bit`, `2bit` (sign + magnitude
+    /// bit, a scale per chunk), `bf16` or `full` for every layer, or
+    /// `first=P,last=P,rest=P` (first: the embedding-adjacent layer; last:
+    /// the output layer; unnamed: 1bit), e.g. `first=2bit,last=full`.
+    #[arg(long, value_name = "POLICY|first=P,last=P,rest=P", default_value_t = DensePolicy::default(), value_parser = DensePolicy::parse)]
+    pub(crate) dense_policy: DensePolicy,
+    /// Show each dense group's telemetry on the progress line (policy,
+    /// ‖worker error‖, share of momentum signs flipped, bytes of the step).
+    #[arg(long)]
+    pub(crate) progress_dense: bool,
     /// Shard the embedding table by row over the `--workers` ranks (each
     /// rank holds only its rows and their optimizer state; ids and rows move
     /// by all-to-all). Without it every rank holds a full replica.

@@ -78,8 +78,14 @@ pub(crate) fn rank_main(
         // An MPI communicator lives for the whole process: count this run only.
         stats_before: comm.stats(),
         comm,
-        dense_opt: crate::run::dense_optimizer(run.model, dense, ds.train.len())?,
+        dense_opt: crate::run::dense_optimizer(
+            run.model,
+            dense,
+            replica.fm.tower.as_ref(),
+            ds.train.len(),
+        )?,
         bytes: CommBytes::default(),
+        dense_groups: Default::default(),
         ids: Vec::new(),
         rows: Vec::new(),
     });
@@ -111,6 +117,8 @@ struct Ranks<'a> {
     stats_before: CommStats,
     dense_opt: OneBitAdam,
     bytes: CommBytes,
+    /// Per-group dense telemetry (`--json`'s `dense_groups`).
+    dense_groups: crate::dense_telemetry::DenseGroups,
     /// Every rank's rows of the step (reused).
     ids: Vec<u64>,
     rows: Vec<f32>,
@@ -248,6 +256,7 @@ impl Strategy for Replica<'_> {
             return Ok(Step {
                 loss: g.loss,
                 nonfinite,
+                dense: None,
             });
         };
         // Sparse: every rank steps the concatenation of all ranks' rows.
@@ -262,6 +271,7 @@ impl Strategy for Replica<'_> {
             .step_with_grad_scaled(comm, &mut fm.dense, &g.dense, p as f32)
             .map_err(|e| format!("rank {rank}: {:?}: {e}", m.dense_opt))?;
         ranks.bytes.dense += dense.bytes.bytes_sent;
+        ranks.dense_groups.observe(&dense);
         let mut loss = [g.loss as f32];
         comm.all_reduce_sum(&mut loss)
             .map_err(|e| format!("rank {rank}: {e}"))?;
@@ -270,6 +280,9 @@ impl Strategy for Replica<'_> {
         Ok(Step {
             loss: f64::from(loss[0]),
             nonfinite: rep.rows_skipped_nonfinite as u64,
+            dense: m
+                .progress_dense
+                .then(|| crate::dense_telemetry::progress_field(&dense)),
         })
     }
 
@@ -300,7 +313,7 @@ impl Strategy for Replica<'_> {
 
     fn finish(self, progress: Progress, timing: Timing) -> Result<Option<RunResult>, String> {
         let kind = self.run.model.dense_opt;
-        let (bytes, dense_freeze_step) = match self.ranks {
+        let (bytes, dense_freeze_step, dense_groups) = match self.ranks {
             Some(r) if !r.evaluates => return Ok(None),
             Some(r) => (
                 Some(CommBytes {
@@ -308,8 +321,9 @@ impl Strategy for Replica<'_> {
                     ..r.bytes
                 }),
                 crate::deep::freeze_step_reached(kind, &r.dense_opt),
+                Some(r.dense_groups.0),
             ),
-            None => (None, None),
+            None => (None, None, None),
         };
         let Progress {
             curve, nonfinite, ..
@@ -329,6 +343,7 @@ impl Strategy for Replica<'_> {
             bytes,
         );
         out.dense_freeze_step = dense_freeze_step;
+        out.dense_groups = dense_groups;
         Ok(Some(out))
     }
 }

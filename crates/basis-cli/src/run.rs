@@ -111,6 +111,10 @@ pub(crate) struct RunResult {
     /// run reached it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) dense_freeze_step: Option<u64>,
+    /// Per dense-optimizer group (`--dense-policy`), this rank: bytes,
+    /// scales, error-feedback norms, sign flips (data-parallel runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) dense_groups: Option<Vec<crate::dense_telemetry::DenseGroup>>,
     /// CRC-32 of the final model table and dense parameters (equal iff bit-identical).
     pub(crate) model_crc32: u32,
     /// Per-rank figures of a row-sharded run (`--shard rows`).
@@ -258,6 +262,7 @@ pub(crate) fn finish(
         comm_dense_bytes: comm.map(|c| c.dense),
         dense_params: fm.dense.len(),
         dense_freeze_step: None,
+        dense_groups: None,
         model_crc32: model_crc(fm),
         sharded: None,
     }
@@ -290,12 +295,14 @@ pub(crate) struct StepAt {
 }
 
 /// What one training step leaves behind.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Step {
     /// Summed log-loss of the whole batch (all ranks').
     pub(crate) loss: f64,
     /// Rows the sparse optimizer skipped as non-finite (this rank's).
     pub(crate) nonfinite: u64,
+    /// `--progress-dense`: the dense groups' telemetry for the progress line.
+    pub(crate) dense: Option<String>,
 }
 
 /// The clock of a finished loop.
@@ -402,6 +409,14 @@ pub(crate) fn train_loop(
             let step = s.step(batch, at)?;
             progress.nonfinite += step.nonfinite;
             loss_sum += step.loss;
+            if let Some(d) = &step.dense {
+                bar.set_message(format!(
+                    "{}{label} epoch {}/{} {d}",
+                    run.spec.label,
+                    epoch + 1,
+                    m.epochs
+                ));
+            }
             bar.inc(1);
         }
         bar.finish_and_clear();
@@ -451,8 +466,34 @@ pub(crate) fn on_local_ranks<T: Send>(
 /// for a run of `n` training examples per epoch.
 ///
 /// Fails on options the optimizer refuses.
-pub(crate) fn dense_optimizer(m: &ModelArgs, len: usize, n: usize) -> Result<OneBitAdam, String> {
+///
+/// `--dense-policy` splits the parameters by `tower`'s layers (`None` or
+/// the default policy: one group of `len`).
+pub(crate) fn dense_optimizer(
+    m: &ModelArgs,
+    len: usize,
+    tower: Option<&crate::deep::Tower>,
+    n: usize,
+) -> Result<OneBitAdam, String> {
     let steps_total = (n.div_ceil(m.batch) * m.epochs as usize) as u64;
-    m.dense_opt
-        .build(len, m.dense_lr, steps_total, m.dense_warmup)
+    match tower {
+        Some(t) if m.dense_policy != crate::deep::DensePolicy::default() => {
+            let layers = t.dense_layers();
+            if layers.iter().map(|l| l.0).sum::<usize>() != len {
+                return Err(
+                    "--dense-policy: the tower's layers do not cover its parameters".into(),
+                );
+            }
+            m.dense_opt.build_layered(
+                &layers,
+                m.dense_policy,
+                m.dense_lr,
+                steps_total,
+                m.dense_warmup,
+            )
+        }
+        _ => m
+            .dense_opt
+            .build(len, m.dense_lr, steps_total, m.dense_warmup),
+    }
 }

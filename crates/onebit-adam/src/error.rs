@@ -113,6 +113,17 @@ pub enum StateError {
     /// The record was saved by an optimizer with another shape (parameter
     /// count, groups, group size or rank); names the field.
     Shape(&'static str),
+    /// Group `group` was saved under another communication policy (e.g. a
+    /// 1-bit group's record imported into a 2-bit group): its error
+    /// buffers mean something else there, so it is refused.
+    Policy {
+        /// Index of the group.
+        group: usize,
+        /// The policy of the record.
+        saved: crate::Policy,
+        /// The policy of this optimizer's group.
+        here: crate::Policy,
+    },
     /// A stored float is NaN or ±Inf.
     NonFinite,
     /// Bytes follow the end of the record its length fields announce.
@@ -136,6 +147,12 @@ impl fmt::Display for StateError {
                 "state checksum mismatch: stored {stored:#010x}, computed {computed:#010x}"
             ),
             Self::Shape(what) => write!(f, "state does not match this optimizer: {what}"),
+            Self::Policy { group, saved, here } => write!(
+                f,
+                "group {group} was saved as a {} group, this one is {}",
+                saved.name(),
+                here.name()
+            ),
             Self::NonFinite => write!(f, "state holds a non-finite value"),
             Self::TrailingBytes => write!(
                 f,

@@ -27,6 +27,8 @@ pub(crate) enum Op {
     ZeroOneStep = 3,
     /// One step of the 1-bit LAMB optimizer (all its collectives).
     LambStep = 4,
+    /// `graded_allreduce` (the header's layout field carries the grade).
+    GradedAllReduce = 5,
 }
 
 /// What this rank proposes; `status` is 0 when its input is acceptable.

@@ -495,6 +495,8 @@ impl OneBitLamb {
             error_feedback: self.allreduce.error_len() * f,
             freeze_snapshot: self.freeze.snapshot.len() * f,
             scratch: (self.scratch.len() + self.scratch_u.len()) * f,
+            // No telemetry in 1-bit LAMB's reports.
+            telemetry: 0,
         }
     }
 

@@ -10,6 +10,7 @@ mod allreduce;
 pub mod dense;
 mod error;
 mod freeze;
+mod graded;
 mod header;
 mod lamb;
 mod lamb_state;
@@ -46,9 +47,12 @@ pub use allreduce::{
 pub use dense::{AdamW, Kernel};
 pub use error::{OneBitError, StateError};
 pub use freeze::{AutoFreeze, FreezePolicy};
+pub use graded::{GradedState, graded_allreduce, graded_allreduce_bytes};
 pub use lamb::{LambConfig, LambGroup, LambStepReport, OneBitLamb};
 pub use memory::Memory;
-pub use onebit_codec::ScaleKind;
-pub use optimizer::{Config, GroupSpec, OneBitAdam, Policy, Stage, StepReport, Variant};
+pub use onebit_codec::{Grade, ScaleKind};
+pub use optimizer::{
+    Config, GroupSpec, GroupTelemetry, OneBitAdam, Policy, Stage, StepReport, Variant,
+};
 pub use overlap::overlapped_allreduce;
 pub use zero_one::{ZeroOneAdam, ZeroOneConfig, ZeroOneMemory, ZeroOneReport, ZeroOneStage};

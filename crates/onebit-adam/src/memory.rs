@@ -17,7 +17,7 @@ pub struct Memory {
     /// gradient: `5n`.
     pub mask_and_accumulator: usize,
     /// Error-feedback buffers of the 1-bit stage: `4(N + N/P)` per group
-    /// with the momentum variants, `4L` with the decayed-gradient one; 0
+    /// with the momentum variants and per [`crate::Policy::Graded`] group, `4L` with the decayed-gradient one; 0
     /// before the first compressed step.
     pub error_feedback: usize,
     /// The automatic freeze's snapshot of `v̂`: one `f32` per element of the
@@ -28,6 +28,9 @@ pub struct Memory {
     /// coordinates and the 1-bit stage's frozen denominators), reused
     /// across steps.
     pub scratch: usize,
+    /// [`crate::Config::telemetry`]'s sign bits: `8·⌈n/64⌉` once the first
+    /// step with telemetry has run, else 0.
+    pub telemetry: usize,
 }
 
 impl Memory {
@@ -38,6 +41,7 @@ impl Memory {
             + self.error_feedback
             + self.freeze_snapshot
             + self.scratch
+            + self.telemetry
     }
 }
 
@@ -68,7 +72,11 @@ impl OneBitAdam {
         let error_feedback = self
             .groups
             .iter()
-            .map(|g| g.allreduce.error_len() + g.seed.as_ref().map_or(0, |c| c.len()))
+            .map(|g| {
+                g.allreduce.error_len()
+                    + g.graded.error_len()
+                    + g.seed.as_ref().map_or(0, |c| c.len())
+            })
             .sum::<usize>()
             * f;
         let frozen: usize = self
@@ -83,6 +91,7 @@ impl OneBitAdam {
             error_feedback,
             freeze_snapshot: self.freeze.snapshot.len() * f,
             scratch: self.scratch_bytes() + frozen,
+            telemetry: self.negative.len() * size_of::<u64>(),
         }
     }
 }

@@ -27,12 +27,13 @@ use core::ops::Range;
 
 use comm_traits::{CommStats, Communicator};
 use num_traits::Float;
-use onebit_codec::{Compressor, CompressorConfig, ErrorFeedback, ScaleKind};
+use onebit_codec::{Compressor, CompressorConfig, ErrorFeedback, Grade, ScaleKind};
 
 use crate::OneBitError;
 use crate::allreduce::{self, AllReduceState, ErrorNorms};
 use crate::dense::{AdamW, Kernel, PackedRuns, PackedSigns};
 use crate::freeze::{FreezePolicy, FreezeTracker};
+use crate::graded::{self, GradedState};
 use crate::header::{self, Op};
 
 /// How a parameter group communicates after the freeze.
@@ -46,6 +47,40 @@ pub enum Policy {
     /// Full-precision mean all-reduce of gradients and plain Adam at every
     /// step (DeepSpeed's `non_freeze` groups; e.g. a small output layer).
     FullPrecision,
+    /// Graded compression after the freeze: the same compressed-momentum
+    /// stage as [`Policy::OneBit`] (`v` frozen, worker and server error
+    /// feedback, the variant's buffer), through [`crate::graded_allreduce`]'s
+    /// codec — [`Grade::TwoBit`] (sign + magnitude bit, a scale per chunk)
+    /// or [`Grade::Bf16`] (bfloat16 momentum with error feedback) — for the
+    /// layers where 1 bit hurts (the seed's layered setting: 2 bits for the
+    /// embedding-adjacent layer). Not with [`Variant::DecayedGradient`].
+    ///
+    /// The half-precision grade compresses the **momentum**, not the
+    /// gradient: the group then differs from a 1-bit group only in its
+    /// codec (one code path, one state layout, `v` frozen alike), and the
+    /// momentum is what 1-bit Adam's error feedback is proven for; a bf16
+    /// gradient all-reduce would keep `v` moving but send the gradient's
+    /// noise at 16 bits every step for a difference error feedback already
+    /// removes.
+    Graded(Grade),
+}
+
+impl Policy {
+    /// Whether the group compresses after the freeze (every policy but
+    /// [`Policy::FullPrecision`]).
+    pub fn compresses(self) -> bool {
+        !matches!(self, Self::FullPrecision)
+    }
+
+    /// A short name: `1bit`, `2bit`, `bf16`, `full` (what the CLI parses).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::OneBit => "1bit",
+            Self::FullPrecision => "full",
+            Self::Graded(Grade::TwoBit) => "2bit",
+            Self::Graded(_) => "bf16",
+        }
+    }
 }
 
 /// What is compressed in the 1-bit stage.
@@ -129,6 +164,13 @@ pub struct Config {
     /// Zero every error buffer after each `k`-th 1-bit step (bounds how long
     /// a stale error can linger). `None`: never.
     pub error_reset_every: Option<u64>,
+    /// Fill [`GroupTelemetry::error_norms`] and
+    /// [`GroupTelemetry::sign_flips`] at every step (one extra read of each
+    /// compressing group's error buffers, `4(N + N/P)` bytes, and of each
+    /// group's `m`, `4n` bytes, plus one bit per parameter kept between
+    /// steps). Default `false`: those fields are `None`; the bytes and
+    /// scales are reported either way (they cost nothing).
+    pub telemetry: bool,
 }
 
 // onebit-codec's macro, one copy per dependency chain.
@@ -143,6 +185,7 @@ onebit_codec::with_setters!(Config {
     with_variant => variant: Variant,
     with_final_full_after => final_full_after: Option<u64>,
     with_error_reset_every => error_reset_every: Option<u64>,
+    with_telemetry => telemetry: bool,
 });
 
 impl Default for Config {
@@ -158,6 +201,7 @@ impl Default for Config {
             variant: Variant::Momentum,
             final_full_after: None,
             error_reset_every: None,
+            telemetry: false,
         }
     }
 }
@@ -292,7 +336,7 @@ pub enum Stage {
 /// assert_eq!(second.bytes.bytes_sent, 0); // one rank sends nothing
 /// # Ok::<(), onebit_adam::OneBitError>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct StepReport {
@@ -300,8 +344,43 @@ pub struct StepReport {
     pub step: u64,
     /// Its stage.
     pub stage: Stage,
-    /// Bytes and calls of this step's collectives on this rank.
+    /// Bytes and calls of this step's collectives on this rank (the
+    /// header exchange included; the groups' bytes add up to this minus
+    /// the header's `(P−1)·40`).
     pub bytes: CommStats,
+    /// Per group, in order: what it sent and its error-feedback health.
+    pub groups: Vec<GroupTelemetry>,
+}
+
+/// One group's part of a [`StepReport`] (the monitoring the layered
+/// 1-bit Adam deployments recommend: error-feedback norm, quantisation
+/// scale, how much the update direction churns, bytes).
+#[derive(Debug, Clone, Copy, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct GroupTelemetry {
+    /// The group's policy.
+    pub policy: Policy,
+    /// Whether it was compressed this step (else a full-precision mean
+    /// all-reduce of the gradient, or nothing on one rank).
+    pub compressed: bool,
+    /// Bytes and calls of this group's collectives this step on this rank.
+    pub bytes: CommStats,
+    /// This rank's worker scale: `α_r` (1-bit), the mean of its chunk
+    /// scales (2-bit), `1.0` (bf16, no scale); `0.0` when not compressed.
+    pub worker_scale: f32,
+    /// This rank's server scale (`β_r`, the 2-bit server chunk's scale,
+    /// `1.0` for bf16); `0.0` when not compressed or for the
+    /// decayed-gradient variant (no server stage).
+    pub server_scale: f32,
+    /// `‖e_w‖₂`, `‖e_s‖₂` after the step (zero for a group without error
+    /// buffers); `None` unless [`Config::telemetry`].
+    pub error_norms: Option<ErrorNorms>,
+    /// Fraction of the group's coordinates whose momentum changed sign
+    /// class (`m < 0` or not) in this step; the first step compares with
+    /// the initial `m = 0`. `None` unless [`Config::telemetry`] (or an
+    /// empty group).
+    pub sign_flips: Option<f64>,
 }
 
 /// State of one group (besides `m`, `v` which live in the flat vectors).
@@ -316,6 +395,8 @@ pub(crate) struct GroupState {
     /// Seed variant: decayed gradient compressor over the live coordinates
     /// (created at the first 1-bit step).
     pub(crate) seed: Option<Compressor>,
+    /// [`Policy::Graded`]: worker/server errors of the graded all-reduce.
+    pub(crate) graded: GradedState,
     /// What the 1-bit stage derives from the frozen `v` and zero mask, built
     /// at the first 1-bit step after they last changed (see [`Frozen`]).
     pub(crate) frozen: Option<Frozen>,
@@ -404,6 +485,9 @@ pub struct OneBitAdam {
     scratch_packed: Vec<f32>,
     /// Where the run is in its [`FreezePolicy`].
     pub(crate) freeze: FreezeTracker,
+    /// [`Config::telemetry`]: bit `i` = `m[i] < 0` after the previous step
+    /// (allocated at the first step with telemetry).
+    pub(crate) negative: Vec<u64>,
 }
 
 impl OneBitAdam {
@@ -432,12 +516,20 @@ impl OneBitAdam {
                     "group weight_decay must be finite and >= 0",
                 ));
             }
+            if matches!(spec.policy, Policy::Graded(_))
+                && matches!(config.variant, Variant::DecayedGradient { .. })
+            {
+                return Err(OneBitError::Config(
+                    "a graded group needs a momentum variant, not DecayedGradient",
+                ));
+            }
             states.push(GroupState {
                 spec,
                 range: start..start + spec.len,
                 v_updates: 0,
                 allreduce: AllReduceState::new(),
                 seed: None,
+                graded: GradedState::new(),
                 frozen: None,
             });
             start += spec.len;
@@ -459,6 +551,7 @@ impl OneBitAdam {
             scratch_gather: Vec::new(),
             scratch_packed: Vec::new(),
             freeze: FreezeTracker::new(config.freeze),
+            negative: Vec::new(),
         })
     }
 
@@ -535,22 +628,48 @@ impl OneBitAdam {
     /// Error-buffer norms per group (`0` for full-precision groups); for the
     /// seed variant `worker` is the decayed gradient error and `server` is 0.
     pub fn error_norms(&self) -> Vec<ErrorNorms> {
-        self.groups
-            .iter()
-            .map(|g| match &g.seed {
-                Some(c) => ErrorNorms {
+        (0..self.groups.len())
+            .map(|gi| self.group_error_norms(gi))
+            .collect()
+    }
+
+    /// [`Self::error_norms`] of group `gi`.
+    fn group_error_norms(&self, gi: usize) -> ErrorNorms {
+        [&self.groups[gi]]
+            .into_iter()
+            .map(|g| match (&g.seed, g.spec.policy) {
+                (Some(c), _) => ErrorNorms {
                     worker: c.error_norm(),
                     server: 0.0,
                 },
-                None => g.allreduce.error_norms(),
+                (None, Policy::Graded(_)) => g.graded.error_norms(),
+                (None, _) => g.allreduce.error_norms(),
             })
-            .collect()
+            .fold(ErrorNorms::default(), |_, n| n)
+    }
+
+    /// Fraction of group `gi`'s coordinates whose `m < 0` differs from the
+    /// stored bit, and store the new bits (one read of `m`).
+    fn sign_flips(&mut self, gi: usize) -> Option<f64> {
+        let range = self.groups[gi].range.clone();
+        if self.negative.len() != self.len.div_ceil(64) {
+            self.negative = vec![0; self.len.div_ceil(64)];
+        }
+        let mut flips = 0u64;
+        for i in range.clone() {
+            let (w, b) = (i / 64, i % 64);
+            let neg = u64::from(self.m[i] < 0.0);
+            flips += ((self.negative[w] >> b) & 1) ^ neg;
+            self.negative[w] = (self.negative[w] & !(1 << b)) | (neg << b);
+        }
+        (!range.is_empty()).then(|| flips as f64 / range.len() as f64)
     }
 
     /// Zero every error buffer now (all ranks at the same step).
     pub fn reset_errors(&mut self) {
         for g in &mut self.groups {
             g.allreduce.reset_errors();
+            g.graded.reset_errors();
             if let Some(c) = &mut g.seed {
                 c.reset_error();
             }
@@ -571,10 +690,9 @@ impl OneBitAdam {
     /// a gradient is accumulated; nothing changed then.
     pub fn unbind(&mut self) -> Result<(), OneBitError> {
         let per_rank = self.grad_count > 0
-            || self
-                .groups
-                .iter()
-                .any(|g| g.seed.is_some() || g.allreduce.shape.is_some());
+            || self.groups.iter().any(|g| {
+                g.seed.is_some() || g.allreduce.shape.is_some() || g.graded.shape.is_some()
+            });
         if per_rank {
             return Err(OneBitError::Config(
                 "the state holds per-rank error feedback or an accumulated gradient",
@@ -710,6 +828,7 @@ impl OneBitAdam {
             eat(match g.spec.policy {
                 Policy::OneBit => 1,
                 Policy::FullPrecision => 2,
+                Policy::Graded(grade) => 16 + u64::from(grade.bits()),
             });
         }
         eat(match self.config.variant {
@@ -816,7 +935,7 @@ impl OneBitAdam {
     fn direct(&self, comm: &dyn Communicator, extra: Option<(&[f32], f32)>) -> bool {
         let t = self.step + 1;
         let compressing = self.stage_of(t) == Stage::Compressed
-            && self.groups.iter().any(|g| g.spec.policy == Policy::OneBit);
+            && self.groups.iter().any(|g| g.spec.policy.compresses());
         extra.is_some()
             && self.grad_count == 0
             && if compressing {
@@ -855,16 +974,22 @@ impl OneBitAdam {
         let t = self.step + 1;
         let stage = self.stage_of(t);
         let mut g = core::mem::take(&mut self.scratch);
+        let mut groups = Vec::with_capacity(self.groups.len());
         for gi in 0..self.groups.len() {
-            let one_bit =
-                stage == Stage::Compressed && self.groups[gi].spec.policy == Policy::OneBit;
+            let policy = self.groups[gi].spec.policy;
+            let compressed = stage == Stage::Compressed && policy.compresses();
             let range = self.groups[gi].range.clone();
-            if one_bit {
+            let at = comm.stats();
+            let mut scales = (0.0, 0.0);
+            if let (true, Policy::Graded(grade)) = (compressed, policy) {
+                scales = self.graded_group(comm, gi, &g[range.clone()], grade)?;
+                self.update(gi, t, &mut params[range])?;
+            } else if compressed {
                 let (grad, factor) = match extra {
                     Some((grad, f)) if direct => (&grad[range.clone()], Some(f)),
                     _ => (&g[range.clone()], None),
                 };
-                self.one_bit_group(comm, gi, grad, factor)?;
+                scales = self.one_bit_group(comm, gi, grad, factor)?;
                 self.finish_one_bit(gi, t, &mut params[range])?;
             } else {
                 let warmup = stage == Stage::Warmup;
@@ -874,6 +999,16 @@ impl OneBitAdam {
                 };
                 self.full_group(comm, gi, t, source, &mut params[range], warmup)?;
             }
+            let watch = self.config.telemetry;
+            groups.push(GroupTelemetry {
+                policy,
+                compressed,
+                bytes: comm.stats().since(&at),
+                worker_scale: scales.0,
+                server_scale: scales.1,
+                error_norms: watch.then(|| self.group_error_norms(gi)),
+                sign_flips: if watch { self.sign_flips(gi) } else { None },
+            });
         }
         self.scratch = g;
         self.step = t;
@@ -892,6 +1027,7 @@ impl OneBitAdam {
             step: t,
             stage,
             bytes: comm.stats().since(&before),
+            groups,
         })
     }
 
@@ -902,7 +1038,7 @@ impl OneBitAdam {
         let vhat = self
             .groups
             .iter()
-            .filter(|g| g.spec.policy == Policy::OneBit)
+            .filter(|g| g.spec.policy.compresses())
             .map(move |g| {
                 let bc2 = if c.bias_correction {
                     (1.0 - Float::powi(f64::from(c.beta2), clamp_i32(g.v_updates))) as f32
@@ -975,7 +1111,7 @@ impl OneBitAdam {
         gi: usize,
         g: &[f32],
         factor: Option<f32>,
-    ) -> Result<(), OneBitError> {
+    ) -> Result<(f32, f32), OneBitError> {
         let b1 = self.config.beta1;
         if factor.is_some() && !matches!(self.config.variant, Variant::PreconditionedMomentum) {
             return Err(OneBitError::Config(
@@ -1000,7 +1136,7 @@ impl OneBitAdam {
                 // `finish_one_bit` decodes it into `m` in the update's pass
                 // (the same bits as the gather path below).
                 let state = &mut self.groups[gi].allreduce;
-                allreduce::reduce_counted_signs(comm, m, Some((b1, g)), state).map(|_| ())
+                allreduce::reduce_counted_signs(comm, m, Some((b1, g)), state)
             }
             Variant::Momentum => {
                 for_runs(runs, &mut packed, |r, out| {
@@ -1010,7 +1146,7 @@ impl OneBitAdam {
                 });
                 let state = &mut self.groups[gi].allreduce;
                 let r = allreduce::reduce_counted(comm, &mut packed, None, state);
-                r.map(|_| {
+                r.inspect(|_| {
                     for_runs(runs, &mut packed, |r, out| m[r].copy_from_slice(out));
                 })
             }
@@ -1038,7 +1174,7 @@ impl OneBitAdam {
                 // `m = u·d` is formed by `finish_one_bit`, in the update's
                 // pass, decoding `u` from the server signs as it goes.
                 let state = &mut self.groups[gi].allreduce;
-                allreduce::reduce_counted_signs(comm, &packed, None, state).map(|_| ())
+                allreduce::reduce_counted_signs(comm, &packed, None, state)
             }
             Variant::DecayedGradient { beta, scale } => {
                 for_runs(runs, &mut packed, |r, out| out.copy_from_slice(&g[r]));
@@ -1062,12 +1198,13 @@ impl OneBitAdam {
                         &mut self.scratch_bits,
                         &mut self.scratch_gather,
                     )
-                    .map(|()| {
+                    .map(|alpha| {
                         for_runs(runs, &mut packed, |r, v| {
                             for (m, &v) in m[r].iter_mut().zip(&*v) {
                                 *m = b1 * *m + (1.0 - b1) * v;
                             }
                         });
+                        (alpha, 0.0)
                     }),
                     _ => Err(OneBitError::StateShape {
                         expected: group.seed.as_ref().map_or(0, Compressor::len) as u64,
@@ -1076,6 +1213,57 @@ impl OneBitAdam {
                 }
             }
         };
+        self.groups[gi].frozen = Some(frozen);
+        self.scratch_packed = packed;
+        result
+    }
+
+    /// Compressed stage of a [`Policy::Graded`] group: the variant's buffer
+    /// over the live coordinates (`β₁m + (1−β₁)ḡ`, or for
+    /// `PreconditionedMomentum` that divided by the frozen denominator and
+    /// clamped, as [`Self::one_bit_group`] forms it), the graded
+    /// all-reduce, then `m` from the result (`u·d` for the preconditioned
+    /// variant; dead coordinates keep `m = 0`). `g` is the mean-gradient copy.
+    fn graded_group(
+        &mut self,
+        comm: &mut dyn Communicator,
+        gi: usize,
+        g: &[f32],
+        grade: Grade,
+    ) -> Result<(f32, f32), OneBitError> {
+        let b1 = self.config.beta1;
+        let range = self.groups[gi].range.clone();
+        let frozen = match self.groups[gi].frozen.take() {
+            Some(f) if f.v_updates == self.groups[gi].v_updates => f,
+            _ => self.freeze(gi),
+        };
+        let mut packed = core::mem::take(&mut self.scratch_packed);
+        packed.resize(frozen.count, 0.0);
+        let m = &mut self.m[range];
+        let pre = matches!(self.config.variant, Variant::PreconditionedMomentum);
+        let (d, cap) = (&frozen.denom, frozen.cap);
+        for_runs_at(&frozen.live, &mut packed, |r, k, out| {
+            for (i, (o, (&m, &g))) in out
+                .iter_mut()
+                .zip(m[r.clone()].iter().zip(&g[r]))
+                .enumerate()
+            {
+                let mom = b1 * m + (1.0 - b1) * g;
+                *o = if pre {
+                    (mom / d[k + i]).clamp(-cap, cap)
+                } else {
+                    mom
+                };
+            }
+        });
+        let state = &mut self.groups[gi].graded;
+        let result = graded::reduce_counted(comm, &mut packed, grade, state).inspect(|_| {
+            for_runs_at(&frozen.live, &mut packed, |r, k, out| {
+                for (i, (m, &u)) in m[r].iter_mut().zip(out.iter()).enumerate() {
+                    *m = if pre { u * d[k + i] } else { u };
+                }
+            });
+        });
         self.groups[gi].frozen = Some(frozen);
         self.scratch_packed = packed;
         result
@@ -1287,14 +1475,14 @@ fn clamp_i32(t: u64) -> i32 {
 
 /// Seed variant: compress `g` with decayed error feedback, all-gather
 /// `[signs | scale]`, and replace `g` by the rank-order mean of the
-/// decoded gradients `Σ_i (α_i/P)·σ_i`.
+/// decoded gradients `Σ_i (α_i/P)·σ_i`; returns this rank's `α`.
 fn gather_mean(
     comm: &mut dyn Communicator,
     c: &mut Compressor,
     g: &mut [f32],
     send: &mut Vec<u8>,
     recv: &mut Vec<u8>,
-) -> Result<(), OneBitError> {
+) -> Result<f32, OneBitError> {
     let p = comm.size();
     let bytes = onebit_codec::packed_len(g.len());
     let unit = bytes + 4;
@@ -1326,7 +1514,7 @@ fn gather_mean(
         onebit_codec::unpack_add(&piece[..bytes], a, g)
             .map_err(|_| OneBitError::Config("internal buffer size"))?;
     }
-    Ok(())
+    Ok(alpha)
 }
 
 #[cfg(test)]

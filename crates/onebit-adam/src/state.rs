@@ -4,11 +4,12 @@
 //!
 //! Record (all integers and floats little-endian):
 //! ```text
-//! magic "1BAS" | version u32 = 2 | rank u32 | size u32 (u32::MAX = unbound)
+//! magic "1BAS" | version u32 = 3 | rank u32 | size u32 (u32::MAX = unbound)
 //! len u64 | groups u32 | step u64 | compressed_steps u64 | grad_count u32
-//! per group: len u64 | policy u8 | v_updates u64
-//!            | kind u8 (0 none, 1 all-reduce, 2 seed)
-//!            | kind 1: calls u64 | L u64 | N u64 | e_w f32×N | M u64 | e_s f32×M
+//! per group: len u64 | policy u8 (1 1-bit, 2 full, 3 2-bit, 4 bf16)
+//!            | v_updates u64
+//!            | kind u8 (0 none, 1 all-reduce, 2 seed, 3 graded all-reduce)
+//!            | kind 1, 3: calls u64 | L u64 | N u64 | e_w f32×N | M u64 | e_s f32×M
 //!            | kind 2: L u64 | e f32×L
 //! (L = live, i.e. compressed, coordinates of the group; N = L padded to 8P,
 //! M = N/P)
@@ -21,7 +22,8 @@
 //! crc32 u32 over everything before it
 //! ```
 //!
-//! Version 1 (no freeze block) is still read: its run had a fixed freeze
+//! Version 2 (the same layout without policies 3, 4 and kind 3) is read as
+//! is. Version 1 (no freeze block) is still read: its run had a fixed freeze
 //! step, which it did not store, so it imports into an optimizer configured
 //! with [`FreezePolicy::Fixed`] (the step is the config's, as before) and is
 //! refused by one configured with [`FreezePolicy::Auto`].
@@ -30,14 +32,16 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::allreduce::Shape;
-use onebit_codec::{Compressor, CompressorConfig, ErrorFeedback};
+use onebit_codec::{Compressor, CompressorConfig, ErrorFeedback, Grade};
 
 use crate::StateError;
 use crate::freeze::{FreezePolicy, FreezeTracker};
 use crate::optimizer::{OneBitAdam, Policy, Variant};
 
 const MAGIC: [u8; 4] = *b"1BAS";
-const VERSION: u32 = 2;
+const VERSION: u32 = 3;
+/// The version before the graded policies (same layout; still read).
+const VERSION_2: u32 = 2;
 /// The version before the freeze block (still read).
 const VERSION_1: u32 = 1;
 /// Bytes of the freeze block before its snapshot length: policy u8, four
@@ -200,7 +204,7 @@ fn announced_len(bytes: &[u8], version: u32) -> Announced {
             at = add(at, 18)?;
             match kind {
                 0 => {}
-                1 => {
+                1 | 3 => {
                     // calls u64, L u64, N u64, e_w f32×N, M u64, e_s f32×M.
                     let n = w.field(add(at, 16)?, 8)?;
                     at = add(add(at, 24)?, floats(n)?)?;
@@ -215,7 +219,7 @@ fn announced_len(bytes: &[u8], version: u32) -> Announced {
                 _ => return Err(Announced::Unknown),
             }
         }
-        if version >= VERSION {
+        if version >= VERSION_2 {
             // The freeze block: its fixed part, then S u64 and f32×S.
             at = add(at, FREEZE_FIXED)?;
             let s = w.field(at, 8)?;
@@ -238,6 +242,19 @@ fn policy_byte(p: Policy) -> u8 {
     match p {
         Policy::OneBit => 1,
         Policy::FullPrecision => 2,
+        Policy::Graded(Grade::TwoBit) => 3,
+        Policy::Graded(_) => 4,
+    }
+}
+
+/// The policy a stored byte names (`None`: unknown).
+fn policy_of(b: u8) -> Option<Policy> {
+    match b {
+        1 => Some(Policy::OneBit),
+        2 => Some(Policy::FullPrecision),
+        3 => Some(Policy::Graded(Grade::TwoBit)),
+        4 => Some(Policy::Graded(Grade::Bf16)),
+        _ => None,
     }
 }
 
@@ -272,6 +289,14 @@ impl OneBitAdam {
                 let _ = c.error_into(&mut e);
                 w.u64(e.len() as u64);
                 w.floats(&e);
+            } else if let (Some(shape), Policy::Graded(_)) = (g.graded.shape, g.spec.policy) {
+                w.u8(3);
+                w.u64(g.graded.calls);
+                w.u64(shape.len as u64);
+                w.u64(g.graded.worker.len() as u64);
+                w.floats(&g.graded.worker);
+                w.u64(g.graded.server.len() as u64);
+                w.floats(&g.graded.server);
             } else if let Some(shape) = g.allreduce.shape {
                 w.u8(1);
                 w.u64(g.allreduce.calls);
@@ -334,7 +359,7 @@ impl OneBitAdam {
         let mut version = VERSION;
         if let Some(v) = bytes.get(4..8) {
             version = u32::from_le_bytes([v[0], v[1], v[2], v[3]]);
-            if version != VERSION && version != VERSION_1 {
+            if version != VERSION && version != VERSION_2 && version != VERSION_1 {
                 return Err(StateError::UnsupportedVersion(version));
             }
         }
@@ -379,17 +404,26 @@ impl OneBitAdam {
         next.step = r.u64()?;
         next.compressed_steps = r.u64()?;
         next.grad_count = r.u32()?;
-        for g in &mut next.groups {
+        for (gi, g) in next.groups.iter_mut().enumerate() {
             if r.u64()? != g.spec.len as u64 {
                 return Err(StateError::Shape("group length"));
             }
-            if r.u8()? != policy_byte(g.spec.policy) {
-                return Err(StateError::Shape("group policy"));
+            let stored = r.u8()?;
+            if stored != policy_byte(g.spec.policy) {
+                return Err(match policy_of(stored) {
+                    Some(saved) => StateError::Policy {
+                        group: gi,
+                        saved,
+                        here: g.spec.policy,
+                    },
+                    None => StateError::Shape("group policy"),
+                });
             }
             g.v_updates = r.u64()?;
             g.seed = None;
             g.frozen = None;
             g.allreduce = Default::default();
+            g.graded = Default::default();
             match r.u8()? {
                 0 => {}
                 1 => {
@@ -409,6 +443,30 @@ impl OneBitAdam {
                     g.allreduce
                         .restore(shape, calls, &we, &se)
                         .map_err(|_| StateError::NonFinite)?;
+                }
+                3 => {
+                    let (rank, size) = next.bound.ok_or(StateError::Shape("rank"))?;
+                    let Policy::Graded(grade) = g.spec.policy else {
+                        return Err(StateError::Shape("error buffer kind"));
+                    };
+                    let calls = r.u64()?;
+                    let len = usize::try_from(r.u64()?)
+                        .ok()
+                        .filter(|&l| l <= g.spec.len)
+                        .ok_or(StateError::Shape("compressed length"))?;
+                    let shape = Shape {
+                        len,
+                        ranks: size,
+                        rank,
+                    };
+                    let we = r.floats_exact(shape.padded(), "worker error length")?;
+                    let se = r.floats_exact(shape.server_len(), "server error length")?;
+                    g.graded
+                        .bind(len, size, rank, grade)
+                        .map_err(|_| StateError::Shape("graded state"))?;
+                    g.graded.worker = we;
+                    g.graded.server = se;
+                    g.graded.calls = calls;
                 }
                 2 => {
                     let Variant::DecayedGradient { beta, scale } = self.config.variant else {
@@ -484,7 +542,7 @@ impl OneBitAdam {
         let one_bit: usize = self
             .groups
             .iter()
-            .filter(|g| g.spec.policy == Policy::OneBit)
+            .filter(|g| g.spec.policy.compresses())
             .map(|g| g.spec.len)
             .sum();
         let consistent = match (self.config.freeze, frozen_at) {

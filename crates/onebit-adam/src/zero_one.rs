@@ -367,6 +367,13 @@ impl ZeroOneAdam {
                     "group weight_decay must be finite and >= 0",
                 ));
             }
+            // 0/1 Adam's local steps and 1-bit gradient stage are defined for
+            // the 1-bit codec only; graded codecs are 1-bit Adam's.
+            if let Policy::Graded(_) = spec.policy {
+                return Err(OneBitError::Config(
+                    "0/1 Adam groups must be Policy::OneBit or Policy::FullPrecision (Policy::Graded is for OneBitAdam)",
+                ));
+            }
             states.push(ZoGroup {
                 spec,
                 range: start..start + spec.len,
@@ -692,7 +699,8 @@ impl ZeroOneAdam {
             let gg = &mut g[range];
             result = match self.groups[gi].spec.policy {
                 Policy::FullPrecision => self.full_group(comm, gi, gg, x, true),
-                Policy::OneBit => match stage {
+                // `with_groups` refuses `Policy::Graded`.
+                Policy::OneBit | Policy::Graded(_) => match stage {
                     ZeroOneStage::Variance => self.full_group(comm, gi, gg, x, false),
                     ZeroOneStage::OneBitGradient => self.one_bit_gradient(comm, gi, gg, x),
                     ZeroOneStage::Local => {
@@ -872,5 +880,7 @@ pub(crate) fn policy_code(p: Policy) -> u8 {
     match p {
         Policy::OneBit => 1,
         Policy::FullPrecision => 2,
+        // Refused by `with_groups`, so never written; a distinct code all the same.
+        Policy::Graded(_) => 3,
     }
 }

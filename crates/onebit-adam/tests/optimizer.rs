@@ -178,7 +178,11 @@ fn import_rejects_bad_records_and_changes_nothing() {
         OneBitAdam::with_groups(&[GroupSpec::full_precision(10)], Config::default()).unwrap();
     assert_eq!(
         grouped.import_state(&good),
-        Err(StateError::Shape("group policy"))
+        Err(StateError::Policy {
+            group: 0,
+            saved: onebit_adam::Policy::OneBit,
+            here: onebit_adam::Policy::FullPrecision
+        })
     );
     // Trailing bytes with a valid checksum over the longer body.
     let mut long = good[..good.len() - 4].to_vec();

@@ -14,8 +14,8 @@ use comm_traits::{Communicator, SingleRank};
 use onebit_adam::reference_zero_one::ZeroOneSim;
 use onebit_adam::testing::LogisticProblem;
 use onebit_adam::{
-    Config, GroupSpec, OneBitAdam, OneBitError, StateError, ZeroOneAdam, ZeroOneConfig,
-    ZeroOneReport, ZeroOneStage,
+    Config, Grade, GroupSpec, OneBitAdam, OneBitError, Policy, StateError, ZeroOneAdam,
+    ZeroOneConfig, ZeroOneReport, ZeroOneStage,
 };
 
 fn bits(v: &[f32]) -> Vec<u32> {
@@ -495,6 +495,12 @@ fn config_is_validated_and_memory_is_counted() {
             Some(OneBitError::Config(what))
         );
     }
+    // Graded codecs are 1-bit Adam's; a 0/1 group with one is refused.
+    let graded = GroupSpec::one_bit(8).with_policy(Policy::Graded(Grade::TwoBit));
+    assert!(matches!(
+        ZeroOneAdam::with_groups(&[GroupSpec::one_bit(4), graded], schedule()).err(),
+        Some(OneBitError::Config(why)) if why.contains("Policy::Graded")
+    ));
     let mut opt = ZeroOneAdam::new(100, schedule()).unwrap();
     assert_eq!(
         opt.set_lr(f32::NAN),

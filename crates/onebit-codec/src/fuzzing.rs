@@ -171,3 +171,38 @@ pub fn roundtrip(data: &[u8]) {
 fn bit_pattern(x: &[f32]) -> Vec<u32> {
     x.iter().map(|v| v.to_bits()).collect()
 }
+
+/// `graded::decode` on arbitrary bytes (grade from `data[0]`, element
+/// count from `data[1]`): a typed error or success, never a panic; on
+/// error the output is unchanged; on success a 2-bit frame re-encodes its
+/// own decoded levels to the same codes, and a bf16 frame to itself.
+///
+/// # Panics
+/// When a check fails.
+pub fn graded_decode(data: &[u8]) {
+    use crate::graded::{Grade, decode, encode_residual};
+    let [g, n, frame @ ..] = data else {
+        return;
+    };
+    let grade = if g % 2 == 0 {
+        Grade::TwoBit
+    } else {
+        Grade::Bf16
+    };
+    let mut out = vec![0.5f32; usize::from(*n)];
+    if decode(grade, frame, &mut out, false).is_err() {
+        assert!(
+            out.iter().all(|&x| x == 0.5),
+            "a refused frame changed the output"
+        );
+        return;
+    }
+    assert!(out.iter().all(|x| x.is_finite()));
+    if grade == Grade::Bf16 {
+        let mut again = vec![0u8; frame.len()];
+        let mut p = out.clone();
+        assert!(encode_residual(grade, &mut p, &mut again).is_ok());
+        assert_eq!(again, frame, "bf16 decode → encode is not the identity");
+        assert!(p.iter().all(|&r| r == 0.0));
+    }
+}

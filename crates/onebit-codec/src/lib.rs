@@ -34,6 +34,7 @@ macro_rules! with_setters {
 mod compressor;
 mod error;
 pub mod exec;
+pub mod graded;
 // Entry points of the fuzz targets: test support, not API.
 #[doc(hidden)]
 pub mod fuzzing;
@@ -57,6 +58,7 @@ pub mod wire;
 
 pub use compressor::{Compressor, CompressorConfig, ErrorFeedback, full_step_chunk};
 pub use error::CodecError;
+pub use graded::Grade;
 pub use pack::{
     pack_signs, pack_signs_into, packed_len, sign_bit, unpack_add, unpack_signs, unpack_sum,
 };

@@ -101,3 +101,85 @@ pub fn compress_step(
     }
     Ok(())
 }
+
+/// Slow reference of [`crate::graded::encode_residual`]: one element at a
+/// time, bits placed by index arithmetic, bfloat16 rounding decided by
+/// comparing the two neighbouring bfloat16 values in exact `f64`
+/// arithmetic. Returns `(frame, residual)` for input `p`, or `None` when
+/// the fast path must refuse it (non-finite input or level).
+pub fn graded_encode(
+    grade: crate::graded::Grade,
+    p: &[f32],
+) -> Option<(alloc::vec::Vec<u8>, alloc::vec::Vec<f32>)> {
+    use crate::graded::Grade;
+    use alloc::vec;
+    if p.iter().any(|x| !x.is_finite()) {
+        return None;
+    }
+    let n = p.len();
+    let mut frame = vec![0u8; grade.frame_len(n)];
+    let mut residual = p.to_vec();
+    match grade {
+        Grade::TwoBit => {
+            let mut ss = 0.0f64;
+            for &x in p {
+                ss += f64::from(x) * f64::from(x);
+            }
+            let s0 = if n == 0 {
+                0.0
+            } else {
+                num_traits::Float::sqrt(ss / n as f64) / 2.0
+            };
+            let mut codes = vec![(false, false); n];
+            let (mut pc, mut cc) = (0.0f64, 0.0f64);
+            for (i, &x) in p.iter().enumerate() {
+                let big = f64::from(x).abs() > 2.0 * s0;
+                codes[i] = (x < 0.0, big);
+                let mag = if big { 3.0 } else { 1.0 };
+                pc += f64::from(x).abs() * mag;
+                cc += mag * mag;
+            }
+            let s = if cc > 0.0 { (pc / cc) as f32 } else { 0.0 };
+            if !(3.0 * s).is_finite() {
+                return None;
+            }
+            for (i, &(neg, big)) in codes.iter().enumerate() {
+                let shift = 6 - 2 * (i % 4);
+                frame[i / 4] |= (u8::from(neg) * 2 + u8::from(big)) << shift;
+                let level: f32 = match (neg, big) {
+                    (false, false) => 1.0,
+                    (false, true) => 3.0,
+                    (true, false) => -1.0,
+                    (true, true) => -3.0,
+                };
+                residual[i] = p[i] - level * s;
+            }
+            let at = n.div_ceil(4);
+            frame[at..].copy_from_slice(&s.to_le_bytes());
+        }
+        Grade::Bf16 => {
+            for (i, &x) in p.iter().enumerate() {
+                let down = (x.to_bits() >> 16) as u16;
+                let lo = f32::from_bits(u32::from(down) << 16);
+                let hi_bits = down.wrapping_add(1);
+                let hi = f32::from_bits(u32::from(hi_bits) << 16);
+                // `lo` truncates toward 0; `hi` is one bf16 step further out.
+                let (dl, dh) = (
+                    (f64::from(x) - f64::from(lo)).abs(),
+                    (f64::from(hi) - f64::from(x)).abs(),
+                );
+                let mut h = if dl < dh || (dl == dh && down.is_multiple_of(2)) {
+                    down
+                } else {
+                    hi_bits
+                };
+                if !f32::from_bits(u32::from(h) << 16).is_finite() {
+                    h = (down & 0x8000) | 0x7f7f;
+                }
+                frame[2 * i..2 * i + 2].copy_from_slice(&h.to_le_bytes());
+                residual[i] = x - f32::from_bits(u32::from(h) << 16);
+            }
+        }
+    }
+    Some((frame, residual))
+}

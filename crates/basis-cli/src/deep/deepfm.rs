@@ -70,6 +70,11 @@ impl DeepFm {
         })
     }
 
+    /// Parameters of each tower layer, in order (after the bias).
+    pub(crate) fn tower_layers(&self) -> Vec<usize> {
+        self.mlp.layer_lens()
+    }
+
     /// Dense parameters: the bias and the tower.
     pub(crate) fn dense_len(&self) -> usize {
         1 + self.mlp.params()

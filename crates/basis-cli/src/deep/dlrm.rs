@@ -82,6 +82,11 @@ impl Dlrm {
         })
     }
 
+    /// Parameters of each layer of the bottom, then of the top tower.
+    pub(crate) fn tower_layers(&self) -> (Vec<usize>, Vec<usize>) {
+        (self.bottom.layer_lens(), self.top.layer_lens())
+    }
+
     /// Dense parameters: bottom, then top.
     pub(crate) fn dense_len(&self) -> usize {
         self.bottom.params() + self.top.params()

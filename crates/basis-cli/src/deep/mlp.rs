@@ -98,6 +98,11 @@ impl Mlp {
         self.layers.last().map_or(0, |l| l.b + l.out)
     }
 
+    /// Parameters of each layer (weights, then biases), in order.
+    pub(crate) fn layer_lens(&self) -> Vec<usize> {
+        self.layers.iter().map(|l| l.inp * l.out + l.out).collect()
+    }
+
     /// Outputs per row.
     pub(crate) fn outputs(&self) -> usize {
         self.widths.last().copied().unwrap_or(0)

@@ -42,7 +42,9 @@ pub(crate) mod gemm;
 pub(crate) mod mlp;
 pub(crate) mod par;
 
-use onebit_adam::{AutoFreeze, Config, FreezePolicy, GroupSpec, OneBitAdam, Variant};
+use onebit_adam::{
+    AutoFreeze, Config, FreezePolicy, Grade, GroupSpec, OneBitAdam, Policy, Variant,
+};
 
 pub(crate) use batch::{LocalBatch, gather_rows};
 pub(crate) use deepfm::{DeepFm, DeepGrads};
@@ -75,7 +77,57 @@ pub(crate) struct Workspace {
     dlrm: dlrm::Workspace,
 }
 
+/// Where a tower layer sits, for `--dense-policy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LayerRole {
+    /// The layer whose input is the embeddings (DeepFM: the tower's first
+    /// layer; DLRM: the top tower's first, over the embedding interactions).
+    First,
+    /// The output layer (the logit).
+    Last,
+    /// Every other dense parameter (DeepFM's global bias, DLRM's bottom
+    /// tower, hidden layers).
+    Rest,
+}
+
 impl Tower {
+    /// The dense parameters as layers in their flat order: `(length, role)`
+    /// (a layer's weights then biases; lengths add up to the dense length).
+    pub(crate) fn dense_layers(&self) -> Vec<(usize, LayerRole)> {
+        let roles = |lens: Vec<usize>| {
+            let k = lens.len();
+            lens.into_iter()
+                .enumerate()
+                .map(move |(i, len)| {
+                    let role = if i + 1 == k {
+                        LayerRole::Last
+                    } else if i == 0 {
+                        LayerRole::First
+                    } else {
+                        LayerRole::Rest
+                    };
+                    (len, role)
+                })
+                .collect::<Vec<_>>()
+        };
+        match self {
+            Self::DeepFm(m) => {
+                let mut out = vec![(1, LayerRole::Rest)];
+                out.extend(roles(m.tower_layers()));
+                out
+            }
+            Self::Dlrm(m) => {
+                let (bottom, top) = m.tower_layers();
+                let mut out: Vec<_> = bottom
+                    .into_iter()
+                    .map(|len| (len, LayerRole::Rest))
+                    .collect();
+                out.extend(roles(top));
+                out
+            }
+        }
+    }
+
     /// Fresh dense parameters, deterministic in `seed`.
     ///
     /// Fails when they cannot be allocated.
@@ -130,6 +182,105 @@ pub(crate) enum DenseOpt {
     /// 1-bit Adam: full-precision warm-up, then compressed (preconditioned)
     /// momentum all-reduce with error feedback.
     OnebitAdam,
+}
+
+/// `--dense-policy`: the communication policy of each tower layer under
+/// `--dense-opt onebit-adam` (after the warm-up): `1bit`, `2bit`, `bf16`
+/// or `full`, one for all layers or `first=…,last=…,rest=…` by
+/// [`LayerRole`] (unnamed roles: `1bit`). Default `1bit` for all: one group,
+/// as before the option existed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DensePolicy {
+    first: Policy,
+    last: Policy,
+    rest: Policy,
+}
+
+impl Default for DensePolicy {
+    fn default() -> Self {
+        Self {
+            first: Policy::OneBit,
+            last: Policy::OneBit,
+            rest: Policy::OneBit,
+        }
+    }
+}
+
+impl DensePolicy {
+    /// `NAME` or `ROLE=NAME,…` (see the type's docs).
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
+        let name = |n: &str| match n {
+            "1bit" => Ok(Policy::OneBit),
+            "2bit" => Ok(Policy::Graded(Grade::TwoBit)),
+            "bf16" => Ok(Policy::Graded(Grade::Bf16)),
+            "full" => Ok(Policy::FullPrecision),
+            _ => Err(format!("unknown policy `{n}` (1bit, 2bit, bf16 or full)")),
+        };
+        if !text.contains('=') {
+            let p = name(text)?;
+            return Ok(Self {
+                first: p,
+                last: p,
+                rest: p,
+            });
+        }
+        let mut out = Self::default();
+        for part in text.split(',') {
+            let (role, n) = part
+                .split_once('=')
+                .ok_or_else(|| format!("`{part}`: expected ROLE=POLICY"))?;
+            let slot = match role {
+                "first" => &mut out.first,
+                "last" => &mut out.last,
+                "rest" => &mut out.rest,
+                _ => return Err(format!("unknown layer `{role}` (first, last or rest)")),
+            };
+            *slot = name(n)?;
+        }
+        Ok(out)
+    }
+
+    /// The policy of a layer in `role`.
+    fn of(self, role: LayerRole) -> Policy {
+        match role {
+            LayerRole::First => self.first,
+            LayerRole::Last => self.last,
+            LayerRole::Rest => self.rest,
+        }
+    }
+
+    /// A `u64` the ranks compare to agree on the option.
+    pub(crate) fn to_bits(self) -> u64 {
+        // The names are distinct: their first bytes tell them apart.
+        let b = |p: Policy| u64::from(p.name().as_bytes()[0]) << 8 | p.name().len() as u64;
+        b(self.first) | b(self.last) << 16 | b(self.rest) << 32
+    }
+
+    /// Groups over `layers` (flat order), adjacent layers of one policy
+    /// merged: the default gives one group, as before the option.
+    pub(crate) fn groups(self, layers: &[(usize, LayerRole)]) -> Vec<GroupSpec> {
+        let mut out: Vec<GroupSpec> = Vec::new();
+        for &(len, role) in layers {
+            let policy = self.of(role);
+            match out.last_mut() {
+                Some(g) if g.policy == policy => g.len += len,
+                _ => out.push(GroupSpec::one_bit(len).with_policy(policy)),
+            }
+        }
+        out
+    }
+}
+
+impl core::fmt::Display for DensePolicy {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "first={},last={},rest={}",
+            self.first.name(),
+            self.last.name(),
+            self.rest.name()
+        )
+    }
 }
 
 /// `--dense-warmup`: how long 1-bit Adam's full-precision warm-up lasts.
@@ -223,13 +374,35 @@ impl DenseOpt {
             .with_lr(lr)
             .with_freeze(warmup.policy(steps_total))
             .with_bias_correction(true)
-            .with_variant(Variant::PreconditionedMomentum);
+            .with_variant(Variant::PreconditionedMomentum)
+            // Per-group error norms and sign flips for `--json`: one read of
+            // the error buffers and of `m` per step.
+            .with_telemetry(true);
         let group = match self {
             // Full precision at every step: Adam on the mean gradient.
             Self::Adam => GroupSpec::full_precision(len),
             Self::OnebitAdam => GroupSpec::one_bit(len),
         };
         OneBitAdam::with_groups(&[group], config).map_err(|e| format!("--dense-opt: {e}"))
+    }
+
+    /// [`Self::build`] with a policy per layer (`--dense-policy`) for
+    /// `onebit-adam`; `layers` in flat order add up to the dense length.
+    pub(crate) fn build_layered(
+        self,
+        layers: &[(usize, LayerRole)],
+        policy: DensePolicy,
+        lr: f32,
+        steps_total: u64,
+        warmup: DenseWarmup,
+    ) -> Result<OneBitAdam, String> {
+        let len = layers.iter().map(|l| l.0).sum();
+        let mut opt = self.build(len, lr, steps_total, warmup)?;
+        if self == Self::OnebitAdam && policy != DensePolicy::default() {
+            opt = OneBitAdam::with_groups(&policy.groups(layers), *opt.config())
+                .map_err(|e| format!("--dense-policy: {e}"))?;
+        }
+        Ok(opt)
     }
 }
 
@@ -298,6 +471,80 @@ pub(crate) fn zeros(n: usize, what: &str) -> Result<Vec<f32>, String> {
 #[cfg(test)]
 mod tests {
     use crate::cli::{Cli, Command};
+
+    /// `--dense-policy`: names, roles, errors; groups follow the layers in
+    /// flat order with adjacent equal policies merged.
+    #[test]
+    fn dense_policy_parses_and_groups_the_layers() {
+        use super::{DensePolicy, LayerRole};
+        use onebit_adam::{Grade, Policy};
+        let p = DensePolicy::parse("first=2bit,last=full,rest=1bit").unwrap();
+        assert_eq!(p.to_string(), "first=2bit,last=full,rest=1bit");
+        assert_eq!(DensePolicy::parse("1bit").unwrap(), DensePolicy::default());
+        assert!(DensePolicy::parse("first=3bit").is_err());
+        assert!(DensePolicy::parse("middle=2bit").is_err());
+        assert!(DensePolicy::parse("first").is_err());
+        assert_ne!(
+            DensePolicy::parse("bf16").unwrap().to_bits(),
+            DensePolicy::parse("2bit").unwrap().to_bits()
+        );
+        // DeepFM 512-256-1 over 8 fields × 4: bias, three layers.
+        let layers = [
+            (1, LayerRole::Rest),
+            (32 * 512 + 512, LayerRole::First),
+            (512 * 256 + 256, LayerRole::Rest),
+            (256 + 1, LayerRole::Last),
+        ];
+        let g = p.groups(&layers);
+        let got: Vec<_> = g.iter().map(|g| (g.len, g.policy)).collect();
+        assert_eq!(
+            got,
+            [
+                (1, Policy::OneBit),
+                (32 * 512 + 512, Policy::Graded(Grade::TwoBit)),
+                (512 * 256 + 256, Policy::OneBit),
+                (257, Policy::FullPrecision),
+            ]
+        );
+        let one = DensePolicy::default().groups(&layers);
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].len, layers.iter().map(|l| l.0).sum::<usize>());
+    }
+
+    /// The layers cover the dense parameters, roles in place.
+    #[test]
+    fn tower_layers_cover_the_dense_parameters() {
+        use super::{LayerRole, Tower, deepfm::DeepFm, dlrm::Dlrm};
+        let d = DeepFm::new(4, 8, &[16, 8, 1]).unwrap();
+        let len = d.dense_len();
+        let layers = Tower::DeepFm(d).dense_layers();
+        assert_eq!(layers.iter().map(|l| l.0).sum::<usize>(), len);
+        let roles: Vec<_> = layers.iter().map(|l| l.1).collect();
+        assert_eq!(
+            roles,
+            [
+                LayerRole::Rest,
+                LayerRole::First,
+                LayerRole::Rest,
+                LayerRole::Last
+            ]
+        );
+        assert_eq!(layers[1].0, 32 * 16 + 16);
+        let m = Dlrm::new(4, 8, 13, &[16], &[32, 1]).unwrap();
+        let len = m.dense_len();
+        let layers = Tower::Dlrm(m).dense_layers();
+        assert_eq!(layers.iter().map(|l| l.0).sum::<usize>(), len);
+        let roles: Vec<_> = layers.iter().map(|l| l.1).collect();
+        assert_eq!(
+            roles,
+            [
+                LayerRole::Rest,
+                LayerRole::Rest,
+                LayerRole::First,
+                LayerRole::Last
+            ]
+        );
+    }
     use clap::Parser;
 
     #[test]

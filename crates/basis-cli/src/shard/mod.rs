@@ -104,6 +104,7 @@ fn options(ds: &Dataset, run: &Run<'_>, lens: [usize; 3]) -> Vec<(&'static str, 
             )[0],
         ),
         ("--dense-opt", m.dense_opt as u64),
+        ("--dense-policy", m.dense_policy.to_bits()),
         ("--dense-warmup", m.dense_warmup.to_bits()),
         ("data set", data),
         ("training examples", lens[0] as u64),
@@ -209,6 +210,10 @@ struct Rank {
     model: Fm,
     /// Bytes this rank sent in the dense optimizer's all-reduces.
     dense_bytes: u64,
+    /// Per-group dense telemetry (`--json`'s `dense_groups`).
+    dense_groups: crate::dense_telemetry::DenseGroups,
+    /// `--progress-dense`: put it on the progress line too.
+    progress_dense: bool,
     /// `--dense-opt` (named in its errors).
     dense_kind: crate::deep::DenseOpt,
     /// The sparse optimizer's label (named when the loss diverges).
@@ -243,6 +248,8 @@ impl Rank {
             table,
             model,
             dense_bytes: 0,
+            dense_groups: Default::default(),
+            progress_dense: m.progress_dense,
             dense_kind: m.dense_opt,
             label: run.spec.label.clone(),
         })
@@ -287,13 +294,17 @@ impl Rank {
         // The dense optimizer averages over ranks; the shares sum to the
         // batch gradient, so each sends P times its share (scaled as the
         // optimizer reads it in: no scaled copy).
-        dense_opt
+        let report = dense_opt
             .step_with_grad_scaled(comm, &mut self.model.dense, &grads.dense, p as f32)
             .map_err(|e| format!("rank {rank}: {:?}: {e}", self.dense_kind))?;
         self.dense_bytes += comm.stats().since(&before).bytes_sent;
+        self.dense_groups.observe(&report);
         Ok(Step {
             loss: f64::from(loss[0]),
             nonfinite,
+            dense: self
+                .progress_dense
+                .then(|| crate::dense_telemetry::progress_field(&report)),
         })
     }
 
@@ -451,7 +462,12 @@ fn rank_main_with(
     agree(comm, &opts)?;
     let m = run.model;
     let me = Rank::new(ds, run, comm.rank(), owner)?;
-    let dense_opt = crate::run::dense_optimizer(m, me.model.dense.len(), sources.0.len())?;
+    let dense_opt = crate::run::dense_optimizer(
+        m,
+        me.model.dense.len(),
+        me.model.tower.as_ref(),
+        sources.0.len(),
+    )?;
     let sharded = Sharded {
         ds,
         run,
@@ -579,6 +595,7 @@ impl Strategy for Sharded<'_> {
         );
         out.model_crc32 = crc;
         out.dense_freeze_step = crate::deep::freeze_step_reached(m.dense_opt, &self.dense_opt);
+        out.dense_groups = Some(me.dense_groups.0.clone());
         // `finish` sized the memory ratios by the data's row count (for a
         // stream, the estimated vocabulary) and one optimizer; the job holds
         // `shard.rows` rows in all ranks' state.

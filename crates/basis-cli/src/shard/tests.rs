@@ -226,7 +226,7 @@ fn one_sharded_step_is_the_single_process_step() {
                 let out = LocalComm::run(p, |mut c| {
                     let mut me = Rank::new(&ds, &run, c.rank(), &owner).unwrap();
                     let mut dense_opt =
-                        crate::run::dense_optimizer(m, me.model.dense.len(), n).unwrap();
+                        crate::run::dense_optimizer(m, me.model.dense.len(), None, n).unwrap();
                     let mut grads = Grads::new(&me.model, 0);
                     let sh = Source::Memory(&ds.train).share(&share(&batch, c.rank(), p));
                     me.train_step(
