@@ -168,24 +168,24 @@ mod tests {
         (0..n).map(|_| rng.normal() as f32).collect()
     }
 
+    /// A `rows×cols` view of `data`, stored transposed when asked (so the
+    /// product sees the strided layout).
+    fn view(data: &[f32], rows: usize, cols: usize, transposed: bool) -> Mat<'_> {
+        if transposed {
+            Mat::new(data, cols, rows).t()
+        } else {
+            Mat::new(data, rows, cols)
+        }
+    }
+
     #[test]
     fn matches_the_triple_loop_in_every_transpose_case() {
         let mut rng = Rng::new(5);
         for &(m, k, n) in &[(1, 1, 1), (7, 13, 5), (33, 64, 17), (3, 0, 4), (64, 9, 1)] {
             for ta in [false, true] {
                 for tb in [false, true] {
-                    let ad = random(m * k, &mut rng);
-                    let bd = random(k * n, &mut rng);
-                    let a = if ta {
-                        Mat::new(&ad, k, m).t()
-                    } else {
-                        Mat::new(&ad, m, k)
-                    };
-                    let b = if tb {
-                        Mat::new(&bd, n, k).t()
-                    } else {
-                        Mat::new(&bd, k, n)
-                    };
+                    let (ad, bd) = (random(m * k, &mut rng), random(k * n, &mut rng));
+                    let (a, b) = (view(&ad, m, k, ta), view(&bd, k, n, tb));
                     for acc in [false, true] {
                         let init = random(m * n, &mut rng);
                         let (mut fast, mut slow) = (init.clone(), init);
@@ -211,18 +211,8 @@ mod tests {
         let mut rng = Rng::new(9);
         for &(m, k, n) in &[(72, 600, 40), (37, 300, 19), (130, 70, 1), (16, 1, 33)] {
             for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
-                let ad = random(m * k, &mut rng);
-                let bd = random(k * n, &mut rng);
-                let a = if ta {
-                    Mat::new(&ad, k, m).t()
-                } else {
-                    Mat::new(&ad, m, k)
-                };
-                let b = if tb {
-                    Mat::new(&bd, n, k).t()
-                } else {
-                    Mat::new(&bd, k, n)
-                };
+                let (ad, bd) = (random(m * k, &mut rng), random(k * n, &mut rng));
+                let (a, b) = (view(&ad, m, k, ta), view(&bd, k, n, tb));
                 for acc in [false, true] {
                     let init = random(m * n, &mut rng);
                     let mut whole = init.clone();
