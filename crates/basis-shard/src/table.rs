@@ -197,7 +197,7 @@ pub(crate) struct Scratch {
     /// One row.
     row: Vec<f32>,
     /// `apply`: received gradients in slot order, and the summed ones.
-    order: Vec<usize>,
+    order: Vec<u64>,
     keys: Vec<u64>,
     slot_ids: Vec<u64>,
     sums: Vec<f32>,
@@ -210,13 +210,16 @@ impl Scratch {
             + self.req.bytes()
             + self.eval.bytes()
             + self.slots.capacity() * 4
-            + (self.missing.capacity() + self.keys.capacity() + self.slot_ids.capacity()) * 8
+            + (self.missing.capacity()
+                + self.keys.capacity()
+                + self.slot_ids.capacity()
+                + self.order.capacity())
+                * 8
             + (self.out.capacity()
                 + self.got.capacity()
                 + self.row.capacity()
                 + self.sums.capacity())
                 * 4
-            + self.order.capacity() * core::mem::size_of::<usize>()
     }
 }
 
@@ -775,15 +778,23 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         route::exchange_f32_into(comm, wire, send, &req.per_owner, &req.per_rank, d, got)?;
         self.stats.bytes_sent += comm.stats().since(&before).bytes_sent;
         // Sum duplicates (one id sent by several ranks) in rank order:
-        // sorting by (slot, position) keeps the rank order within a slot
-        // (an unstable sort of distinct keys: no merge buffer to allocate).
+        // sorting by (slot, position) keeps the rank order within a slot.
+        // Both fit a `u64` (positions are below `u32::MAX`, checked by
+        // `slots_for`), and distinct keys need no stable sort (no merge
+        // buffer to allocate).
         order.clear();
-        order.extend(0..slots.len());
-        order.sort_unstable_by_key(|&k| (slots[k], k));
+        order.extend(
+            slots
+                .iter()
+                .enumerate()
+                .map(|(k, &slot)| u64::from(slot) << 32 | k as u64),
+        );
+        order.sort_unstable();
         keys.clear();
         ids.clear();
         rows.clear();
-        for &k in order.iter() {
+        for &key in order.iter() {
+            let k = (key & u64::from(u32::MAX)) as usize;
             if slots[k] == NONE {
                 // Not admitted: the gradient is dropped.
                 self.stats.grads_dropped += 1;
