@@ -7,7 +7,8 @@
 //! ranks scattered over the rows): a training stream's skew, where hot rows
 //! stay in cache. Prints the
 //! median time per step of each round (5 rounds of 40 steps), the rows, the
-//! index / row / state bytes per row and the process's RSS per row, with
+//! index / row / state bytes per row, the step's kept buffers (scratch)
+//! and the process's RSS per row, with
 //! the load average. `STEP_BENCH_PRECISION=f32|bf16|f16` sets the row
 //! precision (default f32), `STEP_BENCH_OPT=sgd|basis` the optimizer
 //! (default SGD; `basis`: BASIS over 4096 one-choice buckets, for its
@@ -121,7 +122,7 @@ fn main() {
     let m = t.memory();
     let n = m.rows as f64;
     println!(
-        "{precision} rows {}{} | step ms (median per round) {:?} | index {:.2} B/row, rows {:.1} B/row, state {:.2} B/row, process RSS {:.1} B/row | load {}",
+        "{precision} rows {}{} | step ms (median per round) {:?} | index {:.2} B/row, rows {:.1} B/row, state {:.2} B/row, scratch {:.0} KiB, process RSS {:.1} B/row | load {}",
         m.rows,
         if zipf { " (zipf)" } else { "" },
         medians
@@ -131,6 +132,7 @@ fn main() {
         m.index_bytes as f64 / n,
         m.row_bytes as f64 / n,
         m.state_bytes as f64 / n,
+        m.scratch_bytes as f64 / 1024.0,
         rss() as f64 / n,
         load()
     );

@@ -27,6 +27,16 @@ impl IdSlots {
         self.map.get(&id).copied()
     }
 
+    /// Appends the slot of every id of `ids` to `out`, `u32::MAX` for an id
+    /// not held: one hash lookup per id (a step's batched lookup; a slot
+    /// is always below `u32::MAX`).
+    pub(crate) fn get_many(&self, ids: &[u64], out: &mut alloc::vec::Vec<u32>) {
+        out.extend(
+            ids.iter()
+                .map(|id| self.map.get(id).copied().unwrap_or(u32::MAX)),
+        );
+    }
+
     /// Room for `more` ids without reallocating (fallible).
     pub(crate) fn try_reserve(&mut self, more: usize) -> Result<(), ShardError> {
         let rows = self.len().saturating_add(more);

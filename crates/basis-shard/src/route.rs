@@ -2,9 +2,9 @@
 //! (ids to owners, rows back, gradients to owners) in a fixed order, so every
 //! backend delivers the same bytes.
 
-use alloc::vec;
 use alloc::vec::Vec;
 use comm_traits::{CommError, Communicator};
+use core::mem::size_of;
 
 use crate::OwnerRule;
 
@@ -24,12 +24,50 @@ pub(crate) struct Request {
     pub(crate) received: Vec<u64>,
 }
 
-fn to_bytes<T: Copy, const N: usize>(xs: &[T], f: impl Fn(T) -> [u8; N]) -> Vec<u8> {
-    xs.iter().flat_map(|&x| f(x)).collect()
+/// Byte buffers of the exchanges, kept across steps: a step's exchanges
+/// move ~1 MB each way at 8192 ids × 32 floats, and fresh buffers of that
+/// size come from a fresh `mmap` (and its page faults) every step. Cleared,
+/// never shrunk: their capacity is the largest step's.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Wire {
+    send: Vec<u8>,
+    recv: Vec<u8>,
+    send_counts: Vec<usize>,
+    recv_counts: Vec<usize>,
+    /// Owner of each unique id (`request`'s grouping).
+    owners: Vec<usize>,
+    /// Write position per owner (`request`'s grouping).
+    at: Vec<usize>,
+    /// Ids this rank sends to each owner, and receives from each rank.
+    mine: Vec<u64>,
+    counts: Vec<u64>,
 }
 
-fn scaled(counts: &[usize], unit: usize) -> Vec<usize> {
-    counts.iter().map(|&c| c * unit).collect()
+impl Wire {
+    /// Bytes held (capacity).
+    pub(crate) fn bytes(&self) -> usize {
+        self.send.capacity()
+            + self.recv.capacity()
+            + (self.send_counts.capacity()
+                + self.recv_counts.capacity()
+                + self.owners.capacity()
+                + self.at.capacity())
+                * size_of::<usize>()
+            + (self.mine.capacity() + self.counts.capacity()) * 8
+    }
+}
+
+impl Request {
+    /// Bytes held (capacity).
+    pub(crate) fn bytes(&self) -> usize {
+        (self.uniq.capacity() + self.sent.capacity() + self.received.capacity()) * 8
+            + (self.per_owner.capacity() + self.per_rank.capacity()) * size_of::<usize>()
+    }
+}
+
+fn scaled_into(out: &mut Vec<usize>, counts: &[usize], unit: usize) {
+    out.clear();
+    out.extend(counts.iter().map(|&c| c * unit));
 }
 
 /// Exchange `f32` payloads of `unit` values per item over `comm`'s
@@ -46,51 +84,114 @@ pub fn exchange_f32(
     recv_counts: &[usize],
     unit: usize,
 ) -> Result<Vec<f32>, CommError> {
-    let bytes = to_bytes(send, f32::to_le_bytes);
-    let rc = scaled(recv_counts, 4 * unit);
-    let mut recv = vec![0u8; rc.iter().sum()];
-    comm.all_to_all_v(&bytes, &scaled(send_counts, 4 * unit), &mut recv, &rc)?;
-    Ok(recv
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect())
+    let mut out = Vec::new();
+    exchange_f32_into(
+        comm,
+        &mut Wire::default(),
+        send,
+        send_counts,
+        recv_counts,
+        unit,
+        &mut out,
+    )?;
+    Ok(out)
+}
+
+/// [`exchange_f32`] into `out` (cleared first), through `wire`'s buffers.
+pub(crate) fn exchange_f32_into(
+    comm: &mut dyn Communicator,
+    wire: &mut Wire,
+    send: &[f32],
+    send_counts: &[usize],
+    recv_counts: &[usize],
+    unit: usize,
+    out: &mut Vec<f32>,
+) -> Result<(), CommError> {
+    wire.send.clear();
+    wire.send.extend(send.iter().flat_map(|x| x.to_le_bytes()));
+    scaled_into(&mut wire.send_counts, send_counts, 4 * unit);
+    scaled_into(&mut wire.recv_counts, recv_counts, 4 * unit);
+    wire.recv.clear();
+    wire.recv.resize(wire.recv_counts.iter().sum(), 0);
+    comm.all_to_all_v(
+        &wire.send,
+        &wire.send_counts,
+        &mut wire.recv,
+        &wire.recv_counts,
+    )?;
+    out.clear();
+    out.extend(
+        wire.recv
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+    );
+    Ok(())
 }
 
 /// Send the unique ids of `wanted` to their owners (counts first, then the
 /// ids): after this every rank knows what it must serve and to whom.
+/// Fills `req` in place (its buffers reused), through `wire`'s buffers.
 pub(crate) fn request(
     comm: &mut dyn Communicator,
     owner: &OwnerRule,
-    mut wanted: Vec<u64>,
-) -> Result<Request, CommError> {
+    wanted: &[u64],
+    wire: &mut Wire,
+    req: &mut Request,
+) -> Result<(), CommError> {
     let p = comm.size();
-    wanted.sort_unstable();
-    wanted.dedup();
-    let mut groups: Vec<Vec<u64>> = vec![Vec::new(); p];
-    for &id in &wanted {
-        groups[owner.owner(id) % p].push(id);
+    req.uniq.clear();
+    req.uniq.extend_from_slice(wanted);
+    req.uniq.sort_unstable();
+    req.uniq.dedup();
+    // Group by owner with a stable counting sort: rank order, and each
+    // owner's ids stay sorted.
+    wire.owners.clear();
+    wire.owners
+        .extend(req.uniq.iter().map(|&id| owner.owner(id) % p));
+    req.per_owner.clear();
+    req.per_owner.resize(p, 0);
+    for &o in &wire.owners {
+        req.per_owner[o] += 1;
     }
-    let per_owner: Vec<usize> = groups.iter().map(Vec::len).collect();
-    let sent: Vec<u64> = groups.concat();
-    let mut counts = vec![0u64; p];
-    let mine: Vec<u64> = per_owner.iter().map(|&c| c as u64).collect();
-    comm.all_to_all_counts(&mine, &mut counts)?;
-    let per_rank: Vec<usize> = counts.iter().map(|&c| c as usize).collect();
-    let bytes = to_bytes(&sent, u64::to_le_bytes);
-    let rc = scaled(&per_rank, 8);
-    let mut recv = vec![0u8; rc.iter().sum()];
-    comm.all_to_all_v(&bytes, &scaled(&per_owner, 8), &mut recv, &rc)?;
-    let received = recv
-        .chunks_exact(8)
-        .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
-        .collect();
-    Ok(Request {
-        uniq: wanted,
-        sent,
-        per_owner,
-        per_rank,
-        received,
-    })
+    wire.at.clear();
+    let mut acc = 0;
+    wire.at.extend(req.per_owner.iter().map(|&c| {
+        acc += c;
+        acc - c
+    }));
+    req.sent.clear();
+    req.sent.resize(req.uniq.len(), 0);
+    for (&id, &o) in req.uniq.iter().zip(&wire.owners) {
+        req.sent[wire.at[o]] = id;
+        wire.at[o] += 1;
+    }
+    wire.counts.clear();
+    wire.counts.resize(p, 0);
+    wire.mine.clear();
+    wire.mine.extend(req.per_owner.iter().map(|&c| c as u64));
+    comm.all_to_all_counts(&wire.mine, &mut wire.counts)?;
+    req.per_rank.clear();
+    req.per_rank.extend(wire.counts.iter().map(|&c| c as usize));
+    wire.send.clear();
+    wire.send
+        .extend(req.sent.iter().flat_map(|x| x.to_le_bytes()));
+    scaled_into(&mut wire.send_counts, &req.per_owner, 8);
+    scaled_into(&mut wire.recv_counts, &req.per_rank, 8);
+    wire.recv.clear();
+    wire.recv.resize(wire.recv_counts.iter().sum(), 0);
+    comm.all_to_all_v(
+        &wire.send,
+        &wire.send_counts,
+        &mut wire.recv,
+        &wire.recv_counts,
+    )?;
+    req.received.clear();
+    req.received.extend(
+        wire.recv
+            .chunks_exact(8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]))),
+    );
+    Ok(())
 }
 
 #[cfg(test)]
@@ -105,7 +206,8 @@ mod tests {
         let out = LocalComm::run(p, |mut c| {
             let r = c.rank() as u64;
             let wanted: Vec<u64> = (0..50).map(|k| (k * 7 + r * 3) % 40).collect();
-            let req = request(&mut c, &owner, wanted).unwrap();
+            let mut req = Request::default();
+            request(&mut c, &owner, &wanted, &mut Wire::default(), &mut req).unwrap();
             (req.uniq, req.received)
         });
         let out: Vec<_> = out.into_iter().map(|r| r.unwrap()).collect();

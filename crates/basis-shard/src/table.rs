@@ -10,7 +10,7 @@ use comm_traits::Communicator;
 
 use crate::admission::Admitter;
 use crate::index::IdSlots;
-use crate::route::{self, Request};
+use crate::route::{self, Request, Wire};
 use crate::rows::Rows;
 use crate::{Admission, Eviction, OwnerRule, RowInit, RowPrecision, ShardError};
 
@@ -136,11 +136,18 @@ pub struct MemoryUse {
     pub index_bytes: usize,
     /// Row values (`capacity ×` [`RowPrecision::bytes`]).
     pub row_bytes: usize,
-    /// Sparse optimizer state, scratch buffers excluded.
+    /// Sparse optimizer state, scratch buffers excluded (they are in
+    /// [`scratch_bytes`](Self::scratch_bytes)).
     pub state_bytes: usize,
     /// Admission and eviction bookkeeping: the admission sketch, and with
     /// eviction on, each row's last-seen step and optimizer slot (8 B/row).
     pub bookkeeping_bytes: usize,
+    /// Buffers kept across steps: the table's routing, row and gradient
+    /// buffers (their capacity, i.e. the largest step's needs; they are
+    /// cleared, never shrunk) plus the optimizer's scratch. Independent of
+    /// the rows held: about `20 · dim + 80` bytes per id of the largest
+    /// step (5.6 MiB at 8192 ids and `dim = 32`).
+    pub scratch_bytes: usize,
 }
 
 /// Counters of one rank's traffic.
@@ -159,13 +166,61 @@ pub struct TableStats {
     pub grads_dropped: u64,
 }
 
-/// The routing of the latest training lookup, kept for its `apply`.
+/// The latest training lookup, awaiting its `apply` (its routing is
+/// [`Scratch::req`] and [`Scratch::slots`]).
 #[derive(Debug)]
 pub(crate) struct Pending {
     generation: u64,
+}
+
+/// A step's buffers, kept across steps so that a step allocates only the
+/// [`Batch`] it returns: fresh ~1 MB buffers every step cost a fresh
+/// `mmap` and its page faults each time (glibc serves blocks that large
+/// with `mmap`). Cleared, never shrunk; counted in
+/// [`MemoryUse::scratch_bytes`].
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    wire: Wire,
+    /// The latest training lookup's routing (read by its `apply`).
     req: Request,
-    /// Slot of every received id (`req.received` order).
+    /// Slot of every id of `req.received` ([`NONE`]: no row).
     slots: Vec<u32>,
+    /// The routing of an evaluation lookup (apart from `req`: evaluation
+    /// may run between a lookup and its apply).
+    eval: Request,
+    /// Distinct ids of a step that have no row yet.
+    missing: Vec<u64>,
+    /// Rows served (owner side), or gradients sent.
+    out: Vec<f32>,
+    /// Rows or gradients received.
+    got: Vec<f32>,
+    /// One row.
+    row: Vec<f32>,
+    /// `apply`: received gradients in slot order, and the summed ones.
+    order: Vec<u64>,
+    keys: Vec<u64>,
+    slot_ids: Vec<u64>,
+    sums: Vec<f32>,
+}
+
+impl Scratch {
+    /// Bytes held (capacity).
+    fn bytes(&self) -> usize {
+        self.wire.bytes()
+            + self.req.bytes()
+            + self.eval.bytes()
+            + self.slots.capacity() * 4
+            + (self.missing.capacity()
+                + self.keys.capacity()
+                + self.slot_ids.capacity()
+                + self.order.capacity())
+                * 8
+            + (self.out.capacity()
+                + self.got.capacity()
+                + self.row.capacity()
+                + self.sums.capacity())
+                * 4
+    }
 }
 
 /// One rank's part of a row-sharded embedding table: the rows this rank
@@ -190,6 +245,7 @@ pub struct ShardedTable<O> {
     /// With eviction on: each row's last training step (saturating `u32`).
     pub(crate) last_seen: Vec<u32>,
     pub(crate) pending: Option<Pending>,
+    pub(crate) scratch: Scratch,
     pub(crate) generation: u64,
     pub(crate) stats: TableStats,
 }
@@ -246,6 +302,7 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             opt,
             opt_rows: 0,
             pending: None,
+            scratch: Scratch::default(),
             generation: 0,
             stats: TableStats::default(),
         })
@@ -311,6 +368,7 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             row_bytes: self.rows.bytes(),
             state_bytes: m.total_bytes - m.scratch,
             bookkeeping_bytes: self.admit.bytes() + self.last_seen.capacity() * 4,
+            scratch_bytes: self.scratch.bytes() + m.scratch,
         }
     }
 
@@ -413,6 +471,19 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         comm: &mut dyn Communicator,
         ids: &[u64],
     ) -> Result<Batch, ShardError> {
+        // The buffers go back whatever the outcome.
+        let mut scratch = core::mem::take(&mut self.scratch);
+        let out = self.lookup_with(comm, ids, &mut scratch);
+        self.scratch = scratch;
+        out
+    }
+
+    fn lookup_with(
+        &mut self,
+        comm: &mut dyn Communicator,
+        ids: &[u64],
+        s: &mut Scratch,
+    ) -> Result<Batch, ShardError> {
         self.check_group(comm)?;
         self.pending = None;
         let step = self.generation + 1;
@@ -423,41 +494,40 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         }
         self.admit.begin_step(step);
         let before = comm.stats();
-        let req = route::request(comm, &self.owner, ids.to_vec())?;
-        let slots = self.slots_for(&req.received, step)?;
-        self.stats.ids_served += req.received.len() as u64;
+        route::request(comm, &self.owner, ids, &mut s.wire, &mut s.req)?;
+        self.slots_for(step, s)?;
+        self.stats.ids_served += s.req.received.len() as u64;
         let d = self.dim;
-        let mut serve = Vec::new();
-        serve
-            .try_reserve_exact(slots.len() * d)
+        let Scratch {
+            req,
+            slots,
+            out,
+            row,
+            ..
+        } = s;
+        out.clear();
+        out.try_reserve_exact(slots.len() * d)
             .map_err(|_| ShardError::OutOfMemory { rows: self.len() })?;
-        let mut fresh = vec![0.0f32; d];
-        for (&s, &id) in slots.iter().zip(&req.received) {
-            if s == NONE {
+        row.clear();
+        row.resize(d, 0.0);
+        for (&slot, &id) in slots.iter().zip(&req.received) {
+            if slot == NONE {
                 // Not admitted: the row it would start as.
-                self.init.fill(id, &mut fresh);
-                self.rows.round_nearest(&mut fresh);
-                serve.extend_from_slice(&fresh);
+                self.init.fill(id, row);
+                self.rows.round_nearest(row);
+                out.extend_from_slice(row);
             } else {
-                self.rows.extend_row(s, &mut serve);
+                self.rows.extend_row(slot, out);
             }
         }
-        let rows = self.answer(comm, &req, &serve)?;
+        let rows = self.answer(comm, &s.req, &s.out, &mut s.wire, &mut s.got)?;
         self.generation += 1;
         self.stats.bytes_sent += comm.stats().since(&before).bytes_sent;
         self.pending = Some(Pending {
             generation: self.generation,
-            req: Request {
-                received: req.received,
-                sent: req.sent,
-                per_owner: req.per_owner,
-                per_rank: req.per_rank,
-                uniq: Vec::new(),
-            },
-            slots,
         });
         Ok(Batch {
-            ids: req.uniq,
+            ids: s.req.uniq.clone(),
             rows,
             generation: self.generation,
         })
@@ -479,29 +549,42 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         comm: &mut dyn Communicator,
         ids: &[u64],
     ) -> Result<Batch, ShardError> {
+        let mut scratch = core::mem::take(&mut self.scratch);
+        let out = self.lookup_eval_with(comm, ids, &mut scratch);
+        self.scratch = scratch;
+        out
+    }
+
+    fn lookup_eval_with(
+        &mut self,
+        comm: &mut dyn Communicator,
+        ids: &[u64],
+        s: &mut Scratch,
+    ) -> Result<Batch, ShardError> {
         self.check_group(comm)?;
         let before = comm.stats();
-        let req = route::request(comm, &self.owner, ids.to_vec())?;
+        route::request(comm, &self.owner, ids, &mut s.wire, &mut s.eval)?;
         let d = self.dim;
-        let mut serve = Vec::new();
-        serve
-            .try_reserve_exact(req.received.len() * d)
+        let Scratch { eval, out, row, .. } = s;
+        out.clear();
+        out.try_reserve_exact(eval.received.len() * d)
             .map_err(|_| ShardError::OutOfMemory { rows: self.len() })?;
-        let mut fresh = vec![0.0f32; d];
-        for &id in &req.received {
+        row.clear();
+        row.resize(d, 0.0);
+        for &id in &eval.received {
             match self.index.get(id) {
-                Some(s) => self.rows.extend_row(s, &mut serve),
+                Some(slot) => self.rows.extend_row(slot, out),
                 None => {
-                    self.init.fill(id, &mut fresh);
-                    self.rows.round_nearest(&mut fresh);
-                    serve.extend_from_slice(&fresh);
+                    self.init.fill(id, row);
+                    self.rows.round_nearest(row);
+                    out.extend_from_slice(row);
                 }
             }
         }
-        let rows = self.answer(comm, &req, &serve)?;
+        let rows = self.answer(comm, &s.eval, &s.out, &mut s.wire, &mut s.got)?;
         self.stats.bytes_sent += comm.stats().since(&before).bytes_sent;
         Ok(Batch {
-            ids: req.uniq,
+            ids: s.eval.uniq.clone(),
             rows,
             generation: 0,
         })
@@ -514,9 +597,11 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         comm: &mut dyn Communicator,
         req: &Request,
         serve: &[f32],
+        wire: &mut Wire,
+        got: &mut Vec<f32>,
     ) -> Result<Vec<f32>, ShardError> {
         let d = self.dim;
-        let got = route::exchange_f32(comm, serve, &req.per_rank, &req.per_owner, d)?;
+        route::exchange_f32_into(comm, wire, serve, &req.per_rank, &req.per_owner, d, got)?;
         let mut rows = vec![0.0f32; req.uniq.len() * d];
         for (k, id) in req.sent.iter().enumerate() {
             let pos = req.uniq.binary_search(id).unwrap_or(0);
@@ -525,24 +610,49 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         Ok(rows)
     }
 
-    /// The slot of every id in `ids` (training step `step`), creating the
-    /// missing ones the admission rule admits in the order given (so slot
-    /// numbers are a function of the id sequence) and growing the
-    /// optimizer's dense state with them; [`NONE`] for an id left without a
-    /// row. Fallible allocation: on error the table is unchanged except for
-    /// reserved capacity.
-    fn slots_for(&mut self, ids: &[u64], step: u64) -> Result<Vec<u32>, ShardError> {
+    /// The slot of every id of `s.req.received` into `s.slots` (training
+    /// step `step`), creating the missing ones the admission rule admits in
+    /// the order given (so slot numbers are a function of the id sequence)
+    /// and growing the optimizer's dense state with them; [`NONE`] for an
+    /// id left without a row. One index lookup per id, then one
+    /// get-or-insert per miss (the same new id may come from several
+    /// ranks). Fallible allocation: on error the table is unchanged except
+    /// for reserved capacity.
+    fn slots_for(&mut self, step: u64, s: &mut Scratch) -> Result<(), ShardError> {
+        let Scratch {
+            req,
+            slots: out,
+            missing,
+            row: fresh,
+            ..
+        } = s;
+        let ids = &req.received;
         let want = self.len().saturating_add(ids.len());
         let oom = ShardError::OutOfMemory { rows: want };
         if want >= u32::MAX as usize {
             return Err(oom);
         }
-        let mut out = Vec::new();
+        out.clear();
         out.try_reserve_exact(ids.len())
             .map_err(|_| ShardError::OutOfMemory { rows: want })?;
-        self.index.try_reserve(ids.len())?;
-        let values = ids
-            .len()
+        self.index.get_many(ids, out);
+        // Distinct new ids (several ranks may ask for the same new id),
+        // sorted: admission decides once per id and step, in id order.
+        missing.clear();
+        missing
+            .try_reserve_exact(ids.len())
+            .map_err(|_| ShardError::OutOfMemory { rows: want })?;
+        missing.extend(
+            ids.iter()
+                .zip(out.iter())
+                .filter(|&(_, &slot)| slot == NONE)
+                .map(|(&id, _)| id),
+        );
+        missing.sort_unstable();
+        missing.dedup();
+        let news = missing.len();
+        self.index.try_reserve(news)?;
+        let values = news
             .checked_mul(self.dim)
             .ok_or(ShardError::OutOfMemory { rows: want })?;
         self.rows
@@ -551,19 +661,10 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         let evicting = self.eviction.is_some();
         if evicting {
             self.last_seen
-                .try_reserve(ids.len())
+                .try_reserve(news)
                 .map_err(|_| ShardError::OutOfMemory { rows: want })?;
         }
         let before = self.len();
-        // Distinct new ids (several ranks may ask for the same new id),
-        // sorted: admission decides once per id and step, in id order.
-        let mut missing: Vec<u64> = Vec::new();
-        missing
-            .try_reserve_exact(ids.len())
-            .map_err(|_| ShardError::OutOfMemory { rows: want })?;
-        missing.extend(ids.iter().filter(|&&id| self.index.get(id).is_none()));
-        missing.sort_unstable();
-        missing.dedup();
         if !self.admit.always() {
             missing.retain(|&id| self.admit.admit(id, step));
         }
@@ -578,32 +679,33 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             }
             self.opt_rows = after;
         }
-        let mut fresh = vec![0.0f32; self.dim];
-        for &id in ids {
-            let slot = match self.index.get(id) {
-                Some(s) => s,
-                None if missing.binary_search(&id).is_ok() => {
-                    let (slot, _) = self.index.get_or_insert(id);
-                    self.init.fill(id, &mut fresh);
-                    self.rows.push(&fresh);
+        if !missing.is_empty() {
+            fresh.clear();
+            fresh.resize(self.dim, 0.0);
+            for (slot, &id) in out.iter_mut().zip(ids) {
+                if *slot != NONE || missing.binary_search(&id).is_err() {
+                    continue;
+                }
+                let (s, inserted) = self.index.get_or_insert(id);
+                if inserted {
+                    self.init.fill(id, fresh);
+                    self.rows.push(fresh);
                     if evicting {
                         self.last_seen.push(0);
                     }
-                    slot
                 }
-                None => NONE,
-            };
-            out.push(slot);
+                *slot = s;
+            }
         }
         if evicting {
             let now = u32::try_from(step).unwrap_or(u32::MAX);
-            for &s in &out {
-                if s != NONE {
-                    self.last_seen[s as usize] = now;
+            for &slot in out.iter() {
+                if slot != NONE {
+                    self.last_seen[slot as usize] = now;
                 }
             }
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Backward, collective (every rank calls it after its `lookup`):
@@ -630,29 +732,69 @@ impl<O: SparseOptimizer> ShardedTable<O> {
                 got: grads.len(),
             });
         }
-        let pending = match self.pending.take() {
-            Some(p) if batch.generation != 0 && p.generation == batch.generation => p,
+        match self.pending.take() {
+            Some(p) if batch.generation != 0 && p.generation == batch.generation => {}
             other => {
                 self.pending = other;
                 return Err(ShardError::StaleBatch);
             }
-        };
+        }
+        let mut scratch = core::mem::take(&mut self.scratch);
+        let out = self.apply_with(comm, batch, grads, &mut scratch);
+        self.scratch = scratch;
+        out
+    }
+
+    /// [`apply`](Self::apply) once the batch is known to be the pending
+    /// lookup's (`s.req`, `s.slots`).
+    fn apply_with(
+        &mut self,
+        comm: &mut dyn Communicator,
+        batch: &Batch,
+        grads: &[f32],
+        s: &mut Scratch,
+    ) -> Result<StepReport, ShardError> {
+        let d = self.dim;
         let before = comm.stats();
-        let req = &pending.req;
-        let mut send = Vec::with_capacity(req.sent.len() * d);
+        let Scratch {
+            wire,
+            req,
+            slots,
+            out: send,
+            got,
+            row: theta,
+            order,
+            keys,
+            slot_ids: ids,
+            sums: rows,
+            ..
+        } = s;
+        send.clear();
+        send.reserve(req.sent.len() * d);
         for id in &req.sent {
             let pos = batch.ids.binary_search(id).unwrap_or(0);
             send.extend_from_slice(&grads[pos * d..(pos + 1) * d]);
         }
-        let got = route::exchange_f32(comm, &send, &req.per_owner, &req.per_rank, d)?;
+        route::exchange_f32_into(comm, wire, send, &req.per_owner, &req.per_rank, d, got)?;
         self.stats.bytes_sent += comm.stats().since(&before).bytes_sent;
-        let slots = &pending.slots;
-        // Sum duplicates (one id sent by several ranks) in rank order: a
-        // stable sort by slot keeps the rank order within a slot.
-        let mut order: Vec<usize> = (0..slots.len()).collect();
-        order.sort_by_key(|&k| slots[k]);
-        let (mut keys, mut ids, mut rows) = (Vec::new(), Vec::new(), Vec::new());
-        for &k in &order {
+        // Sum duplicates (one id sent by several ranks) in rank order:
+        // sorting by (slot, position) keeps the rank order within a slot.
+        // Both fit a `u64` (positions are below `u32::MAX`, checked by
+        // `slots_for`), and distinct keys need no stable sort (no merge
+        // buffer to allocate).
+        order.clear();
+        order.extend(
+            slots
+                .iter()
+                .enumerate()
+                .map(|(k, &slot)| u64::from(slot) << 32 | k as u64),
+        );
+        order.sort_unstable();
+        keys.clear();
+        ids.clear();
+        rows.clear();
+        for &key in order.iter() {
+            let k = (key & u64::from(u32::MAX)) as usize;
             if slots[k] == NONE {
                 // Not admitted: the gradient is dropped.
                 self.stats.grads_dropped += 1;
@@ -671,11 +813,10 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             }
         }
         if self.l2 > 0.0 {
-            let mut theta = Vec::with_capacity(d);
             for (slot, g) in ids.iter().zip(rows.chunks_exact_mut(d)) {
                 theta.clear();
-                self.rows.extend_row(*slot as u32, &mut theta);
-                for (g, &t) in g.iter_mut().zip(&theta) {
+                self.rows.extend_row(*slot as u32, theta);
+                for (g, &t) in g.iter_mut().zip(theta.iter()) {
                     *g += self.l2 * t;
                 }
             }
@@ -684,9 +825,10 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         // (0 for the first), as a single process stepping once per batch
         // (`LowPrecisionRows`) does.
         let opt = &mut self.opt;
+        let (keys, ids, rows) = (&*keys, &*ids, &*rows);
         self.rows
-            .step(&keys, &ids, batch.generation - 1, |table| {
-                opt.step_keyed(&keys, &ids, &rows, table)
+            .step(keys, ids, batch.generation - 1, |table| {
+                opt.step_keyed(keys, ids, rows, table)
             })
             .map_err(ShardError::Step)
     }

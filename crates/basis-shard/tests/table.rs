@@ -431,6 +431,37 @@ fn evaluation_reads_without_creating_rows() {
     }
 }
 
+/// The step keeps its routing between `lookup` and `apply` in buffers it
+/// reuses: an evaluation in between (its own routing, other ids) must not
+/// disturb the pending step.
+#[test]
+fn an_evaluation_between_a_lookup_and_its_apply_changes_nothing() {
+    let steps = 8;
+    for p in [1, 3] {
+        let want = reference(Kind::Adam, p, steps);
+        let owner = owner_for(Kind::Adam, p);
+        let got = on_ranks(p, |mut c| {
+            let r = c.rank();
+            let mut t = table(Kind::Adam, &owner, r);
+            for step in 0..steps {
+                let batch = t.lookup(&mut c, &ids_of(step, r)).unwrap();
+                let other: Vec<u64> = (0..5).map(|k| mix(step << 8 | k)).collect();
+                let seen = t.lookup_eval(&mut c, &other).unwrap();
+                assert_eq!(seen.ids.len(), 5);
+                let grads: Vec<f32> = batch
+                    .ids
+                    .iter()
+                    .flat_map(|&id| grad_of(step, r, id))
+                    .collect();
+                t.apply(&mut c, &batch, &grads).unwrap();
+            }
+            t.sorted_rows()
+        });
+        let got: BTreeMap<u64, Vec<f32>> = got.into_iter().flatten().collect();
+        assert_eq!(got, want, "P={p}");
+    }
+}
+
 #[test]
 fn stale_batches_and_wrong_lengths_are_refused_before_any_exchange() {
     let owner = OwnerRule::hashed(1, 3).unwrap();
@@ -544,6 +575,20 @@ fn memory_reports_index_rows_and_state_apart() {
         m.state_bytes >= 1000 * DIM * 8 && m.state_bytes < 1000 * DIM * 8 * 2,
         "{m:?}"
     );
+    // The step's kept buffers: at least the rows served, received and the
+    // gradients sent, received and summed (`1000 × DIM` f32 each) ...
+    let opt_scratch = t.optimizer().memory().scratch;
+    assert!(
+        m.scratch_bytes >= opt_scratch + 5 * 1000 * DIM * 4,
+        "{m:?}, optimizer scratch {opt_scratch}"
+    );
+    // ... reused, not grown, by steps no larger.
+    for k in 0..3u64 {
+        let ids: Vec<u64> = (0..1000).map(|i| mix(i + k * 500)).collect();
+        let b = t.lookup(&mut c, &ids).unwrap();
+        t.apply(&mut c, &b, &vec![0.1; b.rows.len()]).unwrap();
+    }
+    assert_eq!(t.memory().scratch_bytes, m.scratch_bytes);
 }
 
 fn temp_dir(name: &str) -> std::path::PathBuf {
