@@ -197,6 +197,15 @@ pub enum Accumulate {
         /// Decay in `[0, 1)`.
         beta: f32,
     },
+    /// AdaGrad's sum with forgetting, `G ← β·G + x` (from 0, no seeding):
+    /// for a row's first ≪ 1/(1−β) updates it is the sum (steps shrink as
+    /// AdaGrad's), later it is 1/(1−β) times an EMA of `x` (steps follow the
+    /// current gradient scale). An EMA started at 0 without bias correction,
+    /// up to that constant factor (which the learning rate absorbs).
+    Decayed {
+        /// Decay in `[0, 1)`.
+        beta: f32,
+    },
 }
 
 /// Options of the `RowScaled` direction (`#[non_exhaustive]`: build it from
@@ -583,7 +592,7 @@ impl BasisConfig {
         {
             return Err(ConfigError::FrequencyPower);
         }
-        if let Accumulate::Ema { beta } = self.row_scale.accumulate
+        if let Accumulate::Ema { beta } | Accumulate::Decayed { beta } = self.row_scale.accumulate
             && !beta_ok(beta)
         {
             return Err(ConfigError::Beta);
