@@ -235,12 +235,8 @@ fn decayed_accumulation_by_hand() {
             opt.scalar(0)
         );
         let view = opt.bucket_view(0).unwrap();
-        for j in 0..2 {
-            assert!(
-                (view.v[j] - want_c[j]).abs() < 1e-5 * want_c[j],
-                "{:?}",
-                view.v
-            );
+        for (&got, &want) in view.v.iter().zip(&want_c) {
+            assert!((got - want).abs() < 1e-5 * want, "{:?}", view.v);
         }
     }
     // 2, 0.5·2 + 8 = 9, 0.5·9 + 0.5 = 5: a sum while β^n is large, not an EMA.
