@@ -224,7 +224,9 @@ pub enum Accumulate {
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct RowScaleConfig {
-    /// Sum (AdaGrad) or EMA (default [`Accumulate::Sum`]).
+    /// Sum (AdaGrad), EMA, or decayed sum (default [`Accumulate::Sum`]; the
+    /// measured alternatives are in docs/BASIS.md, "Accumulation candidates
+    /// for one default").
     pub accumulate: Accumulate,
     /// log₂ of the smallest and largest non-zero `G_i` a 1-byte code holds
     /// (values below the smallest round stochastically to 0 or it; above the
