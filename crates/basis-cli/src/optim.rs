@@ -3,8 +3,8 @@
 use crate::spec::{Kind, Mode, OptSpec, Storage};
 use balanced_hash::{DChoice, LoadStats, OneChoice};
 use basis_core::{
-    Accumulate, AdagradConfig, Adam8bit, AdamConfig, Basis, BasisConfig, ConfigError, DenseTable,
-    Diagnostics, ExactAdam, Ftrl, FtrlConfig, MemoryReport, PartialRowwiseAdam, Profile, RowIndex,
+    AdagradConfig, Adam8bit, AdamConfig, Basis, BasisConfig, ConfigError, DenseTable, Diagnostics,
+    ExactAdam, Ftrl, FtrlConfig, MemoryReport, PartialRowwiseAdam, Profile, RowIndex,
     RowStateError, RowStepAdam, RowwiseAdagrad, ScalarRule, ScalarStorage, Sgd, SparseOptimizer,
     StateError, StepReport,
 };
@@ -84,9 +84,17 @@ impl Telemetry {
 
 /// The `RowScaled` profile of `spec` (its keys over the CLI defaults).
 fn profile_of(spec: &OptSpec) -> Profile {
+    let power = spec.profile.unwrap_or(crate::spec::DEFAULT_PROFILE);
+    // A flat profile (power 0) has no groups: the CLI's default lead does
+    // not apply (basis-core refuses a lead there).
+    let lead = if power == 0.0 {
+        0
+    } else {
+        crate::spec::DEFAULT_LEAD
+    };
     Profile::DEFAULT
-        .with_power(spec.profile.unwrap_or(crate::spec::DEFAULT_PROFILE))
-        .with_lead(spec.lead.unwrap_or(crate::spec::DEFAULT_LEAD))
+        .with_power(power)
+        .with_lead(spec.lead.unwrap_or(lead))
         .with_eps_inside(spec.eps_inside)
 }
 
@@ -199,10 +207,7 @@ fn basis_config(spec: &OptSpec, row_index: RowIndex, dim: usize, seed: u64) -> B
         .with_row_scale(if spec.mode == Mode::RowScaled {
             defaults
                 .row_scale
-                .with_accumulate(
-                    spec.ema
-                        .map_or(Accumulate::Sum, |beta| Accumulate::Ema { beta }),
-                )
+                .with_accumulate(spec.accumulate_over(defaults.row_scale.accumulate))
                 .with_profile(profile_of(spec))
         } else {
             defaults.row_scale
@@ -484,6 +489,19 @@ mod tests {
             .unwrap();
         assert_eq!(cli, core);
         assert_eq!(own.buckets_for(rows as usize), core.buckets_for(rows));
+    }
+
+    /// `profile=0` alone builds (no groups, so the CLI's default lead 1 is
+    /// not applied: basis-core refuses a lead without a profile).
+    #[test]
+    fn flat_profile_spec_builds() {
+        let spec: OptSpec = "basis:profile=0".parse().unwrap();
+        let c = basis_config(&spec, RowIndex::Dense { rows: 5000 }, 17, 3);
+        assert_eq!(
+            (c.row_scale.profile.power, c.row_scale.profile.lead),
+            (0.0, 0)
+        );
+        assert_eq!(c.validate(), Ok(()));
     }
 
     use super::*;

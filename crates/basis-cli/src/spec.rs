@@ -20,14 +20,15 @@
 //! [`BasisConfig::rows_per_bucket`]);
 //! `rule` is `normalized` (default) or `hypergradient`; `storage` is `f32`,
 //! `bf16` or `u8` (default `u8` for `rowscaled`, `f32` otherwise); `choices`
-//! is 1 (default) to 4 hash choices; `accumulate` is `sum` (default) or `ema`
-//! (with `beta`, default 0.99) for `rowscaled`; `profile` (exponent in
+//! is 1 (default) to 4 hash choices; `accumulate` is `sum` (default), `ema`
+//! or `decay` (AdaGrad's sum with forgetting; both with `beta`, default 0.99)
+//! for `rowscaled`; `profile` (exponent in
 //! `[0, 1]`, default 1), `lead` (leading profile group, default 1: the FM's
 //! linear weight) and `eps` (`outside`, default, or `inside`) shape the
 //! `rowscaled` profile. A key the chosen mode never reads is an error
 //! (`spec_check`).
 
-use basis_core::{BasisConfig, Direction, Profile, ScalarStorage};
+use basis_core::{Accumulate, BasisConfig, Direction, Profile, ScalarStorage};
 use core::fmt;
 use serde::Serialize;
 
@@ -121,8 +122,11 @@ pub(crate) struct OptSpec {
     pub(crate) choices: u8,
     /// Scalar learning rate (`None` = core default).
     pub(crate) scalar_lr: Option<f32>,
-    /// `RowScaled` EMA β (`None` = AdaGrad sums).
-    pub(crate) ema: Option<f32>,
+    /// `RowScaled` accumulation named by `accumulate` (`None` = the core
+    /// default's kind).
+    pub(crate) accumulate: Option<AccumulateKind>,
+    /// `RowScaled` accumulation β (`None` = 0.99, or the core default's β).
+    pub(crate) beta: Option<f32>,
     /// `RowScaled` profile exponent (`None` = the CLI default).
     pub(crate) profile: Option<f32>,
     /// `RowScaled` leading profile group (`None` = the CLI default).
@@ -152,6 +156,40 @@ impl fmt::Display for SpecError {
 }
 
 impl core::error::Error for SpecError {}
+
+/// The `accumulate` key's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum AccumulateKind {
+    /// `sum`: [`Accumulate::Sum`].
+    Sum,
+    /// `ema`: [`Accumulate::Ema`].
+    Ema,
+    /// `decay`: [`Accumulate::Decayed`].
+    Decayed,
+}
+
+impl OptSpec {
+    /// The `RowScaled` accumulation: the keys over `default` (basis-core's).
+    /// `beta` alone keeps the default's kind if it has a β, else means `ema`.
+    pub(crate) fn accumulate_over(&self, default: Accumulate) -> Accumulate {
+        let default_beta = match default {
+            Accumulate::Ema { beta } | Accumulate::Decayed { beta } => Some(beta),
+            _ => None,
+        };
+        let beta = self.beta.or(default_beta).unwrap_or(0.99);
+        let kind = self.accumulate.unwrap_or(match default {
+            Accumulate::Decayed { .. } => AccumulateKind::Decayed,
+            Accumulate::Sum if self.beta.is_none() => AccumulateKind::Sum,
+            _ => AccumulateKind::Ema,
+        });
+        match kind {
+            AccumulateKind::Sum => Accumulate::Sum,
+            AccumulateKind::Ema => Accumulate::Ema { beta },
+            AccumulateKind::Decayed => Accumulate::Decayed { beta },
+        }
+    }
+}
 
 impl OptSpec {
     /// Default learning rate of the family (chosen on the synthetic data's
@@ -251,7 +289,8 @@ impl core::str::FromStr for OptSpec {
             storage: None,
             choices: 1,
             scalar_lr: None,
-            ema: None,
+            accumulate: None,
+            beta: None,
             profile: None,
             lead: None,
             eps_inside: false,
@@ -389,17 +428,20 @@ impl core::str::FromStr for OptSpec {
                     }
                     spec.scalar_lr = Some(s);
                 }
-                "accumulate" => match v {
-                    "sum" => spec.ema = None,
-                    "ema" => spec.ema = Some(spec.ema.unwrap_or(0.99)),
-                    _ => return Err(SpecError(format!("accumulate `{v}` (sum, ema)"))),
-                },
+                "accumulate" => {
+                    spec.accumulate = Some(match v {
+                        "sum" => AccumulateKind::Sum,
+                        "ema" => AccumulateKind::Ema,
+                        "decay" => AccumulateKind::Decayed,
+                        _ => return Err(SpecError(format!("accumulate `{v}` (sum, ema, decay)"))),
+                    });
+                }
                 "beta" => {
                     let b: f32 = num(k, v)?;
                     if !(0.0..1.0).contains(&b) {
                         return Err(SpecError("beta must be in [0, 1)".into()));
                     }
-                    spec.ema = Some(b);
+                    spec.beta = Some(b);
                 }
                 "profile" => {
                     let x: f32 = num(k, v)?;
@@ -462,6 +504,41 @@ pub(crate) const DEFAULT_COMPARE: &[&str] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `accumulate`/`beta` over basis-core's default: an unset key keeps the
+    /// default (so a new core default reaches the CLI), `beta` alone keeps a
+    /// kind that has one and otherwise means `ema`.
+    #[test]
+    fn accumulate_keys_over_the_core_default() {
+        let sum = Accumulate::Sum;
+        let decayed = Accumulate::Decayed { beta: 0.95 };
+        let ema = Accumulate::Ema { beta: 0.95 };
+        for (text, over_sum, over_decayed) in [
+            ("basis", sum, decayed),
+            ("basis:accumulate=sum", sum, sum),
+            ("basis:accumulate=ema", Accumulate::Ema { beta: 0.99 }, ema),
+            (
+                "basis:accumulate=decay,beta=0.999",
+                Accumulate::Decayed { beta: 0.999 },
+                Accumulate::Decayed { beta: 0.999 },
+            ),
+            (
+                "basis:beta=0.9",
+                Accumulate::Ema { beta: 0.9 },
+                Accumulate::Decayed { beta: 0.9 },
+            ),
+        ] {
+            let spec: OptSpec = text.parse().unwrap();
+            assert_eq!(spec.accumulate_over(sum), over_sum, "{text} over sum");
+            assert_eq!(
+                spec.accumulate_over(decayed),
+                over_decayed,
+                "{text} over decay"
+            );
+        }
+        let e = "basis:accumulate=adam".parse::<OptSpec>().unwrap_err();
+        assert!(e.0.contains("(sum, ema, decay)"), "{e}");
+    }
 
     #[test]
     fn parses_every_default_and_rejects_nonsense() {

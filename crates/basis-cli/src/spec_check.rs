@@ -24,7 +24,7 @@ pub(crate) fn inert_keys(spec: &OptSpec, given: &[&str]) -> Result<(), SpecError
         if frozen && (k == "rule" || k == "storage") {
             return Err(inert(k, "scalar-lr=0 freezes (and stores no) row scalars"));
         }
-        if k == "beta" && spec.ema.is_none() {
+        if k == "beta" && spec.accumulate == Some(crate::spec::AccumulateKind::Sum) {
             return Err(inert(k, "accumulate=sum has no β"));
         }
     }
@@ -51,6 +51,7 @@ mod tests {
             "basis:mode=own,scalar-lr=0,rule=hypergradient",
             "basis:mode=own,scalar-lr=0,storage=u8",
             "basis:profile=0,lead=1",
+            "basis:accumulate=sum,beta=0.9",
         ] {
             let e = bad.parse::<OptSpec>().unwrap_err();
             assert!(e.0.contains("does nothing"), "{bad}: {e}");
@@ -58,6 +59,8 @@ mod tests {
         for good in [
             "basis:mode=own,rule=hypergradient,scalar-lr=1000",
             "basis:accumulate=ema,beta=0.9",
+            "basis:accumulate=decay,beta=0.999",
+            "basis:beta=0.9,accumulate=decay",
             "basis:profile=0.5,lead=1,eps=inside",
             "basis:mode=own,scalar-lr=0",
             "countsketch:rule=hypergradient",

@@ -563,6 +563,7 @@ impl<H: Bucketer> Basis<H> {
                 match c.row_scale.accumulate {
                     Accumulate::Sum => 0,
                     Accumulate::Ema { beta } => (1 << 32) | u64::from(beta.to_bits()),
+                    Accumulate::Decayed { beta } => (2 << 32) | u64::from(beta.to_bits()),
                 },
             ),
             (

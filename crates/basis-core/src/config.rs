@@ -197,6 +197,15 @@ pub enum Accumulate {
         /// Decay in `[0, 1)`.
         beta: f32,
     },
+    /// AdaGrad's sum with forgetting, `G ← β·G + x` (from 0, no seeding):
+    /// for a row's first ≪ 1/(1−β) updates it is the sum (steps shrink as
+    /// AdaGrad's), later it is 1/(1−β) times an EMA of `x` (steps follow the
+    /// current gradient scale). An EMA started at 0 without bias correction,
+    /// up to that constant factor (which the learning rate absorbs).
+    Decayed {
+        /// Decay in `[0, 1)`.
+        beta: f32,
+    },
 }
 
 /// Options of the `RowScaled` direction (`#[non_exhaustive]`: build it from
@@ -215,7 +224,9 @@ pub enum Accumulate {
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct RowScaleConfig {
-    /// Sum (AdaGrad) or EMA (default [`Accumulate::Sum`]).
+    /// Sum (AdaGrad), EMA, or decayed sum (default [`Accumulate::Sum`]; the
+    /// measured alternatives are in docs/BASIS.md, "Accumulation candidates
+    /// for one default").
     pub accumulate: Accumulate,
     /// log₂ of the smallest and largest non-zero `G_i` a 1-byte code holds
     /// (values below the smallest round stochastically to 0 or it; above the
@@ -583,7 +594,7 @@ impl BasisConfig {
         {
             return Err(ConfigError::FrequencyPower);
         }
-        if let Accumulate::Ema { beta } = self.row_scale.accumulate
+        if let Accumulate::Ema { beta } | Accumulate::Decayed { beta } = self.row_scale.accumulate
             && !beta_ok(beta)
         {
             return Err(ConfigError::Beta);

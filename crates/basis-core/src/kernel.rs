@@ -639,6 +639,7 @@ fn row_scaled(p: &KernelParams, c: &mut [f32], t: &mut u32, rows: &mut Rows<'_, 
                     beta * old + (1.0 - beta) * x
                 }
             }
+            Accumulate::Decayed { beta } => beta * old + x,
         };
         if let Some(cnt) = rows.counts.get_mut(k) {
             *cnt = cnt.saturating_add(1);
@@ -662,6 +663,7 @@ fn row_scaled(p: &KernelParams, c: &mut [f32], t: &mut u32, rows: &mut Rows<'_, 
         *cj = match p.accumulate {
             Accumulate::Sum => *cj + a,
             Accumulate::Ema { beta } => beta * *cj + (1.0 - beta) * a,
+            Accumulate::Decayed { beta } => beta * *cj + a,
         };
     }
     *t = t.saturating_add(1);

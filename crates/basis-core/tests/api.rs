@@ -58,6 +58,13 @@ fn config_validation_names_the_bad_value() {
             ConfigError::Beta,
         ),
         (
+            ok.with_row_scale(
+                ok.row_scale
+                    .with_accumulate(Accumulate::Decayed { beta: -0.1 }),
+            ),
+            ConfigError::Beta,
+        ),
+        (
             ok.with_row_scale(ok.row_scale.with_log2_range((3.0, 3.0))),
             ConfigError::RowScaleRange,
         ),
@@ -192,6 +199,48 @@ fn row_scaled_step_by_hand() {
     assert_eq!(data[1], 0.0);
     let view = opt.bucket_view(0).unwrap();
     assert_eq!((view.v, view.steps, view.m), (vec![1.0, 4.0], 1, None));
+}
+
+/// `Accumulate::Decayed`: `G ← β·G + x` from 0 (no seeding), the profile
+/// likewise, over three hand-checked steps of one row.
+#[test]
+fn decayed_accumulation_by_hand() {
+    let c = BasisConfig::default()
+        .with_dim(2)
+        .with_lr(0.1)
+        .with_scalar_storage(ScalarStorage::F32)
+        .with_direction(Direction::RowScaled);
+    let c = c.with_row_scale(
+        c.row_scale
+            .with_accumulate(Accumulate::Decayed { beta: 0.5 }),
+    );
+    let mut opt = Basis::new(c, OneChoice::new(1, 1).unwrap()).unwrap();
+    let mut data = vec![0.0f32; 2];
+    // x = mean(g²) per step: 2, 8, 0.5 (g = (1, √3), (2, √12), (0.5, 0.5·√3)).
+    let g = [
+        (1.0f32, 3.0f32.sqrt()),
+        (2.0, 12.0f32.sqrt()),
+        (0.5, 0.75f32.sqrt()),
+    ];
+    let mut want_g = 0.0f32;
+    let mut want_c = [0.0f32; 2];
+    for (a, b) in g {
+        opt.step(&[0], &[a, b], &mut DenseTable::new(&mut data, 2).unwrap())
+            .unwrap();
+        want_g = 0.5 * want_g + (a * a + b * b) / 2.0;
+        want_c = [0.5 * want_c[0] + a * a, 0.5 * want_c[1] + b * b];
+        assert!(
+            (opt.scalar(0) - want_g).abs() < 1e-5 * want_g,
+            "{}",
+            opt.scalar(0)
+        );
+        let view = opt.bucket_view(0).unwrap();
+        for (&got, &want) in view.v.iter().zip(&want_c) {
+            assert!((got - want).abs() < 1e-5 * want, "{:?}", view.v);
+        }
+    }
+    // 2, 0.5·2 + 8 = 9, 0.5·9 + 0.5 = 5: a sum while β^n is large, not an EMA.
+    assert!((want_g - 5.0).abs() < 1e-5);
 }
 
 /// Diagnostics count loads, updates and scalars; a d-choice bucketer works

@@ -68,6 +68,7 @@ fn reference_bucket(p: &KernelParams, job: BucketJob<'_>) {
                         beta * old + (1.0 - beta) * x
                     }
                 }
+                Accumulate::Decayed { beta } => beta * old + x,
                 // The enum is non-exhaustive; a new rule needs a reference here.
                 other => unreachable!("no reference for {other:?}"),
             };
@@ -84,6 +85,7 @@ fn reference_bucket(p: &KernelParams, job: BucketJob<'_>) {
             v[j] = match p.accumulate {
                 Accumulate::Sum => v[j] + add,
                 Accumulate::Ema { beta } => beta * v[j] + (1.0 - beta) * add,
+                Accumulate::Decayed { beta } => beta * v[j] + add,
                 other => unreachable!("no reference for {other:?}"),
             };
         }
@@ -212,7 +214,11 @@ fn configs(dim: usize, rows: u64) -> Vec<BasisConfig> {
         );
         out.push(base.with_direction(direction).with_scalar_lr(0.0));
     }
-    for accumulate in [Accumulate::Sum, Accumulate::Ema { beta: 0.9 }] {
+    for accumulate in [
+        Accumulate::Sum,
+        Accumulate::Ema { beta: 0.9 },
+        Accumulate::Decayed { beta: 0.9 },
+    ] {
         out.push(
             base.with_direction(Direction::RowScaled)
                 .with_scalar_lr(0.0)

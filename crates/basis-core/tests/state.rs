@@ -81,6 +81,14 @@ fn basis_variants() -> Vec<BasisConfig> {
             }
         }
     }
+    // RowScaled's other accumulations (1-byte `G_i`, the default storage).
+    for accumulate in [
+        basis_core::Accumulate::Ema { beta: 0.9 },
+        basis_core::Accumulate::Decayed { beta: 0.9 },
+    ] {
+        let c = BasisConfig::default().with_dim(DIM);
+        out.push(c.with_row_scale(c.row_scale.with_accumulate(accumulate)));
+    }
     out
 }
 
@@ -339,6 +347,32 @@ fn a_blob_of_another_seed_bucketer_or_accumulation_names_the_field() {
         Err(StateError::ConfigMismatch {
             field: StateField::Accumulate
         })
+    );
+    // A decayed sum with the EMA's β is different state again (its `G_i`
+    // are 1/(1−β) times larger), and reads its own blob.
+    let decayed_config = rs.with_row_scale(
+        rs.row_scale
+            .with_accumulate(basis_core::Accumulate::Decayed { beta: 0.9 }),
+    );
+    let mut decayed = Basis::new(decayed_config, one(1)).unwrap();
+    assert_eq!(
+        decayed.import_state(&ema.export_state()),
+        Err(StateError::ConfigMismatch {
+            field: StateField::Accumulate
+        })
+    );
+    assert_eq!(
+        ema.import_state(&decayed.export_state()),
+        Err(StateError::ConfigMismatch {
+            field: StateField::Accumulate
+        })
+    );
+    let own_blob = decayed.export_state();
+    assert_eq!(
+        Basis::new(decayed_config, one(1))
+            .unwrap()
+            .import_state(&own_blob),
+        Ok(())
     );
     // The same configuration still reads its own blob, and so does one with
     // other plain hyper-parameters (η, η_s, the scalar rule, ε): the state
