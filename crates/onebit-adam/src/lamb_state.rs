@@ -23,122 +23,19 @@
 //! crc32 u32 over everything before it
 //! ```
 
-use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::StateError;
 use crate::allreduce::{AllReduceState, Shape};
 use crate::freeze::{FreezePolicy, FreezeTracker};
 use crate::lamb::OneBitLamb;
+use crate::record::{Reader, Writer, freeze_fields};
 
 const MAGIC: [u8; 4] = *b"1BLM";
 const VERSION: u32 = 1;
 const UNBOUND: u32 = u32::MAX;
 /// magic, version, total length.
 const HEAD: usize = 16;
-
-struct Writer(Vec<u8>);
-
-impl Writer {
-    fn u8(&mut self, x: u8) {
-        self.0.push(x);
-    }
-    fn u32(&mut self, x: u32) {
-        self.0.extend_from_slice(&x.to_le_bytes());
-    }
-    fn u64(&mut self, x: u64) {
-        self.0.extend_from_slice(&x.to_le_bytes());
-    }
-    fn f64(&mut self, x: f64) {
-        self.u64(x.to_bits());
-    }
-    fn floats(&mut self, xs: &[f32]) {
-        self.u64(xs.len() as u64);
-        for x in xs {
-            self.0.extend_from_slice(&x.to_le_bytes());
-        }
-    }
-}
-
-struct Reader<'a> {
-    b: &'a [u8],
-    total: u64,
-}
-
-impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8], StateError> {
-        if self.b.len() < n {
-            // The checksum held but a length field overruns the record.
-            return Err(StateError::Truncated {
-                needed: self.total.saturating_add((n - self.b.len()) as u64),
-                found: self.total,
-            });
-        }
-        let (head, rest) = self.b.split_at(n);
-        self.b = rest;
-        Ok(head)
-    }
-    fn u8(&mut self) -> Result<u8, StateError> {
-        Ok(self.take(1)?[0])
-    }
-    fn u32(&mut self) -> Result<u32, StateError> {
-        let mut w = [0u8; 4];
-        w.copy_from_slice(self.take(4)?);
-        Ok(u32::from_le_bytes(w))
-    }
-    fn u64(&mut self) -> Result<u64, StateError> {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(self.take(8)?);
-        Ok(u64::from_le_bytes(w))
-    }
-    fn f64(&mut self) -> Result<f64, StateError> {
-        Ok(f64::from_bits(self.u64()?))
-    }
-    fn f32(&mut self) -> Result<f32, StateError> {
-        let mut w = [0u8; 4];
-        w.copy_from_slice(self.take(4)?);
-        Ok(f32::from_le_bytes(w))
-    }
-    /// A length-prefixed float vector, checked finite; the length is
-    /// checked against the bytes left before allocating.
-    fn floats(&mut self) -> Result<Vec<f32>, StateError> {
-        let n = self.u64()?;
-        let bytes = usize::try_from(n)
-            .ok()
-            .and_then(|n| n.checked_mul(4))
-            .ok_or(StateError::Truncated {
-                needed: u64::MAX,
-                found: self.total,
-            })?;
-        let raw = self.take(bytes)?;
-        let mut out = Vec::with_capacity(raw.len() / 4);
-        for w in raw.chunks_exact(4) {
-            let x = f32::from_le_bytes([w[0], w[1], w[2], w[3]]);
-            if !x.is_finite() {
-                return Err(StateError::NonFinite);
-            }
-            out.push(x);
-        }
-        Ok(out)
-    }
-    /// A float vector whose length must be `want`.
-    fn floats_exact(&mut self, want: usize, what: &'static str) -> Result<Vec<f32>, StateError> {
-        let v = self.floats()?;
-        if v.len() == want {
-            Ok(v)
-        } else {
-            Err(StateError::Shape(what))
-        }
-    }
-}
-
-/// The freeze block's policy fields: kind, then four u64.
-fn freeze_fields(p: FreezePolicy) -> (u8, [u64; 4]) {
-    match p {
-        FreezePolicy::Fixed(n) => (1, [n, 0, 0, 0]),
-        FreezePolicy::Auto(a) => (2, [a.window, a.threshold.to_bits(), a.min_step, a.max_step]),
-    }
-}
 
 impl OneBitLamb {
     /// Serialise this rank's state as a versioned, CRC-32-checked record
@@ -175,25 +72,19 @@ impl OneBitLamb {
         w.u64(fz.frozen_at.unwrap_or(0));
         w.u64(fz.snapshot_at.unwrap_or(0));
         w.f64(fz.last_change.unwrap_or(f64::NAN));
-        w.floats(&fz.snapshot);
+        w.floats_prefixed(&fz.snapshot);
         if self.allreduce.shape.is_some() {
             w.u8(1);
             w.u64(self.allreduce.calls);
-            w.floats(&self.allreduce.worker_error());
-            w.floats(&self.allreduce.server_error());
+            w.floats_prefixed(&self.allreduce.worker_error());
+            w.floats_prefixed(&self.allreduce.server_error());
         } else {
             w.u8(0);
         }
-        w.floats(&self.m);
-        w.floats(&self.v);
-        w.floats(&self.v_fresh);
-        let mut mask = vec![0u8; self.len.div_ceil(8)];
-        for (i, &z) in self.zero.iter().enumerate() {
-            if z {
-                mask[i / 8] |= 0x80 >> (i % 8);
-            }
-        }
-        w.0.extend_from_slice(&mask);
+        w.floats_prefixed(&self.m);
+        w.floats_prefixed(&self.v);
+        w.floats_prefixed(&self.v_fresh);
+        w.mask(&self.zero);
         let total = (w.0.len() + 4) as u64;
         w.0[8..16].copy_from_slice(&total.to_le_bytes());
         let crc = crc32fast::hash(&w.0);
@@ -248,12 +139,9 @@ impl OneBitLamb {
         if stored != computed {
             return Err(StateError::Checksum { stored, computed });
         }
-        let mut r = Reader {
-            b: &body[HEAD..],
-            total,
-        };
+        let mut r = Reader::new(&body[HEAD..], bytes.len());
         let next = self.read(&mut r)?;
-        if !r.b.is_empty() {
+        if !r.is_empty() {
             return Err(StateError::TrailingBytes);
         }
         *self = next;
@@ -308,17 +196,14 @@ impl OneBitLamb {
             0 => None,
             1 => {
                 let calls = r.u64()?;
-                Some((calls, r.floats()?, r.floats()?))
+                Some((calls, r.floats_prefixed()?, r.floats_prefixed()?))
             }
             _ => return Err(StateError::Shape("error buffer kind")),
         };
         next.m = r.floats_exact(self.len, "momentum length")?;
         next.v = r.floats_exact(self.len, "variance length")?;
-        next.v_fresh = r.floats()?;
-        let mask = r.take(self.len.div_ceil(8))?;
-        next.zero = (0..self.len)
-            .map(|i| mask[i / 8] & (0x80 >> (i % 8)) != 0)
-            .collect();
+        next.v_fresh = r.floats_prefixed()?;
+        next.zero = r.mask(self.len)?;
         if next.zero.iter().zip(&next.m).any(|(&z, &m)| z && m != 0.0) {
             return Err(StateError::Shape("momentum of an exact-zero coordinate"));
         }
@@ -376,7 +261,7 @@ impl OneBitLamb {
         let snapshot_at = at(r.u64()?);
         let change = r.f64()?;
         let last_change = (!change.is_nan()).then_some(change);
-        let snapshot = r.floats()?;
+        let snapshot = r.floats_prefixed()?;
         let consistent = match (self.config.freeze, frozen_at) {
             (FreezePolicy::Fixed(n), f) => f == Some(n) && snapshot_at.is_none(),
             (FreezePolicy::Auto(_), Some(f)) => f <= step.max(1) && snapshot_at.is_none(),

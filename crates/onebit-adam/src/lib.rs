@@ -17,6 +17,7 @@ mod lamb_state;
 mod memory;
 mod optimizer;
 mod overlap;
+mod record;
 // Single-threaded simulations the tests compare against: test support, not API.
 #[doc(hidden)]
 pub mod reference;

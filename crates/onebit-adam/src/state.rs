@@ -37,6 +37,7 @@ use onebit_codec::{Compressor, CompressorConfig, ErrorFeedback, Grade};
 use crate::StateError;
 use crate::freeze::{FreezePolicy, FreezeTracker};
 use crate::optimizer::{OneBitAdam, Policy, Variant};
+use crate::record::{Reader, Writer, freeze_fields};
 
 const MAGIC: [u8; 4] = *b"1BAS";
 const VERSION: u32 = 3;
@@ -48,95 +49,6 @@ const VERSION_1: u32 = 1;
 /// u64 fields, frozen_at, snapshot_at, last change.
 const FREEZE_FIXED: u64 = 1 + 4 * 8 + 3 * 8;
 const UNBOUND: u32 = u32::MAX;
-
-struct Writer(Vec<u8>);
-
-impl Writer {
-    fn u8(&mut self, x: u8) {
-        self.0.push(x);
-    }
-    fn u32(&mut self, x: u32) {
-        self.0.extend_from_slice(&x.to_le_bytes());
-    }
-    fn u64(&mut self, x: u64) {
-        self.0.extend_from_slice(&x.to_le_bytes());
-    }
-    fn f64(&mut self, x: f64) {
-        self.u64(x.to_bits());
-    }
-    fn floats(&mut self, xs: &[f32]) {
-        for x in xs {
-            self.0.extend_from_slice(&x.to_le_bytes());
-        }
-    }
-}
-
-struct Reader<'a> {
-    b: &'a [u8],
-    /// Bytes of the whole record (for [`StateError::Truncated`]).
-    total: usize,
-}
-
-impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8], StateError> {
-        if self.b.len() < n {
-            // Unreachable after `announced_len` agreed with the length;
-            // kept so a reader bug is an error, not a panic.
-            return Err(StateError::Truncated {
-                needed: (self.total - self.b.len()).saturating_add(n) as u64,
-                found: self.total as u64,
-            });
-        }
-        let (head, rest) = self.b.split_at(n);
-        self.b = rest;
-        Ok(head)
-    }
-    fn u8(&mut self) -> Result<u8, StateError> {
-        Ok(self.take(1)?[0])
-    }
-    fn u32(&mut self) -> Result<u32, StateError> {
-        let mut w = [0u8; 4];
-        w.copy_from_slice(self.take(4)?);
-        Ok(u32::from_le_bytes(w))
-    }
-    fn u64(&mut self) -> Result<u64, StateError> {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(self.take(8)?);
-        Ok(u64::from_le_bytes(w))
-    }
-    fn f64(&mut self) -> Result<f64, StateError> {
-        Ok(f64::from_bits(self.u64()?))
-    }
-    /// `n` floats, checked finite; the length is checked against the bytes
-    /// left before allocating.
-    fn floats(&mut self, n: u64) -> Result<Vec<f32>, StateError> {
-        let bytes = usize::try_from(n)
-            .ok()
-            .and_then(|n| n.checked_mul(4))
-            .ok_or(StateError::Truncated {
-                needed: u64::MAX,
-                found: self.total as u64,
-            })?;
-        let raw = self.take(bytes)?;
-        let mut out = Vec::with_capacity(raw.len() / 4);
-        for w in raw.chunks_exact(4) {
-            let x = f32::from_le_bytes([w[0], w[1], w[2], w[3]]);
-            if !x.is_finite() {
-                return Err(StateError::NonFinite);
-            }
-            out.push(x);
-        }
-        Ok(out)
-    }
-    /// A float vector whose length must equal `want`.
-    fn floats_exact(&mut self, want: usize, what: &'static str) -> Result<Vec<f32>, StateError> {
-        let n = self.u64()?;
-        if n != want as u64 {
-            return Err(StateError::Shape(what));
-        }
-        self.floats(n)
-    }
-}
 
 /// The length of a record as its own fields announce it, read from the
 /// bytes present (which may be cut short, or corrupted: nothing here is
@@ -230,14 +142,6 @@ fn announced_len(bytes: &[u8], version: u32) -> Announced {
     walk().map_or_else(|a| a, Announced::Exact)
 }
 
-/// The freeze block's policy fields: kind, then four u64.
-fn freeze_fields(p: FreezePolicy) -> (u8, [u64; 4]) {
-    match p {
-        FreezePolicy::Fixed(n) => (1, [n, 0, 0, 0]),
-        FreezePolicy::Auto(a) => (2, [a.window, a.threshold.to_bits(), a.min_step, a.max_step]),
-    }
-}
-
 fn policy_byte(p: Policy) -> u8 {
     match p {
         Policy::OneBit => 1,
@@ -324,13 +228,7 @@ impl OneBitAdam {
         w.floats(&fz.snapshot);
         w.floats(&self.m);
         w.floats(&self.v);
-        let mut mask = vec![0u8; self.len.div_ceil(8)];
-        for (i, &z) in self.zero.iter().enumerate() {
-            if z {
-                mask[i / 8] |= 0x80 >> (i % 8);
-            }
-        }
-        w.0.extend_from_slice(&mask);
+        w.mask(&self.zero);
         w.floats(&self.grad_sum);
         let crc = crc32fast::hash(&w.0);
         w.u32(crc);
@@ -384,10 +282,7 @@ impl OneBitAdam {
         if stored != computed {
             return Err(StateError::Checksum { stored, computed });
         }
-        let mut r = Reader {
-            b: &body[8..],
-            total: bytes.len(),
-        };
+        let mut r = Reader::new(&body[8..], bytes.len());
         let mut next = self.clone();
         let (rank, size) = (r.u32()?, r.u32()?);
         next.bound = match (rank, size) {
@@ -503,16 +398,13 @@ impl OneBitAdam {
         };
         next.m = r.floats(self.len as u64)?;
         next.v = r.floats(self.len as u64)?;
-        let mask = r.take(self.len.div_ceil(8))?;
-        next.zero = (0..self.len)
-            .map(|i| mask[i / 8] & (0x80 >> (i % 8)) != 0)
-            .collect();
+        next.zero = r.mask(self.len)?;
         next.grad_sum = r.floats(self.len as u64)?;
         // A sum with nothing counted is never saved (a step zeroes both).
         if next.grad_count == 0 && next.grad_sum.iter().any(|&s| s.to_bits() != 0) {
             return Err(StateError::Shape("gradient sum without a gradient count"));
         }
-        if !r.b.is_empty() {
+        if !r.is_empty() {
             return Err(StateError::TrailingBytes);
         }
         *self = next;

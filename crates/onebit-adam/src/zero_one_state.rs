@@ -22,12 +22,12 @@
 //! ```
 //! The learning rate is not stored (the caller's schedule sets it).
 
-use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::StateError;
 use crate::allreduce::Shape;
 use crate::optimizer::Policy;
+use crate::record::{Reader, put_floats, put_mask};
 use crate::zero_one::{Schedule, ZeroOneAdam, policy_code};
 
 pub(crate) const MAGIC: [u8; 4] = *b"01AS";
@@ -38,12 +38,6 @@ const UNBOUND: u32 = u32::MAX;
 /// Bytes before the first group: magic, version, rank, size, len, groups,
 /// step, grad_count, the four schedule parameters, the five counters.
 const HEAD: u64 = 4 + 4 + 4 + 4 + 8 + 4 + 8 + 4 + 4 * 8 + 5 * 8;
-
-fn put_floats(out: &mut Vec<u8>, xs: &[f32]) {
-    for x in xs {
-        out.extend_from_slice(&x.to_le_bytes());
-    }
-}
 
 /// The little-endian integer of `n ≤ 8` bytes at `at`, if present.
 fn field(b: &[u8], at: u64, n: u64) -> Option<u64> {
@@ -85,59 +79,6 @@ fn announced_len(b: &[u8]) -> Result<u64, u64> {
         }
     }
     add(at, tail)
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8], StateError> {
-        if self.0.len() < n {
-            // Unreachable once the announced length matched; an error, not a
-            // panic, if the walk and the reader ever disagree.
-            return Err(StateError::Truncated {
-                needed: n as u64,
-                found: self.0.len() as u64,
-            });
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Ok(head)
-    }
-    fn u8(&mut self) -> Result<u8, StateError> {
-        Ok(self.take(1)?[0])
-    }
-    fn u32(&mut self) -> Result<u32, StateError> {
-        let mut w = [0u8; 4];
-        w.copy_from_slice(self.take(4)?);
-        Ok(u32::from_le_bytes(w))
-    }
-    fn u64(&mut self) -> Result<u64, StateError> {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(self.take(8)?);
-        Ok(u64::from_le_bytes(w))
-    }
-    fn floats(&mut self, n: usize) -> Result<Vec<f32>, StateError> {
-        let bytes = n.checked_mul(4).ok_or(StateError::Truncated {
-            needed: u64::MAX,
-            found: self.0.len() as u64,
-        })?;
-        let raw = self.take(bytes)?;
-        let mut out = Vec::with_capacity(n);
-        for w in raw.chunks_exact(4) {
-            let x = f32::from_le_bytes([w[0], w[1], w[2], w[3]]);
-            if !x.is_finite() {
-                return Err(StateError::NonFinite);
-            }
-            out.push(x);
-        }
-        Ok(out)
-    }
-    fn floats_exact(&mut self, want: usize, what: &'static str) -> Result<Vec<f32>, StateError> {
-        if self.u64()? != want as u64 {
-            return Err(StateError::Shape(what));
-        }
-        self.floats(want)
-    }
 }
 
 impl ZeroOneAdam {
@@ -191,13 +132,7 @@ impl ZeroOneAdam {
         put_floats(&mut w, &self.m);
         put_floats(&mut w, &self.v);
         put_floats(&mut w, &self.anchor);
-        let mut mask = vec![0u8; self.len.div_ceil(8)];
-        for (i, &z) in self.zero.iter().enumerate() {
-            if z {
-                mask[i / 8] |= 0x80 >> (i % 8);
-            }
-        }
-        w.extend_from_slice(&mask);
+        put_mask(&mut w, &self.zero);
         put_floats(&mut w, &self.grad_sum);
         let crc = crc32fast::hash(&w);
         w.extend_from_slice(&crc.to_le_bytes());
@@ -251,7 +186,7 @@ impl ZeroOneAdam {
         if stored != computed {
             return Err(StateError::Checksum { stored, computed });
         }
-        let mut r = Reader(&body[8..]);
+        let mut r = Reader::new(&body[8..], bytes.len());
         let mut next = self.clone();
         let (rank, size) = (r.u32()?, r.u32()?);
         next.bound = match (rank, size) {
@@ -313,18 +248,15 @@ impl ZeroOneAdam {
                 _ => return Err(StateError::Shape("error buffer kind")),
             }
         }
-        next.m = r.floats(self.len)?;
-        next.v = r.floats(self.len)?;
-        next.anchor = r.floats(self.len)?;
-        let mask = r.take(self.len.div_ceil(8))?;
-        next.zero = (0..self.len)
-            .map(|i| mask[i / 8] & (0x80 >> (i % 8)) != 0)
-            .collect();
-        next.grad_sum = r.floats(self.len)?;
+        next.m = r.floats(self.len as u64)?;
+        next.v = r.floats(self.len as u64)?;
+        next.anchor = r.floats(self.len as u64)?;
+        next.zero = r.mask(self.len)?;
+        next.grad_sum = r.floats(self.len as u64)?;
         if next.grad_count == 0 && next.grad_sum.iter().any(|&s| s.to_bits() != 0) {
             return Err(StateError::Shape("gradient sum without a gradient count"));
         }
-        if !r.0.is_empty() {
+        if !r.is_empty() {
             return Err(StateError::TrailingBytes);
         }
         *self = next;

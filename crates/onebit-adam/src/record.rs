@@ -1,0 +1,169 @@
+//! The byte reader and writer of this crate's state records (1-bit Adam's
+//! `state.rs`, 0/1 Adam's `zero_one_state.rs`, 1-bit LAMB's
+//! `lamb_state.rs`): little-endian integers and floats, float vectors
+//! checked finite, and a reader that reports a short record as
+//! [`StateError::Truncated`] instead of panicking. The record layouts stay
+//! in their own files; only the primitives are shared.
+
+use alloc::vec::Vec;
+
+use crate::StateError;
+use crate::freeze::FreezePolicy;
+
+/// Appends little-endian fields to a record.
+pub(crate) struct Writer(pub(crate) Vec<u8>);
+
+impl Writer {
+    pub(crate) fn u8(&mut self, x: u8) {
+        self.0.push(x);
+    }
+    pub(crate) fn u32(&mut self, x: u32) {
+        self.0.extend_from_slice(&x.to_le_bytes());
+    }
+    pub(crate) fn u64(&mut self, x: u64) {
+        self.0.extend_from_slice(&x.to_le_bytes());
+    }
+    pub(crate) fn f64(&mut self, x: f64) {
+        self.u64(x.to_bits());
+    }
+    /// A bit mask ([`put_mask`]).
+    pub(crate) fn mask(&mut self, bits: &[bool]) {
+        put_mask(&mut self.0, bits);
+    }
+    /// The floats, no length ([`put_floats`]).
+    pub(crate) fn floats(&mut self, xs: &[f32]) {
+        put_floats(&mut self.0, xs);
+    }
+    /// A length-prefixed float vector (`u64` count, then the floats).
+    pub(crate) fn floats_prefixed(&mut self, xs: &[f32]) {
+        self.u64(xs.len() as u64);
+        put_floats(&mut self.0, xs);
+    }
+}
+
+/// `xs` as little-endian `f32`s, no length.
+pub(crate) fn put_floats(out: &mut Vec<u8>, xs: &[f32]) {
+    for x in xs {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+}
+
+/// `bits` packed most significant bit first, `⌈len/8⌉` bytes (the zero
+/// masks of every record).
+pub(crate) fn put_mask(out: &mut Vec<u8>, bits: &[bool]) {
+    let at = out.len();
+    out.resize(at + bits.len().div_ceil(8), 0);
+    for (i, &z) in bits.iter().enumerate() {
+        if z {
+            out[at + i / 8] |= 0x80 >> (i % 8);
+        }
+    }
+}
+
+/// Reads little-endian fields from the body of a record whose length and
+/// checksum were already checked.
+pub(crate) struct Reader<'a> {
+    b: &'a [u8],
+    /// Bytes of the whole record (for [`StateError::Truncated`]).
+    total: usize,
+}
+
+impl<'a> Reader<'a> {
+    /// A reader over `body`, the rest of a record of `total` bytes.
+    pub(crate) fn new(body: &'a [u8], total: usize) -> Self {
+        Self { b: body, total }
+    }
+    /// Whether every byte was read (a record with bytes left over is
+    /// refused by its caller).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.b.is_empty()
+    }
+    fn take(&mut self, n: usize) -> Result<&'a [u8], StateError> {
+        if self.b.len() < n {
+            // Unreachable once the record's announced length matched; kept
+            // so that a reader bug is an error, not a panic.
+            return Err(StateError::Truncated {
+                needed: (self.total - self.b.len()).saturating_add(n) as u64,
+                found: self.total as u64,
+            });
+        }
+        let (head, rest) = self.b.split_at(n);
+        self.b = rest;
+        Ok(head)
+    }
+    pub(crate) fn u8(&mut self) -> Result<u8, StateError> {
+        Ok(self.take(1)?[0])
+    }
+    pub(crate) fn u32(&mut self) -> Result<u32, StateError> {
+        let mut w = [0u8; 4];
+        w.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(w))
+    }
+    pub(crate) fn u64(&mut self) -> Result<u64, StateError> {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(w))
+    }
+    pub(crate) fn f64(&mut self) -> Result<f64, StateError> {
+        Ok(f64::from_bits(self.u64()?))
+    }
+    pub(crate) fn f32(&mut self) -> Result<f32, StateError> {
+        let mut w = [0u8; 4];
+        w.copy_from_slice(self.take(4)?);
+        Ok(f32::from_le_bytes(w))
+    }
+    /// A mask of `len` bits ([`put_mask`]).
+    pub(crate) fn mask(&mut self, len: usize) -> Result<Vec<bool>, StateError> {
+        let packed = self.take(len.div_ceil(8))?;
+        Ok((0..len)
+            .map(|i| packed[i / 8] & (0x80 >> (i % 8)) != 0)
+            .collect())
+    }
+    /// `n` floats, checked finite; the length is checked against the bytes
+    /// left before allocating.
+    pub(crate) fn floats(&mut self, n: u64) -> Result<Vec<f32>, StateError> {
+        let bytes = usize::try_from(n)
+            .ok()
+            .and_then(|n| n.checked_mul(4))
+            .ok_or(StateError::Truncated {
+                needed: u64::MAX,
+                found: self.total as u64,
+            })?;
+        let raw = self.take(bytes)?;
+        let mut out = Vec::with_capacity(raw.len() / 4);
+        for w in raw.chunks_exact(4) {
+            let x = f32::from_le_bytes([w[0], w[1], w[2], w[3]]);
+            if !x.is_finite() {
+                return Err(StateError::NonFinite);
+            }
+            out.push(x);
+        }
+        Ok(out)
+    }
+    /// A length-prefixed float vector ([`Writer::floats_prefixed`]).
+    pub(crate) fn floats_prefixed(&mut self) -> Result<Vec<f32>, StateError> {
+        let n = self.u64()?;
+        self.floats(n)
+    }
+    /// A length-prefixed float vector whose length must equal `want`
+    /// ([`StateError::Shape`]`(what)` otherwise, before reading the floats).
+    pub(crate) fn floats_exact(
+        &mut self,
+        want: usize,
+        what: &'static str,
+    ) -> Result<Vec<f32>, StateError> {
+        if self.u64()? != want as u64 {
+            return Err(StateError::Shape(what));
+        }
+        self.floats(want as u64)
+    }
+}
+
+/// A freeze policy as a record stores it: kind (1 fixed, 2 auto), then four
+/// `u64` fields.
+pub(crate) fn freeze_fields(p: FreezePolicy) -> (u8, [u64; 4]) {
+    match p {
+        FreezePolicy::Fixed(n) => (1, [n, 0, 0, 0]),
+        FreezePolicy::Auto(a) => (2, [a.window, a.threshold.to_bits(), a.min_step, a.max_step]),
+    }
+}
