@@ -27,9 +27,8 @@ use alloc::vec::Vec;
 
 use crate::StateError;
 use crate::allreduce::{AllReduceState, Shape};
-use crate::freeze::{FreezePolicy, FreezeTracker};
 use crate::lamb::OneBitLamb;
-use crate::record::{Reader, Writer, freeze_fields};
+use crate::record::{Reader, Writer, read_freeze, write_freeze};
 
 const MAGIC: [u8; 4] = *b"1BLM";
 const VERSION: u32 = 1;
@@ -63,16 +62,7 @@ impl OneBitLamb {
             w.u8(u8::from(g.scaling.is_some()));
             w.0.extend_from_slice(&g.scaling.unwrap_or(0.0).to_le_bytes());
         }
-        let (kind, fields) = freeze_fields(self.config.freeze);
-        w.u8(kind);
-        for x in fields {
-            w.u64(x);
-        }
-        let fz = &self.freeze;
-        w.u64(fz.frozen_at.unwrap_or(0));
-        w.u64(fz.snapshot_at.unwrap_or(0));
-        w.f64(fz.last_change.unwrap_or(f64::NAN));
-        w.floats_prefixed(&fz.snapshot);
+        write_freeze(&mut w, self.config.freeze, &self.freeze);
         if self.allreduce.shape.is_some() {
             w.u8(1);
             w.u64(self.allreduce.calls);
@@ -189,7 +179,7 @@ impl OneBitLamb {
                 return Err(StateError::NonFinite);
             }
         }
-        next.freeze = self.read_freeze(r, next.step)?;
+        next.freeze = read_freeze(r, self.config.freeze, next.step, self.len)?;
         // The error buffers are sized by the zero mask, which comes last:
         // read them now, check them once the mask is known.
         let errors = match r.u8()? {
@@ -241,47 +231,5 @@ impl OneBitLamb {
             return Err(StateError::Shape("stage (compressed without a freeze)"));
         }
         Ok(next)
-    }
-
-    /// The freeze block, checked against this optimizer's policy and the
-    /// record's `step`.
-    fn read_freeze(&self, r: &mut Reader<'_>, step: u64) -> Result<FreezeTracker, StateError> {
-        let kind = r.u8()?;
-        let mut fields = [0u64; 4];
-        for f in &mut fields {
-            *f = r.u64()?;
-        }
-        if (kind, fields) != freeze_fields(self.config.freeze) {
-            return Err(StateError::Shape(
-                "freeze policy (the record was saved under another FreezePolicy)",
-            ));
-        }
-        let at = |x: u64| (x != 0).then_some(x);
-        let frozen_at = at(r.u64()?);
-        let snapshot_at = at(r.u64()?);
-        let change = r.f64()?;
-        let last_change = (!change.is_nan()).then_some(change);
-        let snapshot = r.floats_prefixed()?;
-        let consistent = match (self.config.freeze, frozen_at) {
-            (FreezePolicy::Fixed(n), f) => f == Some(n) && snapshot_at.is_none(),
-            (FreezePolicy::Auto(_), Some(f)) => f <= step.max(1) && snapshot_at.is_none(),
-            (FreezePolicy::Auto(_), None) => snapshot_at.is_none_or(|s| s <= step),
-        };
-        let snapshot_ok = match snapshot_at {
-            Some(_) => snapshot.len() == self.len,
-            None => snapshot.is_empty(),
-        };
-        if !(consistent && snapshot_ok) {
-            return Err(StateError::Shape("freeze state (step or snapshot length)"));
-        }
-        if last_change.is_some_and(|c| c.is_infinite() || c < 0.0) {
-            return Err(StateError::NonFinite);
-        }
-        Ok(FreezeTracker {
-            frozen_at,
-            snapshot,
-            snapshot_at,
-            last_change,
-        })
     }
 }

@@ -8,7 +8,7 @@
 use alloc::vec::Vec;
 
 use crate::StateError;
-use crate::freeze::FreezePolicy;
+use crate::freeze::{FreezePolicy, FreezeTracker};
 
 /// Appends little-endian fields to a record.
 pub(crate) struct Writer(pub(crate) Vec<u8>);
@@ -161,9 +161,72 @@ impl<'a> Reader<'a> {
 
 /// A freeze policy as a record stores it: kind (1 fixed, 2 auto), then four
 /// `u64` fields.
-pub(crate) fn freeze_fields(p: FreezePolicy) -> (u8, [u64; 4]) {
+fn freeze_fields(p: FreezePolicy) -> (u8, [u64; 4]) {
     match p {
         FreezePolicy::Fixed(n) => (1, [n, 0, 0, 0]),
         FreezePolicy::Auto(a) => (2, [a.window, a.threshold.to_bits(), a.min_step, a.max_step]),
     }
+}
+
+/// The freeze block of 1-bit Adam's and 1-bit LAMB's records: the policy
+/// ([`freeze_fields`]), the freeze step and the snapshot's step (0: none),
+/// the last measured change (NaN: none) and the snapshot, length-prefixed.
+pub(crate) fn write_freeze(w: &mut Writer, policy: FreezePolicy, fz: &FreezeTracker) {
+    let (kind, fields) = freeze_fields(policy);
+    w.u8(kind);
+    for x in fields {
+        w.u64(x);
+    }
+    w.u64(fz.frozen_at.unwrap_or(0));
+    w.u64(fz.snapshot_at.unwrap_or(0));
+    w.f64(fz.last_change.unwrap_or(f64::NAN));
+    w.floats_prefixed(&fz.snapshot);
+}
+
+/// Reads [`write_freeze`]'s block back for an optimizer with `policy`, whose
+/// record is at `step` and whose snapshot covers `snapshot_len` elements;
+/// refuses another policy and a state that policy cannot reach.
+pub(crate) fn read_freeze(
+    r: &mut Reader<'_>,
+    policy: FreezePolicy,
+    step: u64,
+    snapshot_len: usize,
+) -> Result<FreezeTracker, StateError> {
+    let kind = r.u8()?;
+    let mut fields = [0u64; 4];
+    for f in &mut fields {
+        *f = r.u64()?;
+    }
+    if (kind, fields) != freeze_fields(policy) {
+        return Err(StateError::Shape(
+            "freeze policy (the record was saved under another FreezePolicy)",
+        ));
+    }
+    let at = |x: u64| (x != 0).then_some(x);
+    let frozen_at = at(r.u64()?);
+    let snapshot_at = at(r.u64()?);
+    let change = r.f64()?;
+    let last_change = (!change.is_nan()).then_some(change);
+    let snapshot = r.floats_prefixed()?;
+    let consistent = match (policy, frozen_at) {
+        (FreezePolicy::Fixed(n), f) => f == Some(n) && snapshot_at.is_none(),
+        (FreezePolicy::Auto(_), Some(f)) => f <= step.max(1) && snapshot_at.is_none(),
+        (FreezePolicy::Auto(_), None) => snapshot_at.is_none_or(|s| s <= step),
+    };
+    let snapshot_ok = match snapshot_at {
+        Some(_) => snapshot.len() == snapshot_len,
+        None => snapshot.is_empty(),
+    };
+    if !(consistent && snapshot_ok) {
+        return Err(StateError::Shape("freeze state (step or snapshot length)"));
+    }
+    if last_change.is_some_and(|c| c.is_infinite() || c < 0.0) {
+        return Err(StateError::NonFinite);
+    }
+    Ok(FreezeTracker {
+        frozen_at,
+        snapshot,
+        snapshot_at,
+        last_change,
+    })
 }

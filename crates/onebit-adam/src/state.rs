@@ -35,9 +35,9 @@ use crate::allreduce::Shape;
 use onebit_codec::{Compressor, CompressorConfig, ErrorFeedback, Grade};
 
 use crate::StateError;
-use crate::freeze::{FreezePolicy, FreezeTracker};
+use crate::freeze::FreezeTracker;
 use crate::optimizer::{OneBitAdam, Policy, Variant};
-use crate::record::{Reader, Writer, freeze_fields};
+use crate::record::{Reader, Writer, read_freeze, write_freeze};
 
 const MAGIC: [u8; 4] = *b"1BAS";
 const VERSION: u32 = 3;
@@ -215,17 +215,7 @@ impl OneBitAdam {
                 w.u8(0);
             }
         }
-        let (kind, fields) = freeze_fields(self.config.freeze);
-        w.u8(kind);
-        for x in fields {
-            w.u64(x);
-        }
-        let fz = &self.freeze;
-        w.u64(fz.frozen_at.unwrap_or(0));
-        w.u64(fz.snapshot_at.unwrap_or(0));
-        w.f64(fz.last_change.unwrap_or(f64::NAN));
-        w.u64(fz.snapshot.len() as u64);
-        w.floats(&fz.snapshot);
+        write_freeze(&mut w, self.config.freeze, &self.freeze);
         w.floats(&self.m);
         w.floats(&self.v);
         w.mask(&self.zero);
@@ -394,7 +384,13 @@ impl OneBitAdam {
             }
             FreezeTracker::new(self.config.freeze)
         } else {
-            self.read_freeze(&mut r, next.step)?
+            let one_bit: usize = self
+                .groups
+                .iter()
+                .filter(|g| g.spec.policy.compresses())
+                .map(|g| g.spec.len)
+                .sum();
+            read_freeze(&mut r, self.config.freeze, next.step, one_bit)?
         };
         next.m = r.floats(self.len as u64)?;
         next.v = r.floats(self.len as u64)?;
@@ -409,54 +405,5 @@ impl OneBitAdam {
         }
         *self = next;
         Ok(())
-    }
-
-    /// The freeze block of a version-2 record, checked against this
-    /// optimizer's policy and groups and the record's `step`.
-    fn read_freeze(&self, r: &mut Reader<'_>, step: u64) -> Result<FreezeTracker, StateError> {
-        let kind = r.u8()?;
-        let mut fields = [0u64; 4];
-        for f in &mut fields {
-            *f = r.u64()?;
-        }
-        if (kind, fields) != freeze_fields(self.config.freeze) {
-            return Err(StateError::Shape(
-                "freeze policy (the record was saved under another FreezePolicy)",
-            ));
-        }
-        let at = |x: u64| (x != 0).then_some(x);
-        let frozen_at = at(r.u64()?);
-        let snapshot_at = at(r.u64()?);
-        let change = r.f64()?;
-        let last_change = (!change.is_nan()).then_some(change);
-        let s = r.u64()?;
-        let snapshot = r.floats(s)?;
-        let one_bit: usize = self
-            .groups
-            .iter()
-            .filter(|g| g.spec.policy.compresses())
-            .map(|g| g.spec.len)
-            .sum();
-        let consistent = match (self.config.freeze, frozen_at) {
-            (FreezePolicy::Fixed(n), f) => f == Some(n) && snapshot_at.is_none(),
-            (FreezePolicy::Auto(_), Some(f)) => f <= step.max(1) && snapshot_at.is_none(),
-            (FreezePolicy::Auto(_), None) => snapshot_at.is_none_or(|s| s <= step),
-        };
-        let snapshot_ok = match snapshot_at {
-            Some(_) => snapshot.len() == one_bit,
-            None => snapshot.is_empty(),
-        };
-        if !(consistent && snapshot_ok) {
-            return Err(StateError::Shape("freeze state (step or snapshot length)"));
-        }
-        if last_change.is_some_and(|c| c.is_infinite() || c < 0.0) {
-            return Err(StateError::NonFinite);
-        }
-        Ok(FreezeTracker {
-            frozen_at,
-            snapshot,
-            snapshot_at,
-            last_change,
-        })
     }
 }
