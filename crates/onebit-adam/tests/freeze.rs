@@ -298,3 +298,40 @@ fn import_refuses_another_freeze_policy_and_reads_version_1() {
     assert_eq!(bits(&x), bits(&x_after));
     assert_eq!(state, state_after);
 }
+
+#[test]
+fn a_snapshot_of_another_length_is_refused() {
+    let cfg = config(auto(5, 0.08, 10, 200));
+    let d = problem().params();
+    // Step 12: the record holds the snapshot taken at step 10.
+    let mid = round_trip(cfg, 12, 80).remove(0);
+    let mut opt = OneBitAdam::with_groups(&groups(d), cfg).unwrap();
+    opt.import_state(&mid).unwrap();
+    let s = opt.memory().freeze_snapshot / 4;
+    assert!(s > 1);
+    // The snapshot (count u64, then its floats) sits right before m, v, the
+    // mask, the gradient sum and the CRC.
+    let tail = 12 * d + d.div_ceil(8) + 4;
+    let at = mid.len() - tail - 4 * s - 8;
+    assert_eq!(mid[at..at + 8], (s as u64).to_le_bytes());
+    // One float fewer with its count to match and a fresh CRC: a well-formed
+    // record whose snapshot does not cover the 1-bit groups.
+    let count = ((s - 1) as u64).to_le_bytes();
+    let mut short = [
+        &mid[..at],
+        &count[..],
+        &mid[at + 8..at + 8 + 4 * (s - 1)],
+        &mid[at + 8 + 4 * s..mid.len() - 4],
+    ]
+    .concat();
+    let crc = crc32fast::hash(&short);
+    short.extend_from_slice(&crc.to_le_bytes());
+    let mut fresh = OneBitAdam::with_groups(&groups(d), cfg).unwrap();
+    let before = fresh.export_state();
+    let e = fresh.import_state(&short).unwrap_err();
+    assert!(
+        matches!(e, StateError::Shape(w) if w.starts_with("freeze state")),
+        "{e}"
+    );
+    assert_eq!(fresh.export_state(), before);
+}
