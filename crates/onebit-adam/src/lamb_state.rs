@@ -28,11 +28,10 @@ use alloc::vec::Vec;
 use crate::StateError;
 use crate::allreduce::{AllReduceState, Shape};
 use crate::lamb::OneBitLamb;
-use crate::record::{Reader, Writer, read_freeze, write_freeze};
+use crate::record::{Reader, Writer, read_freeze, verified_body, write_freeze};
 
 const MAGIC: [u8; 4] = *b"1BLM";
 const VERSION: u32 = 1;
-const UNBOUND: u32 = u32::MAX;
 /// magic, version, total length.
 const HEAD: usize = 16;
 
@@ -46,11 +45,7 @@ impl OneBitLamb {
         w.0.extend_from_slice(&MAGIC);
         w.u32(VERSION);
         w.u64(0); // total length, patched below
-        let (rank, size) = self
-            .bound
-            .map_or((UNBOUND, UNBOUND), |(r, s)| (r as u32, s as u32));
-        w.u32(rank);
-        w.u32(size);
+        w.bound(self.bound);
         w.u64(self.len as u64);
         w.u32(self.groups.len() as u32);
         w.u64(self.step);
@@ -123,12 +118,7 @@ impl OneBitLamb {
         if found > total {
             return Err(StateError::TrailingBytes);
         }
-        let (body, tail) = bytes.split_at(bytes.len() - 4);
-        let stored = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
-        let computed = crc32fast::hash(body);
-        if stored != computed {
-            return Err(StateError::Checksum { stored, computed });
-        }
+        let body = verified_body(bytes)?;
         let mut r = Reader::new(&body[HEAD..], bytes.len());
         let next = self.read(&mut r)?;
         if !r.is_empty() {
@@ -141,12 +131,7 @@ impl OneBitLamb {
     /// The checked body of a record, as a new optimizer.
     fn read(&self, r: &mut Reader<'_>) -> Result<Self, StateError> {
         let mut next = self.clone();
-        let (rank, size) = (r.u32()?, r.u32()?);
-        next.bound = match (rank, size) {
-            (UNBOUND, UNBOUND) => None,
-            (rank, size) if rank < size => Some((rank as usize, size as usize)),
-            _ => return Err(StateError::Shape("rank")),
-        };
+        next.bound = r.bound()?;
         if r.u64()? != self.len as u64 {
             return Err(StateError::Shape("parameter count"));
         }

@@ -10,6 +10,36 @@ use alloc::vec::Vec;
 use crate::StateError;
 use crate::freeze::{FreezePolicy, FreezeTracker};
 
+/// The rank binding of an unbound state (both fields).
+const UNBOUND: u32 = u32::MAX;
+
+/// A rank binding as every record stores it: rank, then group size (`u32`
+/// each; both `u32::MAX` when the state is bound to no group).
+pub(crate) fn put_bound(out: &mut Vec<u8>, bound: Option<(usize, usize)>) {
+    let (rank, size) = bound.map_or((UNBOUND, UNBOUND), |(r, s)| (r as u32, s as u32));
+    out.extend_from_slice(&rank.to_le_bytes());
+    out.extend_from_slice(&size.to_le_bytes());
+}
+
+/// The record's bytes before its trailing CRC-32, once that CRC matches.
+/// The caller has checked the record's length; a record too short for a
+/// header and a CRC is refused here too, so the split cannot panic.
+pub(crate) fn verified_body(bytes: &[u8]) -> Result<&[u8], StateError> {
+    let Some(cut) = bytes.len().checked_sub(4).filter(|&c| c >= 8) else {
+        return Err(StateError::Truncated {
+            needed: 12,
+            found: bytes.len() as u64,
+        });
+    };
+    let (body, tail) = bytes.split_at(cut);
+    let stored = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
+    let computed = crc32fast::hash(body);
+    if stored != computed {
+        return Err(StateError::Checksum { stored, computed });
+    }
+    Ok(body)
+}
+
 /// Appends little-endian fields to a record.
 pub(crate) struct Writer(pub(crate) Vec<u8>);
 
@@ -25,6 +55,10 @@ impl Writer {
     }
     pub(crate) fn f64(&mut self, x: f64) {
         self.u64(x.to_bits());
+    }
+    /// A rank binding ([`put_bound`]).
+    pub(crate) fn bound(&mut self, bound: Option<(usize, usize)>) {
+        put_bound(&mut self.0, bound);
     }
     /// A bit mask ([`put_mask`]).
     pub(crate) fn mask(&mut self, bits: &[bool]) {
@@ -111,6 +145,15 @@ impl<'a> Reader<'a> {
         let mut w = [0u8; 4];
         w.copy_from_slice(self.take(4)?);
         Ok(f32::from_le_bytes(w))
+    }
+    /// A rank binding ([`put_bound`]): `None` unbound, else `(rank, size)`
+    /// with `rank < size`.
+    pub(crate) fn bound(&mut self) -> Result<Option<(usize, usize)>, StateError> {
+        match (self.u32()?, self.u32()?) {
+            (UNBOUND, UNBOUND) => Ok(None),
+            (rank, size) if rank < size => Ok(Some((rank as usize, size as usize))),
+            _ => Err(StateError::Shape("rank")),
+        }
     }
     /// A mask of `len` bits ([`put_mask`]).
     pub(crate) fn mask(&mut self, len: usize) -> Result<Vec<bool>, StateError> {

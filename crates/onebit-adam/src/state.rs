@@ -37,7 +37,7 @@ use onebit_codec::{Compressor, CompressorConfig, ErrorFeedback, Grade};
 use crate::StateError;
 use crate::freeze::FreezeTracker;
 use crate::optimizer::{OneBitAdam, Policy, Variant};
-use crate::record::{Reader, Writer, read_freeze, write_freeze};
+use crate::record::{Reader, Writer, read_freeze, verified_body, write_freeze};
 
 const MAGIC: [u8; 4] = *b"1BAS";
 const VERSION: u32 = 3;
@@ -48,7 +48,6 @@ const VERSION_1: u32 = 1;
 /// Bytes of the freeze block before its snapshot length: policy u8, four
 /// u64 fields, frozen_at, snapshot_at, last change.
 const FREEZE_FIXED: u64 = 1 + 4 * 8 + 3 * 8;
-const UNBOUND: u32 = u32::MAX;
 
 /// The length of a record as its own fields announce it, read from the
 /// bytes present (which may be cut short, or corrupted: nothing here is
@@ -172,11 +171,7 @@ impl OneBitAdam {
         let mut w = Writer(Vec::new());
         w.0.extend_from_slice(&MAGIC);
         w.u32(VERSION);
-        let (rank, size) = self
-            .bound
-            .map_or((UNBOUND, UNBOUND), |(r, s)| (r as u32, s as u32));
-        w.u32(rank);
-        w.u32(size);
+        w.bound(self.bound);
         w.u64(self.len as u64);
         w.u32(self.groups.len() as u32);
         w.u64(self.step);
@@ -261,25 +256,10 @@ impl OneBitAdam {
             }
             _ => {}
         }
-        // Shorter than magic + version + CRC was refused above (the walk
-        // needs 28 bytes); checked again so this split cannot panic.
-        let Some(cut) = bytes.len().checked_sub(4).filter(|&c| c >= 8) else {
-            return Err(StateError::Truncated { needed: 12, found });
-        };
-        let (body, tail) = bytes.split_at(cut);
-        let stored = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
-        let computed = crc32fast::hash(body);
-        if stored != computed {
-            return Err(StateError::Checksum { stored, computed });
-        }
+        let body = verified_body(bytes)?;
         let mut r = Reader::new(&body[8..], bytes.len());
         let mut next = self.clone();
-        let (rank, size) = (r.u32()?, r.u32()?);
-        next.bound = match (rank, size) {
-            (UNBOUND, UNBOUND) => None,
-            (rank, size) if rank < size => Some((rank as usize, size as usize)),
-            _ => return Err(StateError::Shape("rank")),
-        };
+        next.bound = r.bound()?;
         if r.u64()? != self.len as u64 {
             return Err(StateError::Shape("parameter count"));
         }

@@ -27,14 +27,13 @@ use alloc::vec::Vec;
 use crate::StateError;
 use crate::allreduce::Shape;
 use crate::optimizer::Policy;
-use crate::record::{Reader, put_floats, put_mask};
+use crate::record::{Reader, put_bound, put_floats, put_mask, verified_body};
 use crate::zero_one::{Schedule, ZeroOneAdam, policy_code};
 
 pub(crate) const MAGIC: [u8; 4] = *b"01AS";
 /// 1-bit Adam's magic (`src/state.rs`), to name it when refused.
 const ONE_BIT_MAGIC: [u8; 4] = *b"1BAS";
 const VERSION: u32 = 1;
-const UNBOUND: u32 = u32::MAX;
 /// Bytes before the first group: magic, version, rank, size, len, groups,
 /// step, grad_count, the four schedule parameters, the five counters.
 const HEAD: u64 = 4 + 4 + 4 + 4 + 8 + 4 + 8 + 4 + 4 * 8 + 5 * 8;
@@ -91,11 +90,7 @@ impl ZeroOneAdam {
         let mut w = Vec::new();
         w.extend_from_slice(&MAGIC);
         w.extend_from_slice(&VERSION.to_le_bytes());
-        let (rank, size) = self
-            .bound
-            .map_or((UNBOUND, UNBOUND), |(r, s)| (r as u32, s as u32));
-        w.extend_from_slice(&rank.to_le_bytes());
-        w.extend_from_slice(&size.to_le_bytes());
+        put_bound(&mut w, self.bound);
         w.extend_from_slice(&(self.len as u64).to_le_bytes());
         w.extend_from_slice(&(self.groups.len() as u32).to_le_bytes());
         w.extend_from_slice(&self.step.to_le_bytes());
@@ -179,21 +174,10 @@ impl ZeroOneAdam {
             }
             Ok(_) => {}
         }
-        let cut = bytes.len() - 4;
-        let (body, tail) = bytes.split_at(cut);
-        let stored = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
-        let computed = crc32fast::hash(body);
-        if stored != computed {
-            return Err(StateError::Checksum { stored, computed });
-        }
+        let body = verified_body(bytes)?;
         let mut r = Reader::new(&body[8..], bytes.len());
         let mut next = self.clone();
-        let (rank, size) = (r.u32()?, r.u32()?);
-        next.bound = match (rank, size) {
-            (UNBOUND, UNBOUND) => None,
-            (rank, size) if rank < size => Some((rank as usize, size as usize)),
-            _ => return Err(StateError::Shape("rank")),
-        };
+        next.bound = r.bound()?;
         if r.u64()? != self.len as u64 {
             return Err(StateError::Shape("parameter count"));
         }

@@ -330,6 +330,11 @@ fn import_refuses_bad_records_and_changes_nothing() {
     let mut nan = blob.clone();
     nan[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
     refuse(&mut target, &resealed(nan), StateError::NonFinite);
+    // A rank binding no group can have (rank 5 of 5), with a valid checksum.
+    let mut rank = blob.clone();
+    rank[8..12].copy_from_slice(&5u32.to_le_bytes());
+    rank[12..16].copy_from_slice(&5u32.to_le_bytes());
+    refuse(&mut target, &resealed(rank), StateError::Shape("rank"));
     let mut version = blob.clone();
     version[4] = 9;
     refuse(&mut target, &version, StateError::UnsupportedVersion(9));
