@@ -251,3 +251,23 @@ pub fn run_steps(
     }
     Ok(reports)
 }
+
+/// The bit patterns of `v`: the tests compare floats bit for bit.
+pub fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Deterministic pseudo-random input of rank `r` at call `t`: `n` values
+/// spread over about ±(1 + r)/2 (an LCG, so every run and target sees the
+/// same values).
+pub fn rank_input(r: usize, t: usize, n: usize) -> Vec<f32> {
+    let mut s = (r as u64 + 1) * 0x9e37_79b9 + t as u64 * 0x85eb_ca6b;
+    (0..n)
+        .map(|_| {
+            s = s
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * (1.0 + r as f32)
+        })
+        .collect()
+}

@@ -12,27 +12,11 @@ use core::time::Duration;
 use basis_std::local::LocalComm;
 use comm_traits::{CommError, CommStats, Communicator};
 use onebit_adam::reference::{ReferenceState, simulate_allreduce};
+use onebit_adam::testing::{bits, rank_input as input};
 use onebit_adam::{
     AllReduceState, OneBitError, compressed_allreduce, compressed_allreduce_bytes, padded_len,
 };
 use proptest::prelude::*;
-
-/// Deterministic pseudo-random input of rank `r`, call `t`.
-fn input(r: usize, t: usize, n: usize) -> Vec<f32> {
-    let mut s = (r as u64 + 1) * 0x9e37_79b9 + t as u64 * 0x85eb_ca6b;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * (1.0 + r as f32)
-        })
-        .collect()
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
 
 /// Run `calls` compressed all-reduces on `p` LocalComm ranks; per rank the
 /// outputs of every call and the final state.

@@ -4,6 +4,7 @@
 //! every tail length, several bias-corrected steps, and no write past the
 //! end of a tensor (AVX-512's masked tail).
 
+use onebit_adam::testing::bits;
 use onebit_adam::{AdamW, Kernel, OneBitError};
 use proptest::prelude::*;
 
@@ -89,10 +90,6 @@ fn edge() -> impl Strategy<Value = f32> {
         Just(f32::MIN),
         -2.0f32..2.0,
     ]
-}
-
-fn bits(x: &[f32]) -> Vec<u32> {
-    x.iter().map(|v| v.to_bits()).collect()
 }
 
 /// Bias corrections of step `t` (1-based), as a training loop computes them.

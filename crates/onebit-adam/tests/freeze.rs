@@ -12,6 +12,7 @@
 
 use basis_std::local::LocalComm;
 use comm_traits::Communicator;
+use onebit_adam::testing::bits;
 use onebit_adam::testing::{LogisticProblem, run_steps};
 use onebit_adam::{
     AutoFreeze, Config, FreezePolicy, GroupSpec, OneBitAdam, Stage, StateError, StepReport,
@@ -19,10 +20,6 @@ use onebit_adam::{
 
 const RANKS: usize = 4;
 const BATCH: Option<usize> = Some(16);
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
 
 fn problem() -> LogisticProblem {
     LogisticProblem::generate(RANKS, 512, 300, 8, 5)

@@ -10,26 +10,11 @@
 use basis_std::local::LocalComm;
 use comm_traits::Communicator;
 use onebit_adam::reference::{ReferenceState, simulate_graded};
+use onebit_adam::testing::{bits, rank_input as input};
 use onebit_adam::{
     Config, Grade, GradedState, GroupSpec, OneBitAdam, Policy, StateError, Variant,
     graded_allreduce, graded_allreduce_bytes, padded_len,
 };
-
-fn input(r: usize, t: usize, n: usize) -> Vec<f32> {
-    let mut s = (r as u64 + 1) * 0x9e37_79b9 + t as u64 * 0x85eb_ca6b;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * (1.0 + r as f32)
-        })
-        .collect()
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
 
 #[test]
 fn graded_allreduce_equals_the_reference_bit_for_bit() {

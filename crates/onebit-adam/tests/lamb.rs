@@ -12,15 +12,12 @@
 use basis_std::local::LocalComm;
 use comm_traits::{Communicator, SingleRank};
 use onebit_adam::reference_lamb::ReferenceLamb;
+use onebit_adam::testing::bits;
 use onebit_adam::testing::{LogisticProblem, run_steps};
 use onebit_adam::{
     AutoFreeze, Config, FreezePolicy, LambConfig, LambGroup, LambStepReport, OneBitAdam,
     OneBitError, OneBitLamb, Stage, StateError,
 };
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
 
 /// Three layers of the logistic problem's `d` parameters; the middle one
 /// with weight decay (the decayed path of the trust ratio and the factor).

@@ -9,15 +9,12 @@
 
 use basis_std::local::LocalComm;
 use comm_traits::{CommStats, Communicator, SingleRank};
+use onebit_adam::testing::bits;
 use onebit_adam::testing::{LogisticProblem, run_steps};
 use onebit_adam::{
     AutoFreeze, Config, FreezePolicy, GroupSpec, OneBitAdam, OneBitError, ScaleKind, Stage,
     StateError, StepReport, Variant,
 };
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
 
 const RANKS: usize = 4;
 const STEPS: u64 = 300;

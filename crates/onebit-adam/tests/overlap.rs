@@ -7,6 +7,7 @@
 use basis_std::local::LocalComm;
 use basis_std::overlap::Overlapped;
 use comm_traits::Communicator;
+use onebit_adam::testing::bits;
 use onebit_adam::{
     AllReduceReport, AllReduceState, OneBitError, compressed_allreduce, overlapped_allreduce,
 };
@@ -42,10 +43,6 @@ struct Trace {
     states: Vec<(u64, Vec<u32>, Vec<u32>)>,
     reports: Vec<(usize, usize, u32, u32, comm_traits::CommStats)>,
     stats: comm_traits::CommStats,
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
 }
 
 fn report_bits(r: &AllReduceReport) -> (usize, usize, u32, u32, comm_traits::CommStats) {

@@ -10,21 +10,10 @@
 use basis_std::local::LocalComm;
 use comm_traits::{CommStats, Communicator, SingleRank};
 use onebit_adam::reference::{ReferenceState, simulate_allreduce, simulate_graded};
+use onebit_adam::testing::{bits, rank_input as input};
 use onebit_adam::{
     Config, Grade, GroupSpec, OneBitAdam, Policy, Stage, StepReport, Variant, padded_len,
 };
-
-fn input(r: usize, t: usize, n: usize) -> Vec<f32> {
-    let mut s = (r as u64 + 1) * 0x9e37_79b9 + t as u64 * 0x85eb_ca6b;
-    (0..n)
-        .map(|_| {
-            s = s
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * (1.0 + r as f32)
-        })
-        .collect()
-}
 
 fn groups() -> Vec<GroupSpec> {
     vec![
@@ -182,10 +171,6 @@ fn scales_norms_and_flips_match_direct_computations() {
         // One sign bit per parameter, in u64 words.
         assert_eq!(opt.memory().telemetry, 8 * n.div_ceil(64));
     }
-}
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
 }
 
 #[test]

@@ -13,14 +13,11 @@ use basis_std::local::LocalComm;
 use comm_traits::{Communicator, SingleRank};
 use onebit_adam::reference_zero_one::ZeroOneSim;
 use onebit_adam::testing::LogisticProblem;
+use onebit_adam::testing::bits;
 use onebit_adam::{
     Config, Grade, GroupSpec, OneBitAdam, OneBitError, Policy, StateError, ZeroOneAdam,
     ZeroOneConfig, ZeroOneReport, ZeroOneStage,
 };
-
-fn bits(v: &[f32]) -> Vec<u32> {
-    v.iter().map(|x| x.to_bits()).collect()
-}
 
 /// A short schedule that reaches every stage: variance steps at 1..4, then
 /// spaced 2, 4, 8 up to the freeze at 30; local intervals 1, 2, 4, capped at 4.
