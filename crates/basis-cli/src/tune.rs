@@ -11,9 +11,12 @@
 //! Why every local maximum, not only the best: on deep models the validation
 //! AUC over the rate can have two modes (DeepFM, docs/RESULTS.md: row-wise
 //! AdaGrad's grid 0.003–0.3 peaked inside at 0.1 while a higher mode sat at
-//! 0.0003, below the grid). So, on the coarse ladder, every *local* maximum
-//! at an end of what was tried gets the next ladder point beyond it (at most
-//! [`MAX_EXTENSIONS`] per side, then it warns), and once no end is a local
+//! 0.0003, below the grid). So, on the coarse ladder, each end of the first
+//! grid gets one guard point beyond it, and every *local* maximum at an end
+//! of what was tried gets the next ladder point beyond it (at most
+//! [`MAX_EXTENSIONS`] per side, guard included, then it warns): a mode
+//! beyond an end that is a little below its neighbour is found through the
+//! guard (issue 26: BASIS `decay` on DeepFM). Once no end is a local
 //! maximum any more, every interior local maximum is refined once with the
 //! two log-midpoints to its neighbours (quarter-decade spacing). The chosen
 //! rate is the best of everything tried. A given list is used as is, with a
@@ -107,6 +110,8 @@ pub(crate) struct Search {
     extensions: (usize, usize),
     /// The refinement round has been queued (it runs once).
     refined: bool,
+    /// The first grid's ends have had their guard points queued.
+    guarded: bool,
 }
 
 impl Search {
@@ -128,6 +133,7 @@ impl Search {
             tried: Vec::new(),
             extensions: (0, 0),
             refined: false,
+            guarded: false,
         }
     }
 
@@ -183,13 +189,19 @@ impl Search {
             .collect();
         let maxima = local_maxima(&coarse);
         let (mut new_lo, mut new_hi) = (lo, hi);
-        if maxima.contains(&0) && self.extensions.0 < MAX_EXTENSIONS {
+        // Every end gets one ladder point beyond it even when it is not a
+        // local maximum (the guard): a higher mode can sit beyond an end that
+        // is a little below its neighbour (BASIS `decay` on DeepFM: 0.003
+        // was 0.0009 below 0.01, the best rates were 3e-4..5.5e-4).
+        let unguarded = self.extensions == (0, 0) && !self.guarded;
+        self.guarded = true;
+        if (maxima.contains(&0) || unguarded) && self.extensions.0 < MAX_EXTENSIONS {
             new_lo -= 1;
             self.extensions.0 += 1;
             self.queue.push(ladder(new_lo));
         }
         if coarse.len() > 1
-            && maxima.contains(&(coarse.len() - 1))
+            && (maxima.contains(&(coarse.len() - 1)) || unguarded)
             && self.extensions.1 < MAX_EXTENSIONS
         {
             new_hi += 1;
@@ -355,15 +367,21 @@ mod tests {
     #[test]
     fn auto_extends_until_the_best_is_inside_and_lists_only_warn() {
         // Adam's grid is 1e-4..1e-2; a peak at 0.1 needs two extensions, then
-        // 0.3 shows it is inside; the refinement adds its two log-midpoints.
+        // 0.3 shows it is inside; the refinement adds its two log-midpoints;
+        // the lower end's guard (3e-5) is tried once.
         let q = drive(&TuneLr::Auto, 0.1);
         assert_eq!(q.best().unwrap().0, 0.1);
-        assert_eq!(q.tried.len(), AUTO_POINTS + 3 + 2);
+        assert_eq!(q.tried.len(), AUTO_POINTS + 1 + 3 + 2);
         assert!(!q.at_edge());
-        // An interior peak: the first grid and its refinement only.
+        // An interior peak: the first grid, its two guards and the refinement.
         let q = drive(&TuneLr::Auto, 0.001);
-        assert_eq!((q.tried.len(), q.at_edge()), (AUTO_POINTS + 2, false));
-        let mids: Vec<f64> = q.tried[AUTO_POINTS..]
+        assert_eq!((q.tried.len(), q.at_edge()), (AUTO_POINTS + 2 + 2, false));
+        let guards: Vec<f32> = q.tried[AUTO_POINTS..AUTO_POINTS + 2]
+            .iter()
+            .map(|t| t.0)
+            .collect();
+        assert_eq!(guards, [ladder(-9), ladder(-3)]);
+        let mids: Vec<f64> = q.tried[AUTO_POINTS + 2..]
             .iter()
             .map(|t| f64::from(t.0))
             .collect();
@@ -374,9 +392,10 @@ mod tests {
                 .all(|(m, w)| (m / w - 1.0).abs() < 1e-6),
             "{mids:?}"
         );
-        // Beyond the extension budget: stops (one inner midpoint) and says so.
+        // Beyond the extension budget: stops (the low guard, one inner
+        // midpoint) and says so.
         let q = drive(&TuneLr::Auto, 1e4);
-        assert_eq!(q.tried.len(), AUTO_POINTS + MAX_EXTENSIONS + 1);
+        assert_eq!(q.tried.len(), AUTO_POINTS + 1 + MAX_EXTENSIONS + 1);
         assert!(q.at_edge());
         // A list is neither extended nor refined; its edge is reported.
         let q = drive(&TuneLr::List(vec![0.001, 0.01]), 0.1);
@@ -465,6 +484,37 @@ mod tests {
             "{:?}",
             q.tried
         );
+    }
+
+    #[test]
+    fn a_mode_beyond_an_end_that_is_not_a_local_maximum_is_found_by_the_guard() {
+        // BASIS `accumulate=decay` on DeepFM (docs/BASIS.md): the `auto` grid
+        // 0.003..0.3 peaks at 0.01, and its lower end 0.003 is a little below
+        // it (not a local maximum), while the best rates lie lower, around
+        // 3e-4. Without the guard at 0.001 the search stops at 0.01.
+        const CURVE: [(f64, f64); 7] = [
+            (0.0001, 0.6690),
+            (0.0003, 0.6720),
+            (0.001, 0.6680),
+            (0.003, 0.6641),
+            (0.01, 0.6650),
+            (0.03, 0.6640),
+            (0.3, 0.6500),
+        ];
+        let eval = |lr: f32| {
+            let x = f64::from(lr).ln();
+            let k = CURVE
+                .windows(2)
+                .position(|w| x <= w[1].0.ln())
+                .unwrap_or(CURVE.len() - 2);
+            let ((a, va), (b, vb)) = (CURVE[k], CURVE[k + 1]);
+            let t = ((x - a.ln()) / (b.ln() - a.ln())).clamp(0.0, 1.0);
+            va + t * (vb - va)
+        };
+        let q = drive_with("basis", eval);
+        assert_eq!(coarse_best(&q), 0.01, "the coarse grid is fooled");
+        assert_eq!(q.best().unwrap().0, 0.0003, "{:?}", q.tried);
+        assert!(!q.at_edge());
     }
 
     #[test]
