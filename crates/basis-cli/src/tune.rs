@@ -447,6 +447,20 @@ mod tests {
         assert!(!q.at_edge());
     }
 
+    /// The validation AUC at `lr` on a measured `curve` of `(rate, AUC)`
+    /// points sorted by rate, interpolated linearly in log(rate) and held
+    /// flat beyond its ends.
+    fn log_interpolated(curve: &[(f64, f64)], lr: f32) -> f64 {
+        let x = f64::from(lr).ln();
+        let k = curve
+            .windows(2)
+            .position(|w| x <= w[1].0.ln())
+            .unwrap_or(curve.len() - 2);
+        let ((a, va), (b, vb)) = (curve[k], curve[k + 1]);
+        let t = ((x - a.ln()) / (b.ln() - a.ln())).clamp(0.0, 1.0);
+        va + t * (vb - va)
+    }
+
     #[test]
     fn a_mode_below_the_grid_is_reached_through_a_local_maximum_at_its_end() {
         // Row-wise BASIS on DeepFM, the validation AUCs measured in
@@ -464,17 +478,7 @@ mod tests {
             (0.1, 0.6482),
             (0.3, 0.6213),
         ];
-        let eval = |lr: f32| {
-            let x = f64::from(lr).ln();
-            let k = CURVE
-                .windows(2)
-                .position(|w| x <= w[1].0.ln())
-                .unwrap_or(CURVE.len() - 2);
-            let ((a, va), (b, vb)) = (CURVE[k], CURVE[k + 1]);
-            let t = ((x - a.ln()) / (b.ln() - a.ln())).clamp(0.0, 1.0);
-            va + t * (vb - va)
-        };
-        let q = drive_with("basis", eval);
+        let q = drive_with("basis", |lr| log_interpolated(&CURVE, lr));
         assert_eq!(coarse_best(&q), 0.1, "the coarse grid is fooled");
         assert_eq!(q.best().unwrap().0, 0.0003);
         assert!(!q.at_edge());
@@ -501,17 +505,7 @@ mod tests {
             (0.03, 0.6640),
             (0.3, 0.6500),
         ];
-        let eval = |lr: f32| {
-            let x = f64::from(lr).ln();
-            let k = CURVE
-                .windows(2)
-                .position(|w| x <= w[1].0.ln())
-                .unwrap_or(CURVE.len() - 2);
-            let ((a, va), (b, vb)) = (CURVE[k], CURVE[k + 1]);
-            let t = ((x - a.ln()) / (b.ln() - a.ln())).clamp(0.0, 1.0);
-            va + t * (vb - va)
-        };
-        let q = drive_with("basis", eval);
+        let q = drive_with("basis", |lr| log_interpolated(&CURVE, lr));
         assert_eq!(coarse_best(&q), 0.01, "the coarse grid is fooled");
         assert_eq!(q.best().unwrap().0, 0.0003, "{:?}", q.tried);
         assert!(!q.at_edge());

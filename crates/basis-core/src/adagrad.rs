@@ -5,6 +5,7 @@ use alloc::vec::Vec;
 use num_traits::Float;
 
 use crate::batch::{Merged, apply_row, merge};
+use crate::checks;
 use crate::config::{NonFinitePolicy, RowIndex, ScalarStorage};
 use crate::error::{ConfigError, GrowError, RowStateError, StateError, StateField, StepError};
 use crate::optimizer::SparseOptimizer;
@@ -78,22 +79,11 @@ impl AdagradConfig {
     /// # Errors
     /// The first [`ConfigError`] found.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.dim == 0 {
-            return Err(ConfigError::ZeroDim);
-        }
-        if !(self.lr.is_finite() && self.lr > 0.0) {
-            return Err(ConfigError::LearningRate);
-        }
-        if !(self.eps.is_finite() && self.eps > 0.0) {
-            return Err(ConfigError::Epsilon);
-        }
-        if !(self.weight_decay.is_finite() && self.weight_decay >= 0.0) {
-            return Err(ConfigError::WeightDecay);
-        }
-        if self.grad_clip.is_some_and(|c| !(c.is_finite() && c > 0.0)) {
-            return Err(ConfigError::GradClip);
-        }
-        Ok(())
+        checks::dim(self.dim)?;
+        checks::positive(self.lr, ConfigError::LearningRate)?;
+        checks::positive(self.eps, ConfigError::Epsilon)?;
+        checks::non_negative(self.weight_decay, ConfigError::WeightDecay)?;
+        checks::grad_clip(self.grad_clip)
     }
 }
 

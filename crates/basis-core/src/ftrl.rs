@@ -38,6 +38,7 @@ use alloc::vec::Vec;
 
 use num_traits::Float;
 
+use crate::checks;
 use crate::config::{NonFinitePolicy, RowIndex};
 use crate::error::{ConfigError, StateError, StateField, StepError};
 use crate::optimizer::SparseOptimizer;
@@ -120,20 +121,12 @@ impl FtrlConfig {
     /// The first [`ConfigError`] found: [`ConfigError::LearningRate`] for
     /// α, [`ConfigError::Ftrl`] for β, λ1 or λ2.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.dim == 0 {
-            return Err(ConfigError::ZeroDim);
-        }
-        if !(self.alpha.is_finite() && self.alpha > 0.0) {
-            return Err(ConfigError::LearningRate);
-        }
-        let nonneg = |x: f32| x.is_finite() && x >= 0.0;
-        if !(self.beta.is_finite() && self.beta > 0.0 && nonneg(self.l1) && nonneg(self.l2)) {
-            return Err(ConfigError::Ftrl);
-        }
-        if self.grad_clip.is_some_and(|c| !(c.is_finite() && c > 0.0)) {
-            return Err(ConfigError::GradClip);
-        }
-        Ok(())
+        checks::dim(self.dim)?;
+        checks::positive(self.alpha, ConfigError::LearningRate)?;
+        checks::positive(self.beta, ConfigError::Ftrl)?;
+        checks::non_negative(self.l1, ConfigError::Ftrl)?;
+        checks::non_negative(self.l2, ConfigError::Ftrl)?;
+        checks::grad_clip(self.grad_clip)
     }
 }
 

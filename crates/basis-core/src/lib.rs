@@ -57,6 +57,7 @@ mod adam8bit;
 mod basis;
 mod batch;
 mod builder;
+mod checks;
 pub mod config;
 mod error;
 pub mod exec;

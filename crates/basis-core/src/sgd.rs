@@ -3,6 +3,7 @@
 use alloc::vec::Vec;
 
 use crate::batch::{Merged, apply_row, merge};
+use crate::checks;
 use crate::config::NonFinitePolicy;
 use crate::error::{ConfigError, GrowError, RowStateError, StateError, StateField, StepError};
 use crate::optimizer::SparseOptimizer;
@@ -36,12 +37,8 @@ impl Sgd {
     /// # Errors
     /// [`ConfigError::ZeroDim`] or [`ConfigError::LearningRate`].
     pub fn new(dim: usize, lr: f32) -> Result<Self, ConfigError> {
-        if dim == 0 {
-            return Err(ConfigError::ZeroDim);
-        }
-        if !(lr.is_finite() && lr > 0.0) {
-            return Err(ConfigError::LearningRate);
-        }
+        checks::dim(dim)?;
+        checks::positive(lr, ConfigError::LearningRate)?;
         Ok(Self {
             dim,
             lr,
