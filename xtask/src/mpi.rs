@@ -116,7 +116,18 @@ fn check() -> Result<(), String> {
     mismatch(&exe, 3)?;
     overlap()?;
     shard_crate()?;
-    shard::check()
+    basis_checks()
+}
+
+/// The `basis` binary under mpirun: sharded runs equal to `LocalComm`
+/// (`mpi/shard.rs`), then the fault runs (`mpi/faults.rs`).
+fn basis_checks() -> Result<(), String> {
+    let exe = shard::build()?;
+    let dir = std::env::temp_dir().join(format!("basis-shard-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let result = shard::check(&exe, &dir).and_then(|()| faults::check(&exe, &dir));
+    let _ = std::fs::remove_dir_all(&dir);
+    result
 }
 
 /// `comm-mpi`'s `mpi_overlap` example on 2, 3 and 4 ranks: non-blocking

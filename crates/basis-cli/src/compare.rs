@@ -468,7 +468,15 @@ fn write_outputs(
         return Ok(());
     }
     if let Some(path) = &out.plot {
-        crate::plot::draw(path, entries).map_err(|e| format!("--plot {}: {e}", path.display()))?;
+        // The first seed's curve of every optimizer.
+        let curves: Vec<crate::plot::Curve<'_>> = entries
+            .iter()
+            .map(|e| {
+                let points = e.runs.first().map_or(&[][..], |r| &r.curve[..]);
+                (e.optimizer.as_str(), points)
+            })
+            .collect();
+        crate::plot::draw(path, &curves).map_err(|e| format!("--plot {}: {e}", path.display()))?;
     }
     let Some(path) = &out.json else {
         return Ok(());

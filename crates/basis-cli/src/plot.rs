@@ -4,30 +4,28 @@
 //! Titles, tick values and the legend are drawn with the 5×7 pixel font of
 //! `pixel_font.rs`, so the binary needs no font library or font file.
 
-use crate::compare::Entry;
 use crate::pixel_font::{COLORS, text, text_width};
+use crate::run::EpochPoint;
 use plotters::prelude::*;
 use std::path::Path;
 
-/// One panel: a metric against epochs for every optimizer (first seed).
+/// One optimizer's line: its name and its per-epoch points.
+pub(crate) type Curve<'a> = (&'a str, &'a [EpochPoint]);
+
+/// One panel: a metric against epochs for every optimizer.
 fn panel<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
     title: &str,
-    entries: &[Entry],
-    metric: fn(&crate::run::EpochPoint) -> f64,
+    curves: &[Curve<'_>],
+    metric: fn(&EpochPoint) -> f64,
 ) -> Result<(), String> {
-    let series: Vec<Vec<(f64, f64)>> = entries
+    let series: Vec<Vec<(f64, f64)>> = curves
         .iter()
-        .map(|e| {
-            e.runs
-                .first()
-                .map(|r| {
-                    r.curve
-                        .iter()
-                        .map(|p| (f64::from(p.epoch), metric(p)))
-                        .collect()
-                })
-                .unwrap_or_default()
+        .map(|(_, points)| {
+            points
+                .iter()
+                .map(|p| (f64::from(p.epoch), metric(p)))
+                .collect()
         })
         .collect();
     let pts = series.iter().flatten().filter(|p| p.1.is_finite());
@@ -129,18 +127,18 @@ fn panel<DB: DrawingBackend>(
     Ok(())
 }
 
-/// Draw the curves of `entries` into the PNG at `path`.
+/// Draw `curves` (one per optimizer) into the PNG at `path`.
 ///
 /// Fails with a message when the image cannot be drawn or written.
-pub(crate) fn draw(path: &Path, entries: &[Entry]) -> Result<(), String> {
-    let legend_h = 24 * entries.len().div_ceil(3) as u32 + 16;
+pub(crate) fn draw(path: &Path, curves: &[Curve<'_>]) -> Result<(), String> {
+    let legend_h = 24 * curves.len().div_ceil(3) as u32 + 16;
     let root = BitMapBackend::new(path, (1200, 480 + legend_h)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let (plots, legend) = root.split_vertically(480);
     let (left, right) = plots.split_horizontally(600);
-    panel(&left, "TEST AUC", entries, |p| p.test_auc)?;
-    panel(&right, "TEST LOG-LOSS", entries, |p| p.test_loss)?;
-    for (i, e) in entries.iter().enumerate() {
+    panel(&left, "TEST AUC", curves, |p| p.test_auc)?;
+    panel(&right, "TEST LOG-LOSS", curves, |p| p.test_loss)?;
+    for (i, (name, _)) in curves.iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         let (x, y) = (80 + (i % 3) as i32 * 370, 8 + (i / 3) as i32 * 24);
         legend
@@ -149,8 +147,8 @@ pub(crate) fn draw(path: &Path, entries: &[Entry]) -> Result<(), String> {
                 color.filled(),
             ))
             .map_err(|e| e.to_string())?;
-        let scale = if e.optimizer.len() > 26 { 1 } else { 2 };
-        text(&legend, x + 32, y, &e.optimizer, scale, &RGBColor(0, 0, 0))?;
+        let scale = if name.len() > 26 { 1 } else { 2 };
+        text(&legend, x + 32, y, name, scale, &RGBColor(0, 0, 0))?;
     }
     root.present().map_err(|e| e.to_string())
 }

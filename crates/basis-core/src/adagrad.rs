@@ -237,7 +237,7 @@ impl SparseOptimizer for RowwiseAdagrad {
     }
 
     fn export_rows(&self, slots: &[u64]) -> Result<Vec<u8>, RowStateError> {
-        row_move::check_slots(&self.sums.index, slots)?;
+        self.sums.index.check_slots(slots)?;
         let mut w = Writer::default();
         let fp = [(StateField::Dim, self.config.dim as u64)];
         row_move::write_header(&mut w, &fp, self.steps, slots.len());
@@ -246,12 +246,12 @@ impl SparseOptimizer for RowwiseAdagrad {
     }
 
     fn import_rows(&mut self, slots: &[u64], bytes: &[u8]) -> Result<(), RowStateError> {
-        row_move::check_slots(&self.sums.index, slots)?;
+        self.sums.index.check_slots(slots)?;
         let fp = [(StateField::Dim, self.config.dim as u64)];
         let tag = row_move::rows_tag(kind::ADAGRAD);
         let (r, steps) = row_move::open(bytes, tag, &fp, self.steps, slots.len())?;
-        let rows = row_move::read_scalar_rows(&self.sums, r, slots)?;
-        row_move::put_scalar_rows(&mut self.sums, rows)?;
+        let rows = self.sums.read_rows(r, slots)?;
+        self.sums.put_rows(rows)?;
         self.steps = steps;
         Ok(())
     }

@@ -342,7 +342,7 @@ impl SparseOptimizer for ExactAdam {
     }
 
     fn export_rows(&self, slots: &[u64]) -> Result<Vec<u8>, RowStateError> {
-        row_move::check_slots(&self.index, slots)?;
+        self.index.check_slots(slots)?;
         let d = self.config.dim;
         let mut w = Writer::default();
         let fp = self.row_fingerprint();
@@ -361,7 +361,7 @@ impl SparseOptimizer for ExactAdam {
     }
 
     fn import_rows(&mut self, slots: &[u64], bytes: &[u8]) -> Result<(), RowStateError> {
-        row_move::check_slots(&self.index, slots)?;
+        self.index.check_slots(slots)?;
         let d = self.config.dim;
         let fp = self.row_fingerprint();
         let tag = row_move::rows_tag(kind::ADAM);
@@ -413,7 +413,7 @@ impl SparseOptimizer for ExactAdam {
     }
 
     fn swap_remove_row(&mut self, slot: u64) -> Result<Option<u64>, RowStateError> {
-        let last = row_move::check_remove(&self.index, slot)?;
+        let last = self.index.check_remove(slot)?;
         let d = self.config.dim;
         row_move::swap_remove_slot(&mut self.m, d, slot as usize, last as usize);
         row_move::swap_remove_slot(&mut self.v, d, slot as usize, last as usize);

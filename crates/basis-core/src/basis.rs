@@ -810,7 +810,7 @@ impl<H: Bucketer> SparseOptimizer for Basis<H> {
     /// remembered bucket would not move with it.
     fn export_rows(&self, slots: &[u64]) -> Result<Vec<u8>, RowStateError> {
         self.check_movable()?;
-        row_move::check_slots(&self.row_slots(), slots)?;
+        self.row_slots().check_slots(slots)?;
         let mut w = Writer::default();
         row_move::write_header(&mut w, &self.row_fingerprint(), self.steps, slots.len());
         slots
@@ -821,12 +821,12 @@ impl<H: Bucketer> SparseOptimizer for Basis<H> {
 
     fn import_rows(&mut self, slots: &[u64], bytes: &[u8]) -> Result<(), RowStateError> {
         self.check_movable()?;
-        row_move::check_slots(&self.row_slots(), slots)?;
+        self.row_slots().check_slots(slots)?;
         let fp = self.row_fingerprint();
         let tag = row_move::rows_tag(kind::BASIS);
         let (r, steps) = row_move::open(bytes, tag, &fp, self.steps, slots.len())?;
-        let rows = row_move::read_scalar_rows(&self.scalars, r, slots)?;
-        row_move::put_scalar_rows(&mut self.scalars, rows)?;
+        let rows = self.scalars.read_rows(r, slots)?;
+        self.scalars.put_rows(rows)?;
         self.steps = steps;
         Ok(())
     }
@@ -837,7 +837,7 @@ impl<H: Bucketer> SparseOptimizer for Basis<H> {
     fn swap_remove_row(&mut self, slot: u64) -> Result<Option<u64>, RowStateError> {
         match &mut self.frozen_rows {
             Some(rows) => {
-                let last = row_move::check_remove(&Slots::Dense { rows: *rows }, slot)?;
+                let last = (Slots::Dense { rows: *rows }).check_remove(slot)?;
                 *rows = last;
                 Ok(row_move::moved(slot, last))
             }

@@ -1,6 +1,7 @@
 //! Blobs of single rows' (and buckets') state, for rows that move between
 //! optimizers ([`SparseOptimizer::export_rows`] and its siblings): the
-//! checks every optimizer shares, the framing, and the step-count rule.
+//! framing every optimizer shares and the step-count rule (the slot checks
+//! are `store::Slots`' methods, the scalar rows `store::ScalarStore`'s).
 //!
 //! Payload (inside the usual [`crate::state`] envelope, kind tag = the
 //! optimizer's | [`kind::ROWS`] or [`kind::BUCKETS`]): the optimizer's
@@ -12,20 +13,8 @@
 
 use alloc::vec::Vec;
 
-use crate::error::{RowStateError, RowStateUnsupported, StateError, StateField};
+use crate::error::{RowStateError, StateError, StateField};
 use crate::state::{Reader, Writer, kind};
-use crate::store::Slots;
-
-/// Fails unless every slot is distinct and, for a dense index, in range.
-pub(crate) fn check_slots(index: &Slots, slots: &[u64]) -> Result<(), RowStateError> {
-    if index.is_dense() {
-        let rows = index.dense_rows() as u64;
-        if let Some(&slot) = slots.iter().find(|&&s| s >= rows) {
-            return Err(RowStateError::SlotOutOfRange { slot, rows });
-        }
-    }
-    check_distinct(slots)
-}
 
 /// Fails on the smallest value named twice.
 pub(crate) fn check_distinct(slots: &[u64]) -> Result<(), RowStateError> {
@@ -106,49 +95,6 @@ pub(crate) fn present(r: &mut Reader<'_>) -> Result<bool, StateError> {
         1 => Ok(true),
         _ => Err(StateError::Malformed),
     }
-}
-
-/// Reads the rows of a scalar-store row blob (AdaGrad, BASIS) for `slots`,
-/// then checks the blob is used up; nothing changes here.
-pub(crate) fn read_scalar_rows(
-    store: &crate::store::ScalarStore,
-    r: Reader<'_>,
-    slots: &[u64],
-) -> Result<Vec<(u64, Option<crate::store::RawScalar>)>, RowStateError> {
-    let mut r = r;
-    let rows = slots
-        .iter()
-        .map(|&id| Ok((id, store.read_row(&mut r)?)))
-        .collect::<Result<Vec<_>, StateError>>()?;
-    r.end()?;
-    Ok(rows)
-}
-
-/// Puts rows read by [`read_scalar_rows`] into `store` (reserving first:
-/// on error nothing changed).
-pub(crate) fn put_scalar_rows(
-    store: &mut crate::store::ScalarStore,
-    rows: Vec<(u64, Option<crate::store::RawScalar>)>,
-) -> Result<(), RowStateError> {
-    let extra = store.new_slots(&rows);
-    store
-        .try_reserve(extra)
-        .map_err(|()| RowStateError::OutOfMemory)?;
-    rows.into_iter()
-        .for_each(|(id, row)| store.put_row(id, row));
-    Ok(())
-}
-
-/// Checks a dense swap-remove of `slot` and returns the last slot.
-pub(crate) fn check_remove(index: &Slots, slot: u64) -> Result<u64, RowStateError> {
-    if !index.is_dense() {
-        return Err(RowStateError::Unsupported(RowStateUnsupported::SparseIndex));
-    }
-    let rows = index.dense_rows() as u64;
-    if slot >= rows {
-        return Err(RowStateError::SlotOutOfRange { slot, rows });
-    }
-    Ok(rows - 1)
 }
 
 /// Moves the `width` values of slot `last` into slot `slot` and drops the

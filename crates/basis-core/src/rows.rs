@@ -454,7 +454,7 @@ impl<L: Lanes> RowDriver<L> {
         slots: &[u64],
         fingerprint: &[(StateField, u64)],
     ) -> Result<Vec<u8>, RowStateError> {
-        row_move::check_slots(&self.rows.index, slots)?;
+        self.rows.index.check_slots(slots)?;
         let mut w = Writer::default();
         row_move::write_header(&mut w, fingerprint, self.steps, slots.len());
         for &id in slots {
@@ -476,7 +476,7 @@ impl<L: Lanes> RowDriver<L> {
         bytes: &[u8],
         fingerprint: &[(StateField, u64)],
     ) -> Result<(), RowStateError> {
-        row_move::check_slots(&self.rows.index, slots)?;
+        self.rows.index.check_slots(slots)?;
         let tag = row_move::rows_tag(self.plumbing.kind);
         let (mut r, steps) = row_move::open(bytes, tag, fingerprint, self.steps, slots.len())?;
         if steps > self.plumbing.max_steps {
@@ -523,7 +523,7 @@ impl<L: Lanes> RowDriver<L> {
 
     /// [`SparseOptimizer::swap_remove_row`](crate::SparseOptimizer::swap_remove_row).
     pub(crate) fn swap_remove_row(&mut self, slot: u64) -> Result<Option<u64>, RowStateError> {
-        let last = row_move::check_remove(&self.rows.index, slot)?;
+        let last = self.rows.index.check_remove(slot)?;
         self.lanes.swap_remove(slot as usize, last as usize);
         self.rows.index.set_dense_rows(last);
         self.rows.slots = last as usize;

@@ -9,8 +9,11 @@ use half::bf16;
 use hashbrown::HashMap;
 
 use crate::config::{RowIndex, ScalarStorage};
-use crate::error::{ConfigError, GrowError, StepError, try_grow};
+use crate::error::{
+    ConfigError, GrowError, RowStateError, RowStateUnsupported, StepError, try_grow,
+};
 use crate::quant::{LogCode, bf16_stochastic};
+use crate::row_move;
 
 /// A fast, deterministic [`Hasher`] for `u64` row ids: the SplitMix64
 /// finalizer of the id. Ids need no DoS-resistant hash (they are the
@@ -98,6 +101,30 @@ pub(crate) enum Slots {
 }
 
 impl Slots {
+    /// Fails unless every slot of a row blob is distinct and, for a dense
+    /// index, in range ([`crate::row_move`]).
+    pub(crate) fn check_slots(&self, slots: &[u64]) -> Result<(), RowStateError> {
+        if self.is_dense() {
+            let rows = self.dense_rows() as u64;
+            if let Some(&slot) = slots.iter().find(|&&s| s >= rows) {
+                return Err(RowStateError::SlotOutOfRange { slot, rows });
+            }
+        }
+        row_move::check_distinct(slots)
+    }
+
+    /// Checks a dense swap-remove of `slot` and returns the last slot.
+    pub(crate) fn check_remove(&self, slot: u64) -> Result<u64, RowStateError> {
+        if !self.is_dense() {
+            return Err(RowStateError::Unsupported(RowStateUnsupported::SparseIndex));
+        }
+        let rows = self.dense_rows() as u64;
+        if slot >= rows {
+            return Err(RowStateError::SlotOutOfRange { slot, rows });
+        }
+        Ok(rows - 1)
+    }
+
     pub(crate) fn new(index: RowIndex) -> Self {
         match index {
             RowIndex::Dense { rows } => Self::Dense { rows },
@@ -461,6 +488,34 @@ impl ScalarStore {
 pub(crate) type RawScalar = (u32, u16);
 
 impl ScalarStore {
+    /// Reads the rows of a row blob for `slots` (AdaGrad, BASIS), then
+    /// checks the blob is used up; nothing changes here.
+    pub(crate) fn read_rows(
+        &self,
+        mut r: crate::state::Reader<'_>,
+        slots: &[u64],
+    ) -> Result<Vec<(u64, Option<RawScalar>)>, RowStateError> {
+        let rows = slots
+            .iter()
+            .map(|&id| Ok((id, self.read_row(&mut r)?)))
+            .collect::<Result<Vec<_>, crate::error::StateError>>()?;
+        r.end()?;
+        Ok(rows)
+    }
+
+    /// Puts rows read by [`Self::read_rows`] into the store (reserving
+    /// first: on error nothing changed).
+    pub(crate) fn put_rows(
+        &mut self,
+        rows: Vec<(u64, Option<RawScalar>)>,
+    ) -> Result<(), RowStateError> {
+        let extra = self.new_slots(&rows);
+        self.try_reserve(extra)
+            .map_err(|()| RowStateError::OutOfMemory)?;
+        rows.into_iter().for_each(|(id, row)| self.put_row(id, row));
+        Ok(())
+    }
+
     /// Appends `id`'s state to a row blob ([`crate::row_move`]): presence,
     /// then its value (and count) in the layout of [`Self::write`].
     pub(crate) fn write_row(&self, w: &mut crate::state::Writer, id: u64) {
@@ -479,7 +534,7 @@ impl ScalarStore {
         r: &mut crate::state::Reader<'_>,
     ) -> Result<Option<RawScalar>, crate::error::StateError> {
         use crate::error::StateError;
-        if !crate::row_move::present(r)? {
+        if !row_move::present(r)? {
             return Ok(None);
         }
         let raw = match &self.codes {
@@ -561,8 +616,8 @@ impl ScalarStore {
         &mut self,
         slot: u64,
     ) -> Result<Option<u64>, crate::error::RowStateError> {
-        use crate::row_move::{check_remove, moved, swap_remove_slot};
-        let last = check_remove(&self.index, slot)?;
+        use crate::row_move::{moved, swap_remove_slot};
+        let last = self.index.check_remove(slot)?;
         let (s, l) = (slot as usize, last as usize);
         match &mut self.codes {
             Codes::F32(v) => swap_remove_slot(v, 1, s, l),

@@ -7,7 +7,7 @@
 use super::{CHECK_RANKS, Transport, mpirun, outer, target_dir};
 use crate::util::{self, cargo};
 use core::time::Duration;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
@@ -39,8 +39,8 @@ pub(super) const ARGS: [&str; 10] = [
     "basis",
 ];
 
-/// Build `basis` with the `mpi` feature and compare MPI with `LocalComm`.
-pub(super) fn check() -> Result<(), String> {
+/// Build `basis` with the `mpi` feature (the `test` profile) and return its path.
+pub(super) fn build() -> Result<PathBuf, String> {
     util::run(cargo().args([
         "build",
         "-p",
@@ -50,19 +50,17 @@ pub(super) fn check() -> Result<(), String> {
         "--profile",
         "test",
     ]))?;
-    let exe = target_dir().join("debug/basis");
-    let dir = std::env::temp_dir().join(format!("basis-shard-check-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let result = MODELS
-        .iter()
-        .try_for_each(|model| {
-            CHECK_RANKS
-                .iter()
-                .try_for_each(|&np| compare(&exe, &dir, np, model))
-        })
-        .and_then(|()| super::faults::check(&exe, &dir));
-    let _ = std::fs::remove_dir_all(&dir);
-    result
+    Ok(target_dir().join("debug/basis"))
+}
+
+/// Compare MPI with `LocalComm` for every model on every rank count, with
+/// the run files in `dir`.
+pub(super) fn check(exe: &Path, dir: &Path) -> Result<(), String> {
+    MODELS.iter().try_for_each(|model| {
+        CHECK_RANKS
+            .iter()
+            .try_for_each(|&np| compare(exe, dir, np, model))
+    })
 }
 
 fn compare(exe: &Path, dir: &Path, np: usize, model: &[&str]) -> Result<(), String> {
