@@ -818,6 +818,16 @@ fn bf16_rank_files_are_half_the_row_bytes_and_resume_and_reshard() {
             (saved - half).abs() < 64,
             "saved {saved} bytes, half the rows {half}"
         );
+        // No row values outside the snapshot, at any width.
+        let own: usize = n
+            .names()
+            .filter(|s| !s.starts_with("shard."))
+            .map(|s| n.get(s).unwrap().len())
+            .sum();
+        assert!(
+            (own as u64) < rows * d as u64,
+            "{own} bytes of the CLI's own sections"
+        );
     }
     let base = dir.join("run.ckpt");
     let batches = ds.train.len().div_ceil(two.model.batch) as u64;
