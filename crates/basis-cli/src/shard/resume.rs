@@ -28,16 +28,12 @@ use crate::data::Dataset;
 use crate::optim;
 use crate::rng::Rng;
 use crate::run::{Progress, Run};
-use basis_shard::{ShardError, TableSnapshot};
+use basis_shard::ShardError;
+use basis_shard::rank_path;
 use comm_traits::Communicator;
 use core::cell::RefCell;
 use onebit_adam::OneBitAdam;
-use std::path::{Path, PathBuf};
-
-/// The file of `rank` for `--checkpoint base`.
-pub(super) fn rank_path(base: &Path, rank: usize) -> PathBuf {
-    basis_shard::rank_path(base, rank)
-}
+use std::path::Path;
 
 /// `(fingerprint, option=value lines)` of a rank's file: the options every
 /// rank agrees on (not `--epochs`: a run may be resumed to train longer, as
@@ -146,9 +142,9 @@ fn restore_resharded(
     let old_owner = optim::owner_rule(run.spec, ds.rows, p_old, m.seed)?;
     let d = me.table.dim();
     // Why a file failed (the table sees only a placeholder error), and rank
-    // 0's file without its rows.
+    // 0's file without its table, with its dense optimizer state.
     let failure: RefCell<Option<String>> = RefCell::new(None);
-    let mut first: Option<Checkpoint> = None;
+    let mut first: Option<(Checkpoint, Vec<u8>)> = None;
     // Rows skipped as non-finite are counted per rank: new rank 0 carries
     // the old ranks' sum, so the total over ranks stays.
     let mut nonfinite = 0u64;
@@ -166,7 +162,7 @@ fn restore_resharded(
                 path.display()
             ))
         })?;
-        if let Some(f) = first.as_ref().filter(|f| f.epoch != c.epoch) {
+        if let Some((f, _)) = first.as_ref().filter(|(f, _)| f.epoch != c.epoch) {
             return Err(fail(format!(
                 "resharding {p_old} ranks' checkpoints: the files are of different epochs (rank 0 has epoch {}, rank {r} has epoch {}): a run stopped while saving; start afresh",
                 f.epoch, c.epoch
@@ -174,11 +170,7 @@ fn restore_resharded(
         }
         nonfinite += c.nonfinite;
         if r == 0 {
-            c.shard = Some(ShardSections {
-                table: TableSnapshot::default(),
-                dense_opt: sh.dense_opt,
-            });
-            first = Some(c);
+            first = Some((c, sh.dense_opt));
         }
         Ok(sh.table)
     });
@@ -194,13 +186,12 @@ fn restore_resharded(
     if let Err(e) = moved {
         return Err(failure.into_inner().unwrap_or_else(|| at(&e)));
     }
-    let c = first.ok_or_else(|| at(&"no rank 0 file"))?;
-    let sh = c.shard.ok_or_else(|| at(&"no rank 0 file"))?;
+    let (c, rank0_dense_opt) = first.ok_or_else(|| at(&"no rank 0 file"))?;
     if c.dense.len() != me.model.dense.len() {
         return Err(at(&format_args!("dense parameters: {}", c.dense.len())));
     }
     dense_opt
-        .import_state(&sh.dense_opt)
+        .import_state(&rank0_dense_opt)
         .map_err(|e| at(&format_args!("dense optimizer state: {e}")))?;
     // Rank 0's dense optimizer state is every rank's (replicated) unless
     // 1-bit compression has run: then its error feedback is per rank.

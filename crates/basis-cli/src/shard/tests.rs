@@ -486,7 +486,7 @@ fn resume_is_bit_identical_and_bad_files_fail_every_rank() {
         let batches = ds.train.len().div_ceil(a.model.batch) as u64;
         let stopped = with_checkpoint(&ds, &a, &base, false, Some(batches + 3));
         all_fail_with(&stopped, &["leaving at step"]);
-        let files: Vec<_> = (0..3).map(|r| resume::rank_path(&base, r)).collect();
+        let files: Vec<_> = (0..3).map(|r| basis_shard::rank_path(&base, r)).collect();
         let saved: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
         let resumed: Vec<RunResult> = with_checkpoint(&ds, &a, &base, true, None)
             .into_iter()
@@ -540,7 +540,7 @@ fn resume_is_bit_identical_and_bad_files_fail_every_rank() {
         // Files of different epochs (a run stopped between two ranks'
         // saves): the uninterrupted run's epoch-2 file for rank 2.
         restore();
-        std::fs::copy(resume::rank_path(&dir.join("whole"), 2), &files[2]).unwrap();
+        std::fs::copy(basis_shard::rank_path(&dir.join("whole"), 2), &files[2]).unwrap();
         let out = with_checkpoint(&ds, &a, &base, true, None);
         all_fail_with(
             &out,
@@ -705,7 +705,7 @@ fn a_two_rank_checkpoint_resumes_on_three_ranks() {
         // every rank, naming it.
         let stopped = with_checkpoint(&ds, &two, &base, false, Some(batches + 3));
         all_fail_with(&stopped, &["leaving at step"]);
-        std::fs::remove_file(resume::rank_path(&base, 1)).unwrap();
+        std::fs::remove_file(basis_shard::rank_path(&base, 1)).unwrap();
         let out = with_checkpoint(&ds, &three, &base, true, None);
         all_fail_with(&out, &["resume failed on rank 0", "rank1"]);
         std::fs::remove_dir_all(&dir).unwrap();
@@ -800,7 +800,7 @@ fn bf16_rank_files_are_half_the_row_bytes_and_resume_and_reshard() {
             .ranks[r]
             .rows;
         assert_eq!(rows, wide_rows);
-        let file = |b: &std::path::Path| basis_std::checkpoint::load(&resume::rank_path(b, r));
+        let file = |b: &std::path::Path| basis_std::checkpoint::load(&basis_shard::rank_path(b, r));
         let (w, n) = (file(&wide).unwrap(), file(&narrow).unwrap());
         assert_eq!(
             w.get("shard.rows").unwrap().len() as u64,
@@ -834,7 +834,7 @@ fn bf16_rank_files_are_half_the_row_bytes_and_resume_and_reshard() {
     let stopped = with_checkpoint(&ds, &two, &base, false, Some(batches + 3));
     all_fail_with(&stopped, &["leaving at step"]);
     let saved: Vec<Vec<u8>> = (0..2)
-        .map(|r| std::fs::read(resume::rank_path(&base, r)).unwrap())
+        .map(|r| std::fs::read(basis_shard::rank_path(&base, r)).unwrap())
         .collect();
     let resumed = with_checkpoint(&ds, &two, &base, true, None);
     for (w, r) in whole.iter().zip(&resumed) {
@@ -844,7 +844,7 @@ fn bf16_rank_files_are_half_the_row_bytes_and_resume_and_reshard() {
         );
     }
     for (r, b) in saved.iter().enumerate() {
-        std::fs::write(resume::rank_path(&base, r), b).unwrap();
+        std::fs::write(basis_shard::rank_path(&base, r), b).unwrap();
     }
     let whole_three = with_checkpoint(&ds, &three, &dir.join("three"), false, None);
     let whole_three = whole_three[0].as_ref().unwrap();
