@@ -14,9 +14,14 @@
 //! the metric history and the run's options as `option=value` lines (so a
 //! refused resume names the option that differs; files without that last
 //! section still load). A rank of a row-sharded run (`--shard rows`) writes
-//! one such file of its own, with two more sections ([`ShardSections`]):
-//! its slot → id list and its dense optimizer's exported state.
+//! one such file of its own ([`ShardSections`]): its table's
+//! `basis_shard::TableSnapshot` sections (`shard.*`: rows at their width,
+//! ids, optimizer state, admission and eviction state) and its dense
+//! optimizer's exported state; its `table` and `optimizer` are empty. Rank
+//! files of older versions (f32 rows in `table`, a `shard_ids` section) are
+//! refused ([`CheckpointError::OldShardFormat`]).
 
+use basis_shard::{ShardError, TableSnapshot};
 use basis_std::checkpoint as file;
 use core::fmt;
 use std::path::{Path, PathBuf};
@@ -54,13 +59,12 @@ pub(crate) struct Checkpoint {
     pub(crate) shard: Option<ShardSections>,
 }
 
-/// The sections a rank of a row-sharded run adds: with them, `table`
-/// holds the shard's rows in slot order and `optimizer` the sparse state
-/// by slot.
+/// The sections a rank of a row-sharded run adds (the run's `table` and
+/// `optimizer` are then empty).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct ShardSections {
-    /// The id of every slot, in slot order.
-    pub(crate) ids: Vec<u64>,
+    /// The rank's table: rows (at their width in the file), ids, optimizer.
+    pub(crate) table: TableSnapshot,
     /// The dense optimizer's exported state (`onebit_adam::OneBitAdam::
     /// export_state`: moments, error-feedback buffers, step and stage).
     pub(crate) dense_opt: Vec<u8>,
@@ -79,6 +83,16 @@ pub(crate) enum CheckpointError {
         /// The section.
         name: &'static str,
     },
+    /// The table sections of a sharded rank's file are malformed.
+    Table {
+        /// The file.
+        path: PathBuf,
+        /// What `basis_shard::TableSnapshot::from_checkpoint` found.
+        source: ShardError,
+    },
+    /// A sharded rank's file of a version before the table snapshot
+    /// (f32 rows in `table`): start afresh, or finish with that version.
+    OldShardFormat(PathBuf),
     /// A checkpoint of a different run configuration.
     Mismatch {
         /// The file.
@@ -105,6 +119,14 @@ impl fmt::Display for CheckpointError {
                 "checkpoint {} is corrupted: section `{name}` is missing or malformed",
                 path.display()
             ),
+            Self::Table { path, source } => {
+                write!(f, "checkpoint {} is corrupted: {source}", path.display())
+            }
+            Self::OldShardFormat(path) => write!(
+                f,
+                "checkpoint {} is a sharded rank's file of an older basis (f32 rows, no shard.meta): resume it with that version or start afresh",
+                path.display()
+            ),
             Self::Mismatch {
                 path,
                 differs: Some((option, theirs, ours)),
@@ -129,6 +151,7 @@ impl core::error::Error for CheckpointError {
     fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
         match self {
             Self::File(e) => Some(e),
+            Self::Table { source, .. } => Some(source),
             _ => None,
         }
     }
@@ -150,9 +173,10 @@ const OPTIMIZER: &str = "optimizer";
 const HISTORY: &str = "history";
 /// Written after the history; optional when reading (older files lack it).
 const OPTIONS: &str = "options";
-/// A sharded rank's sections (both or neither).
-const SHARD_IDS: &str = "shard_ids";
+/// A sharded rank's dense optimizer (beside the table's `shard.*`).
 const DENSE_OPT: &str = "dense_opt";
+/// The slot → id list of older sharded rank files (refused).
+const OLD_SHARD_IDS: &str = "shard_ids";
 
 /// Size of the `run` section: fingerprint, epoch, RNG state, non-finite
 /// count, dense step count.
@@ -192,18 +216,14 @@ fn to_file(c: &Checkpoint) -> file::Checkpoint {
         (HISTORY, c.history.clone().into_bytes()),
         (OPTIONS, c.options.clone().into_bytes()),
     ];
-    let shard = c.shard.as_ref().map(|sh| {
-        [
-            (
-                SHARD_IDS,
-                sh.ids.iter().flat_map(|i| i.to_le_bytes()).collect(),
-            ),
-            (DENSE_OPT, sh.dense_opt.clone()),
-        ]
-    });
-    for (name, data) in sections.into_iter().chain(shard.into_iter().flatten()) {
+    let shard = c.shard.as_ref().map(|sh| (DENSE_OPT, sh.dense_opt.clone()));
+    for (name, data) in sections.into_iter().chain(shard) {
         // Names are short constants: `insert` only fails on names over 64 KiB.
         let _ = out.insert(name, data);
+    }
+    if let Some(sh) = &c.shard {
+        // Our names are not `shard.*`, so the table's cannot clash.
+        let _ = sh.table.insert_into(&mut out);
     }
     out
 }
@@ -255,16 +275,20 @@ fn from_file(f: &file::Checkpoint, path: &Path) -> Result<Checkpoint, Checkpoint
             Some(b) => String::from_utf8(b.to_vec()).map_err(|_| malformed(OPTIONS))?,
             None => String::new(),
         },
-        shard: match f.get(SHARD_IDS) {
-            None => None,
-            Some(b) if b.len() % 8 == 0 => Some(ShardSections {
-                ids: b
-                    .chunks_exact(8)
-                    .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-                    .collect(),
+        shard: if f.get(OLD_SHARD_IDS).is_some() {
+            return Err(CheckpointError::OldShardFormat(path.to_path_buf()));
+        } else if f.names().any(|n| n.starts_with("shard.")) {
+            Some(ShardSections {
+                table: TableSnapshot::from_checkpoint(f).map_err(|source| {
+                    CheckpointError::Table {
+                        path: path.to_path_buf(),
+                        source,
+                    }
+                })?,
                 dense_opt: section(DENSE_OPT)?.to_vec(),
-            }),
-            Some(_) => return Err(malformed(SHARD_IDS)),
+            })
+        } else {
+            None
         },
     })
 }
@@ -398,7 +422,16 @@ mod tests {
     fn shard_sections_round_trip_and_are_checked() {
         let mut c = sample();
         c.shard = Some(ShardSections {
-            ids: vec![9, u64::MAX, 0],
+            table: TableSnapshot {
+                ranks: 1,
+                dim: 2,
+                ids: vec![9, u64::MAX, 0],
+                rows: vec![1.0, -2.5, 0.0, 3.0, 0.5, -1.0],
+                precision: basis_shard::RowPrecision::Bf16,
+                optimizer: vec![7, 8],
+                opt_rows: 3,
+                ..TableSnapshot::default()
+            },
             dense_opt: vec![4, 5],
         });
         let bytes = encode(&c);
@@ -409,7 +442,9 @@ mod tests {
             bad[i] ^= 0x01;
             assert!(decode(&bad, p).is_err(), "flip at {i} undetected");
         }
-        // Ids without the dense optimizer state: refused, naming it.
+        // The rows are in the file at bf16's 2 bytes, not as f32.
+        assert_eq!(to_file(&c).get("shard.rows").map(<[u8]>::len), Some(12));
+        // A table without the dense optimizer state: refused, naming it.
         let mut f = to_file(&c);
         f.remove(DENSE_OPT);
         assert!(matches!(
@@ -419,6 +454,17 @@ mod tests {
                 ..
             })
         ));
+        // Malformed table sections: refused with the table's reason.
+        let mut f = to_file(&c);
+        let _ = f.insert("shard.ids", vec![1u8; 16]);
+        let e = from_file(&f, p).unwrap_err();
+        assert!(matches!(e, CheckpointError::Table { .. }), "{e}");
+        assert!(e.to_string().contains("shard.ids"), "{e}");
+        // A rank file of the f32-table format before the snapshot.
+        let mut f = to_file(&sample());
+        let _ = f.insert(OLD_SHARD_IDS, vec![0u8; 8]);
+        let e = from_file(&f, p).unwrap_err();
+        assert!(matches!(e, CheckpointError::OldShardFormat(_)), "{e}");
     }
 
     #[test]

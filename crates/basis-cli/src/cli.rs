@@ -251,8 +251,8 @@ fn probability(text: &str) -> Result<f64, String> {
 }
 
 impl ModelArgs {
-    /// Whether the sharded table admits or evicts rows (its checkpoints do
-    /// not carry the admission counters and last-seen steps yet).
+    /// Whether the sharded table admits or evicts rows (the run then
+    /// reports the rows held, evicted and dropped).
     pub(crate) fn admits_or_evicts(&self) -> bool {
         self.admit_min_count.is_some()
             || self.admit_prob.is_some()

@@ -5,6 +5,7 @@
 extern crate alloc;
 
 mod admission;
+mod agree;
 mod boxed;
 mod checkpoint;
 mod error;
@@ -14,6 +15,7 @@ pub mod fuzzing;
 mod index;
 mod init;
 mod owner;
+mod report;
 mod reshard;
 pub mod route;
 mod rows;
@@ -21,12 +23,14 @@ mod snapshot;
 mod table;
 
 pub use admission::Admission;
+pub use agree::{AgreeError, MESSAGE_BYTES, agree_outcome, agree_values};
 pub use boxed::BoxedOptimizer;
 pub use checkpoint::rank_path;
 pub use error::ShardError;
 pub use eviction::Eviction;
 pub use init::RowInit;
 pub use owner::{OwnerRule, PartitionedBuckets};
+pub use report::{GroupReport, RankReport, SKEW_WARNING, process_memory};
 pub use rows::{ParsePrecisionError, RowPrecision};
 pub use snapshot::{SHARD_FORMAT, TableSnapshot, decode as decode_checkpoint};
 pub use table::{Batch, MemoryUse, ShardedTable, TableConfig, TableStats};

@@ -127,6 +127,32 @@ impl TableSnapshot {
         c
     }
 
+    /// Add the snapshot's sections (all named `shard.*`) to `c`, a
+    /// container that also holds the caller's own sections (a training
+    /// runtime's dense parameters, data order, history …), so one file per
+    /// rank carries the table at its row width and everything else.
+    /// [`from_checkpoint`](Self::from_checkpoint) reads the table back and
+    /// ignores the other sections.
+    ///
+    /// # Errors
+    /// [`ShardError::BadConfig`] when `c` already holds a section of the
+    /// same name (`c` is then unchanged).
+    pub fn insert_into(&self, c: &mut Checkpoint) -> Result<(), ShardError> {
+        let mut own = self.to_checkpoint();
+        let names: Vec<alloc::string::String> = own.names().map(Into::into).collect();
+        if names.iter().any(|n| c.get(n).is_some()) {
+            return Err(ShardError::BadConfig(
+                "the container already holds a section named like the table's (shard.*)",
+            ));
+        }
+        for name in names {
+            // Moved, not copied; the names are the table's short constants.
+            let data = own.remove(&name).unwrap_or_default();
+            let _ = c.insert(&name, data);
+        }
+        Ok(())
+    }
+
     /// A snapshot from a checkpoint container.
     ///
     /// # Errors

@@ -880,3 +880,34 @@ fn bf16_rows_report_half_the_row_bytes() {
     assert_eq!(narrow.state_bytes, wide.state_bytes);
     assert_eq!(narrow.index_bytes, wide.index_bytes);
 }
+
+/// A rank file with the caller's own sections beside the table's: both
+/// read back unchanged, and a caller section named like the table's is
+/// refused without touching the container.
+#[test]
+fn a_snapshot_shares_its_file_with_the_callers_sections() {
+    let owner = owner_for(Kind::Basis, 2);
+    let snaps = on_ranks(2, |mut c| {
+        let mut t = table_at(Kind::Basis, &owner, c.rank(), RowPrecision::Bf16, 9);
+        run_steps(&mut t, &mut c, 0..4).unwrap();
+        t.snapshot()
+    });
+    let snap = &snaps[1];
+    let mut file = basis_std::checkpoint::Checkpoint::new();
+    file.insert("dense", vec![1u8, 2, 3]).unwrap();
+    snap.insert_into(&mut file).unwrap();
+    let back = basis_std::checkpoint::Checkpoint::decode(&file.encode()).unwrap();
+    assert_eq!(back.get("dense"), Some(&[1u8, 2, 3][..]));
+    assert_eq!(
+        basis_shard::TableSnapshot::from_checkpoint(&back).unwrap(),
+        *snap
+    );
+    // The rows are at their width in the shared file too.
+    assert_eq!(back.get("shard.rows").unwrap().len(), snap.rows.len() * 2);
+    let mut clash = basis_std::checkpoint::Checkpoint::new();
+    clash.insert("shard.ids", vec![9u8]).unwrap();
+    let e = snap.insert_into(&mut clash).unwrap_err();
+    assert!(matches!(e, ShardError::BadConfig(_)), "{e}");
+    assert_eq!(clash.names().collect::<Vec<_>>(), ["shard.ids"]);
+    assert_eq!(clash.get("shard.ids"), Some(&[9u8][..]));
+}

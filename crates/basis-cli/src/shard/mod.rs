@@ -22,7 +22,6 @@
 //! same `P` give the same bits (`model_crc32`). See docs/DISTRIBUTED.md.
 
 mod fault;
-mod report;
 mod resume;
 mod source;
 
@@ -121,7 +120,7 @@ fn options(ds: &Dataset, run: &Run<'_>, lens: [usize; 3]) -> Vec<(&'static str, 
     opts.extend(admission.into_iter().filter_map(|(k, v)| Some((k, v?))));
     // Only when narrow: f32 runs keep their checkpoints' fingerprint.
     if m.row_precision != basis_shard::RowPrecision::F32 {
-        opts.push(("--row-precision", precision_code(m.row_precision)));
+        opts.push(("--row-precision", m.row_precision.code()));
     }
     opts
 }
@@ -133,15 +132,6 @@ fn options(ds: &Dataset, run: &Run<'_>, lens: [usize; 3]) -> Vec<(&'static str, 
 const ADMIT_WIDTH: usize = 1 << 20;
 /// Rows of the `--admit-min-count` sketch.
 const ADMIT_DEPTH: usize = 4;
-
-/// A number for `--row-precision` in the agreed options.
-fn precision_code(p: basis_shard::RowPrecision) -> u64 {
-    match p {
-        basis_shard::RowPrecision::F32 => 0,
-        basis_shard::RowPrecision::Bf16 => 1,
-        basis_shard::RowPrecision::F16 => 2,
-    }
-}
 
 /// The seed of the rows' stochastic rounding (`--row-precision bf16|f16`).
 pub(super) fn rounding_seed(m: &crate::cli::ModelArgs) -> u64 {
@@ -174,29 +164,10 @@ fn with_admission(config: TableConfig, m: &crate::cli::ModelArgs) -> Result<Tabl
     Ok(config)
 }
 
-/// All-gather every option and fail on every rank, naming the first option
-/// some rank disagrees on (the same verdict everywhere: all ranks see the
-/// same table).
+/// Fail on every rank, naming the first option some rank disagrees on
+/// (`basis_shard::agree_values`: the same verdict everywhere).
 fn agree(comm: &mut dyn Communicator, opts: &[(&'static str, u64)]) -> Result<(), String> {
-    let p = comm.size();
-    let mine: Vec<u8> = opts.iter().flat_map(|o| o.1.to_le_bytes()).collect();
-    let mut all = vec![0u8; mine.len() * p];
-    comm.all_gather(&mine, &mut all)
-        .map_err(|e| format!("rank {}: agreeing on options: {e}", comm.rank()))?;
-    for (k, (name, _)) in opts.iter().enumerate() {
-        let at = |r: usize| {
-            let s = (r * opts.len() + k) * 8;
-            u64::from_le_bytes(all[s..s + 8].try_into().unwrap_or([0; 8]))
-        };
-        if let Some(r) = (1..p).find(|&r| at(r) != at(0)) {
-            return Err(format!(
-                "ranks disagree on {name}: rank 0 has {}, rank {r} has {}",
-                at(0),
-                at(r)
-            ));
-        }
-    }
-    Ok(())
+    basis_shard::agree_values(comm, opts).map_err(|e| e.to_string())
 }
 
 /// One rank's state: its shard of the table (with the sparse optimizer over
@@ -445,16 +416,6 @@ fn rank_main_with(
     owner: &OwnerRule,
     fault: Option<fault::Fault>,
 ) -> Result<RunResult, String> {
-    if run.checkpoint.is_some() && run.model.admits_or_evicts() {
-        // The per-rank files do not carry the admission counters and the
-        // rows' last-seen steps: such a run could not resume exactly.
-        return Err(
-            "--checkpoint with --admit-min-count, --admit-prob, --evict-ttl or \
-             --evict-capacity is not supported yet (the checkpoint would lose the \
-             admission counters and last-seen steps)"
-                .into(),
-        );
-    }
     let start = Instant::now();
     let stats_before = comm.stats();
     let sources = sources(ds);
@@ -569,11 +530,16 @@ impl Strategy for Sharded<'_> {
             curve, nonfinite, ..
         } = progress;
         let sent = comm.stats().since(&self.stats_before).bytes_sent;
-        let mut shard = report::gather(comm, me)?;
+        let rank = comm.rank();
+        let err = |e: basis_shard::ShardError| format!("rank {rank}: {e}");
+        let mut shard = me.table.report(comm, me.dense_bytes).map_err(err)?;
         shard.train_secs = timing.train_secs;
         let epochs = f64::from(m.epochs - timing.first_epoch);
         shard.examples_per_sec = self.sources.0.len() as f64 * epochs / timing.train_secs.max(1e-9);
-        let crc = report::model_crc(comm, me.table.checksum(), &me.model.dense)?;
+        let crc = me
+            .table
+            .group_checksum(comm, &me.model.dense)
+            .map_err(err)?;
         let final_metrics = curve.last().cloned().ok_or("no epochs were run")?;
         me.model.table = Vec::new();
         let bytes = crate::run::CommBytes {

@@ -1,8 +1,9 @@
 //! Checkpoints of a row-sharded run (`--shard rows --checkpoint PATH`):
 //! each rank writes its own file `PATH.rankR` after every epoch, with the
 //! existing container (`crate::checkpoint`: atomic temp-file → fsync →
-//! rename, CRC-32 per file): its shard's rows and slot → id list, the sparse
-//! optimizer's state by slot, the replicated dense parameters and the dense
+//! rename, CRC-32 per file): its table's `basis_shard::TableSnapshot` (rows
+//! at `--row-precision`, ids, the sparse optimizer's state by slot, the
+//! admission and eviction state), the replicated dense parameters and the dense
 //! optimizer's whole state (1-bit Adam's error-feedback buffers and stage
 //! included), the data-order RNG, the metric history, and a fingerprint of
 //! the options **with `P` and the rank**.
@@ -27,16 +28,12 @@ use crate::data::Dataset;
 use crate::optim;
 use crate::rng::Rng;
 use crate::run::{Progress, Run};
-use basis_shard::{ShardError, TableSnapshot};
+use basis_shard::ShardError;
+use basis_shard::rank_path;
 use comm_traits::Communicator;
 use core::cell::RefCell;
 use onebit_adam::OneBitAdam;
-use std::path::{Path, PathBuf};
-
-/// The file of `rank` for `--checkpoint base`.
-pub(super) fn rank_path(base: &Path, rank: usize) -> PathBuf {
-    basis_shard::rank_path(base, rank)
-}
+use std::path::Path;
 
 /// `(fingerprint, option=value lines)` of a rank's file: the options every
 /// rank agrees on (not `--epochs`: a run may be resumed to train longer, as
@@ -63,27 +60,21 @@ pub(super) fn save(
     progress: &Progress,
 ) -> Result<(), String> {
     let (fingerprint, options) = fingerprint(opts, p, rank);
-    let TableSnapshot {
-        ids,
-        rows,
-        optimizer,
-        ..
-    } = me.table.snapshot();
     let c = Checkpoint {
         fingerprint,
         epoch: progress.epoch,
         rng_state: progress.rng.state(),
         nonfinite: progress.nonfinite,
-        table: rows,
+        table: Vec::new(),
         dense: me.model.dense.clone(),
         dense_m: Vec::new(),
         dense_v: Vec::new(),
         dense_t: 0,
-        optimizer,
+        optimizer: Vec::new(),
         history: serde_json::to_string(&progress.curve).map_err(|e| e.to_string())?,
         options,
         shard: Some(ShardSections {
-            ids,
+            table: me.table.snapshot(),
             dense_opt: dense_opt.export_state(),
         }),
     };
@@ -150,11 +141,10 @@ fn restore_resharded(
     let m = run.model;
     let old_owner = optim::owner_rule(run.spec, ds.rows, p_old, m.seed)?;
     let d = me.table.dim();
-    let (precision, rounding_seed) = (me.table.precision(), me.table.rounding_seed());
     // Why a file failed (the table sees only a placeholder error), and rank
-    // 0's file without its rows.
+    // 0's file without its table, with its dense optimizer state.
     let failure: RefCell<Option<String>> = RefCell::new(None);
-    let mut first: Option<Checkpoint> = None;
+    let mut first: Option<(Checkpoint, Vec<u8>)> = None;
     // Rows skipped as non-finite are counted per rank: new rank 0 carries
     // the old ranks' sum, so the total over ranks stays.
     let mut nonfinite = 0u64;
@@ -172,34 +162,17 @@ fn restore_resharded(
                 path.display()
             ))
         })?;
-        if let Some(f) = first.as_ref().filter(|f| f.epoch != c.epoch) {
+        if let Some((f, _)) = first.as_ref().filter(|(f, _)| f.epoch != c.epoch) {
             return Err(fail(format!(
                 "resharding {p_old} ranks' checkpoints: the files are of different epochs (rank 0 has epoch {}, rank {r} has epoch {}): a run stopped while saving; start afresh",
                 f.epoch, c.epoch
             )));
         }
         nonfinite += c.nonfinite;
-        let snapshot = TableSnapshot {
-            rank: r as u64,
-            ranks: p_old as u64,
-            dim: d as u64,
-            owner: old_owner.identity(),
-            ids: sh.ids,
-            rows: core::mem::take(&mut c.table),
-            optimizer: core::mem::take(&mut c.optimizer),
-            // The fingerprint covers `--row-precision` and `--seed`.
-            precision,
-            rounding_seed,
-            ..TableSnapshot::default()
-        };
         if r == 0 {
-            c.shard = Some(ShardSections {
-                ids: Vec::new(),
-                dense_opt: sh.dense_opt,
-            });
-            first = Some(c);
+            first = Some((c, sh.dense_opt));
         }
-        Ok(snapshot)
+        Ok(sh.table)
     });
     let old_optimizer =
         |r: usize| optim::build_shard(run.spec, ds.rows, (r, &old_owner), d, m.seed).map_err(&fail);
@@ -213,13 +186,12 @@ fn restore_resharded(
     if let Err(e) = moved {
         return Err(failure.into_inner().unwrap_or_else(|| at(&e)));
     }
-    let c = first.ok_or_else(|| at(&"no rank 0 file"))?;
-    let sh = c.shard.ok_or_else(|| at(&"no rank 0 file"))?;
+    let (c, rank0_dense_opt) = first.ok_or_else(|| at(&"no rank 0 file"))?;
     if c.dense.len() != me.model.dense.len() {
         return Err(at(&format_args!("dense parameters: {}", c.dense.len())));
     }
     dense_opt
-        .import_state(&sh.dense_opt)
+        .import_state(&rank0_dense_opt)
         .map_err(|e| at(&format_args!("dense optimizer state: {e}")))?;
     // Rank 0's dense optimizer state is every rank's (replicated) unless
     // 1-bit compression has run: then its error feedback is per rank.
@@ -256,24 +228,11 @@ fn restore_own(
     if c.dense.len() != me.model.dense.len() {
         return Err(at("dense parameters", &c.dense.len()));
     }
-    // The file's fingerprint (checked by `load`) covers P, the rank and
-    // every option the owner rule and the rows depend on.
-    let t = &me.table;
-    let snapshot = TableSnapshot {
-        rank: t.rank() as u64,
-        ranks: t.owner().ranks() as u64,
-        dim: t.dim() as u64,
-        owner: t.owner().identity(),
-        ids: sh.ids,
-        rows: c.table,
-        optimizer: c.optimizer,
-        // The fingerprint covers `--row-precision` and `--seed`.
-        precision: t.precision(),
-        rounding_seed: t.rounding_seed(),
-        ..TableSnapshot::default()
-    };
+    // The table checks the snapshot's rank, group, owner rule, dimension,
+    // precision and rounding seed; the fingerprint (checked by `load`) the
+    // options.
     me.table
-        .restore_snapshot(snapshot)
+        .restore_snapshot(sh.table)
         .map_err(|e| at("shard", &e))?;
     dense_opt
         .import_state(&sh.dense_opt)
@@ -287,50 +246,18 @@ fn restore_own(
     })
 }
 
-/// Bytes of a message in [`agree_ok`]'s record.
-const MESSAGE: usize = 500;
-
-/// Every rank's `local` verdict (an epoch, or why not), all-gathered: every
-/// rank gets the same answer — the first failing rank's message, or an
-/// error when the epochs differ, or the common epoch.
+/// Every rank's `local` verdict (an epoch, or why not), agreed
+/// collectively (`basis_shard::agree_outcome`): every rank gets the same
+/// answer — the first failing rank's message, or an error when the epochs
+/// differ, or the common epoch.
 pub(super) fn agree_ok(
     comm: &mut dyn Communicator,
     what: &str,
     local: Result<u32, String>,
-) -> Result<u32, String> {
-    let (rank, p) = (comm.rank(), comm.size());
-    let mut mine = vec![0u8; 7 + MESSAGE];
-    match &local {
-        Ok(epoch) => {
-            mine[0] = 1;
-            mine[1..5].copy_from_slice(&epoch.to_le_bytes());
-        }
-        Err(e) => {
-            // Cut at a char boundary so every rank decodes the same text.
-            let mut end = e.len().min(MESSAGE);
-            while !e.is_char_boundary(end) {
-                end -= 1;
-            }
-            mine[5..7].copy_from_slice(&(end as u16).to_le_bytes());
-            mine[7..7 + end].copy_from_slice(&e.as_bytes()[..end]);
-        }
-    }
-    let mut all = vec![0u8; mine.len() * p];
-    comm.all_gather(&mine, &mut all)
-        .map_err(|e| format!("rank {rank}: agreeing on the {what}: {e}"))?;
-    let records: Vec<&[u8]> = all.chunks_exact(mine.len()).collect();
-    let epoch_of = |r: &[u8]| u32::from_le_bytes([r[1], r[2], r[3], r[4]]);
-    if let Some((r, rec)) = records.iter().enumerate().find(|(_, r)| r[0] != 1) {
-        let n = usize::from(u16::from_le_bytes([rec[5], rec[6]])).min(MESSAGE);
-        let msg = String::from_utf8_lossy(&rec[7..7 + n]);
-        return Err(format!("{what} failed on rank {r}: {msg}"));
-    }
-    let e0 = epoch_of(records[0]);
-    if let Some(r) = (1..p).find(|&r| epoch_of(records[r]) != e0) {
-        return Err(format!(
-            "{what}: the ranks' checkpoints are of different epochs (rank 0 has epoch {e0}, rank {r} has epoch {}): a run stopped while saving; start afresh",
-            epoch_of(records[r])
-        ));
-    }
-    Ok(e0)
+) -> Result<u64, String> {
+    let local = local
+        .as_ref()
+        .map(|&e| u64::from(e))
+        .map_err(String::as_str);
+    basis_shard::agree_outcome(comm, "epoch", local).map_err(|e| format!("{what} {e}"))
 }

@@ -486,7 +486,7 @@ fn resume_is_bit_identical_and_bad_files_fail_every_rank() {
         let batches = ds.train.len().div_ceil(a.model.batch) as u64;
         let stopped = with_checkpoint(&ds, &a, &base, false, Some(batches + 3));
         all_fail_with(&stopped, &["leaving at step"]);
-        let files: Vec<_> = (0..3).map(|r| resume::rank_path(&base, r)).collect();
+        let files: Vec<_> = (0..3).map(|r| basis_shard::rank_path(&base, r)).collect();
         let saved: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
         let resumed: Vec<RunResult> = with_checkpoint(&ds, &a, &base, true, None)
             .into_iter()
@@ -540,7 +540,7 @@ fn resume_is_bit_identical_and_bad_files_fail_every_rank() {
         // Files of different epochs (a run stopped between two ranks'
         // saves): the uninterrupted run's epoch-2 file for rank 2.
         restore();
-        std::fs::copy(resume::rank_path(&dir.join("whole"), 2), &files[2]).unwrap();
+        std::fs::copy(basis_shard::rank_path(&dir.join("whole"), 2), &files[2]).unwrap();
         let out = with_checkpoint(&ds, &a, &base, true, None);
         all_fail_with(
             &out,
@@ -705,7 +705,7 @@ fn a_two_rank_checkpoint_resumes_on_three_ranks() {
         // every rank, naming it.
         let stopped = with_checkpoint(&ds, &two, &base, false, Some(batches + 3));
         all_fail_with(&stopped, &["leaving at step"]);
-        std::fs::remove_file(resume::rank_path(&base, 1)).unwrap();
+        std::fs::remove_file(basis_shard::rank_path(&base, 1)).unwrap();
         let out = with_checkpoint(&ds, &three, &base, true, None);
         all_fail_with(&out, &["resume failed on rank 0", "rank1"]);
         std::fs::remove_dir_all(&dir).unwrap();
@@ -715,7 +715,7 @@ fn a_two_rank_checkpoint_resumes_on_three_ranks() {
 /// `--admit-min-count` and `--evict-capacity` reach the table: gradients
 /// of ids not admitted yet are dropped, rows are evicted, the job holds at
 /// most the capacity (plus the rows created since the last sweep) and
-/// reports both counts; `--checkpoint` with them is refused.
+/// reports both counts; `--checkpoint` with them resumes bit for bit.
 #[test]
 fn admission_and_eviction_flags_reach_the_table_and_are_reported() {
     let plain = sharded(2, &[]);
@@ -747,12 +747,118 @@ fn admission_and_eviction_flags_reach_the_table_and_are_reported() {
         .sharded
         .unwrap();
     assert!(s.grads_dropped > 0 && s.rows_evicted > 0, "{s:?}");
-    let dir = temp_dir("admit-checkpoint");
-    let out = with_checkpoint(&ds, &a, &dir.join("run.ckpt"), false, None);
-    all_fail_with(
-        &out,
-        &["--checkpoint with --admit-min-count", "not supported yet"],
+    // The rank files carry the admission counters and last-seen steps (the
+    // table's snapshot): such a run resumes bit for bit.
+    let a = sharded(
+        2,
+        &[
+            "--admit-min-count",
+            "2",
+            "--evict-ttl",
+            "3",
+            "--epochs",
+            "2",
+        ],
     );
+    let dir = temp_dir("admit-checkpoint");
+    let whole = with_checkpoint(&ds, &a, &dir.join("whole"), false, None);
+    let base = dir.join("run.ckpt");
+    let batches = ds.train.len().div_ceil(a.model.batch) as u64;
+    let stopped = with_checkpoint(&ds, &a, &base, false, Some(batches + 3));
+    all_fail_with(&stopped, &["leaving at step"]);
+    let resumed = with_checkpoint(&ds, &a, &base, true, None);
+    for (w, r) in whole.iter().zip(&resumed) {
+        let (w, r) = (w.as_ref().unwrap(), r.as_ref().unwrap());
+        assert_eq!(w.model_crc32, r.model_crc32);
+        assert!(r.sharded.as_ref().unwrap().rows_evicted > 0);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `--row-precision bf16` rank files hold the rows at 2 bytes a value (the
+/// table's snapshot), so they are smaller than the f32 run's by half its
+/// row bytes; a bf16 run resumes bit for bit and reshards from 2 to 3 ranks.
+#[test]
+fn bf16_rank_files_are_half_the_row_bytes_and_resume_and_reshard() {
+    let extra = ["--epochs", "2", "--dense-opt", "adam"];
+    let bf16 = [&extra[..], &["--row-precision", "bf16"]].concat();
+    let (f32_run, two, three) = (sharded(2, &extra), sharded(2, &bf16), sharded(3, &bf16));
+    let ds = load(&two);
+    let dir = temp_dir("bf16-ckpt");
+    let (wide, narrow) = (dir.join("f32"), dir.join("bf16"));
+    let whole_f32 = with_checkpoint(&ds, &f32_run, &wide, false, None);
+    let whole = with_checkpoint(&ds, &two, &narrow, false, None);
+    let d = two.model.dim + 1;
+    for r in 0..2 {
+        let rows = whole[0].as_ref().unwrap().sharded.as_ref().unwrap().ranks[r].rows;
+        let wide_rows = whole_f32[0]
+            .as_ref()
+            .unwrap()
+            .sharded
+            .as_ref()
+            .unwrap()
+            .ranks[r]
+            .rows;
+        assert_eq!(rows, wide_rows);
+        let file = |b: &std::path::Path| basis_std::checkpoint::load(&basis_shard::rank_path(b, r));
+        let (w, n) = (file(&wide).unwrap(), file(&narrow).unwrap());
+        assert_eq!(
+            w.get("shard.rows").unwrap().len() as u64,
+            rows * d as u64 * 4
+        );
+        assert_eq!(
+            n.get("shard.rows").unwrap().len() as u64,
+            rows * d as u64 * 2
+        );
+        // The rest (ids, state, dense part, history) is the same up to the
+        // history's digits.
+        let saved = w.encoded_len() as i64 - n.encoded_len() as i64;
+        let half = (rows * d as u64 * 2) as i64;
+        assert!(
+            (saved - half).abs() < 64,
+            "saved {saved} bytes, half the rows {half}"
+        );
+        // No row values outside the snapshot, at any width.
+        let own: usize = n
+            .names()
+            .filter(|s| !s.starts_with("shard."))
+            .map(|s| n.get(s).unwrap().len())
+            .sum();
+        assert!(
+            (own as u64) < rows * d as u64,
+            "{own} bytes of the CLI's own sections"
+        );
+    }
+    let base = dir.join("run.ckpt");
+    let batches = ds.train.len().div_ceil(two.model.batch) as u64;
+    let stopped = with_checkpoint(&ds, &two, &base, false, Some(batches + 3));
+    all_fail_with(&stopped, &["leaving at step"]);
+    let saved: Vec<Vec<u8>> = (0..2)
+        .map(|r| std::fs::read(basis_shard::rank_path(&base, r)).unwrap())
+        .collect();
+    let resumed = with_checkpoint(&ds, &two, &base, true, None);
+    for (w, r) in whole.iter().zip(&resumed) {
+        assert_eq!(
+            w.as_ref().unwrap().model_crc32,
+            r.as_ref().unwrap().model_crc32
+        );
+    }
+    for (r, b) in saved.iter().enumerate() {
+        std::fs::write(basis_shard::rank_path(&base, r), b).unwrap();
+    }
+    let whole_three = with_checkpoint(&ds, &three, &dir.join("three"), false, None);
+    let whole_three = whole_three[0].as_ref().unwrap();
+    for r in &with_checkpoint(&ds, &three, &base, true, None) {
+        let r = r.as_ref().unwrap();
+        let (s, w) = (
+            r.sharded.as_ref().unwrap(),
+            whole_three.sharded.as_ref().unwrap(),
+        );
+        assert_eq!((s.ranks.len(), s.rows), (3, w.rows));
+        assert_eq!(s.row_precision, "bf16");
+        let (a, b) = (r.final_metrics.test_auc, whole_three.final_metrics.test_auc);
+        assert!((a - b).abs() < 1e-3, "resharded {a}, uninterrupted {b}");
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
