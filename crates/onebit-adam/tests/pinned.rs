@@ -1,0 +1,232 @@
+//! Pinned step results: whole runs of `OneBitAdam` (warm-up, automatic or
+//! fixed freeze, compressed stage, final stage; one and two ranks; the
+//! direct, scaled and accumulated gradient paths; dead coordinates, signed
+//! zeros, subnormal gradients, odd group lengths) hashed to one number each:
+//! the parameters' bits, the exported state (moments, zero mask, error
+//! buffers, freeze snapshot), the freeze step and the last measured change.
+//!
+//! The hashes were taken before the warm-up step's passes were fused
+//! (`docs/ONEBIT_ADAM.md`, "Memory passes per step"); any change of a
+//! result bit, anywhere in these runs, fails the test. A deliberate change
+//! of the arithmetic must re-pin them and say why in its commit.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "tests: a failed unwrap is a failed test"
+)]
+
+use basis_std::local::LocalComm;
+use comm_traits::{Communicator, SingleRank};
+use onebit_adam::{AutoFreeze, Config, FreezePolicy, GroupSpec, OneBitAdam, Variant};
+
+/// FNV-1a, 64 bits.
+fn fnv(h: &mut u64, bytes: &[u8]) {
+    for &b in bytes {
+        *h = (*h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+}
+
+/// Gradient of rank `r` at step `t`: mostly uniform values whose scale
+/// drifts over the run (so the automatic freeze sees `v` settle), a dead
+/// coordinate every 37 (exactly 0, alternating signs of zero), one that
+/// wakes at step 5, signed zeros now and then, and subnormals.
+fn grad(r: usize, t: u64, n: usize) -> Vec<f32> {
+    (0..n)
+        .map(|i| {
+            if i % 37 == 11 {
+                return if (i + t as usize) % 2 == 0 { 0.0 } else { -0.0 };
+            }
+            if i % 53 == 7 && t < 5 {
+                return 0.0;
+            }
+            let h = (i as u64 + 1)
+                .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+                .wrapping_add((t + 1).wrapping_mul(0xD1B5_4A32_D192_ED03))
+                .wrapping_add((r as u64).wrapping_mul(0x8CB9_2BA7_2F3D_8DD7));
+            let u = (h >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+            match h % 97 {
+                0 => -0.0,
+                1 => f32::from_bits(1 + (h >> 50) as u32),
+                _ => u * 1e-2 * (1.0 + 1.0 / (1.0 + t as f32)),
+            }
+        })
+        .collect()
+}
+
+/// How a run hands its gradient to the optimizer.
+#[derive(Clone, Copy)]
+enum Feed {
+    /// `step_with_grad`.
+    Direct,
+    /// `step_with_grad_scaled` with this factor.
+    Scaled(f32),
+    /// Two `accumulate` calls (the gradient and half of it), then `step`.
+    Accumulated,
+}
+
+/// Run `steps` steps on `comm` and hash everything observable.
+fn run(
+    comm: &mut dyn Communicator,
+    groups: &[GroupSpec],
+    config: Config,
+    feed: Feed,
+    steps: u64,
+) -> u64 {
+    let n: usize = groups.iter().map(|g| g.len).sum();
+    let mut opt = OneBitAdam::with_groups(groups, config).unwrap();
+    let mut x: Vec<f32> = (0..n).map(|i| (i % 19) as f32 * 0.05 - 0.4).collect();
+    for t in 0..steps {
+        let g = grad(comm.rank(), t, n);
+        match feed {
+            Feed::Direct => {
+                opt.step_with_grad(comm, &mut x, &g).unwrap();
+            }
+            Feed::Scaled(f) => {
+                opt.step_with_grad_scaled(comm, &mut x, &g, f).unwrap();
+            }
+            Feed::Accumulated => {
+                opt.accumulate(&g).unwrap();
+                let half: Vec<f32> = g.iter().map(|&g| g * 0.5).collect();
+                opt.accumulate(&half).unwrap();
+                opt.step(comm, &mut x).unwrap();
+            }
+        }
+    }
+    // The runs must reach what they pin: the automatic freeze decided by a
+    // measure (or the fixed step), and the dead coordinates still masked.
+    assert!(opt.frozen_at().is_some_and(|f| f < steps));
+    assert!(opt.zero_coordinates() > 0);
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    for v in &x {
+        fnv(&mut h, &v.to_le_bytes());
+    }
+    fnv(&mut h, &opt.export_state());
+    fnv(&mut h, &opt.frozen_at().unwrap_or(0).to_le_bytes());
+    fnv(
+        &mut h,
+        &opt.freeze_change().unwrap_or(-1.0).to_bits().to_le_bytes(),
+    );
+    h
+}
+
+fn auto() -> FreezePolicy {
+    FreezePolicy::Auto(
+        AutoFreeze::default()
+            .with_window(4)
+            .with_threshold(0.2)
+            .with_min_step(8)
+            .with_max_step(30),
+    )
+}
+
+/// The runs and their pinned hashes.
+fn cases() -> Vec<(&'static str, usize, Vec<GroupSpec>, Config, Feed, u64)> {
+    let mixed = vec![
+        GroupSpec::one_bit(517),
+        GroupSpec::full_precision(131).with_weight_decay(Some(0.0)),
+        GroupSpec::one_bit(1000),
+    ];
+    let base = Config::default()
+        .with_lr(0.01)
+        .with_weight_decay(0.01)
+        .with_freeze(auto());
+    let bias = base.with_bias_correction(true);
+    let pre = bias.with_variant(Variant::PreconditionedMomentum);
+    let staged = bias.with_freeze_step(6).with_final_full_after(Some(12));
+    vec![
+        (
+            "p1 auto direct",
+            1,
+            mixed.clone(),
+            base,
+            Feed::Direct,
+            12_331_803_578_856_424_299,
+        ),
+        (
+            "p1 auto bias scaled",
+            1,
+            mixed.clone(),
+            bias,
+            Feed::Scaled(3.0),
+            12_264_457_256_565_280_654,
+        ),
+        (
+            "p1 auto accumulated",
+            1,
+            mixed.clone(),
+            bias,
+            Feed::Accumulated,
+            10_690_145_801_676_732_969,
+        ),
+        (
+            "p1 one group auto",
+            1,
+            vec![GroupSpec::one_bit(2061)],
+            bias,
+            Feed::Direct,
+            4_363_639_426_310_388_521,
+        ),
+        (
+            "p1 staged",
+            1,
+            mixed.clone(),
+            staged,
+            Feed::Scaled(0.5),
+            11_942_008_015_675_305_422,
+        ),
+        (
+            "p2 auto direct",
+            2,
+            mixed.clone(),
+            base,
+            Feed::Direct,
+            16_088_032_833_574_852_745,
+        ),
+        (
+            "p2 auto pre scaled",
+            2,
+            mixed.clone(),
+            pre,
+            Feed::Scaled(2.0),
+            12_311_878_464_212_507_198,
+        ),
+        (
+            "p2 staged accumulated",
+            2,
+            mixed,
+            staged,
+            Feed::Accumulated,
+            106_297_185_840_869_003,
+        ),
+        (
+            "p3 all full",
+            3,
+            vec![GroupSpec::full_precision(777)],
+            bias,
+            Feed::Direct,
+            10_191_988_093_358_957_586,
+        ),
+    ]
+}
+
+#[test]
+fn step_results_are_pinned() {
+    let mut got = Vec::new();
+    for (name, ranks, groups, config, feed, _) in cases() {
+        let hashes: Vec<u64> = if ranks == 1 {
+            vec![run(&mut SingleRank::default(), &groups, config, feed, 40)]
+        } else {
+            LocalComm::run(ranks, |mut c| run(&mut c, &groups, config, feed, 40))
+                .into_iter()
+                .map(|h| h.unwrap())
+                .collect()
+        };
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        for r in &hashes {
+            fnv(&mut h, &r.to_le_bytes());
+        }
+        got.push((name, h));
+    }
+    let want: Vec<(&str, u64)> = cases().into_iter().map(|c| (c.0, c.5)).collect();
+    assert_eq!(got, want);
+}
