@@ -33,6 +33,7 @@ use crate::OneBitError;
 use crate::allreduce::{self, AllReduceState, ErrorNorms};
 use crate::dense::{AdamW, Kernel, PackedRuns, PackedSigns};
 use crate::freeze::{FreezePolicy, FreezeTracker};
+use crate::fused::{self, Measure, Scale};
 use crate::graded::{self, GradedState};
 use crate::header::{self, Op};
 
@@ -400,6 +401,13 @@ pub(crate) struct GroupState {
     /// What the 1-bit stage derives from the frozen `v` and zero mask, built
     /// at the first 1-bit step after they last changed (see [`Frozen`]).
     pub(crate) frozen: Option<Frozen>,
+    /// Whether any of the group's zero mask may still be set: a warm-up
+    /// step passes the mask to the kernel only then (`&=` on an all-clear
+    /// mask changes nothing), sparing the 2 B per element of reading and
+    /// writing it once a gradient has cleared it (`src/fused.rs`). Derived
+    /// from the mask: `true` when built, set by each masked step, recounted
+    /// by [`OneBitAdam::recount_zero_left`] when the mask is imported.
+    pub(crate) zero_left: bool,
 }
 
 /// Per-group values that stay fixed while `v` and the zero mask are frozen:
@@ -531,6 +539,7 @@ impl OneBitAdam {
                 seed: None,
                 graded: GradedState::new(),
                 frozen: None,
+                zero_left: true,
             });
             start += spec.len;
         }
@@ -553,6 +562,14 @@ impl OneBitAdam {
             freeze: FreezeTracker::new(config.freeze),
             negative: Vec::new(),
         })
+    }
+
+    /// Set each group's [`GroupState::zero_left`] from the zero mask (after
+    /// the mask was replaced, e.g. by an import).
+    pub(crate) fn recount_zero_left(&mut self) {
+        for g in &mut self.groups {
+            g.zero_left = self.zero[g.range.clone()].contains(&true);
+        }
     }
 
     /// Bytes of the per-step buffers (lengths).
@@ -973,7 +990,84 @@ impl OneBitAdam {
         }
         let t = self.step + 1;
         let stage = self.stage_of(t);
+        // The automatic freeze's measure of this warm-up step, if it takes
+        // one, is made inside the groups' step passes (`src/fused.rs`): its
+        // snapshot is lent to them, sized for the compressing groups.
+        let planned = if stage == Stage::Warmup {
+            self.freeze.plan(&self.config.freeze, t)
+        } else {
+            None
+        };
+        let mut snapshot = core::mem::take(&mut self.freeze.snapshot);
+        if let Some(compare) = planned {
+            let len = self.compressing_len();
+            if !compare || snapshot.len() != len {
+                snapshot.clear();
+                snapshot.resize(len, 0.0);
+            }
+        }
+        let planned = planned.map(|c| c && snapshot.len() == self.compressing_len());
+        let mut sums = (0.0f64, 0.0f64);
         let mut g = core::mem::take(&mut self.scratch);
+        let result = self.run_groups(
+            comm,
+            params,
+            extra,
+            (direct, t, stage),
+            &mut g,
+            planned.map(|c| (&mut snapshot[..], c, &mut sums)),
+        );
+        self.scratch = g;
+        self.freeze.snapshot = snapshot;
+        let groups = result?;
+        self.step = t;
+        if stage == Stage::Warmup {
+            self.freeze.settle(&self.config.freeze, t, planned, sums);
+        }
+        if stage == Stage::Compressed {
+            self.compressed_steps += 1;
+            if let Some(k) = self.config.error_reset_every
+                && self.compressed_steps.is_multiple_of(k)
+            {
+                self.reset_errors();
+            }
+        }
+        Ok(StepReport {
+            step: t,
+            stage,
+            bytes: comm.stats().since(&before),
+            groups,
+        })
+    }
+
+    /// Parameters in the groups that compress after the freeze (the
+    /// automatic freeze's snapshot length).
+    fn compressing_len(&self) -> usize {
+        self.groups
+            .iter()
+            .filter(|g| g.spec.policy.compresses())
+            .map(|g| g.spec.len)
+            .sum()
+    }
+
+    /// The per-group part of [`Self::step_inner`]: each group's exchange
+    /// and update in order, `g` the mean-gradient copy (unless `direct`);
+    /// `measure`: the freeze snapshot of the compressing groups back to
+    /// back, whether to compare with it, and the running sums.
+    #[allow(
+        clippy::type_complexity,
+        reason = "internal: the step's context tuple and the lent snapshot"
+    )]
+    fn run_groups(
+        &mut self,
+        comm: &mut dyn Communicator,
+        params: &mut [f32],
+        extra: Option<(&[f32], f32)>,
+        (direct, t, stage): (bool, u64, Stage),
+        g: &mut [f32],
+        mut measure: Option<(&mut [f32], bool, &mut (f64, f64))>,
+    ) -> Result<Vec<GroupTelemetry>, OneBitError> {
+        let mut at_snapshot = 0;
         let mut groups = Vec::with_capacity(self.groups.len());
         for gi in 0..self.groups.len() {
             let policy = self.groups[gi].spec.policy;
@@ -997,7 +1091,16 @@ impl OneBitAdam {
                     Some((grad, f)) if direct => Grad::Direct(&grad[range.clone()], f),
                     _ => Grad::Mean(&mut g[range.clone()]),
                 };
-                self.full_group(comm, gi, t, source, &mut params[range], warmup)?;
+                let len = range.len();
+                let lent = match measure.as_mut() {
+                    Some((snap, compare, sums)) if policy.compresses() => {
+                        let part = &mut snap[at_snapshot..at_snapshot + len];
+                        at_snapshot += len;
+                        Some((part, *compare, &mut **sums))
+                    }
+                    _ => None,
+                };
+                self.full_group(comm, gi, t, source, &mut params[range], warmup, lent)?;
             }
             let watch = self.config.telemetry;
             groups.push(GroupTelemetry {
@@ -1010,50 +1113,19 @@ impl OneBitAdam {
                 sign_flips: if watch { self.sign_flips(gi) } else { None },
             });
         }
-        self.scratch = g;
-        self.step = t;
-        if stage == Stage::Warmup {
-            self.observe_warmup(t);
-        }
-        if stage == Stage::Compressed {
-            self.compressed_steps += 1;
-            if let Some(k) = self.config.error_reset_every
-                && self.compressed_steps.is_multiple_of(k)
-            {
-                self.reset_errors();
-            }
-        }
-        Ok(StepReport {
-            step: t,
-            stage,
-            bytes: comm.stats().since(&before),
-            groups,
-        })
-    }
-
-    /// The automatic freeze's look at `v̂` after warm-up step `t`.
-    fn observe_warmup(&mut self, t: u64) {
-        let c = self.config;
-        let v = &self.v;
-        let vhat = self
-            .groups
-            .iter()
-            .filter(|g| g.spec.policy.compresses())
-            .map(move |g| {
-                let bc2 = if c.bias_correction {
-                    (1.0 - Float::powi(f64::from(c.beta2), clamp_i32(g.v_updates))) as f32
-                } else {
-                    1.0
-                };
-                (&v[g.range.clone()], bc2)
-            });
-        self.freeze.observe(&c.freeze, t, vhat);
+        Ok(groups)
     }
 
     /// Mean all-reduce of the gradient, then one fused dense Adam(W) pass
-    /// ([`AdamW::step_scaled`]): `m`, `v`, the zero mask during warm-up, and
-    /// the parameters. A [`Grad::Direct`] gradient (one rank) skips the
-    /// all-reduce, the identity there, and is scaled in the kernel's pass.
+    /// (`src/fused.rs`): `m`, `v`, the zero mask during warm-up while any
+    /// of the group's is still set, the parameters, and, when `measure` is
+    /// lent, the automatic freeze's measure and snapshot of this group. A
+    /// [`Grad::Direct`] gradient (one rank) skips the all-reduce, the
+    /// identity there, and is scaled in the kernel's pass.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "internal: the group, its gradient source and the pass's options"
+    )]
     fn full_group(
         &mut self,
         comm: &mut dyn Communicator,
@@ -1062,34 +1134,41 @@ impl OneBitAdam {
         g: Grad<'_>,
         x: &mut [f32],
         warmup: bool,
+        measure: Option<(&mut [f32], bool, &mut (f64, f64))>,
     ) -> Result<(), OneBitError> {
-        let g = match g {
+        let (g, scale) = match g {
             Grad::Mean(g) => {
                 comm.all_reduce_sum(g)?;
-                g
+                (&*g, Scale::Div(comm.size() as f32))
             }
-            Grad::Direct(g, f) => {
-                self.groups[gi].v_updates += 1;
-                let h = self.hyper(gi, t);
-                let range = self.groups[gi].range.clone();
-                let (m, v, z) = (
-                    &mut self.m[range.clone()],
-                    &mut self.v[range.clone()],
-                    &mut self.zero[range],
-                );
-                return h.step_prescaled(Kernel::detect(), x, m, v, g, f, warmup.then_some(z));
-            }
+            Grad::Direct(g, f) => (g, Scale::Pre(f)),
         };
-        let pf = comm.size() as f32;
         self.groups[gi].v_updates += 1;
         let h = self.hyper(gi, t);
-        let range = self.groups[gi].range.clone();
-        let (m, v, z) = (
+        let bc2 = h.bias.map_or(1.0, |(_, b)| b);
+        let group = &mut self.groups[gi];
+        let range = group.range.clone();
+        let masked = warmup && group.zero_left;
+        let left = fused::step(
+            &h,
+            Kernel::detect(),
+            x,
             &mut self.m[range.clone()],
             &mut self.v[range.clone()],
-            &mut self.zero[range],
-        );
-        h.step_scaled(Kernel::detect(), x, m, v, g, pf, warmup.then_some(z))
+            g,
+            scale,
+            masked.then_some(&mut self.zero[range]),
+            measure.map(|(snapshot, compare, sums)| Measure {
+                snapshot,
+                compare,
+                bc2,
+                sums,
+            }),
+        )?;
+        if masked {
+            group.zero_left = left;
+        }
+        Ok(())
     }
 
     /// 1-bit stage of one group: compressed momentum (or the seed variant's
