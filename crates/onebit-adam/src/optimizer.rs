@@ -907,6 +907,11 @@ impl OneBitAdam {
         }
         let inv = count as f32;
         let n = self.len;
+        if self.summed(comm, extra) {
+            // The kernel divides the sum by the count itself; `s/k` (k >= 1)
+            // is finite exactly where `s` is: only the check here.
+            return check_products(&self.grad_sum, 1.0);
+        }
         if self.direct(comm, extra) {
             // The kernel forms `f·g + 0.0` itself: only the check here, one
             // read of `g` (the products must be finite too).
@@ -963,6 +968,17 @@ impl OneBitAdam {
             }
     }
 
+    /// Whether this step's kernels read the accumulated sum itself, each
+    /// dividing it by the count in its own pass (no mean-gradient copy):
+    /// `step` after `accumulate` on one rank, no 1-bit group compressing.
+    /// `(s/k)` in the kernel has the bits of the copy's `s/k`.
+    fn summed(&self, comm: &dyn Communicator, extra: Option<(&[f32], f32)>) -> bool {
+        let t = self.step + 1;
+        let compressing = self.stage_of(t) == Stage::Compressed
+            && self.groups.iter().any(|g| g.spec.policy.compresses());
+        extra.is_none() && self.grad_count > 0 && comm.size() == 1 && !compressing
+    }
+
     fn step_inner(
         &mut self,
         comm: &mut dyn Communicator,
@@ -972,6 +988,7 @@ impl OneBitAdam {
         let before = comm.stats();
         let local = self.prepare(comm, params, extra);
         let direct = self.direct(comm, extra);
+        let summed = self.summed(comm, extra);
         header::exchange(
             comm,
             Op::OptimizerStep,
@@ -984,10 +1001,17 @@ impl OneBitAdam {
         self.bound = Some((comm.rank(), comm.size()));
         // `grad_sum` is all zeros whenever `grad_count` is 0 (the fast path
         // of `prepare` relies on it; `import_state` refuses a record without).
-        if self.grad_count > 0 {
+        // A `summed` step lends it to the kernels and zeroes it after them.
+        let sum = if summed {
+            let div = self.grad_count as f32;
+            Some((core::mem::take(&mut self.grad_sum), div))
+        } else {
+            None
+        };
+        if self.grad_count > 0 && !summed {
             self.grad_sum.fill(0.0);
-            self.grad_count = 0;
         }
+        self.grad_count = 0;
         let t = self.step + 1;
         let stage = self.stage_of(t);
         // The automatic freeze's measure of this warm-up step, if it takes
@@ -1012,11 +1036,15 @@ impl OneBitAdam {
         let result = self.run_groups(
             comm,
             params,
-            extra,
+            (extra, sum.as_ref().map(|(s, div)| (&s[..], *div))),
             (direct, t, stage),
             &mut g,
             planned.map(|c| (&mut snapshot[..], c, &mut sums)),
         );
+        if let Some((mut s, _)) = sum {
+            s.fill(0.0);
+            self.grad_sum = s;
+        }
         self.scratch = g;
         self.freeze.snapshot = snapshot;
         let groups = result?;
@@ -1051,7 +1079,8 @@ impl OneBitAdam {
     }
 
     /// The per-group part of [`Self::step_inner`]: each group's exchange
-    /// and update in order, `g` the mean-gradient copy (unless `direct`);
+    /// and update in order, `g` the mean-gradient copy (unless `direct`, or
+    /// `sum`: the accumulated sum and its count, see [`Self::summed`]);
     /// `measure`: the freeze snapshot of the compressing groups back to
     /// back, whether to compare with it, and the running sums.
     #[allow(
@@ -1062,7 +1091,7 @@ impl OneBitAdam {
         &mut self,
         comm: &mut dyn Communicator,
         params: &mut [f32],
-        extra: Option<(&[f32], f32)>,
+        (extra, sum): (Option<(&[f32], f32)>, Option<(&[f32], f32)>),
         (direct, t, stage): (bool, u64, Stage),
         g: &mut [f32],
         mut measure: Option<(&mut [f32], bool, &mut (f64, f64))>,
@@ -1087,8 +1116,9 @@ impl OneBitAdam {
                 self.finish_one_bit(gi, t, &mut params[range])?;
             } else {
                 let warmup = stage == Stage::Warmup;
-                let source = match extra {
-                    Some((grad, f)) if direct => Grad::Direct(&grad[range.clone()], f),
+                let source = match (extra, sum) {
+                    (Some((grad, f)), _) if direct => Grad::Direct(&grad[range.clone()], f),
+                    (_, Some((s, div))) => Grad::Sum(&s[range.clone()], div),
                     _ => Grad::Mean(&mut g[range.clone()]),
                 };
                 let len = range.len();
@@ -1142,6 +1172,7 @@ impl OneBitAdam {
                 (&*g, Scale::Div(comm.size() as f32))
             }
             Grad::Direct(g, f) => (g, Scale::Pre(f)),
+            Grad::Sum(s, div) => (s, Scale::Div(div)),
         };
         self.groups[gi].v_updates += 1;
         let h = self.hyper(gi, t);
@@ -1462,6 +1493,9 @@ enum Grad<'a> {
     Mean(&'a mut [f32]),
     /// The caller's gradient and factor, read by the kernel (one rank).
     Direct(&'a [f32], f32),
+    /// The accumulated sum and the count it is divided by in the kernel
+    /// (one rank, [`OneBitAdam::summed`]).
+    Sum(&'a [f32], f32),
 }
 
 /// The largest `|m/(√(v/bc₂)+ε)|` full-precision Adam can produce with

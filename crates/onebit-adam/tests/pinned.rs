@@ -274,3 +274,22 @@ fn an_imported_mask_is_honoured_by_an_optimizer_whose_mask_was_clear() {
     assert_eq!(a.export_state(), b.export_state());
     assert_eq!(xa, xb);
 }
+
+/// `step` after `accumulate` on one rank reads the sum in the kernel's own
+/// pass: a sum that overflowed is still refused at its index before
+/// anything changes, and the accumulated state survives the refusal.
+#[test]
+fn an_overflowing_accumulated_sum_is_refused_and_kept() {
+    let mut opt = OneBitAdam::new(8, Config::default()).unwrap();
+    let mut comm = SingleRank::default();
+    let mut x = vec![1.0f32; 8];
+    let mut g = vec![0.25f32; 8];
+    g[5] = f32::MAX;
+    opt.accumulate(&g).unwrap();
+    opt.accumulate(&g).unwrap();
+    let before = opt.export_state();
+    let err = opt.step(&mut comm, &mut x);
+    assert_eq!(err, Err(onebit_adam::OneBitError::NonFinite { index: 5 }));
+    assert_eq!(opt.export_state(), before);
+    assert_eq!(x, vec![1.0f32; 8]);
+}
