@@ -9,16 +9,17 @@
 //! warm-up steps (a fixed freeze step no run reaches); `auto` — warm-up
 //! steps under `FreezePolicy::Auto` with a window of 1 and a threshold
 //! never met, so every step takes the freeze's measure of `v̂` (the most
-//! it can cost; the default window measures every 25th step).
+//! it can cost; the default window measures every 25th step); `accum` —
+//! warm-up steps as `accumulate(g)` twice, then `step` (two micro-batches).
 //!
-//! `cargo run --release -p basisopt-onebit-adam --example step_profile -- momentum|pre|warmup|auto N K`
+//! `cargo run --release -p basisopt-onebit-adam --example step_profile -- momentum|pre|warmup|auto|accum N K`
 
 use comm_traits::SingleRank;
 use onebit_adam::{AutoFreeze, Config, FreezePolicy, OneBitAdam, OneBitError, Variant};
 
 fn main() -> Result<(), OneBitError> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: step_profile momentum|pre|warmup|auto N K";
+    let usage = "usage: step_profile momentum|pre|warmup|auto|accum N K";
     let (variant, n, k) = match args.as_slice() {
         [_, v, n, k] => (v.as_str(), n.parse::<usize>(), k.parse::<u64>()),
         _ => {
@@ -37,7 +38,7 @@ fn main() -> Result<(), OneBitError> {
             .with_variant(Variant::PreconditionedMomentum)
             .with_bias_correction(true)
             .with_freeze_step(1),
-        "warmup" => Config::default().with_freeze_step(never),
+        "warmup" | "accum" => Config::default().with_freeze_step(never),
         "auto" => Config::default().with_freeze(FreezePolicy::Auto(
             AutoFreeze::default()
                 .with_window(1)
@@ -65,7 +66,13 @@ fn main() -> Result<(), OneBitError> {
     // first 1-bit step, which builds the frozen values; (warm-up modes) the
     // first step, which clears the zero mask, and the first measure.
     for _ in 0..2 + k {
-        opt.step_with_grad(&mut comm, &mut x, &g)?;
+        if variant == "accum" {
+            opt.accumulate(&g)?;
+            opt.accumulate(&g)?;
+            opt.step(&mut comm, &mut x)?;
+        } else {
+            opt.step_with_grad(&mut comm, &mut x, &g)?;
+        }
     }
     println!("{}", x.iter().map(|&v| f64::from(v)).sum::<f64>());
     Ok(())
