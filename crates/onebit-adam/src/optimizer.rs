@@ -1539,18 +1539,9 @@ fn fill_checked(out: &mut [f32], values: impl Iterator<Item = f32>) -> bool {
 }
 
 /// `Err(NonFinite)` at the first `i` where `g[i]·f` is NaN/±Inf (one read
-/// of `g`; for `f = 1` the codec's vector check).
+/// of `g`, on the widest vectors the CPU has: [`crate::dense::any_non_finite`]).
 fn check_products(g: &[f32], f: f32) -> Result<(), OneBitError> {
-    let bad = if f == 1.0 {
-        onebit_codec::check_finite(g).is_err()
-    } else {
-        let mut bad = 0u32;
-        for &g in g {
-            bad |= u32::from((g * f).to_bits() & 0x7f80_0000 == 0x7f80_0000);
-        }
-        bad != 0
-    };
-    if bad {
+    if crate::dense::any_non_finite(Kernel::detect(), g, f) {
         return Err(OneBitError::NonFinite {
             index: g.iter().position(|&g| !(g * f).is_finite()).unwrap_or(0),
         });
