@@ -3,11 +3,14 @@
 //! the optimizer used to do in sweeps of its own done on each block while
 //! it is still in L1:
 //!
-//! * the zero mask `z &= (g == 0)` of the warm-up, and whether any of the
-//!   group's mask is still set afterwards, so that the next step passes no
-//!   mask at all once none is (a dense gradient clears it at its first
-//!   step; from then on the step reads and writes 28 B per element, not
-//!   30: `x m v` read and written, `g` read, as torch's fused Adam);
+//! * the zero mask `z &= (g == 0)` of the warm-up, in a loop of its own
+//!   over the block's gradient (vectorised; the kernel runs without it —
+//!   its vector paths set the mask lane by lane), and only on the blocks
+//!   where some of the mask is still set: a flag per block says so, so a
+//!   block whose coordinates have all had a non-zero gradient reads and
+//!   writes 28 B per element, not 30 (`x m v` read and written, `g` read,
+//!   as torch's fused Adam), and a few dead coordinates cost only their
+//!   blocks;
 //! * the automatic freeze's measure ([`crate::FreezePolicy::Auto`]):
 //!   `Σ|v̂ − v̂_snap|` and `Σ|v̂|` in `f64`, element after element in the
 //!   order `freeze::relative_change` sums them (so the same bits), and the
@@ -24,8 +27,14 @@ use crate::dense::{AdamW, Kernel};
 
 /// Elements per block: 4 KiB of each `f32` stream (`x m v g` and the
 /// snapshot, 20 KiB) stays in a 32 KiB L1 between the step and the
-/// measure that reads `v` back.
-const BLOCK: usize = 1024;
+/// measure that reads `v` back; also the granularity of the zero mask's
+/// flags.
+pub(crate) const BLOCK: usize = 1024;
+
+/// One flag per [`BLOCK`] of `mask`: whether any of the block is set.
+pub(crate) fn block_flags(mask: &[bool]) -> alloc::vec::Vec<bool> {
+    mask.chunks(BLOCK).map(|b| b.contains(&true)).collect()
+}
 
 /// How the step forms its gradient from the slice it reads.
 #[derive(Debug, Clone, Copy)]
@@ -52,12 +61,13 @@ pub(crate) struct Measure<'a> {
     pub(crate) sums: &'a mut (f64, f64),
 }
 
-/// One group's fused step; returns whether any of `zero` is still set
-/// (`false` without a mask).
+/// One group's fused step. `zero`: the group's mask and its
+/// [`block_flags`], both updated (a block whose flag is clear is skipped:
+/// `&=` on a clear mask changes nothing).
 ///
 /// # Errors
-/// [`OneBitError::Length`] when a slice differs in length from `x`;
-/// nothing changes then.
+/// [`OneBitError::Length`] when a slice differs in length from `x` (or the
+/// flags from the blocks); nothing changes then.
 #[allow(
     clippy::too_many_arguments,
     reason = "the optimizer's four tensors plus the pass's options"
@@ -70,13 +80,13 @@ pub(crate) fn step(
     v: &mut [f32],
     g: &[f32],
     scale: Scale,
-    mut zero: Option<&mut [bool]>,
+    mut zero: Option<(&mut [bool], &mut [bool])>,
     mut measure: Option<Measure<'_>>,
-) -> Result<bool, OneBitError> {
+) -> Result<(), OneBitError> {
     let n = x.len();
     for len in [m.len(), v.len(), g.len()]
         .into_iter()
-        .chain(zero.as_ref().map(|z| z.len()))
+        .chain(zero.as_ref().map(|z| z.0.len()))
         .chain(measure.as_ref().map(|s| s.snapshot.len()))
     {
         if len != n {
@@ -86,18 +96,25 @@ pub(crate) fn step(
             });
         }
     }
-    let mut left = false;
-    for s in (0..n).step_by(BLOCK) {
+    if let Some((_, flags)) = &zero
+        && flags.len() != n.div_ceil(BLOCK)
+    {
+        return Err(OneBitError::Length {
+            expected: n.div_ceil(BLOCK),
+            found: flags.len(),
+        });
+    }
+    for (b, s) in (0..n).step_by(BLOCK).enumerate() {
         let e = (s + BLOCK).min(n);
-        let z = zero.as_deref_mut().map(|z| &mut z[s..e]);
         let (xb, mb, vb, gb) = (&mut x[s..e], &mut m[s..e], &mut v[s..e], &g[s..e]);
         match scale {
-            Scale::Div(d) => h.step_scaled(kernel, xb, mb, vb, gb, d, z)?,
-            Scale::Pre(f) => h.step_prescaled(kernel, xb, mb, vb, gb, f, z)?,
+            Scale::Div(d) => h.step_scaled(kernel, xb, mb, vb, gb, d, None)?,
+            Scale::Pre(f) => h.step_prescaled(kernel, xb, mb, vb, gb, f, None)?,
         }
-        if let Some(z) = zero.as_deref() {
-            // A fold, not `any`: no early exit, so it vectorises.
-            left |= z[s..e].iter().fold(false, |a, &b| a | b);
+        if let Some((mask, flags)) = zero.as_mut()
+            && flags[b]
+        {
+            flags[b] = clear_nonzero(&mut mask[s..e], gb, scale);
         }
         if let Some(ms) = measure.as_mut() {
             let (bc, snap) = (ms.bc2, &mut ms.snapshot[s..e]);
@@ -118,5 +135,34 @@ pub(crate) fn step(
             }
         }
     }
-    Ok(left)
+    Ok(())
+}
+
+/// `z &= (ĝ == 0)` with `ĝ` the gradient exactly as the kernel forms it
+/// (`g·f + 0.0`, or `g/div` unless `div` is 1: the same IEEE operations,
+/// so the same zeros); returns whether any of `z` is still set. Plain
+/// loops without early exit, so they vectorise.
+fn clear_nonzero(z: &mut [bool], g: &[f32], scale: Scale) -> bool {
+    let mut any = false;
+    match scale {
+        Scale::Div(d) if d != 1.0 => {
+            for (z, &g) in z.iter_mut().zip(g) {
+                *z &= g / d == 0.0;
+                any |= *z;
+            }
+        }
+        Scale::Div(_) => {
+            for (z, &g) in z.iter_mut().zip(g) {
+                *z &= g == 0.0;
+                any |= *z;
+            }
+        }
+        Scale::Pre(f) => {
+            for (z, &g) in z.iter_mut().zip(g) {
+                *z &= g * f + 0.0 == 0.0;
+                any |= *z;
+            }
+        }
+    }
+    any
 }

@@ -401,13 +401,14 @@ pub(crate) struct GroupState {
     /// What the 1-bit stage derives from the frozen `v` and zero mask, built
     /// at the first 1-bit step after they last changed (see [`Frozen`]).
     pub(crate) frozen: Option<Frozen>,
-    /// Whether any of the group's zero mask may still be set: a warm-up
-    /// step passes the mask to the kernel only then (`&=` on an all-clear
-    /// mask changes nothing), sparing the 2 B per element of reading and
-    /// writing it once a gradient has cleared it (`src/fused.rs`). Derived
-    /// from the mask: `true` when built, set by each masked step, recounted
-    /// by [`OneBitAdam::recount_zero_left`] when the mask is imported.
-    pub(crate) zero_left: bool,
+    /// Per block of [`fused::BLOCK`] coordinates of the group, whether any
+    /// of its zero mask is still set: a warm-up step updates the mask only
+    /// on those blocks (`&=` on an all-clear mask changes nothing), sparing
+    /// the 2 B per element of reading and writing it where a gradient has
+    /// cleared it (`src/fused.rs`). Derived from the mask: all `true` when
+    /// built, updated by each warm-up step, recounted by
+    /// [`OneBitAdam::recount_zero_left`] when the mask is imported.
+    pub(crate) zero_left: Vec<bool>,
 }
 
 /// Per-group values that stay fixed while `v` and the zero mask are frozen:
@@ -539,7 +540,7 @@ impl OneBitAdam {
                 seed: None,
                 graded: GradedState::new(),
                 frozen: None,
-                zero_left: true,
+                zero_left: vec![true; spec.len.div_ceil(fused::BLOCK)],
             });
             start += spec.len;
         }
@@ -568,7 +569,7 @@ impl OneBitAdam {
     /// the mask was replaced, e.g. by an import).
     pub(crate) fn recount_zero_left(&mut self) {
         for g in &mut self.groups {
-            g.zero_left = self.zero[g.range.clone()].contains(&true);
+            g.zero_left = fused::block_flags(&self.zero[g.range.clone()]);
         }
     }
 
@@ -1147,8 +1148,8 @@ impl OneBitAdam {
     }
 
     /// Mean all-reduce of the gradient, then one fused dense Adam(W) pass
-    /// (`src/fused.rs`): `m`, `v`, the zero mask during warm-up while any
-    /// of the group's is still set, the parameters, and, when `measure` is
+    /// (`src/fused.rs`): `m`, `v`, the zero mask during warm-up where any
+    /// of it is still set, the parameters, and, when `measure` is
     /// lent, the automatic freeze's measure and snapshot of this group. A
     /// [`Grad::Direct`] gradient (one rank) skips the all-reduce, the
     /// identity there, and is scaled in the kernel's pass.
@@ -1179,8 +1180,7 @@ impl OneBitAdam {
         let bc2 = h.bias.map_or(1.0, |(_, b)| b);
         let group = &mut self.groups[gi];
         let range = group.range.clone();
-        let masked = warmup && group.zero_left;
-        let left = fused::step(
+        fused::step(
             &h,
             Kernel::detect(),
             x,
@@ -1188,18 +1188,14 @@ impl OneBitAdam {
             &mut self.v[range.clone()],
             g,
             scale,
-            masked.then_some(&mut self.zero[range]),
+            warmup.then_some((&mut self.zero[range], &mut group.zero_left[..])),
             measure.map(|(snapshot, compare, sums)| Measure {
                 snapshot,
                 compare,
                 bc2,
                 sums,
             }),
-        )?;
-        if masked {
-            group.zero_left = left;
-        }
-        Ok(())
+        )
     }
 
     /// 1-bit stage of one group: compressed momentum (or the seed variant's

@@ -293,3 +293,44 @@ fn an_overflowing_accumulated_sum_is_refused_and_kept() {
     assert_eq!(opt.export_state(), before);
     assert_eq!(x, vec![1.0f32; 8]);
 }
+
+/// The zero mask tests the gradient the kernel uses, after its division:
+/// a sum of the smallest subnormal over two ranks (or two micro-batches)
+/// divided by 2 is exactly 0 (ties to even), so the coordinate stays
+/// "zero", while 3 ulps / 2 rounds to 2 ulps and clears it.
+#[test]
+fn the_zero_mask_sees_the_divided_gradient() {
+    let n = 40;
+    let tiny = |k: u32| f32::from_bits(k);
+    let grad = |rank: usize| -> Vec<f32> {
+        (0..n)
+            .map(|i| match (i % 4, rank) {
+                (0, 0) => tiny(1), // mean 0
+                (2, 0) => tiny(3), // mean 2 ulps
+                (3, _) => 0.01 * (i as f32 + 1.0),
+                _ => 0.0,
+            })
+            .collect()
+    };
+    let config = Config::default().with_freeze_step(10);
+    let zeros = LocalComm::run(2, |mut c| {
+        let mut opt = OneBitAdam::new(n, config).unwrap();
+        let mut x = vec![0.5f32; n];
+        let g = grad(c.rank());
+        for _ in 0..3 {
+            opt.step_with_grad(&mut c, &mut x, &g).unwrap();
+        }
+        opt.zero_coordinates()
+    });
+    for z in zeros {
+        assert_eq!(z.unwrap(), 20);
+    }
+    let mut opt = OneBitAdam::new(n, config).unwrap();
+    let mut x = vec![0.5f32; n];
+    for _ in 0..3 {
+        opt.accumulate(&grad(0)).unwrap();
+        opt.accumulate(&grad(1)).unwrap();
+        opt.step(&mut SingleRank::default(), &mut x).unwrap();
+    }
+    assert_eq!(opt.zero_coordinates(), 20);
+}
