@@ -486,6 +486,11 @@ pub struct OneBitAdam {
     /// Gradient accumulated since the last step and how many were added.
     pub(crate) grad_sum: Vec<f32>,
     pub(crate) grad_count: u32,
+    /// Whether every element of `grad_sum` is known to be finite: set by
+    /// `accumulate` in its summing pass (an OR over the exponent bits of
+    /// the new sums), so a step on the sum needs no check pass of its own;
+    /// `false` after an import (unknown: the step then checks).
+    pub(crate) sum_finite: bool,
     /// Rank/size the error buffers are bound to (set by the first step).
     pub(crate) bound: Option<(usize, usize)>,
     scratch: Vec<f32>,
@@ -555,6 +560,7 @@ impl OneBitAdam {
             zero: vec![true; start],
             grad_sum: vec![0.0; start],
             grad_count: 0,
+            sum_finite: true,
             bound: None,
             scratch: Vec::new(),
             scratch_bits: Vec::new(),
@@ -731,9 +737,12 @@ impl OneBitAdam {
         if self.grad_count == u32::MAX {
             return Err(OneBitError::Config("too many accumulated gradients"));
         }
+        let mut bad = 0u32;
         for (s, g) in self.grad_sum.iter_mut().zip(grad) {
             *s += *g;
+            bad |= u32::from(s.to_bits() & 0x7f80_0000 == 0x7f80_0000);
         }
+        self.sum_finite &= bad == 0;
         self.grad_count += 1;
         Ok(())
     }
@@ -910,7 +919,11 @@ impl OneBitAdam {
         let n = self.len;
         if self.summed(comm, extra) {
             // The kernel divides the sum by the count itself; `s/k` (k >= 1)
-            // is finite exactly where `s` is: only the check here.
+            // is finite exactly where `s` is: only the check here, and not
+            // even that when `accumulate` saw every sum finite.
+            if self.sum_finite {
+                return Ok(());
+            }
             return check_products(&self.grad_sum, 1.0);
         }
         if self.direct(comm, extra) {
@@ -1046,6 +1059,7 @@ impl OneBitAdam {
             s.fill(0.0);
             self.grad_sum = s;
         }
+        self.sum_finite = true;
         self.scratch = g;
         self.freeze.snapshot = snapshot;
         let groups = result?;

@@ -334,3 +334,34 @@ fn the_zero_mask_sees_the_divided_gradient() {
     }
     assert_eq!(opt.zero_coordinates(), 20);
 }
+
+/// `accumulate` notes whether every sum stayed finite, so the step on the
+/// sum can skip its check; an imported sum is not trusted by that note
+/// (the step checks it), and a record with an overflowed sum is refused
+/// at import anyway, changing nothing.
+#[test]
+fn an_overflowed_sum_is_never_stepped_on() {
+    let mut a = OneBitAdam::new(8, Config::default()).unwrap();
+    let mut g = vec![0.25f32; 8];
+    g[5] = f32::MAX;
+    a.accumulate(&g).unwrap();
+    a.accumulate(&g).unwrap();
+    let record = a.export_state();
+    let mut b = OneBitAdam::new(8, Config::default()).unwrap();
+    let fresh = b.export_state();
+    assert_eq!(
+        b.import_state(&record),
+        Err(onebit_adam::StateError::NonFinite)
+    );
+    assert_eq!(b.export_state(), fresh);
+    // A finite imported sum: the step on it gives the exporter's bits.
+    let mut c = OneBitAdam::new(8, Config::default()).unwrap();
+    c.accumulate(&[0.5f32; 8]).unwrap();
+    c.accumulate(&[0.25f32; 8]).unwrap();
+    b.import_state(&c.export_state()).unwrap();
+    let (mut xb, mut xc) = (vec![1.0f32; 8], vec![1.0f32; 8]);
+    b.step(&mut SingleRank::default(), &mut xb).unwrap();
+    c.step(&mut SingleRank::default(), &mut xc).unwrap();
+    assert_eq!(b.export_state(), c.export_state());
+    assert_eq!(xb, xc);
+}
