@@ -73,7 +73,7 @@ enum Side {
 type Call = (Side, &'static str);
 
 /// Each round's calls, in order (reversed on odd rounds).
-const CALLS: [Call; 12] = [
+const CALLS: [Call; 14] = [
     (Side::Ours, "adam1"),
     (Side::Ours, "adam1_ds"),
     (Side::Peer, "adam1"),
@@ -86,6 +86,8 @@ const CALLS: [Call; 12] = [
     (Side::Ours, "sum4"),
     (Side::Ours, "compress"),
     (Side::Ours, "memcpy"),
+    (Side::Ours, "onebit_step"),
+    (Side::Ours, "bw7"),
 ];
 
 /// One kernel on one side, built at run time (`--ab` adds calls).
@@ -96,7 +98,7 @@ type OwnedCall = (Side, String);
 type Pair = (String, OwnedCall, OwnedCall, &'static str);
 
 /// The fixed comparisons (see [`Pair`]).
-const PAIRS: [(&str, Call, Call, &str); 8] = [
+const PAIRS: [(&str, Call, Call, &str); 11] = [
     (
         "dense Adam, 1 thread vs torch Adam(fused=True)",
         (Side::Ours, "adam1"),
@@ -114,6 +116,24 @@ const PAIRS: [(&str, Call, Call, &str); 8] = [
         (Side::Ours, "adam2"),
         (Side::Peer, "adam2"),
         "target >= 1.0x",
+    ),
+    (
+        "OneBitAdam::step_with_grad, warm-up, P = 1 (the user's call) vs torch Adam(fused=True), 1 thread",
+        (Side::Ours, "onebit_step"),
+        (Side::Peer, "adam1"),
+        "target >= 1.0x",
+    ),
+    (
+        "OneBitAdam warm-up step vs the bare kernel without bias correction (share of its speed)",
+        (Side::Ours, "onebit_step"),
+        (Side::Ours, "adam1_ds"),
+        "info",
+    ),
+    (
+        "OneBitAdam warm-up step vs a 4-read 3-write bandwidth probe (share of its speed)",
+        (Side::Ours, "onebit_step"),
+        (Side::Ours, "bw7"),
+        "info",
     ),
     (
         "1-bit local step (momentum + compression) vs torch fused Adam, 1 thread",

@@ -21,7 +21,14 @@
 //!   (`Compressor::compress_blend_into`: signs and scale into the send
 //!   buffer); no communication;
 //! - `compress`: the fused error-feedback compressor alone (Full, RMS);
-//! - `pack`: `pack_signs_into`.
+//! - `pack`: `pack_signs_into`;
+//! - `onebit_step`: what a user calls, `OneBitAdam::step_with_grad`, in the
+//!   full-precision warm-up on one rank (`SingleRank`), the default config
+//!   (no bias correction, the automatic freeze's measure every 25th step)
+//!   with a freeze that never comes, so every call is a warm-up step: the
+//!   header, the finiteness check of `g` and the fused step;
+//! - `bw7`: a bandwidth probe of the fused step's traffic: reads `g x m v`,
+//!   writes `x m v` (`y ← y + 0·g`, values unchanged), 28 B per element.
 //!
 //! `adam1`, `adam1_ds` and `adam2` take an optional `:KERNEL` suffix
 //! (`scalar`, `sse2`, `avx`, `avx512`) that runs them on that
@@ -34,7 +41,8 @@ use std::io::{BufRead, Write};
 use std::time::Instant;
 
 use basis_rayon::{par_adam_step, thread_pool};
-use onebit_adam::{AdamW, Kernel};
+use onebit_adam::comm_traits::SingleRank;
+use onebit_adam::{AdamW, AutoFreeze, Config, FreezePolicy, Kernel, OneBitAdam};
 use onebit_codec::{Compressor, pack_signs_into, packed_len};
 use rayon::prelude::*;
 
@@ -112,6 +120,18 @@ fn sum4(x: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + sum(&x[4 * q..])
 }
 
+/// `y ← y + 0·g` for `y` in `x m v`: the fused Adam step's memory traffic
+/// (four streams read, three written) with almost no arithmetic; `0·g` is
+/// not folded (it is NaN for an infinite `g`), so every load and store stays.
+fn bw7(x: &mut [f32], m: &mut [f32], v: &mut [f32], g: &[f32]) {
+    for (((x, m), v), &g) in x.iter_mut().zip(m).zip(v).zip(g) {
+        let z = 0.0 * g;
+        *x += z;
+        *m += z;
+        *v += z;
+    }
+}
+
 fn main() -> Result<(), Box<dyn core::error::Error>> {
     let n: usize = std::env::var("PEERS_N")
         .ok()
@@ -126,6 +146,15 @@ fn main() -> Result<(), Box<dyn core::error::Error>> {
     let mut signs = vec![0u8; packed_len(n)];
     let mut comp = Compressor::new(n);
     let pool = thread_pool(2)?;
+    // The default config but a freeze that never comes: every call is a
+    // warm-up step (measure every 25th, as the default window).
+    let never = u64::MAX / 2;
+    let auto = AutoFreeze::default()
+        .with_min_step(never)
+        .with_max_step(never);
+    let mut onebit = OneBitAdam::new(n, Config::default().with_freeze(FreezePolicy::Auto(auto)))?;
+    let mut ox = data(n, 4);
+    let mut comm = SingleRank::default();
     let mut t = 0u64;
     let (b1, b2) = (0.9f64, 0.999f64);
     let mut sink = 0.0f32;
@@ -182,6 +211,10 @@ fn main() -> Result<(), Box<dyn core::error::Error>> {
             }
             "compress" => sink += comp.compress_into(&src, &mut signs)?,
             "pack" => pack_signs_into(&src, &mut signs)?,
+            "onebit_step" => {
+                onebit.step_with_grad(&mut comm, &mut ox, &g)?;
+            }
+            "bw7" => bw7(&mut x, &mut m, &mut v, &g),
             other => return Err(format!("unknown kernel `{other}`").into()),
         }
         let ms = start.elapsed().as_secs_f64() * 1e3;
@@ -191,7 +224,7 @@ fn main() -> Result<(), Box<dyn core::error::Error>> {
     // Keep the results observable so no kernel is optimized away.
     eprintln!(
         "checksum {}",
-        sink + dst[n / 2] + x[n / 3] + f32::from(signs[n / 16])
+        sink + dst[n / 2] + x[n / 3] + f32::from(signs[n / 16]) + ox[n / 5]
     );
     Ok(())
 }

@@ -505,6 +505,43 @@ fn vector(kernel: Kernel, k: &Consts, f: Flags, job: Job<'_>) -> usize {
     crate::simd::run(kernel, k, f, job)
 }
 
+/// Whether any `g[i]·f` is NaN/±∞ (for `f = 1`, any `g[i]`): one read of
+/// `g`, branch-free, on the widest vectors `kernel` may use (AVX-512F or
+/// AVX2 when the CPU has them; the optimizer's finiteness check of the
+/// caller's gradient, a pass of its own before the step). The same answer
+/// on every kernel.
+pub(crate) fn any_non_finite(kernel: Kernel, g: &[f32], f: f32) -> bool {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    let bad = crate::simd::any_non_finite(kernel, g, f);
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+    let bad = {
+        let _ = kernel;
+        non_finite_fold(g, f)
+    };
+    bad
+}
+
+/// The portable body of [`any_non_finite`]: an OR over the exponent bits
+/// (all ones: NaN or ±∞), which the compiler vectorises at whatever width
+/// the calling function is compiled for (`simd.rs` inlines it into its
+/// `#[target_feature]` entry points). `g·1` is `g` for every non-NaN `g`
+/// and a NaN for a NaN: `f = 1` skips the product.
+#[inline(always)]
+pub(crate) fn non_finite_fold(g: &[f32], f: f32) -> bool {
+    const EXP: u32 = 0x7f80_0000;
+    let mut bad = 0u32;
+    if f == 1.0 {
+        for &g in g {
+            bad |= u32::from(g.to_bits() & EXP == EXP);
+        }
+    } else {
+        for &g in g {
+            bad |= u32::from((g * f).to_bits() & EXP == EXP);
+        }
+    }
+    bad != 0
+}
+
 /// No vector kernels off x86_64: the scalar loop does everything.
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
 fn vector(_: Kernel, _: &Consts, _: Flags, _: Job<'_>) -> usize {
@@ -661,6 +698,44 @@ mod tests {
                         adam.step_prescaled(k, &mut x, &mut m, &mut v, &g, factor, Some(&mut z))
                             .unwrap();
                         assert_eq!((bits(&x), bits(&m), bits(&v), z), want, "{k:?} n={n}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The finiteness check agrees with the obvious reference
+    /// (`!(g·f).is_finite()` anywhere) on every kernel this CPU runs, at
+    /// every length 0–70 (vector bodies and tails) with one bad value —
+    /// NaN, ±∞, or a finite `g` whose product overflows — at every index,
+    /// and with none (including `±f32::MAX`, subnormals and signed zeros,
+    /// finite for `f = 1`).
+    #[test]
+    fn the_finiteness_check_matches_the_reference_on_every_kernel() {
+        let fine = [
+            0.0f32,
+            -0.0,
+            1.5,
+            -2.0,
+            f32::from_bits(1),
+            f32::MAX,
+            -f32::MAX,
+        ];
+        for f in [1.0f32, 3.0, -0.5] {
+            for n in 0..=70usize {
+                let clean: Vec<f32> = (0..n).map(|i| fine[i % fine.len()] * 0.25).collect();
+                let mut cases = alloc::vec![clean.clone()];
+                for at in 0..n {
+                    for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MAX] {
+                        let mut g = clean.clone();
+                        g[at] = bad;
+                        cases.push(g);
+                    }
+                }
+                for g in &cases {
+                    let want = g.iter().any(|&g| !(g * f).is_finite());
+                    for k in Kernel::all_available() {
+                        assert_eq!(super::any_non_finite(k, g, f), want, "{k:?} n={n} f={f}");
                     }
                 }
             }

@@ -215,6 +215,55 @@ impl FreezeTracker {
         }
     }
 
+    /// What warm-up step `t`'s own pass must do for the automatic rule
+    /// (the fused form of [`Self::observe`], `src/fused.rs`): `None`,
+    /// nothing; `Some(compare)`, write `v̂` into the snapshot (sized by the
+    /// caller) and, when `compare`, sum its change against the old one.
+    pub(crate) fn plan(&self, policy: &FreezePolicy, t: u64) -> Option<bool> {
+        let FreezePolicy::Auto(a) = *policy else {
+            return None;
+        };
+        if self.frozen_at.is_some() || !t.is_multiple_of(a.window) {
+            return None;
+        }
+        Some(self.snapshot_at.is_some() && self.snapshot_at == t.checked_sub(a.window))
+    }
+
+    /// After warm-up step `t` whose pass did [`Self::plan`]'s `planned`
+    /// (the snapshot then already holds `v̂` of step `t`), with the sums
+    /// `(Σ|v̂ − snap|, Σ|v̂|)` it measured: the decisions of
+    /// [`Self::observe`], in its order.
+    pub(crate) fn settle(
+        &mut self,
+        policy: &FreezePolicy,
+        t: u64,
+        planned: Option<bool>,
+        (diff, norm): (f64, f64),
+    ) {
+        let FreezePolicy::Auto(a) = *policy else {
+            return;
+        };
+        if self.frozen_at.is_some() {
+            return;
+        }
+        if planned == Some(true) {
+            let change = diff / norm;
+            self.last_change = Some(change);
+            // NaN (`‖v̂‖₁ = 0`: no gradient yet) is never "settled".
+            if t >= a.min_step && change < a.threshold {
+                self.freeze(t);
+                return;
+            }
+        }
+        if t >= a.max_step {
+            self.freeze(t);
+            return;
+        }
+        if planned.is_some() {
+            self.snapshot_at = Some(t);
+        }
+    }
+
     fn freeze(&mut self, t: u64) {
         self.frozen_at = Some(t);
         // The snapshot is only needed during the warm-up: give it back.

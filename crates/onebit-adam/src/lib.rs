@@ -10,6 +10,7 @@ mod allreduce;
 pub mod dense;
 mod error;
 mod freeze;
+mod fused;
 mod graded;
 mod header;
 mod lamb;

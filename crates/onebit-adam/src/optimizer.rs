@@ -33,6 +33,7 @@ use crate::OneBitError;
 use crate::allreduce::{self, AllReduceState, ErrorNorms};
 use crate::dense::{AdamW, Kernel, PackedRuns, PackedSigns};
 use crate::freeze::{FreezePolicy, FreezeTracker};
+use crate::fused::{self, Measure, Scale};
 use crate::graded::{self, GradedState};
 use crate::header::{self, Op};
 
@@ -400,6 +401,14 @@ pub(crate) struct GroupState {
     /// What the 1-bit stage derives from the frozen `v` and zero mask, built
     /// at the first 1-bit step after they last changed (see [`Frozen`]).
     pub(crate) frozen: Option<Frozen>,
+    /// Per block of [`fused::BLOCK`] coordinates of the group, whether any
+    /// of its zero mask is still set: a warm-up step updates the mask only
+    /// on those blocks (`&=` on an all-clear mask changes nothing), sparing
+    /// the 2 B per element of reading and writing it where a gradient has
+    /// cleared it (`src/fused.rs`). Derived from the mask: all `true` when
+    /// built, updated by each warm-up step, recounted by
+    /// [`OneBitAdam::recount_zero_left`] when the mask is imported.
+    pub(crate) zero_left: Vec<bool>,
 }
 
 /// Per-group values that stay fixed while `v` and the zero mask are frozen:
@@ -477,6 +486,11 @@ pub struct OneBitAdam {
     /// Gradient accumulated since the last step and how many were added.
     pub(crate) grad_sum: Vec<f32>,
     pub(crate) grad_count: u32,
+    /// Whether every element of `grad_sum` is known to be finite: set by
+    /// `accumulate` in its summing pass (an OR over the exponent bits of
+    /// the new sums), so a step on the sum needs no check pass of its own;
+    /// `false` after an import (unknown: the step then checks).
+    pub(crate) sum_finite: bool,
     /// Rank/size the error buffers are bound to (set by the first step).
     pub(crate) bound: Option<(usize, usize)>,
     scratch: Vec<f32>,
@@ -531,6 +545,7 @@ impl OneBitAdam {
                 seed: None,
                 graded: GradedState::new(),
                 frozen: None,
+                zero_left: vec![true; spec.len.div_ceil(fused::BLOCK)],
             });
             start += spec.len;
         }
@@ -545,6 +560,7 @@ impl OneBitAdam {
             zero: vec![true; start],
             grad_sum: vec![0.0; start],
             grad_count: 0,
+            sum_finite: true,
             bound: None,
             scratch: Vec::new(),
             scratch_bits: Vec::new(),
@@ -553,6 +569,14 @@ impl OneBitAdam {
             freeze: FreezeTracker::new(config.freeze),
             negative: Vec::new(),
         })
+    }
+
+    /// Set each group's [`GroupState::zero_left`] from the zero mask (after
+    /// the mask was replaced, e.g. by an import).
+    pub(crate) fn recount_zero_left(&mut self) {
+        for g in &mut self.groups {
+            g.zero_left = fused::block_flags(&self.zero[g.range.clone()]);
+        }
     }
 
     /// Bytes of the per-step buffers (lengths).
@@ -713,9 +737,12 @@ impl OneBitAdam {
         if self.grad_count == u32::MAX {
             return Err(OneBitError::Config("too many accumulated gradients"));
         }
+        let mut bad = 0u32;
         for (s, g) in self.grad_sum.iter_mut().zip(grad) {
             *s += *g;
+            bad |= u32::from(s.to_bits() & 0x7f80_0000 == 0x7f80_0000);
         }
+        self.sum_finite &= bad == 0;
         self.grad_count += 1;
         Ok(())
     }
@@ -890,6 +917,15 @@ impl OneBitAdam {
         }
         let inv = count as f32;
         let n = self.len;
+        if self.summed(comm, extra) {
+            // The kernel divides the sum by the count itself; `s/k` (k >= 1)
+            // is finite exactly where `s` is: only the check here, and not
+            // even that when `accumulate` saw every sum finite.
+            if self.sum_finite {
+                return Ok(());
+            }
+            return check_products(&self.grad_sum, 1.0);
+        }
         if self.direct(comm, extra) {
             // The kernel forms `f·g + 0.0` itself: only the check here, one
             // read of `g` (the products must be finite too).
@@ -946,6 +982,17 @@ impl OneBitAdam {
             }
     }
 
+    /// Whether this step's kernels read the accumulated sum itself, each
+    /// dividing it by the count in its own pass (no mean-gradient copy):
+    /// `step` after `accumulate` on one rank, no 1-bit group compressing.
+    /// `(s/k)` in the kernel has the bits of the copy's `s/k`.
+    fn summed(&self, comm: &dyn Communicator, extra: Option<(&[f32], f32)>) -> bool {
+        let t = self.step + 1;
+        let compressing = self.stage_of(t) == Stage::Compressed
+            && self.groups.iter().any(|g| g.spec.policy.compresses());
+        extra.is_none() && self.grad_count > 0 && comm.size() == 1 && !compressing
+    }
+
     fn step_inner(
         &mut self,
         comm: &mut dyn Communicator,
@@ -955,6 +1002,7 @@ impl OneBitAdam {
         let before = comm.stats();
         let local = self.prepare(comm, params, extra);
         let direct = self.direct(comm, extra);
+        let summed = self.summed(comm, extra);
         header::exchange(
             comm,
             Op::OptimizerStep,
@@ -967,13 +1015,103 @@ impl OneBitAdam {
         self.bound = Some((comm.rank(), comm.size()));
         // `grad_sum` is all zeros whenever `grad_count` is 0 (the fast path
         // of `prepare` relies on it; `import_state` refuses a record without).
-        if self.grad_count > 0 {
+        // A `summed` step lends it to the kernels and zeroes it after them.
+        let sum = if summed {
+            let div = self.grad_count as f32;
+            Some((core::mem::take(&mut self.grad_sum), div))
+        } else {
+            None
+        };
+        if self.grad_count > 0 && !summed {
             self.grad_sum.fill(0.0);
-            self.grad_count = 0;
         }
+        self.grad_count = 0;
         let t = self.step + 1;
         let stage = self.stage_of(t);
+        // The automatic freeze's measure of this warm-up step, if it takes
+        // one, is made inside the groups' step passes (`src/fused.rs`): its
+        // snapshot is lent to them, sized for the compressing groups.
+        let planned = if stage == Stage::Warmup {
+            self.freeze.plan(&self.config.freeze, t)
+        } else {
+            None
+        };
+        let mut snapshot = core::mem::take(&mut self.freeze.snapshot);
+        if let Some(compare) = planned {
+            let len = self.compressing_len();
+            if !compare || snapshot.len() != len {
+                snapshot.clear();
+                snapshot.resize(len, 0.0);
+            }
+        }
+        let planned = planned.map(|c| c && snapshot.len() == self.compressing_len());
+        let mut sums = (0.0f64, 0.0f64);
         let mut g = core::mem::take(&mut self.scratch);
+        let result = self.run_groups(
+            comm,
+            params,
+            (extra, sum.as_ref().map(|(s, div)| (&s[..], *div))),
+            (direct, t, stage),
+            &mut g,
+            planned.map(|c| (&mut snapshot[..], c, &mut sums)),
+        );
+        if let Some((mut s, _)) = sum {
+            s.fill(0.0);
+            self.grad_sum = s;
+        }
+        self.sum_finite = true;
+        self.scratch = g;
+        self.freeze.snapshot = snapshot;
+        let groups = result?;
+        self.step = t;
+        if stage == Stage::Warmup {
+            self.freeze.settle(&self.config.freeze, t, planned, sums);
+        }
+        if stage == Stage::Compressed {
+            self.compressed_steps += 1;
+            if let Some(k) = self.config.error_reset_every
+                && self.compressed_steps.is_multiple_of(k)
+            {
+                self.reset_errors();
+            }
+        }
+        Ok(StepReport {
+            step: t,
+            stage,
+            bytes: comm.stats().since(&before),
+            groups,
+        })
+    }
+
+    /// Parameters in the groups that compress after the freeze (the
+    /// automatic freeze's snapshot length).
+    fn compressing_len(&self) -> usize {
+        self.groups
+            .iter()
+            .filter(|g| g.spec.policy.compresses())
+            .map(|g| g.spec.len)
+            .sum()
+    }
+
+    /// The per-group part of [`Self::step_inner`]: each group's exchange
+    /// and update in order, `g` the mean-gradient copy (unless `direct`, or
+    /// `sum`: the accumulated sum and its count, see [`Self::summed`]);
+    /// `measure`: the freeze snapshot of the compressing groups back to
+    /// back, whether to compare with it, and the running sums.
+    #[allow(
+        clippy::type_complexity,
+        reason = "internal: the step's context tuple and the lent snapshot"
+    )]
+    fn run_groups(
+        &mut self,
+        comm: &mut dyn Communicator,
+        params: &mut [f32],
+        (extra, sum): (Option<(&[f32], f32)>, Option<(&[f32], f32)>),
+        (direct, t, stage): (bool, u64, Stage),
+        g: &mut [f32],
+        mut measure: Option<(&mut [f32], bool, &mut (f64, f64))>,
+    ) -> Result<Vec<GroupTelemetry>, OneBitError> {
+        let mut at_snapshot = 0;
         let mut groups = Vec::with_capacity(self.groups.len());
         for gi in 0..self.groups.len() {
             let policy = self.groups[gi].spec.policy;
@@ -993,11 +1131,21 @@ impl OneBitAdam {
                 self.finish_one_bit(gi, t, &mut params[range])?;
             } else {
                 let warmup = stage == Stage::Warmup;
-                let source = match extra {
-                    Some((grad, f)) if direct => Grad::Direct(&grad[range.clone()], f),
+                let source = match (extra, sum) {
+                    (Some((grad, f)), _) if direct => Grad::Direct(&grad[range.clone()], f),
+                    (_, Some((s, div))) => Grad::Sum(&s[range.clone()], div),
                     _ => Grad::Mean(&mut g[range.clone()]),
                 };
-                self.full_group(comm, gi, t, source, &mut params[range], warmup)?;
+                let len = range.len();
+                let lent = match measure.as_mut() {
+                    Some((snap, compare, sums)) if policy.compresses() => {
+                        let part = &mut snap[at_snapshot..at_snapshot + len];
+                        at_snapshot += len;
+                        Some((part, *compare, &mut **sums))
+                    }
+                    _ => None,
+                };
+                self.full_group(comm, gi, t, source, &mut params[range], warmup, lent)?;
             }
             let watch = self.config.telemetry;
             groups.push(GroupTelemetry {
@@ -1010,50 +1158,19 @@ impl OneBitAdam {
                 sign_flips: if watch { self.sign_flips(gi) } else { None },
             });
         }
-        self.scratch = g;
-        self.step = t;
-        if stage == Stage::Warmup {
-            self.observe_warmup(t);
-        }
-        if stage == Stage::Compressed {
-            self.compressed_steps += 1;
-            if let Some(k) = self.config.error_reset_every
-                && self.compressed_steps.is_multiple_of(k)
-            {
-                self.reset_errors();
-            }
-        }
-        Ok(StepReport {
-            step: t,
-            stage,
-            bytes: comm.stats().since(&before),
-            groups,
-        })
-    }
-
-    /// The automatic freeze's look at `v̂` after warm-up step `t`.
-    fn observe_warmup(&mut self, t: u64) {
-        let c = self.config;
-        let v = &self.v;
-        let vhat = self
-            .groups
-            .iter()
-            .filter(|g| g.spec.policy.compresses())
-            .map(move |g| {
-                let bc2 = if c.bias_correction {
-                    (1.0 - Float::powi(f64::from(c.beta2), clamp_i32(g.v_updates))) as f32
-                } else {
-                    1.0
-                };
-                (&v[g.range.clone()], bc2)
-            });
-        self.freeze.observe(&c.freeze, t, vhat);
+        Ok(groups)
     }
 
     /// Mean all-reduce of the gradient, then one fused dense Adam(W) pass
-    /// ([`AdamW::step_scaled`]): `m`, `v`, the zero mask during warm-up, and
-    /// the parameters. A [`Grad::Direct`] gradient (one rank) skips the
-    /// all-reduce, the identity there, and is scaled in the kernel's pass.
+    /// (`src/fused.rs`): `m`, `v`, the zero mask during warm-up where any
+    /// of it is still set, the parameters, and, when `measure` is
+    /// lent, the automatic freeze's measure and snapshot of this group. A
+    /// [`Grad::Direct`] gradient (one rank) skips the all-reduce, the
+    /// identity there, and is scaled in the kernel's pass.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "internal: the group, its gradient source and the pass's options"
+    )]
     fn full_group(
         &mut self,
         comm: &mut dyn Communicator,
@@ -1062,34 +1179,37 @@ impl OneBitAdam {
         g: Grad<'_>,
         x: &mut [f32],
         warmup: bool,
+        measure: Option<(&mut [f32], bool, &mut (f64, f64))>,
     ) -> Result<(), OneBitError> {
-        let g = match g {
+        let (g, scale) = match g {
             Grad::Mean(g) => {
                 comm.all_reduce_sum(g)?;
-                g
+                (&*g, Scale::Div(comm.size() as f32))
             }
-            Grad::Direct(g, f) => {
-                self.groups[gi].v_updates += 1;
-                let h = self.hyper(gi, t);
-                let range = self.groups[gi].range.clone();
-                let (m, v, z) = (
-                    &mut self.m[range.clone()],
-                    &mut self.v[range.clone()],
-                    &mut self.zero[range],
-                );
-                return h.step_prescaled(Kernel::detect(), x, m, v, g, f, warmup.then_some(z));
-            }
+            Grad::Direct(g, f) => (g, Scale::Pre(f)),
+            Grad::Sum(s, div) => (s, Scale::Div(div)),
         };
-        let pf = comm.size() as f32;
         self.groups[gi].v_updates += 1;
         let h = self.hyper(gi, t);
-        let range = self.groups[gi].range.clone();
-        let (m, v, z) = (
+        let bc2 = h.bias.map_or(1.0, |(_, b)| b);
+        let group = &mut self.groups[gi];
+        let range = group.range.clone();
+        fused::step(
+            &h,
+            Kernel::detect(),
+            x,
             &mut self.m[range.clone()],
             &mut self.v[range.clone()],
-            &mut self.zero[range],
-        );
-        h.step_scaled(Kernel::detect(), x, m, v, g, pf, warmup.then_some(z))
+            g,
+            scale,
+            warmup.then_some((&mut self.zero[range], &mut group.zero_left[..])),
+            measure.map(|(snapshot, compare, sums)| Measure {
+                snapshot,
+                compare,
+                bc2,
+                sums,
+            }),
+        )
     }
 
     /// 1-bit stage of one group: compressed momentum (or the seed variant's
@@ -1383,6 +1503,9 @@ enum Grad<'a> {
     Mean(&'a mut [f32]),
     /// The caller's gradient and factor, read by the kernel (one rank).
     Direct(&'a [f32], f32),
+    /// The accumulated sum and the count it is divided by in the kernel
+    /// (one rank, [`OneBitAdam::summed`]).
+    Sum(&'a [f32], f32),
 }
 
 /// The largest `|m/(√(v/bc₂)+ε)|` full-precision Adam can produce with
@@ -1426,18 +1549,9 @@ fn fill_checked(out: &mut [f32], values: impl Iterator<Item = f32>) -> bool {
 }
 
 /// `Err(NonFinite)` at the first `i` where `g[i]·f` is NaN/±Inf (one read
-/// of `g`; for `f = 1` the codec's vector check).
+/// of `g`, on the widest vectors the CPU has: [`crate::dense::any_non_finite`]).
 fn check_products(g: &[f32], f: f32) -> Result<(), OneBitError> {
-    let bad = if f == 1.0 {
-        onebit_codec::check_finite(g).is_err()
-    } else {
-        let mut bad = 0u32;
-        for &g in g {
-            bad |= u32::from((g * f).to_bits() & 0x7f80_0000 == 0x7f80_0000);
-        }
-        bad != 0
-    };
-    if bad {
+    if crate::dense::any_non_finite(Kernel::detect(), g, f) {
         return Err(OneBitError::NonFinite {
             index: g.iter().position(|&g| !(g * f).is_finite()).unwrap_or(0),
         });

@@ -43,6 +43,34 @@ pub(crate) fn has_avx512f() -> bool {
     onebit_codec::cpu::has_avx512f()
 }
 
+/// [`crate::dense::any_non_finite`] on `kernel`'s width: the portable
+/// fold compiled with AVX-512F (16 lanes) or AVX2 (8 lanes; its integer
+/// compare needs AVX2, not AVX) when the CPU has them, else at the SSE2
+/// baseline. The same answer on every width (an OR over the lanes).
+pub(crate) fn any_non_finite(kernel: Kernel, g: &[f32], f: f32) -> bool {
+    match kernel {
+        // SAFETY: AVX-512F support (CPU and OS) is checked in the guard.
+        Kernel::Avx512 if has_avx512f() => unsafe { non_finite_avx512(g, f) },
+        // SAFETY: AVX2 support (CPU and OS) is checked in the guard.
+        Kernel::Avx | Kernel::Avx512 if onebit_codec::cpu::has_avx2() => unsafe {
+            non_finite_avx2(g, f)
+        },
+        _ => crate::dense::non_finite_fold(g, f),
+    }
+}
+
+/// [`crate::dense::non_finite_fold`] compiled with AVX-512F enabled.
+#[target_feature(enable = "avx512f")]
+unsafe fn non_finite_avx512(g: &[f32], f: f32) -> bool {
+    crate::dense::non_finite_fold(g, f)
+}
+
+/// [`crate::dense::non_finite_fold`] compiled with AVX2 enabled.
+#[target_feature(enable = "avx2")]
+unsafe fn non_finite_avx2(g: &[f32], f: f32) -> bool {
+    crate::dense::non_finite_fold(g, f)
+}
+
 /// One vector of `LANES` `f32`s and the operations the Adam loop needs.
 /// Every method is `unsafe`: it needs its width's CPU feature, which the
 /// `#[target_feature]` entry points below guarantee.

@@ -375,7 +375,10 @@ impl OneBitAdam {
         next.m = r.floats(self.len as u64)?;
         next.v = r.floats(self.len as u64)?;
         next.zero = r.mask(self.len)?;
+        next.recount_zero_left();
         next.grad_sum = r.floats(self.len as u64)?;
+        // Unknown until a step checks it (the record's sums are not trusted).
+        next.sum_finite = false;
         // A sum with nothing counted is never saved (a step zeroes both).
         if next.grad_count == 0 && next.grad_sum.iter().any(|&s| s.to_bits() != 0) {
             return Err(StateError::Shape("gradient sum without a gradient count"));
