@@ -13,6 +13,7 @@ mod freeze;
 mod fused;
 mod graded;
 mod header;
+mod kernel;
 mod lamb;
 mod lamb_state;
 mod memory;

@@ -29,19 +29,7 @@ use core::arch::x86_64::{
     _mm512_setzero_ps, _mm512_sqrt_ps, _mm512_storeu_ps, _mm512_sub_ps,
 };
 
-use crate::dense::{Consts, Flags, Job, Kernel};
-
-/// Whether the CPU has AVX and the OS saves the YMM registers (cached; the
-/// codec's `no_std` detection).
-pub(crate) fn has_avx() -> bool {
-    onebit_codec::cpu::has_avx()
-}
-
-/// Whether the CPU has AVX-512F and the OS saves the opmask and ZMM
-/// registers (cached; the codec's `no_std` detection).
-pub(crate) fn has_avx512f() -> bool {
-    onebit_codec::cpu::has_avx512f()
-}
+use crate::kernel::{Consts, Flags, Job, Kernel, non_finite_fold};
 
 /// [`crate::dense::any_non_finite`] on `kernel`'s width: the portable
 /// fold compiled with AVX-512F (16 lanes) or AVX2 (8 lanes; its integer
@@ -50,25 +38,25 @@ pub(crate) fn has_avx512f() -> bool {
 pub(crate) fn any_non_finite(kernel: Kernel, g: &[f32], f: f32) -> bool {
     match kernel {
         // SAFETY: AVX-512F support (CPU and OS) is checked in the guard.
-        Kernel::Avx512 if has_avx512f() => unsafe { non_finite_avx512(g, f) },
+        Kernel::Avx512 if onebit_codec::cpu::has_avx512f() => unsafe { non_finite_avx512(g, f) },
         // SAFETY: AVX2 support (CPU and OS) is checked in the guard.
         Kernel::Avx | Kernel::Avx512 if onebit_codec::cpu::has_avx2() => unsafe {
             non_finite_avx2(g, f)
         },
-        _ => crate::dense::non_finite_fold(g, f),
+        _ => non_finite_fold(g, f),
     }
 }
 
-/// [`crate::dense::non_finite_fold`] compiled with AVX-512F enabled.
+/// [`non_finite_fold`] compiled with AVX-512F enabled.
 #[target_feature(enable = "avx512f")]
 unsafe fn non_finite_avx512(g: &[f32], f: f32) -> bool {
-    crate::dense::non_finite_fold(g, f)
+    non_finite_fold(g, f)
 }
 
-/// [`crate::dense::non_finite_fold`] compiled with AVX2 enabled.
+/// [`non_finite_fold`] compiled with AVX2 enabled.
 #[target_feature(enable = "avx2")]
 unsafe fn non_finite_avx2(g: &[f32], f: f32) -> bool {
-    crate::dense::non_finite_fold(g, f)
+    non_finite_fold(g, f)
 }
 
 /// One vector of `LANES` `f32`s and the operations the Adam loop needs.
@@ -412,9 +400,11 @@ pub(crate) fn run(kernel: Kernel, k: &Consts, f: Flags, job: Job<'_>) -> usize {
     match kernel {
         Kernel::Scalar => 0,
         // SAFETY: AVX-512F support (CPU and OS) is checked in the guard.
-        Kernel::Avx512 if has_avx512f() => unsafe { run_avx512(k, f, job) },
+        Kernel::Avx512 if onebit_codec::cpu::has_avx512f() => unsafe { run_avx512(k, f, job) },
         // SAFETY: AVX support (CPU and OS) is checked in the guard.
-        Kernel::Avx | Kernel::Avx512 if has_avx() => unsafe { run_avx(k, f, job) },
+        Kernel::Avx | Kernel::Avx512 if onebit_codec::cpu::has_avx() => unsafe {
+            run_avx(k, f, job)
+        },
         // SAFETY: SSE2 is part of the x86_64 baseline; `lib.rs` compiles
         // this module only with `target_feature = "sse2"`.
         Kernel::Sse2 | Kernel::Avx | Kernel::Avx512 => unsafe { body::<Sse2>(k, f, job) },
