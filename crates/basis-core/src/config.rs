@@ -356,7 +356,8 @@ impl Default for Profile {
 /// (MovieLens-100k, 5 756 rows, every accumulation), within 0.0003 from
 /// `B` = 1 to N/B = 30 on the synthetic FM sets, and within one seed sd
 /// on DeepFM from `B` = 1 to N/B = 100 (0.0005 with an EMA, 0.0011 with
-/// sums; docs/RESULTS.md, "Choosing B, and MovieLens under 4 B/row").
+/// sums) and on the sharded one-pass streams at N/B 100 vs 1000 (≤ 0.0013;
+/// docs/RESULTS.md, "Choosing B, and MovieLens under 4 B/row").
 /// So `B` is chosen for bytes and for sharding: N/B = 1000 keeps the
 /// tables at ≤ 0.07 B/row and lets `B` grow with `N`, which a row-sharded
 /// run needs (one-choice BASIS assigns a row to rank `bucket mod P`, so
