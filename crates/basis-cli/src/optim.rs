@@ -478,7 +478,17 @@ mod tests {
             .build()
             .unwrap();
         assert_eq!(cli, core);
-        assert_eq!(spec.buckets_for(rows as usize), core.buckets_for(rows));
+        // B is basis-core's automatic choice from the row count, at sizes
+        // where ⌈N/1000⌉ differs from ⌊N/1000⌋ and at the 1-bucket floor
+        // (MovieLens' 5 756 rows get 6 buckets).
+        for n in [0u64, 1, 999, 1000, 1001, 5756, rows, 10_000_000] {
+            assert_eq!(
+                spec.buckets_for(n as usize),
+                core.buckets_for(n),
+                "{n} rows"
+            );
+        }
+        assert_eq!(spec.buckets_for(5756), 6);
         // The learned-scalar modes take their mode's core defaults too.
         let own: OptSpec = "basis:mode=own".parse().unwrap();
         let cli = basis_config(&own, RowIndex::Dense { rows }, dim, seed);

@@ -16,8 +16,9 @@
 //! the mode), except `lead`, which the CLI sets from its models' rows.
 //!
 //! `mode` is `rowscaled` (default), `shared`, `signed` or `own`; `ratio` is
-//! rows per bucket `N/B` (default 1000 for `rowscaled`, 100 otherwise:
-//! [`BasisConfig::rows_per_bucket`]);
+//! rows per bucket `N/B` (default: basis-core's automatic `B` from the
+//! table's row count, [`BasisConfig::buckets_for`], 1000 rows per bucket
+//! for `rowscaled`, 100 otherwise: [`BasisConfig::rows_per_bucket`]);
 //! `rule` is `normalized` (default) or `hypergradient`; `storage` is `f32`,
 //! `bf16` or `u8` (default `u8` for `rowscaled`, `f32` otherwise); `choices`
 //! is 1 (default) to 4 hash choices; `accumulate` is `sum` (default), `ema`
@@ -216,12 +217,6 @@ impl OptSpec {
         self.lr.unwrap_or_else(|| self.default_lr())
     }
 
-    /// Rows per bucket in use.
-    pub(crate) fn ratio(&self) -> f64 {
-        self.ratio
-            .unwrap_or(self.mode.core_defaults().rows_per_bucket() as f64)
-    }
-
     /// Row-scalar storage in use.
     pub(crate) fn storage(&self) -> Storage {
         self.storage
@@ -233,10 +228,15 @@ impl OptSpec {
             })
     }
 
-    /// Bucket count for `rows` rows.
+    /// Bucket count for `rows` rows: `buckets`, else `⌈rows / ratio⌉` (at
+    /// least 1), else basis-core's automatic choice from the row count,
+    /// [`BasisConfig::buckets_for`] (so a new core rule reaches the CLI).
     pub(crate) fn buckets_for(&self, rows: usize) -> u32 {
-        self.buckets
-            .unwrap_or_else(|| ((rows as f64 / self.ratio()).ceil() as u32).max(1))
+        match (self.buckets, self.ratio) {
+            (Some(b), _) => b,
+            (None, Some(r)) => ((rows as f64 / r).ceil() as u32).max(1),
+            (None, None) => self.mode.core_defaults().buckets_for(rows as u64),
+        }
     }
 
     /// A copy with another learning rate and a label saying so.

@@ -348,11 +348,21 @@ impl Default for Profile {
 /// **Choosing `B`** (the bucketer's bucket count, not a field here):
 /// `B = ⌈N / N_per_bucket⌉` from the expected row count `N`,
 /// [`buckets_for`](Self::buckets_for); [`Basis::for_rows`](crate::Basis::for_rows)
-/// builds the one-choice bucketer from it. The bucket tables cost
-/// `4·d / N_per_bucket` B/row (`RowScaled`, f32: 0.07 B/row at d = 17); a
-/// private profile per row (N/B = 1) measured no better on the FM sets, so
-/// more buckets buy nothing there. Fewer buckets than rows is what keeps the
-/// state below a byte or two per row.
+/// builds the one-choice bucketer from it (and the CLI's `basis` spec
+/// calls it with the table's row count). The bucket tables cost
+/// `4·d / N_per_bucket` B/row (`RowScaled`, f32: 0.07 B/row at d = 17).
+/// For `RowScaled`, `B` is not a quality knob: test AUC was the same within
+/// 0.0005 from one bucket for the whole table to a private profile per row
+/// (MovieLens-100k, 5 756 rows, every accumulation), within 0.0003 from
+/// `B` = 1 to N/B = 30 on the synthetic FM sets, and within one seed sd
+/// on DeepFM from `B` = 1 to N/B = 100 (0.0005 with an EMA, 0.0011 with
+/// sums) and on the sharded one-pass streams at N/B 100 vs 1000 (≤ 0.0013;
+/// docs/RESULTS.md, "Choosing B, and MovieLens under 4 B/row").
+/// So `B` is chosen for bytes and for sharding: N/B = 1000 keeps the
+/// tables at ≤ 0.07 B/row and lets `B` grow with `N`, which a row-sharded
+/// run needs (one-choice BASIS assigns a row to rank `bucket mod P`, so
+/// fewer buckets than ranks leave ranks idle). Small tables get no other
+/// rule: a smaller N/B bought nothing on the one small set measured.
 ///
 /// The struct is `#[non_exhaustive]` (options will be added): build it with
 /// a per-mode builder ([`BasisConfig::row_scaled`], [`BasisConfig::shared`],
@@ -458,7 +468,11 @@ with_setters!(BasisConfig {
 
 /// Rows per bucket `N/B` of the default `RowScaled` configuration
 /// ([`BasisConfig::buckets_for`]): the CLI's measured default, 1.08 B/row
-/// with 1-byte `G_i` at d = 17 (docs/BASIS.md).
+/// with 1-byte `G_i` at d = 17 (docs/BASIS.md). Quality was flat in N/B
+/// on every set measured (on MovieLens-100k from N/B 1 to one bucket for
+/// the whole table), so the value is set by
+/// bytes (bucket tables ≤ 0.07 B/row at d = 17) and by sharding (`B` grows
+/// with the row count); see [Choosing `B`](BasisConfig#defaults).
 pub const ROW_SCALED_ROWS_PER_BUCKET: u64 = 1000;
 
 /// Rows per bucket of the learned-scalar modes (`Shared`, `Signed`,
@@ -522,14 +536,16 @@ impl BasisConfig {
 
     /// The bucket count `B` for a table expected to hold `expected_rows`
     /// rows: `⌈expected_rows / rows_per_bucket()⌉`, at least 1 (a table of
-    /// fewer rows than one bucket's share still needs a bucket; MovieLens'
-    /// 2 625 rows get 3, as measured), at most `u32::MAX`.
+    /// fewer rows than one bucket's share still needs a bucket; the CLI's
+    /// MovieLens-100k table of 5 756 rows gets 6, as measured), at most
+    /// `u32::MAX`.
     ///
     /// ```
     /// use basis_core::BasisConfig;
     /// let config = BasisConfig::default();
     /// assert_eq!(config.buckets_for(10_000_000), 10_000);
-    /// assert_eq!(config.buckets_for(2_625), 3);
+    /// assert_eq!(config.buckets_for(5_756), 6);
+    /// assert_eq!(config.buckets_for(999), 1);
     /// assert_eq!(config.buckets_for(0), 1);
     /// ```
     pub const fn buckets_for(&self, expected_rows: u64) -> u32 {
