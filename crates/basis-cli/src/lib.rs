@@ -27,7 +27,6 @@ mod run;
 mod shard;
 mod shard_report;
 mod spec;
-mod spec_check;
 mod train;
 mod tune;
 mod validate;
