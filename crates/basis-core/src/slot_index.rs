@@ -749,10 +749,22 @@ impl SlotIndex {
     /// lookup of a table step, in safe code (no prefetch intrinsic: this
     /// crate forbids `unsafe`).
     pub fn get_many(&self, keys: &[u64], out: &mut [Option<u32>]) {
+        self.get_many_with(keys, out, |s| s);
+    }
+
+    /// [`get_many`](Self::get_many) with `u32::MAX` for an absent key (a
+    /// slot is always below `u32::MAX`): the form a row store's step keeps
+    /// in its `u32` buffers.
+    pub fn get_many_slots(&self, keys: &[u64], out: &mut [u32]) {
+        self.get_many_with(keys, out, |s| s.unwrap_or(u32::MAX));
+    }
+
+    #[inline]
+    fn get_many_with<T>(&self, keys: &[u64], out: &mut [T], f: impl Fn(Option<u32>) -> T) {
         let n = keys.len().min(out.len());
         let (keys, out) = (&keys[..n], &mut out[..n]);
         if self.len == 0 {
-            out.fill(None);
+            out.iter_mut().for_each(|o| *o = f(None));
             return;
         }
         let empty = Probe {
@@ -776,7 +788,7 @@ impl SlotIndex {
             // the lines in).
             core::hint::black_box(touched);
             for (&(seg, p), o) in at.iter().zip(os.iter_mut()) {
-                *o = self.segments[seg as usize].find_probe(p).map(|(_, _, s)| s);
+                *o = f(self.segments[seg as usize].find_probe(p).map(|(_, _, s)| s));
             }
         }
     }
@@ -968,6 +980,35 @@ impl SlotIndex {
             moved_from: Some(last),
         })
     }
+    /// [`remove`](Self::remove) for a caller that knows `last_key`, the id
+    /// of the last slot (a row store keeping its ids by slot): two lookups,
+    /// no scan. `None` (nothing changed) when `key` has no slot or
+    /// `last_key` does not hold the last one.
+    pub fn remove_swap(&mut self, key: u64, last_key: u64) -> Option<Removed> {
+        let last = self.len.checked_sub(1)? as u32;
+        let ms = self.get(last_key)?;
+        let (seg, b, j, slot) = self.locate_hash(self.hash(key))?;
+        if ms != last {
+            return None;
+        }
+        self.segments[seg].remove_at(b, j);
+        self.len -= 1;
+        if slot == last {
+            return Some(Removed {
+                slot,
+                moved_from: None,
+            });
+        }
+        // The removal moved at most a record of `key`'s bucket: find the
+        // last id again.
+        let (mseg, mb, mj, _) = self.locate_hash(self.hash(last_key))?;
+        self.segments[mseg].set_slot(mb, mj, slot);
+        Some(Removed {
+            slot,
+            moved_from: Some(last),
+        })
+    }
+
     /// Removes every id for which `keep(id, slot)` is false (called once
     /// per id), in one scan of the table, and keeps the slots dense.
     /// Returns the removals as the sequence of swap-removes that does the
