@@ -239,11 +239,12 @@ struct Probe {
 
 /// One table of `nb` buckets of [`BUCKET`] bit-packed records.
 ///
-/// A record is, from its low bit: the slot + 1 (`slot_bits` bits, 0 for
-/// an empty record), the choice bit (0 in the first bucket, 1 in the
-/// second), the 32 − `depth` low hash bits (`rest`), and the offset of the
-/// hash's 32 "bucket" bits from the first hash value of the first bucket
-/// (`off_bits` bits). A bucket keeps its records first, empties after.
+/// A record is the slot + 1 (`slot_bits` bits, 0 for an empty record)
+/// and its key part: the choice bit (0 in the first bucket, 1 in the
+/// second), the 32 − `depth` low hash bits (`rest`), and `off_bits` bits
+/// that with the first bucket give the hash's 32 bucket bits back (see
+/// [`probe`](Self::probe)), from its low bit. A bucket keeps its records
+/// first, empties after; it stores its 8 key parts, then its 8 slots.
 #[derive(Clone)]
 struct Segment {
     /// Top hash bits this segment owns (extendible hashing's local depth).
@@ -259,6 +260,9 @@ struct Segment {
     width: u32,
     /// `nb * width` bytes of buckets, then [`PAD`] zero bytes.
     data: Box<[u8]>,
+    /// Records in each bucket (1 byte per 8 records: lookups and cuckoo
+    /// path searches read no empty record).
+    counts: Box<[u8]>,
 }
 
 impl Segment {
@@ -281,6 +285,7 @@ impl Segment {
             off_bits,
             width,
             data: try_boxed(bytes, 0u8)?,
+            counts: try_boxed(nb, 0u8)?,
         })
     }
 
@@ -312,21 +317,18 @@ impl Segment {
         1 + ((r * (self.nb as u64 - 1)) >> 32) as usize
     }
 
-    /// First hash value (of the 32 bucket bits) of bucket `b`.
-    #[inline]
-    fn base(&self, b: usize) -> u64 {
-        ((b as u64) << 32).div_ceil(self.nb as u64)
-    }
-
     /// The two buckets of hash `h` and its record's key part: the 32 bits
-    /// after the prefix pick the first bucket (Lemire's reduction), the
-    /// record keeps their offset in it and the low bits.
+    /// `x` after the prefix pick the first bucket (Lemire's reduction: the
+    /// high half of `x · nb`), the record keeps the top `off_bits` bits of
+    /// that product's low half (which with the bucket give `x` back, see
+    /// [`hash_of`](Self::hash_of)) and the low hash bits.
     #[inline]
     fn probe(&self, h: u64) -> Probe {
         let x = (h << self.depth) >> 32;
-        let b1 = ((x * self.nb as u64) >> 32) as usize;
+        let prod = x * self.nb as u64;
+        let b1 = (prod >> 32) as usize;
         let rest = self.rest_of(h);
-        let off = x - self.base(b1);
+        let off = (prod & 0xFFFF_FFFF) >> (32 - self.off_bits);
         let mut b2 = b1 + self.step(rest);
         if b2 >= self.nb {
             b2 -= self.nb;
@@ -339,15 +341,30 @@ impl Segment {
         }
     }
 
-    /// Bit position of record `j` of bucket `b`.
+    /// Bits of a record's key part (all but the slot): at most 64.
     #[inline]
-    fn bit(&self, b: usize, j: usize) -> usize {
-        (b * BUCKET + j) * self.width as usize
+    fn key_bits(&self) -> u32 {
+        self.width - self.slot_bits
+    }
+
+    /// Bit positions of record `j` of bucket `b`: its key part, then its
+    /// slot. A bucket keeps its 8 key parts first and its 8 slots after,
+    /// so that a lookup reads key parts only.
+    #[inline]
+    fn bits(&self, b: usize, j: usize) -> (usize, usize) {
+        let start = b * BUCKET * self.width as usize;
+        let k = self.key_bits() as usize;
+        (
+            start + j * k,
+            start + BUCKET * k + j * self.slot_bits as usize,
+        )
     }
 
     #[inline]
-    fn mask(&self) -> u128 {
-        (1u128 << self.width) - 1
+    fn load8(&self, at: usize) -> u64 {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&self.data[at..at + 8]);
+        u64::from_le_bytes(w)
     }
 
     #[inline]
@@ -357,18 +374,38 @@ impl Segment {
         u128::from_le_bytes(w)
     }
 
-    /// Record `j` of bucket `b`.
+    /// The `n ≤ 64` bits at bit `bit`: one 8-byte load when they and
+    /// their shift fit in it.
+    #[inline]
+    fn load_bits(&self, bit: usize, n: u32) -> u64 {
+        let (at, sh) = (bit / 8, (bit % 8) as u32);
+        if n + sh <= 64 {
+            (self.load8(at) >> sh) & (u64::MAX >> (64 - n))
+        } else {
+            ((self.load16(at) >> sh) as u64) & (u64::MAX >> (64 - n))
+        }
+    }
+
+    fn store_bits(&mut self, bit: usize, n: u32, v: u64) {
+        let (at, sh) = (bit / 8, bit % 8);
+        let mask = (u128::from(u64::MAX >> (64 - n))) << sh;
+        let w = (self.load16(at) & !mask) | (u128::from(v) << sh);
+        self.data[at..at + 16].copy_from_slice(&w.to_le_bytes());
+    }
+
+    /// Record `j` of bucket `b`: key part above the slot bits.
     #[inline]
     fn rec(&self, b: usize, j: usize) -> u128 {
-        let bit = self.bit(b, j);
-        (self.load16(bit / 8) >> (bit % 8)) & self.mask()
+        let (kb, sb) = self.bits(b, j);
+        u128::from(self.load_bits(kb, self.key_bits())) << self.slot_bits
+            | u128::from(self.load_bits(sb, self.slot_bits))
     }
 
     fn set(&mut self, b: usize, j: usize, r: u128) {
-        let bit = self.bit(b, j);
-        let (at, sh) = (bit / 8, bit % 8);
-        let w = (self.load16(at) & !(self.mask() << sh)) | (r << sh);
-        self.data[at..at + 16].copy_from_slice(&w.to_le_bytes());
+        let (kb, sb) = self.bits(b, j);
+        self.store_bits(kb, self.key_bits(), (r >> self.slot_bits) as u64);
+        let m = (1u128 << self.slot_bits) - 1;
+        self.store_bits(sb, self.slot_bits, (r & m) as u64);
     }
 
     #[inline]
@@ -378,20 +415,21 @@ impl Segment {
     }
 
     /// Records in bucket `b`.
+    #[inline]
     fn count(&self, b: usize) -> usize {
-        (0..BUCKET)
-            .find(|&j| self.slot_of(self.rec(b, j)).is_none())
-            .unwrap_or(BUCKET)
+        usize::from(self.counts[b])
     }
 
     /// The slot of the record `key` (slot bits clear) in bucket `b`.
     #[inline]
     fn find_in(&self, b: usize, key: u128) -> Option<(usize, u32)> {
-        for j in 0..BUCKET {
-            let r = self.rec(b, j);
-            let slot = self.slot_of(r)?;
-            if r >> self.slot_bits == key >> self.slot_bits {
-                return Some((j, slot));
+        let key = (key >> self.slot_bits) as u64;
+        let n = self.key_bits();
+        for j in 0..self.count(b) {
+            let (kb, sb) = self.bits(b, j);
+            if self.load_bits(kb, n) == key {
+                let slot = self.load_bits(sb, self.slot_bits) as u32;
+                return Some((j, slot.checked_sub(1)?));
             }
         }
         None
@@ -418,11 +456,8 @@ impl Segment {
         let c = 1u128 << self.slot_bits;
         let rest = ((r >> (self.slot_bits + 1)) as u64) & ((1u64 << (32 - self.depth)) - 1);
         let d = self.step(rest);
-        let o = if r & c == 0 {
-            (b + d) % self.nb
-        } else {
-            (b + self.nb - d) % self.nb
-        };
+        let o = if r & c == 0 { b + d } else { b + self.nb - d };
+        let o = if o >= self.nb { o - self.nb } else { o };
         (o, r ^ c)
     }
 
@@ -434,7 +469,9 @@ impl Segment {
         let rest_bits = 32 - self.depth;
         let rest = (key as u64) & ((1u64 << rest_bits) - 1);
         let off = ((key >> rest_bits) as u64) & ((1u64 << self.off_bits) - 1);
-        let x = self.base(b1) + off;
+        // x · nb lies in [b1 · 2^32 + off · 2^t, + 2^t) with 2^t ≤ nb
+        // (t = 32 − off_bits = ⌊log2 nb⌋): one multiple of nb, the first.
+        let x = ((b1 as u64) << 32 | off << (32 - self.off_bits)).div_ceil(self.nb as u64);
         let top = if self.depth == 0 {
             0
         } else {
@@ -456,6 +493,7 @@ impl Segment {
             let n = self.count(b);
             if n < BUCKET {
                 self.set(b, n, r);
+                self.counts[b] += 1;
                 self.len += 1;
                 return true;
             }
@@ -544,6 +582,7 @@ impl Segment {
         let (o, moved) = self.other(b, r);
         debug_assert_eq!(o, end);
         self.set(end, free, moved);
+        self.counts[end] += 1;
         let mut hole = j;
         while nodes[i].1 != usize::MAX {
             let (b, parent, pj) = nodes[i];
@@ -565,6 +604,7 @@ impl Segment {
             self.set(b, j, r);
         }
         self.set(b, last, 0);
+        self.counts[b] -= 1;
         self.len -= 1;
     }
 
@@ -577,11 +617,7 @@ impl Segment {
 
     /// `(bucket, record, value)` of every entry.
     fn entries(&self) -> impl Iterator<Item = (usize, usize, u128)> + '_ {
-        (0..self.nb).flat_map(move |b| {
-            (0..BUCKET)
-                .map(move |j| (b, j, self.rec(b, j)))
-                .take_while(|&(_, _, r)| self.slot_of(r).is_some())
-        })
+        (0..self.nb).flat_map(move |b| (0..self.count(b)).map(move |j| (b, j, self.rec(b, j))))
     }
 
     /// `(hash, slot)` of every entry.
@@ -612,7 +648,7 @@ impl Segment {
     }
 
     fn bytes(&self) -> usize {
-        self.data.len()
+        self.data.len() + self.counts.len()
     }
 }
 
@@ -1102,7 +1138,8 @@ impl SlotIndex {
         Ok(steps)
     }
 
-    /// Exact heap bytes: the segments' buckets (`width` bytes per bucket of 8 records, plus 16 bytes of padding), the
+    /// Exact heap bytes: the segments' buckets (`width` bytes per bucket
+    /// of 8 records, a count byte per bucket, 16 bytes of padding), the
     /// directory and the segment list's capacity.
     pub fn memory_bytes(&self) -> usize {
         self.segments.iter().map(Segment::bytes).sum::<usize>()
@@ -1133,6 +1170,7 @@ impl SlotIndex {
         for (i, seg) in self.segments.iter().enumerate() {
             assert!(seg.nb >= 2);
             assert_eq!(seg.data.len(), seg.nb * seg.width as usize + PAD);
+            assert_eq!(seg.counts.len(), seg.nb);
             assert!(
                 seg.data[seg.nb * seg.width as usize..]
                     .iter()
@@ -1149,6 +1187,13 @@ impl SlotIndex {
             let mut count = 0;
             for b in 0..seg.nb {
                 let n = seg.count(b);
+                assert!(n <= BUCKET);
+                for j in 0..n {
+                    assert!(
+                        seg.slot_of(seg.rec(b, j)).is_some(),
+                        "empty record {j} in bucket {b}"
+                    );
+                }
                 for j in n..BUCKET {
                     assert_eq!(seg.rec(b, j), 0, "bucket {b} not compact");
                 }
