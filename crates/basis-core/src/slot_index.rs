@@ -907,7 +907,7 @@ impl SlotIndex {
                 return Err(IndexError::Clustered { key });
             }
             // Wider slots alone keep the buckets; anything else adds some.
-            let more = !(s.has_room() && !fits);
+            let more = !s.has_room() || fits;
             self.grow(seg, slot, more, key)?;
             growths += 1;
         }
