@@ -86,6 +86,17 @@ fn run(ops: &[Op], index: &mut SlotIndex) -> Result<(), TestCaseError> {
     for op in ops {
         match *op {
             Op::Insert(k) => prop_assert_eq!(index.try_insert(k).unwrap(), model.insert(k)),
+            // Odd ids go through `remove_swap` (the caller names the last
+            // slot's id); a wrong last id is refused and changes nothing.
+            Op::Remove(k) if k % 2 == 1 && !model.keys.is_empty() => {
+                let last = model.keys[model.keys.len() - 1];
+                if model.slots.contains_key(&k) && model.keys.len() > 1 {
+                    let wrong = model.keys[0];
+                    prop_assert_eq!(index.remove_swap(k, wrong), None);
+                    prop_assert_eq!(index.len(), model.keys.len());
+                }
+                prop_assert_eq!(index.remove_swap(k, last), model.remove(k));
+            }
             Op::Remove(k) => prop_assert_eq!(index.remove(k), model.remove(k)),
             Op::Get(k) => prop_assert_eq!(index.get(k), model.slots.get(&k).copied()),
             Op::Retain(r) => {
@@ -126,7 +137,11 @@ fn run(ops: &[Op], index: &mut SlotIndex) -> Result<(), TestCaseError> {
     let mut got = vec![Some(u32::MAX); asked.len()];
     index.get_many(&asked, &mut got);
     let want: Vec<Option<u32>> = asked.iter().map(|k| model.slots.get(k).copied()).collect();
-    prop_assert_eq!(got, want);
+    prop_assert_eq!(&got, &want);
+    let mut slots = vec![0u32; asked.len()];
+    index.get_many_slots(&asked, &mut slots);
+    let want: Vec<u32> = want.iter().map(|s| s.unwrap_or(u32::MAX)).collect();
+    prop_assert_eq!(slots, want);
     Ok(())
 }
 
