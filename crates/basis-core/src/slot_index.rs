@@ -57,7 +57,36 @@
 //! 13.5–14.2 B per id.
 //!
 //! # Measured
-//! MEASURED
+//! `cargo bench -p basisopt-core --bench slot_index -- nomatch` (the
+//! interleaved pass only; `SLOT_BENCH_N` = 10^6, then 10^7). Bytes per id
+//! after growth (deterministic, exact: [`SlotIndex::memory_bytes`]): 9.24
+//! at 10^6 ids, 9.48 at 10^7, against 35.65 and 28.52 for
+//! `hashbrown::HashMap<u64, u32>`; the Robin Hood layout before took 14.21
+//! / 13.49. Time, interleaved medians of 7 rounds on the shared 2-core
+//! machine at load 8–12 (busy: ratios, not times, are the figure), one run
+//! each: at 10^6 a hit costs 4.2× hashbrown's `get`, a miss 10×, a
+//! Zipf-skewed hit 3.9×, building 5.7×; [`SlotIndex::get_many`] 1.8×
+//! (hits), 8.6× (misses), 3.0× (Zipf). At 10^7: hit 3.5×, miss 9.7×,
+//! `get_many` 2.5× (hits), 4.9× (misses), 2.7× (Zipf). A miss reads both
+//! buckets' 16 records (hashbrown's mostly stops in its 1-byte control
+//! group); building re-inserts each id ≈ 8 times over its segment's
+//! rebuilds by 1/8 (the price of loads between 7/8 and 31/32).
+//!
+//! In the shard table's step (`cargo bench -p basisopt-shard --bench
+//! step`: 1.16·10^6 rows, SGD, 8192 ids a step of which 10 % new;
+//! `IdSlots` over this type with one `get_many_slots` per step, built
+//! apart and run in turns with the hashbrown table, three pairs, medians of
+//! 5 rounds, load 10–12): the step took 1.4–2.9× hashbrown's (medians
+//! 24–52 ms against 13–18) with glibc's defaults and 1.4–1.7× (18–21
+//! against 12.6–12.7) with glibc's mmap threshold pinned at 16 MiB (the allocator effect of
+//! the step's ≈ 1 MB per-step buffers described in the previous layout's
+//! notes: hashbrown's doubling frees large blocks and so raises glibc's
+//! dynamic threshold; this index never frees more than ≈ 200 KiB). Its
+//! index is 9.64 B/row there (hashbrown 30.63) and, at 4.16·10^6 rows with
+//! BASIS state, it brings the process RSS to 145.0 B/row (f32 rows) and
+//! 80.9 (bf16) against 167.6 and 103.7 (two runs each, the same figures).
+//! The shard table keeps hashbrown until an index is as fast in the step:
+//! per new id the step pays a miss, an insertion and ≈ 8 re-insertions.
 //!
 //! Every allocation is fallible: growing returns [`IndexError::OutOfMemory`]
 //! and leaves the index as it was. [`SlotIndex::memory_bytes`] is the exact sum
@@ -68,7 +97,7 @@
 //! strided and clustered ids spread evenly, and the layout (hence memory)
 //! is reproducible. The mixer is not a keyed cryptographic hash: someone
 //! who knows the seed can pick ids that share both buckets. An id that
-//! finds no place after its segment grew [`MAX_GROWTHS`] times (17 ids on
+//! finds no place after its segment grew 12 times (17 ids on
 //! the same two buckets, which random ids practically never produce) makes
 //! the insertion fail with [`IndexError::Clustered`] (no id or slot
 //! changed; the segment stays grown) instead of degrading; a service

@@ -686,13 +686,7 @@ impl<O: SparseOptimizer> ShardedTable<O> {
                 if *slot != NONE || missing.binary_search(&id).is_err() {
                     continue;
                 }
-                let (s, inserted) = match self.index.get_or_insert(id) {
-                    Ok(got) => got,
-                    Err(e) => {
-                        self.undo_inserts(before, ids, out);
-                        return Err(e);
-                    }
-                };
+                let (s, inserted) = self.index.get_or_insert(id);
                 if inserted {
                     self.init.fill(id, fresh);
                     self.rows.push(fresh);
@@ -712,23 +706,6 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             }
         }
         Ok(())
-    }
-
-    /// Undoes the rows [`slots_for`](Self::slots_for) created (slots
-    /// `before..`, given in `out` for the ids `ids`) and its admission
-    /// decisions, last slot first, so that nothing moves: the table is as
-    /// before the call. New slots were handed out in the order of their
-    /// ids' first occurrences, so one backward pass meets each last slot.
-    fn undo_inserts(&mut self, before: usize, ids: &[u64], out: &[u32]) {
-        for (&slot, &id) in out.iter().zip(ids).rev() {
-            if slot != NONE && slot as usize >= before && self.index.remove_last(id) {
-                self.rows.swap_remove(slot as usize);
-                if self.eviction.is_some() {
-                    self.last_seen.pop();
-                }
-            }
-        }
-        self.admit.rollback();
     }
 
     /// Backward, collective (every rank calls it after its `lookup`):
@@ -949,7 +926,7 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         let mut index = IdSlots::default();
         index.try_reserve(n)?;
         for &id in &snap.ids {
-            if !index.insert_new(id)? {
+            if !index.insert_new(id) {
                 return Err(ShardError::Corrupt("an id appears twice"));
             }
         }
