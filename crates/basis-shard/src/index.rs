@@ -1,9 +1,12 @@
 //! The shard's `u64 id → u32 slot` index, behind one small type so another
-//! index (a compact open-addressing one) can replace hashbrown here without
-//! touching the table: [`IdSlots`] is all the table uses. Why hashbrown
-//! stays for now (basis-core's `SlotIndex` takes 14.3 B/row against ≈ 31
-//! but misses the 10 B/row goal, and its step speed hinges on glibc's mmap
-//! threshold): see `SlotIndex`'s module docs, "Measured".
+//! index (a compact one) can replace hashbrown here without touching the
+//! table: [`IdSlots`] is all the table uses. Why hashbrown stays for now:
+//! basis-core's `SlotIndex` (two-choice buckets of bit-packed records)
+//! takes 9.6 B/row against hashbrown's 30.6–34.3 and brings the process
+//! RSS of `benches/step.rs` at 4.16·10^6 rows to 145.0 (f32) / 80.9 (bf16)
+//! B/row, under the goals, but the table's step took 1.4–2.9× as
+//! long with it (see `SlotIndex`'s module docs, "Measured"; the swap was
+//! built, every table test green with it, and kept out for that).
 
 use basis_core::IdBuildHasher;
 use hashbrown::HashMap;
