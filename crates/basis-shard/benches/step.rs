@@ -12,7 +12,8 @@
 //! the load average. `STEP_BENCH_PRECISION=f32|bf16|f16` sets the row
 //! precision (default f32), `STEP_BENCH_OPT=sgd|basis` the optimizer
 //! (default SGD; `basis`: BASIS over 4096 one-choice buckets, for its
-//! per-row state).
+//! per-row state), `STEP_BENCH_INDEX=fast|compact` the id → slot index
+//! (`IndexKind`, default fast).
 //!
 //! This is the step-level figure the id index is judged by: build it once
 //! per index variant and run the binaries in turns (interleaved A/B; the
@@ -23,7 +24,9 @@
 use std::time::Instant;
 
 use basis_core::{Basis, BasisConfig, OneChoice, RowIndex, Sgd, SparseOptimizer};
-use basis_shard::{BoxedOptimizer, OwnerRule, RowInit, RowPrecision, ShardedTable, TableConfig};
+use basis_shard::{
+    BoxedOptimizer, IndexKind, OwnerRule, RowInit, RowPrecision, ShardedTable, TableConfig,
+};
 use basis_std::local::LocalComm;
 use comm_traits::Communicator;
 
@@ -82,7 +85,17 @@ fn main() {
     let mut comm = LocalComm::group(1).pop().unwrap();
     let config = TableConfig::new(DIM, OwnerRule::hashed(1, 1).unwrap(), 0)
         .with_init(RowInit::uniform(1, 0.01))
-        .with_precision(precision, 1);
+        .with_precision(precision, 1)
+        .with_index(
+            match std::env::var("STEP_BENCH_INDEX")
+                .as_deref()
+                .unwrap_or("fast")
+            {
+                "fast" => IndexKind::Fast,
+                "compact" => IndexKind::Compact,
+                other => panic!("STEP_BENCH_INDEX={other}: fast or compact"),
+            },
+        );
     let mut t = ShardedTable::new(config, BoxedOptimizer(opt)).unwrap();
     let id = |i: u64| mix(i ^ 0xBEEF);
     let mut next = 0u64;

@@ -1,100 +1,208 @@
-//! The shard's `u64 id → u32 slot` index, behind one small type so another
-//! index (a compact one) can replace hashbrown here without touching the
-//! table: [`IdSlots`] is all the table uses. Why hashbrown stays for now:
-//! basis-core's `SlotIndex` (two-choice buckets of bit-packed records)
-//! takes 9.6 B/row against hashbrown's 30.6–34.3 and brings the process
-//! RSS of `benches/step.rs` at 4.16·10^6 rows to 145.0 (f32) / 80.9 (bf16)
-//! B/row, under the goals, but the table's step took 1.4–2.9× as
-//! long with it (see `SlotIndex`'s module docs, "Measured"; the swap was
-//! built, every table test green with it, and kept out for that).
+//! The shard's `u64 id → u32 slot` index, behind one small type so the
+//! table does not depend on the index's layout: [`IdSlots`] is all the
+//! table uses. Two layouts, chosen by [`IndexKind`] in the table's
+//! configuration:
+//!
+//! - [`IndexKind::Fast`] (the default): a `hashbrown::HashMap<u64, u32>`,
+//!   ≈ 21–36 B per row with its growth slack.
+//! - [`IndexKind::Compact`]: basis-core's `SlotIndex` (two-choice buckets
+//!   of bit-packed records under an extendible-hashing directory), ≈ 9–10 B
+//!   per row including slack, growing one segment at a time (no 2×
+//!   transient). Measured (`benches/step.rs`, 4.16·10^6 rows, BASIS): the
+//!   process RSS drops from 167.6 to 145.0 B/row with f32 rows and from
+//!   103.7 to 80.9 with bf16, but the table's step took 1.4–2.9× as long on
+//!   a busy 2-core machine (lookups and misses scan a bucket's records; see
+//!   `SlotIndex`'s module docs). Memory for speed: the user's choice.
+//!
+//! Both give the same slots for the same insertions (slots are numbered in
+//! insertion order), so a table's results and checkpoints do not depend on
+//! the kind (tested). The compact index grows inside an insertion, so every
+//! insertion is fallible; its errors map to [`ShardError::OutOfMemory`] (an
+//! allocation refused, every `u32` slot taken, or an id that finds no place
+//! after its segment grew: ids chosen against the index's hash), and the
+//! index is unchanged after any of them.
 
-use basis_core::IdBuildHasher;
+use basis_core::{IdBuildHasher, SlotIndex};
 use hashbrown::HashMap;
 
 use crate::ShardError;
 
+/// The layout of a table's id → slot index (see the module docs of
+/// `index.rs` for the measured trade-off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum IndexKind {
+    /// hashbrown's table: the faster step, ≈ 21–36 B per row (default).
+    #[default]
+    Fast,
+    /// basis-core's `SlotIndex`: ≈ 9–10 B per row, a slower step.
+    Compact,
+}
+
 /// Id → slot, slots numbered `0..len()` in insertion order.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct IdSlots {
-    map: HashMap<u64, u32, IdBuildHasher>,
+#[derive(Debug, Clone)]
+pub(crate) enum IdSlots {
+    Fast(HashMap<u64, u32, IdBuildHasher>),
+    Compact(SlotIndex),
 }
 
 impl IdSlots {
+    /// An empty index of `kind`.
+    pub(crate) fn new(kind: IndexKind) -> Self {
+        match kind {
+            IndexKind::Fast => Self::Fast(HashMap::with_hasher(IdBuildHasher)),
+            IndexKind::Compact => Self::Compact(SlotIndex::default()),
+        }
+    }
+
+    /// The layout.
+    pub(crate) fn kind(&self) -> IndexKind {
+        match self {
+            Self::Fast(_) => IndexKind::Fast,
+            Self::Compact(_) => IndexKind::Compact,
+        }
+    }
+
     /// Ids held.
     pub(crate) fn len(&self) -> usize {
-        self.map.len()
+        match self {
+            Self::Fast(m) => m.len(),
+            Self::Compact(i) => i.len(),
+        }
     }
 
     /// The slot of `id`, if held.
     pub(crate) fn get(&self, id: u64) -> Option<u32> {
-        self.map.get(&id).copied()
+        match self {
+            Self::Fast(m) => m.get(&id).copied(),
+            Self::Compact(i) => i.get(id),
+        }
     }
 
     /// Appends the slot of every id of `ids` to `out`, `u32::MAX` for an id
-    /// not held: one hash lookup per id (a step's batched lookup; a slot
-    /// is always below `u32::MAX`).
+    /// not held (a slot is always below `u32::MAX`): one hash lookup per id,
+    /// or `SlotIndex`'s batched lookup (hash a run of ids and load their
+    /// buckets, then probe).
     pub(crate) fn get_many(&self, ids: &[u64], out: &mut alloc::vec::Vec<u32>) {
-        out.extend(
-            ids.iter()
-                .map(|id| self.map.get(id).copied().unwrap_or(u32::MAX)),
-        );
+        match self {
+            Self::Fast(m) => {
+                out.extend(ids.iter().map(|id| m.get(id).copied().unwrap_or(u32::MAX)))
+            }
+            Self::Compact(i) => {
+                let start = out.len();
+                out.resize(start + ids.len(), u32::MAX);
+                i.get_many_slots(ids, &mut out[start..]);
+            }
+        }
     }
 
-    /// Room for `more` ids without reallocating (fallible).
+    /// Room for `more` ids: reserved ahead (fast), or only the `u32` slot
+    /// range checked (compact: it grows inside each insertion).
     pub(crate) fn try_reserve(&mut self, more: usize) -> Result<(), ShardError> {
         let rows = self.len().saturating_add(more);
-        self.map
-            .try_reserve(more)
-            .map_err(|_| ShardError::OutOfMemory { rows })
+        if rows >= u32::MAX as usize {
+            return Err(ShardError::OutOfMemory { rows });
+        }
+        match self {
+            Self::Fast(m) => m
+                .try_reserve(more)
+                .map_err(|_| ShardError::OutOfMemory { rows }),
+            Self::Compact(_) => Ok(()),
+        }
     }
 
     /// The slot of `id`, inserting it as slot `len()` when missing; `true`
-    /// when it was inserted. Slots must stay below `u32::MAX` (checked by
-    /// the caller's reservation).
-    pub(crate) fn get_or_insert(&mut self, id: u64) -> (u32, bool) {
-        let next = self.map.len() as u32;
-        let slot = *self.map.entry(id).or_insert(next);
-        (slot, slot == next)
+    /// when it was inserted.
+    ///
+    /// # Errors
+    /// [`ShardError::OutOfMemory`] from the compact index (see the module
+    /// docs; the fast one has its room reserved by the caller); the index
+    /// is unchanged.
+    pub(crate) fn get_or_insert(&mut self, id: u64) -> Result<(u32, bool), ShardError> {
+        let rows = self.len().saturating_add(1);
+        match self {
+            Self::Fast(m) => {
+                let next = m.len() as u32;
+                let slot = *m.entry(id).or_insert(next);
+                Ok((slot, slot == next))
+            }
+            Self::Compact(i) => i
+                .try_insert(id)
+                .map_err(|_| ShardError::OutOfMemory { rows }),
+        }
     }
 
     /// Insert `id` as the next slot; `false` when it was already held.
-    pub(crate) fn insert_new(&mut self, id: u64) -> bool {
-        let next = self.map.len() as u32;
-        match self.map.entry(id) {
-            hashbrown::hash_map::Entry::Occupied(_) => false,
-            hashbrown::hash_map::Entry::Vacant(v) => {
-                v.insert(next);
-                true
-            }
+    ///
+    /// # Errors
+    /// As [`get_or_insert`](Self::get_or_insert).
+    pub(crate) fn insert_new(&mut self, id: u64) -> Result<bool, ShardError> {
+        Ok(self.get_or_insert(id)?.1)
+    }
+
+    /// Removes `id` when it holds the last slot (undoing an insertion);
+    /// `false` (nothing changed) otherwise.
+    pub(crate) fn remove_last(&mut self, id: u64) -> bool {
+        let last = self.len();
+        match self {
+            Self::Fast(m) => match m.get(&id) {
+                Some(&s) if s as usize + 1 == last => m.remove(&id).is_some(),
+                _ => false,
+            },
+            Self::Compact(i) => match i.get(id) {
+                Some(s) if s as usize + 1 == last => i.remove(id).is_some(),
+                _ => false,
+            },
         }
     }
 
     /// The id of every slot, in slot order.
     pub(crate) fn ids_by_slot(&self) -> alloc::vec::Vec<u64> {
-        let mut ids = alloc::vec![0u64; self.len()];
-        for (&id, &s) in &self.map {
-            ids[s as usize] = id;
+        match self {
+            Self::Fast(m) => {
+                let mut ids = alloc::vec![0u64; m.len()];
+                for (&id, &s) in m {
+                    ids[s as usize] = id;
+                }
+                ids
+            }
+            Self::Compact(i) => i.iter().map(|(id, _)| id).collect(),
         }
-        ids
     }
 
     /// Removes the ids of `slots` (distinct, decreasing) as successive
     /// swap-removes: each freed slot takes the then-last slot's id. `ids`
-    /// is [`ids_by_slot`](Self::ids_by_slot), kept in step.
+    /// is [`ids_by_slot`](Self::ids_by_slot), kept in step (so that the
+    /// moved id is found by lookup, not by a scan).
     pub(crate) fn swap_remove_slots(&mut self, ids: &mut alloc::vec::Vec<u64>, slots: &[u32]) {
         for &e in slots {
-            let id = ids.swap_remove(e as usize);
-            self.map.remove(&id);
-            if let Some(moved) = ids.get(e as usize)
-                && let Some(s) = self.map.get_mut(moved)
-            {
-                *s = e;
+            match self {
+                Self::Fast(m) => {
+                    let id = ids.swap_remove(e as usize);
+                    m.remove(&id);
+                    if let Some(moved) = ids.get(e as usize)
+                        && let Some(s) = m.get_mut(moved)
+                    {
+                        *s = e;
+                    }
+                }
+                Self::Compact(i) => {
+                    let (Some(&id), Some(&last)) = (ids.get(e as usize), ids.last()) else {
+                        continue;
+                    };
+                    let removed = i.remove_swap(id, last);
+                    debug_assert!(removed.is_some(), "ids is the index's ids by slot");
+                    ids.swap_remove(e as usize);
+                }
             }
         }
     }
 
     /// Exact bytes of the index's allocation.
     pub(crate) fn bytes(&self) -> usize {
-        self.map.allocation_size()
+        match self {
+            Self::Fast(m) => m.allocation_size(),
+            Self::Compact(i) => i.memory_bytes(),
+        }
     }
 }

@@ -28,6 +28,7 @@ pub use boxed::BoxedOptimizer;
 pub use checkpoint::rank_path;
 pub use error::ShardError;
 pub use eviction::Eviction;
+pub use index::IndexKind;
 pub use init::RowInit;
 pub use owner::{OwnerRule, PartitionedBuckets};
 pub use report::{GroupReport, RankReport, SKEW_WARNING, process_memory};

@@ -191,7 +191,7 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             .import_rows(&new_slots, &blob)
             .map_err(ShardError::RowState)?;
         for &k in &mine {
-            if !self.index.insert_new(snap.ids[k]) {
+            if !self.index.insert_new(snap.ids[k])? {
                 return Err(ShardError::Corrupt("an id is held by two old ranks"));
             }
             self.rows.push(&snap.rows[k * d..(k + 1) * d]);

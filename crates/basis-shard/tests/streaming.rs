@@ -12,8 +12,8 @@ use core::time::Duration;
 
 use basis_core::{AdamConfig, ExactAdam, RowIndex, RowStateError, Sgd, SparseOptimizer};
 use basis_shard::{
-    Admission, BoxedOptimizer as Dyn, Eviction, OwnerRule, RowInit, ShardError, ShardedTable,
-    TableConfig,
+    Admission, BoxedOptimizer as Dyn, Eviction, IndexKind, OwnerRule, RowInit, ShardError,
+    ShardedTable, TableConfig,
 };
 use basis_std::local::LocalComm;
 use comm_traits::Communicator;
@@ -585,5 +585,56 @@ fn the_checkpoint_fuzz_entry_survives_mutated_files() {
         let k = (x >> 20) as usize % bytes.len();
         bytes[k] ^= 0x40;
         basis_shard::fuzzing::shard_checkpoint(&bytes);
+    }
+}
+
+#[test]
+fn the_compact_index_gives_the_table_of_the_fast_one() {
+    // The same stream (min-count admission, TTL and capacity eviction, so
+    // slots are inserted, swap-removed and reused) on both index layouts:
+    // every rank's snapshot (rows, ids in slot order, optimizer state,
+    // counters, last-seen steps) is equal after every few steps, a snapshot
+    // restores into a table of the other layout and the run goes on equal,
+    // and the compact index takes fewer bytes.
+    let (p, steps) = (2usize, 40u64);
+    let rule = Admission::min_count(2, 1 << 12, 4).unwrap();
+    let ev = Eviction::ttl(6).with_capacity(12);
+    let build = |rank: usize, kind: IndexKind| {
+        let config = TableConfig::new(DIM, OwnerRule::hashed(p, 3).unwrap(), rank)
+            .with_init(RowInit::uniform(7, 0.1))
+            .with_admission(rule)
+            .with_eviction(ev)
+            .with_index(kind);
+        ShardedTable::new(config, adam()).unwrap()
+    };
+    let got = on_ranks(p, |mut c| {
+        let r = c.rank();
+        let (mut fast, mut compact) = (build(r, IndexKind::Fast), build(r, IndexKind::Compact));
+        let mut evicted = 0;
+        for step in 0..steps {
+            let ids = ids_of(step, r);
+            let g = |id| grad_of(step, r, id);
+            step_with(&mut fast, &mut c, &ids, g).unwrap();
+            step_with(&mut compact, &mut c, &ids, g).unwrap();
+            assert_eq!(fast.snapshot(), compact.snapshot(), "rank {r}, step {step}");
+            evicted = fast.stats().rows_evicted;
+            if step == steps / 2 {
+                // Swap the layouts through a snapshot.
+                let (a, b) = (fast.snapshot(), compact.snapshot());
+                fast = build(r, IndexKind::Fast);
+                compact = build(r, IndexKind::Compact);
+                fast.restore_snapshot(b).unwrap();
+                compact.restore_snapshot(a).unwrap();
+            }
+        }
+        let (mf, mc) = (fast.memory(), compact.memory());
+        (evicted, fast.len(), mf.index_bytes, mc.index_bytes)
+    });
+    for (evicted, rows, fast_bytes, compact_bytes) in got {
+        assert!(evicted > 0 && rows > 0, "the stream evicts and keeps rows");
+        assert!(
+            compact_bytes < fast_bytes,
+            "{compact_bytes} vs {fast_bytes}"
+        );
     }
 }
