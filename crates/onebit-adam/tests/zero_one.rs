@@ -84,9 +84,11 @@ fn matches_the_reference_bit_for_bit_on_1_to_4_ranks() {
                 GroupSpec::full_precision(17),
             ],
         ];
-        for groups in &layouts {
-            let out = run(&problem, groups, schedule(), STEPS);
-            let mut sim = ZeroOneSim::new(schedule(), groups, &vec![0.1f32; n], p);
+        // The paper's stages and the preconditioned, clamped variant.
+        for (groups, pre) in layouts.iter().flat_map(|g| [(g, false), (g, true)]) {
+            let config = schedule().with_preconditioned(pre);
+            let out = run(&problem, groups, config, STEPS);
+            let mut sim = ZeroOneSim::new(config, groups, &vec![0.1f32; n], p);
             for t in 1..=STEPS {
                 let grads: Vec<Vec<f32>> = (0..p)
                     .map(|r| grad(&problem, r, t, &sim.params[r]))
@@ -97,7 +99,7 @@ fn matches_the_reference_bit_for_bit_on_1_to_4_ranks() {
                     assert_eq!(
                         bits(&xs[t as usize - 1]),
                         bits(&sim.params[r]),
-                        "p={p} rank {r} step {t} groups {}",
+                        "p={p} rank {r} step {t} groups {} preconditioned {pre}",
                         groups.len()
                     );
                 }
