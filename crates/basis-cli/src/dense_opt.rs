@@ -14,7 +14,9 @@
 //!   `local_step_scaler = max(1, T/20)` (DeepSpeed's 32 678 would keep the
 //!   interval at 1 in any run this CLI makes, and the paper ties `T_u` to
 //!   the learning-rate schedule, which is constant here: `T/20` is the
-//!   setting `examples/zero_one_bytes.rs` measured), `H = 16`, and the
+//!   setting `examples/zero_one_bytes.rs` measured), `H = 4`
+//!   ([`LOCAL_STEP_CLIPPER`]; DeepSpeed's 16 lost 0.0013 test AUC on
+//!   DeepFM), and the
 //!   preconditioned, clamped variant (the paper's diverges on DeepFM).
 //! * 1-bit LAMB: one LAMB group per tower layer (`Tower::dense_layers`;
 //!   the whole dense vector for the FM), the warm-up as 1-bit Adam's
@@ -31,6 +33,15 @@ use onebit_adam::{
 /// steps after the freeze (module docs).
 const LOCAL_STEP_DIVISOR: u64 = 20;
 
+/// 0/1 Adam's largest local-step interval `H` (module docs): one
+/// pass of 10^5 `criteo-synth` examples, DeepFM, 3 seeds, test AUC minus
+/// 1-bit Adam's: `H = 16` (DeepSpeed's) −0.0006/−0.0013/−0.0018 at 2.25×
+/// fewer bytes, `H = 4` −0.0009/−0.0008/−0.0006 at 2.19×, `H = 2`
+/// −0.0002/−0.0007/−0.0005 at 2.10×, `H = 1` (no local steps) ±0.0002 at
+/// 1.94× (docs/DISTRIBUTED.md, "0/1 Adam and 1-bit LAMB"): the bytes are
+/// the variance steps', so the syncs cost little.
+const LOCAL_STEP_CLIPPER: u64 = 4;
+
 /// One of the dense optimizers (module docs).
 #[derive(Debug, Clone)]
 pub(crate) enum DenseOptimizer {
@@ -40,8 +51,8 @@ pub(crate) enum DenseOptimizer {
     /// learning rate, [`bias_corrected_lr`]).
     ZeroOne(ZeroOneAdam, f32),
     /// `onebit-lamb`, with the scaled-gradient copy it steps on (LAMB has
-    /// no scaled step; reused across steps).
-    Lamb(OneBitLamb, Vec<f32>),
+    /// no scaled step; reused across steps). Boxed: twice the others' size.
+    Lamb(Box<OneBitLamb>, Vec<f32>),
 }
 
 /// What one [`DenseOptimizer::step`] did on this rank.
@@ -85,6 +96,7 @@ pub(crate) fn zero_one_config(lr: f32, steps_total: u64, warmup: DenseWarmup) ->
         .with_lr(lr)
         .with_var_freeze_step(freeze)
         .with_local_step_scaler((steps_total / LOCAL_STEP_DIVISOR).max(1))
+        .with_local_step_clipper(LOCAL_STEP_CLIPPER)
         // The paper's stages divide 1-bit values by `d`: the DeepFM tower
         // diverged at step 215 of 391 (NaN loss, seed 1), 118 steps after
         // the freeze. The preconditioned, clamped variant keeps each step
@@ -178,7 +190,7 @@ impl DenseOptimizer {
                     .map(|l| LambGroup::new(l.0))
                     .collect();
                 OneBitLamb::new(&groups, config)
-                    .map(|o| Self::Lamb(o, Vec::new()))
+                    .map(|o| Self::Lamb(Box::new(o), Vec::new()))
                     .map_err(|e| format!("--dense-opt: {e}"))
             }
         }
@@ -341,7 +353,10 @@ mod tests {
     #[test]
     fn the_zero_one_rate_is_adams_bias_correction() {
         let c = zero_one_config(1e-3, 400, DenseWarmup::Fraction(0.25));
-        assert_eq!((c.var_freeze_step, c.local_step_scaler), (100, 20));
+        assert_eq!(
+            (c.var_freeze_step, c.local_step_scaler, c.local_step_clipper),
+            (100, 20, 4)
+        );
         assert!(c.preconditioned);
         let sim = ZeroOneSim::new(c, &[onebit_adam::GroupSpec::one_bit(1)], &[0.0], 1);
         let mut k = 0;
