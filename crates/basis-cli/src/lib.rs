@@ -12,6 +12,7 @@ mod cli;
 mod compare;
 mod data;
 mod deep;
+mod dense_opt;
 mod dense_telemetry;
 mod hashing;
 mod inspect;

@@ -28,6 +28,7 @@
 
 use crate::checkpoint::{self, Checkpoint};
 use crate::data::Dataset;
+use crate::dense_opt::DenseOptimizer;
 use crate::model::{DenseAdam, Fm, Grads};
 use crate::optim::{self, Optimizer};
 use crate::rng::Rng;
@@ -36,7 +37,6 @@ use crate::run::{
     evaluate, finish, on_local_ranks, share,
 };
 use comm_traits::{CommStats, Communicator};
-use onebit_adam::OneBitAdam;
 use std::path::Path;
 use std::time::Instant;
 
@@ -115,7 +115,7 @@ struct Ranks<'a> {
     /// Whether this rank evaluates and reports.
     evaluates: bool,
     stats_before: CommStats,
-    dense_opt: OneBitAdam,
+    dense_opt: DenseOptimizer,
     bytes: CommBytes,
     /// Per-group dense telemetry (`--json`'s `dense_groups`).
     dense_groups: crate::dense_telemetry::DenseGroups,
@@ -268,10 +268,12 @@ impl Strategy for Replica<'_> {
         let comm = &mut *ranks.comm;
         let dense = ranks
             .dense_opt
-            .step_with_grad_scaled(comm, &mut fm.dense, &g.dense, p as f32)
+            .step(comm, &mut fm.dense, &g.dense, p as f32)
             .map_err(|e| format!("rank {rank}: {:?}: {e}", m.dense_opt))?;
-        ranks.bytes.dense += dense.bytes.bytes_sent;
-        ranks.dense_groups.observe(&dense);
+        ranks.bytes.dense += dense.bytes_sent;
+        if let Some(r) = &dense.report {
+            ranks.dense_groups.observe(r);
+        }
         let mut loss = [g.loss as f32];
         comm.all_reduce_sum(&mut loss)
             .map_err(|e| format!("rank {rank}: {e}"))?;
@@ -280,9 +282,7 @@ impl Strategy for Replica<'_> {
         Ok(Step {
             loss: f64::from(loss[0]),
             nonfinite: rep.rows_skipped_nonfinite as u64,
-            dense: m
-                .progress_dense
-                .then(|| crate::dense_telemetry::progress_field(&dense)),
+            dense: m.progress_dense.then(|| dense.progress_field()),
         })
     }
 
@@ -320,7 +320,7 @@ impl Strategy for Replica<'_> {
                     total: r.comm.stats().since(&r.stats_before).bytes_sent,
                     ..r.bytes
                 }),
-                crate::deep::freeze_step_reached(kind, &r.dense_opt),
+                r.dense_opt.freeze_step_reached(kind),
                 Some(r.dense_groups.0),
             ),
             None => (None, None, None),

@@ -11,6 +11,7 @@
 use crate::cli::ModelArgs;
 use crate::data::Dataset;
 use crate::deep::{DeepFm, Dlrm, Tower};
+use crate::dense_opt::DenseOptimizer;
 use crate::metrics::{auc, log_loss};
 use crate::model::Fm;
 use crate::optim::{self, Telemetry};
@@ -18,7 +19,6 @@ use crate::rng::Rng;
 use crate::spec::OptSpec;
 use basis_std::local::LocalComm;
 use core::time::Duration;
-use onebit_adam::OneBitAdam;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -467,33 +467,29 @@ pub(crate) fn on_local_ranks<T: Send>(
 ///
 /// Fails on options the optimizer refuses.
 ///
-/// `--dense-policy` splits the parameters by `tower`'s layers (`None` or
-/// the default policy: one group of `len`).
+/// `--dense-policy` and 1-bit LAMB's layers split the parameters by
+/// `tower`'s layers (`None`: one layer of `len`).
 pub(crate) fn dense_optimizer(
     m: &ModelArgs,
     len: usize,
     tower: Option<&crate::deep::Tower>,
     n: usize,
-) -> Result<OneBitAdam, String> {
+) -> Result<DenseOptimizer, String> {
     let steps_total = (n.div_ceil(m.batch) * m.epochs as usize) as u64;
-    match tower {
-        Some(t) if m.dense_policy != crate::deep::DensePolicy::default() => {
+    let layers = match tower {
+        Some(t) => {
             let layers = t.dense_layers();
             if layers.iter().map(|l| l.0).sum::<usize>() != len {
-                return Err(
-                    "--dense-policy: the tower's layers do not cover its parameters".into(),
-                );
+                return Err("--dense-opt: the tower's layers do not cover its parameters".into());
             }
-            m.dense_opt.build_layered(
-                &layers,
-                m.dense_policy,
-                m.dense_lr,
-                steps_total,
-                m.dense_warmup,
-            )
+            layers
         }
-        _ => m
-            .dense_opt
-            .build(len, m.dense_lr, steps_total, m.dense_warmup),
-    }
+        None => vec![(len, crate::deep::LayerRole::Rest)],
+    };
+    DenseOptimizer::build(
+        m.dense_opt,
+        &layers,
+        m.dense_policy,
+        (m.dense_lr, steps_total, m.dense_warmup),
+    )
 }

@@ -15,7 +15,7 @@ use num_traits::Float;
 
 use crate::optimizer::{GroupSpec, Policy};
 use crate::reference::{ReferenceState, simulate_allreduce};
-use crate::zero_one::{ZeroOneConfig, ZeroOneStage};
+use crate::zero_one::{ZeroOneConfig, ZeroOneStage, clamped, preconditioned_caps};
 
 /// The state of all `P` simulated ranks.
 #[derive(Debug, Clone)]
@@ -126,6 +126,8 @@ impl ZeroOneSim {
         let t = self.steps + 1;
         let stage = self.stage(t);
         let c = self.config;
+        let pre = c.preconditioned;
+        let (cap_g, cap_m) = preconditioned_caps(&c);
         let pf = p as f32;
         for (gi, (range, spec)) in self.groups.clone().into_iter().enumerate() {
             let wd = spec.weight_decay.unwrap_or(c.weight_decay);
@@ -151,15 +153,35 @@ impl ZeroOneSim {
                 continue;
             }
             if stage == ZeroOneStage::OneBitGradient {
-                let mut bufs: Vec<Vec<f32>> =
-                    grads.iter().map(|g| g[range.clone()].to_vec()).collect();
+                // Preconditioned: each rank sends clamp(g/d, ±G).
+                let mut bufs: Vec<Vec<f32>> = (0..p)
+                    .map(|r| {
+                        range
+                            .clone()
+                            .map(|i| {
+                                let d = Float::sqrt(self.v[r][i]) + c.eps;
+                                if pre {
+                                    (grads[r][i] / d).clamp(-cap_g, cap_g)
+                                } else {
+                                    grads[r][i]
+                                }
+                            })
+                            .collect()
+                    })
+                    .collect();
                 simulate_allreduce(&mut bufs, &mut self.errors[gi]);
                 for r in 0..p {
                     for (k, i) in range.clone().enumerate() {
-                        let gh = if self.mask[i] { 0.0 } else { bufs[r][k] };
-                        self.m[r][i] = c.beta1 * self.m[r][i] + (1.0 - c.beta1) * gh;
                         let d = Float::sqrt(self.v[r][i]) + c.eps;
-                        let w = self.m[r][i] / d + wd * self.params[r][i];
+                        let gh = if self.mask[i] {
+                            0.0
+                        } else if pre {
+                            bufs[r][k] * d
+                        } else {
+                            bufs[r][k]
+                        };
+                        self.m[r][i] = c.beta1 * self.m[r][i] + (1.0 - c.beta1) * gh;
+                        let w = clamped(self.m[r][i] / d, pre, cap_m) + wd * self.params[r][i];
                         self.params[r][i] -= lr * w;
                     }
                 }
@@ -170,7 +192,7 @@ impl ZeroOneSim {
                 for i in range.clone() {
                     self.m[r][i] = c.beta1 * self.m[r][i] + (1.0 - c.beta1) * grads[r][i];
                     let d = Float::sqrt(self.v[r][i]) + c.eps;
-                    let w = self.m[r][i] / d + wd * self.params[r][i];
+                    let w = clamped(self.m[r][i] / d, pre, cap_m) + wd * self.params[r][i];
                     self.params[r][i] -= lr * w;
                 }
             }
@@ -181,7 +203,8 @@ impl ZeroOneSim {
                     let mut b = Vec::with_capacity(range.len());
                     for i in range.clone() {
                         let u = self.params[r][i] - self.anchor[r][i];
-                        b.push(u * (Float::sqrt(self.v[r][i]) + c.eps));
+                        let d = Float::sqrt(self.v[r][i]) + c.eps;
+                        b.push(if pre { u } else { u * d });
                     }
                     bufs.push(b);
                 }
@@ -189,9 +212,14 @@ impl ZeroOneSim {
                 for r in 0..p {
                     for (k, i) in range.clone().enumerate() {
                         let uh = if self.mask[i] { 0.0 } else { bufs[r][k] };
-                        self.m[r][i] = -(uh / lrs);
-                        self.params[r][i] =
-                            self.anchor[r][i] + uh / (Float::sqrt(self.v[r][i]) + c.eps);
+                        let d = Float::sqrt(self.v[r][i]) + c.eps;
+                        if pre {
+                            self.m[r][i] = -(uh * d / lrs);
+                            self.params[r][i] = self.anchor[r][i] + uh;
+                        } else {
+                            self.m[r][i] = -(uh / lrs);
+                            self.params[r][i] = self.anchor[r][i] + uh / d;
+                        }
                         self.anchor[r][i] = self.params[r][i];
                     }
                 }

@@ -63,6 +63,29 @@
 //! * [`Policy::FullPrecision`] groups run plain Adam (no bias correction)
 //!   with a full-precision all-reduce every step, as 1-bit Adam's do.
 //!
+//! **Preconditioned variant** ([`ZeroOneConfig::preconditioned`], off by
+//! default; a deviation from the paper, made for the same reason as 1-bit
+//! Adam's `Variant::PreconditionedMomentum` and its clamp,
+//! docs/ONEBIT_ADAM.md). One bit gives every coordinate the buffer's RMS
+//! magnitude `α`; the paper's stages then divide by `d`, and a coordinate
+//! whose `√v` stayed near ε (a ReLU unit that rarely fired before `v`
+//! was last refreshed) steps by `ηα/ε`: the CLI's DeepFM tower diverged
+//! within 120 steps after the freeze. The variant compresses quantities
+//! already divided by `d` and clamps them to bounds full-precision Adam
+//! itself obeys (`G = 1/√(1−β₂)`, `B = (1−β₁)/√((1−β₂)(1−β₁²/β₂))`, see
+//! [`preconditioned_caps`]), so each coordinate's step stays Adam-sized:
+//! * 1-bit gradient step: `p̂ = compressed_allreduce(clamp(g/d, ±G))`,
+//!   `ĝ = p̂·d` (masked), `m ← β₁m + (1−β₁)ĝ`,
+//!   `x ← x − η(clamp(m/d, ±B) + λx)`;
+//! * local step: `x ← x − η(clamp(m/d, ±B) + λx)`;
+//! * synchronisation: `û = compressed_allreduce(x − a)` (masked; the
+//!   parameter-space update, not `u ⊙ d`), `m ← −û·d/S`, `x ← a + û`.
+//!
+//! Variance steps and full-precision groups are unchanged. Clamping `g/d`
+//! to `G` is raising `v` to `(1−β₂)g²`, the least value it has once `g` is
+//! in it; clamping `m/d` to `B` raises it to the floor `(m/B)²` Adam's own
+//! `v` would have reached.
+//!
 //! Every step that communicates starts with the crate's header exchange
 //! (step, length, layout, input verdict), so a NaN gradient or a
 //! disagreement fails on every rank before any state changes. A local step
@@ -124,6 +147,11 @@ pub struct ZeroOneConfig {
     /// `H`: the largest local-step interval (steps between
     /// synchronisations). Must be ≥ 1. Default `16`.
     pub local_step_clipper: u64,
+    /// The preconditioned, clamped variant of the 1-bit stages (module
+    /// docs, "Preconditioned variant"; not in the paper): compress `g/d`
+    /// and the parameter-space update instead of `g` and `u ⊙ d`, and clamp
+    /// to Adam's own bounds. Default `false` (the paper's 0/1 Adam).
+    pub preconditioned: bool,
 }
 
 // onebit-codec's macro, one copy per dependency chain.
@@ -137,6 +165,7 @@ onebit_codec::with_setters!(ZeroOneConfig {
     with_var_update_scaler => var_update_scaler: u64,
     with_local_step_scaler => local_step_scaler: u64,
     with_local_step_clipper => local_step_clipper: u64,
+    with_preconditioned => preconditioned: bool,
 });
 
 impl Default for ZeroOneConfig {
@@ -151,6 +180,7 @@ impl Default for ZeroOneConfig {
             var_update_scaler: 16,
             local_step_scaler: 32_678,
             local_step_clipper: 16,
+            preconditioned: false,
         }
     }
 }
@@ -193,6 +223,24 @@ impl ZeroOneConfig {
         }
         Ok(())
     }
+}
+
+/// The clamps of the preconditioned variant: `(G, B)`, `G = 1/√(1−β₂)`
+/// the largest `|g|/√v` once `g` is in `v` (`v ≥ (1−β₂)g²`), `B =
+/// (1−β₁)/√((1−β₂)(1−β₁²/β₂))` the largest `|m/√v|` full-precision Adam can
+/// produce from a zero start (Cauchy–Schwarz; the bound 1-bit Adam's
+/// `Variant::PreconditionedMomentum` clamps to, `docs/ONEBIT_ADAM.md`);
+/// `+∞` where no bound exists (`β₁² ≥ β₂`).
+pub(crate) fn preconditioned_caps(c: &ZeroOneConfig) -> (f32, f32) {
+    let (b1, b2) = (f64::from(c.beta1), f64::from(c.beta2));
+    let g = (1.0 / Float::sqrt(1.0 - b2)) as f32;
+    let r = b1 * b1 / b2;
+    let b = if r >= 1.0 {
+        f32::INFINITY
+    } else {
+        ((1.0 - b1) / Float::sqrt((1.0 - b2) * (1.0 - r))) as f32
+    };
+    (g, b)
 }
 
 /// What one 0/1 Adam step did with the 1-bit groups (module docs).
@@ -590,6 +638,7 @@ impl ZeroOneAdam {
             c.var_update_scaler,
             c.local_step_scaler,
             c.local_step_clipper,
+            u64::from(c.preconditioned),
         ] {
             eat(x);
         }
@@ -811,19 +860,31 @@ impl ZeroOneAdam {
         g: &mut [f32],
         x: &mut [f32],
     ) -> Result<(), OneBitError> {
-        allreduce::reduce_counted(comm, g, None, &mut self.groups[gi].errors)?;
         let c = self.config;
-        let wd = self.decay(gi);
+        let (cap_g, cap_m) = preconditioned_caps(&c);
         let range = self.groups[gi].range.clone();
+        if c.preconditioned {
+            let v = &self.v[range.clone()];
+            for i in 0..g.len() {
+                g[i] = (g[i] / (Float::sqrt(v[i]) + c.eps)).clamp(-cap_g, cap_g);
+            }
+        }
+        allreduce::reduce_counted(comm, g, None, &mut self.groups[gi].errors)?;
+        let wd = self.decay(gi);
         let (m, v, z) = (
             &mut self.m[range.clone()],
             &self.v[range.clone()],
             &self.zero[range],
         );
         for i in 0..x.len() {
-            let gh = if z[i] { 0.0 } else { g[i] };
+            let d = Float::sqrt(v[i]) + c.eps;
+            let gh = match (z[i], c.preconditioned) {
+                (true, _) => 0.0,
+                (false, true) => g[i] * d,
+                (false, false) => g[i],
+            };
             m[i] = c.beta1 * m[i] + (1.0 - c.beta1) * gh;
-            let w = m[i] / (Float::sqrt(v[i]) + c.eps) + wd * x[i];
+            let w = clamped(m[i] / d, c.preconditioned, cap_m) + wd * x[i];
             x[i] -= c.lr * w;
         }
         Ok(())
@@ -835,9 +896,11 @@ impl ZeroOneAdam {
         let wd = self.decay(gi);
         let range = self.groups[gi].range.clone();
         let (m, v) = (&mut self.m[range.clone()], &self.v[range]);
+        let cap_m = preconditioned_caps(&c).1;
         for i in 0..x.len() {
             m[i] = c.beta1 * m[i] + (1.0 - c.beta1) * g[i];
-            let w = m[i] / (Float::sqrt(v[i]) + c.eps) + wd * x[i];
+            let p = m[i] / (Float::sqrt(v[i]) + c.eps);
+            let w = clamped(p, c.preconditioned, cap_m) + wd * x[i];
             x[i] -= c.lr * w;
         }
     }
@@ -857,7 +920,11 @@ impl ZeroOneAdam {
         let range = self.groups[gi].range.clone();
         let (v, a) = (&self.v[range.clone()], &self.anchor[range.clone()]);
         for i in 0..x.len() {
-            buf[i] = (x[i] - a[i]) * (Float::sqrt(v[i]) + c.eps);
+            buf[i] = if c.preconditioned {
+                x[i] - a[i]
+            } else {
+                (x[i] - a[i]) * (Float::sqrt(v[i]) + c.eps)
+            };
         }
         allreduce::reduce_counted(comm, buf, None, &mut self.groups[gi].errors)?;
         let (m, z, a) = (
@@ -867,11 +934,27 @@ impl ZeroOneAdam {
         );
         for i in 0..x.len() {
             let uh = if z[i] { 0.0 } else { buf[i] };
-            m[i] = -(uh / lrs);
-            x[i] = a[i] + uh / (Float::sqrt(v[i]) + c.eps);
+            let d = Float::sqrt(v[i]) + c.eps;
+            if c.preconditioned {
+                m[i] = -(uh * d / lrs);
+                x[i] = a[i] + uh;
+            } else {
+                m[i] = -(uh / lrs);
+                x[i] = a[i] + uh / d;
+            }
             a[i] = x[i];
         }
         Ok(())
+    }
+}
+
+/// `p` clamped to `±cap` in the preconditioned variant, `p` otherwise.
+#[inline]
+pub(crate) fn clamped(p: f32, preconditioned: bool, cap: f32) -> f32 {
+    if preconditioned {
+        p.clamp(-cap, cap)
+    } else {
+        p
     }
 }
 

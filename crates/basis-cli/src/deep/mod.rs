@@ -182,6 +182,13 @@ pub(crate) enum DenseOpt {
     /// 1-bit Adam: full-precision warm-up, then compressed (preconditioned)
     /// momentum all-reduce with error feedback.
     OnebitAdam,
+    /// 0/1 Adam: `v` refreshed on a thinning schedule, 1-bit gradients
+    /// between, then local steps and 1-bit synchronisations of the
+    /// accumulated update (`crate::dense_opt`).
+    ZeroOneAdam,
+    /// 1-bit LAMB: full-precision LAMB warm-up, then 1-bit momentum with
+    /// frozen, adapted per-layer trust ratios (`crate::dense_opt`).
+    OnebitLamb,
 }
 
 /// `--dense-policy`: the communication policy of each tower layer under
@@ -320,7 +327,7 @@ impl DenseWarmup {
     }
 
     /// The freeze policy for a run of `steps_total` steps.
-    fn policy(self, steps_total: u64) -> FreezePolicy {
+    pub(crate) fn policy(self, steps_total: u64) -> FreezePolicy {
         // Truncation, so 0.2 reproduces the former `steps_total / 5`.
         #[allow(
             clippy::cast_possible_truncation,
@@ -354,9 +361,10 @@ impl core::fmt::Display for DenseWarmup {
 impl DenseOpt {
     /// The optimizer of `len` dense parameters for a run of `steps_total`
     /// steps (`--dense-lr` = `lr`, bias-corrected; 1-bit Adam's warm-up as
-    /// `warmup` says).
+    /// `warmup` says): `adam` and `onebit-adam` only.
     ///
-    /// Fails when `onebit-adam` refuses the configuration.
+    /// Fails when `onebit-adam` refuses the configuration, and for
+    /// `zero-one-adam` and `onebit-lamb` (`crate::dense_opt` builds those).
     pub(crate) fn build(
         self,
         len: usize,
@@ -382,6 +390,11 @@ impl DenseOpt {
             // Full precision at every step: Adam on the mean gradient.
             Self::Adam => GroupSpec::full_precision(len),
             Self::OnebitAdam => GroupSpec::one_bit(len),
+            Self::ZeroOneAdam | Self::OnebitLamb => {
+                return Err(format!(
+                    "--dense-opt: {self:?} is not 1-bit Adam (crate::dense_opt builds it)"
+                ));
+            }
         };
         OneBitAdam::with_groups(&[group], config).map_err(|e| format!("--dense-opt: {e}"))
     }
@@ -404,13 +417,6 @@ impl DenseOpt {
         }
         Ok(opt)
     }
-}
-
-/// The last warm-up step of a 1-bit dense optimizer, once the run has
-/// reached it (`None` for `--dense-opt adam`, whose group never compresses).
-pub(crate) fn freeze_step_reached(kind: DenseOpt, opt: &OneBitAdam) -> Option<u64> {
-    let t = opt.frozen_at()?;
-    (kind == DenseOpt::OnebitAdam && t <= opt.steps()).then_some(t)
 }
 
 /// Test helper: `g` (from a forward/backward at `scale`) against the slow

@@ -26,6 +26,7 @@ mod resume;
 mod source;
 
 use crate::data::Dataset;
+use crate::dense_opt::DenseOptimizer;
 use crate::metrics::{auc, log_loss};
 use crate::model::{Fm, Grads};
 use crate::optim::{self, Optimizer};
@@ -36,7 +37,6 @@ use crate::run::{
 };
 use basis_shard::{Admission, Batch, Eviction, OwnerRule, RowInit, ShardedTable, TableConfig};
 use comm_traits::{CommStats, Communicator};
-use onebit_adam::OneBitAdam;
 use std::path::Path;
 use std::time::Instant;
 
@@ -244,7 +244,7 @@ impl Rank {
         comm: &mut dyn Communicator,
         sh: &Share,
         at: StepAt,
-        dense_opt: &mut OneBitAdam,
+        dense_opt: &mut DenseOptimizer,
         grads: &mut Grads,
     ) -> Result<Step, String> {
         let (rank, p) = (comm.rank(), comm.size());
@@ -266,16 +266,16 @@ impl Rank {
         // batch gradient, so each sends P times its share (scaled as the
         // optimizer reads it in: no scaled copy).
         let report = dense_opt
-            .step_with_grad_scaled(comm, &mut self.model.dense, &grads.dense, p as f32)
+            .step(comm, &mut self.model.dense, &grads.dense, p as f32)
             .map_err(|e| format!("rank {rank}: {:?}: {e}", self.dense_kind))?;
         self.dense_bytes += comm.stats().since(&before).bytes_sent;
-        self.dense_groups.observe(&report);
+        if let Some(r) = &report.report {
+            self.dense_groups.observe(r);
+        }
         Ok(Step {
             loss: f64::from(loss[0]),
             nonfinite,
-            dense: self
-                .progress_dense
-                .then(|| crate::dense_telemetry::progress_field(&report)),
+            dense: self.progress_dense.then(|| report.progress_field()),
         })
     }
 
@@ -450,7 +450,7 @@ struct Sharded<'a> {
     run: &'a Run<'a>,
     comm: &'a mut dyn Communicator,
     me: Rank,
-    dense_opt: OneBitAdam,
+    dense_opt: DenseOptimizer,
     /// Reused across steps (the tower's buffers stay allocated).
     grads: Grads,
     /// An injected exit (`fault`).
@@ -505,8 +505,22 @@ impl Strategy for Sharded<'_> {
     }
 
     fn evaluate(&mut self, epoch: u32, train_loss: f64) -> Result<Option<EpochPoint>, String> {
-        let (valid_auc, valid_loss) = self.me.evaluate(self.comm, self.sources.1)?;
-        let (test_auc, test_loss) = self.me.evaluate(self.comm, self.sources.2)?;
+        // 0/1 Adam's local steps leave each rank its own dense parameters:
+        // score rank 0's on every share, then put this rank's back.
+        let own = if self.dense_opt.params_per_rank() {
+            Some(crate::dense_opt::rank0_dense(
+                self.comm,
+                &mut self.me.model.dense,
+            )?)
+        } else {
+            None
+        };
+        let valid = self.me.evaluate(self.comm, self.sources.1);
+        let test = self.me.evaluate(self.comm, self.sources.2);
+        if let Some(own) = own {
+            self.me.model.dense = own;
+        }
+        let ((valid_auc, valid_loss), (test_auc, test_loss)) = (valid?, test?);
         Ok(Some(EpochPoint {
             epoch,
             train_loss,
@@ -560,7 +574,7 @@ impl Strategy for Sharded<'_> {
             Some(bytes),
         );
         out.model_crc32 = crc;
-        out.dense_freeze_step = crate::deep::freeze_step_reached(m.dense_opt, &self.dense_opt);
+        out.dense_freeze_step = self.dense_opt.freeze_step_reached(m.dense_opt);
         out.dense_groups = Some(me.dense_groups.0.clone());
         // `finish` sized the memory ratios by the data's row count (for a
         // stream, the estimated vocabulary) and one optimizer; the job holds

@@ -25,6 +25,7 @@
 use super::Rank;
 use crate::checkpoint::{self, Checkpoint, CheckpointError, ShardSections};
 use crate::data::Dataset;
+use crate::dense_opt::DenseOptimizer;
 use crate::optim;
 use crate::rng::Rng;
 use crate::run::{Progress, Run};
@@ -32,7 +33,6 @@ use basis_shard::ShardError;
 use basis_shard::rank_path;
 use comm_traits::Communicator;
 use core::cell::RefCell;
-use onebit_adam::OneBitAdam;
 use std::path::Path;
 
 /// `(fingerprint, option=value lines)` of a rank's file: the options every
@@ -56,7 +56,7 @@ pub(super) fn save(
     (rank, p): (usize, usize),
     opts: &[(&'static str, u64)],
     me: &Rank,
-    dense_opt: &OneBitAdam,
+    dense_opt: &DenseOptimizer,
     progress: &Progress,
 ) -> Result<(), String> {
     let (fingerprint, options) = fingerprint(opts, p, rank);
@@ -92,7 +92,7 @@ pub(super) fn restore(
     opts: &[(&'static str, u64)],
     (ds, run): (&Dataset, &Run<'_>),
     me: &mut Rank,
-    dense_opt: &mut OneBitAdam,
+    dense_opt: &mut DenseOptimizer,
 ) -> Result<(Progress, usize), String> {
     let path = rank_path(base, rank);
     let (fp, options) = fingerprint(opts, p, rank);
@@ -136,7 +136,7 @@ fn restore_resharded(
     opts: &[(&'static str, u64)],
     (ds, run): (&Dataset, &Run<'_>),
     me: &mut Rank,
-    dense_opt: &mut OneBitAdam,
+    dense_opt: &mut DenseOptimizer,
 ) -> Result<Progress, String> {
     let m = run.model;
     let old_owner = optim::owner_rule(run.spec, ds.rows, p_old, m.seed)?;
@@ -197,7 +197,7 @@ fn restore_resharded(
     // 1-bit compression has run: then its error feedback is per rank.
     dense_opt.unbind().map_err(|e| {
         at(&format_args!(
-            "dense optimizer: {e}: 1-bit Adam's error-feedback buffers are per rank and cannot move to another group size exactly (resume with --workers {p_old}, or train with --dense-opt adam)"
+            "dense optimizer: {e} (resume with --workers {p_old}, or train with --dense-opt adam)"
         ))
     })?;
     me.model.dense = c.dense;
@@ -214,7 +214,7 @@ fn restore_own(
     path: &Path,
     c: Checkpoint,
     me: &mut Rank,
-    dense_opt: &mut OneBitAdam,
+    dense_opt: &mut DenseOptimizer,
 ) -> Result<Progress, String> {
     let at = |what: &str, e: &dyn core::fmt::Display| {
         format!("checkpoint {}: {what}: {e}", path.display())

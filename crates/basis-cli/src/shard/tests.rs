@@ -921,3 +921,73 @@ fn bf16_rows_halve_the_row_bytes_and_repeat_bit_for_bit() {
         n.row_bytes_per_row
     );
 }
+
+/// 0/1 Adam and 1-bit LAMB on the DeepFM tower: a run checkpointed in
+/// epoch 1 (0/1 Adam past its freeze at step 39 of 158, inside a local
+/// interval; LAMB past its warm-up) and resumed ends bit-identical to the
+/// uninterrupted run; resuming with another `--dense-opt` or on another
+/// group size is refused on every rank, naming why.
+#[test]
+fn resume_with_zero_one_adam_and_onebit_lamb_is_bit_identical() {
+    for dopt in ["zero-one-adam", "onebit-lamb"] {
+        let extra = |d: &'static str| {
+            [
+                "--epochs",
+                "2",
+                "--model",
+                "deepfm",
+                "--mlp",
+                "16,1",
+                "--dense-warmup",
+                "0.25",
+                "--dense-opt",
+                d,
+            ]
+        };
+        let a = sharded(2, &extra(dopt));
+        let ds = load(&a);
+        let dir = temp_dir(dopt);
+        let base = dir.join("run.ckpt");
+        let whole: Vec<RunResult> = with_checkpoint(&ds, &a, &dir.join("whole"), false, None)
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let batches = ds.train.len().div_ceil(a.model.batch) as u64;
+        assert_eq!(whole[0].dense_freeze_step, Some(2 * batches / 4), "{dopt}");
+        let stopped = with_checkpoint(&ds, &a, &base, false, Some(batches + 3));
+        all_fail_with(&stopped, &["leaving at step"]);
+        let files: Vec<_> = (0..2).map(|r| resume::rank_path(&base, r)).collect();
+        let saved: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
+        let resumed: Vec<RunResult> = with_checkpoint(&ds, &a, &base, true, None)
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        for (w, r) in whole.iter().zip(&resumed) {
+            assert_eq!(w.model_crc32, r.model_crc32, "{dopt}");
+            assert_eq!(
+                w.final_metrics.test_auc.to_bits(),
+                r.final_metrics.test_auc.to_bits(),
+                "{dopt}"
+            );
+        }
+        // Another dense optimizer: the fingerprint names the option.
+        let other = sharded(2, &extra("onebit-adam"));
+        let out = with_checkpoint(&ds, &other, &base, true, None);
+        all_fail_with(&out, &["resume failed on rank 0", "--dense-opt"]);
+        // Another group size: the per-rank state cannot move.
+        for (f, b) in files.iter().zip(&saved) {
+            std::fs::write(f, b).unwrap();
+        }
+        let three = sharded(3, &extra(dopt));
+        let out = with_checkpoint(&ds, &three, &base, true, None);
+        all_fail_with(
+            &out,
+            &[
+                "resume failed on rank 0",
+                "resharding the 2 ranks' checkpoints",
+                "cannot move to another group size exactly",
+            ],
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,406 @@
+//! The data-parallel dense optimizer of `--workers P` runs
+//! (`--dense-opt`), over the three optimizers of `onebit-adam`: f32 Adam
+//! and 1-bit Adam ([`OneBitAdam`]; `adam` is its all-full-precision
+//! group), 0/1 Adam ([`ZeroOneAdam`]) and 1-bit LAMB ([`OneBitLamb`]).
+//! The training loops (replicated and row-sharded) and the sharded
+//! checkpoint see only [`DenseOptimizer`]: one step, the freeze step,
+//! the state record, the rank unbinding.
+//!
+//! How the CLI sets the new optimizers' knobs (a run of `T` steps,
+//! `--dense-warmup` giving `W` steps, see [`zero_one_config`]):
+//! * 0/1 Adam: `var_freeze_step = W` (`auto`: [`AUTO_MAX_FRACTION`] of
+//!   `T`, since 0/1 Adam has no settled-`v` criterion; its `v` is refreshed
+//!   on the thinning schedule `T_v` anyway), `κ = 16` (DeepSpeed's),
+//!   `local_step_scaler = max(1, T/20)` (DeepSpeed's 32 678 would keep the
+//!   interval at 1 in any run this CLI makes, and the paper ties `T_u` to
+//!   the learning-rate schedule, which is constant here: `T/20` is the
+//!   setting `examples/zero_one_bytes.rs` measured), `H = 4`
+//!   ([`LOCAL_STEP_CLIPPER`]; DeepSpeed's 16 lost 0.0013 test AUC on
+//!   DeepFM), and the
+//!   preconditioned, clamped variant (the paper's diverges on DeepFM).
+//! * 1-bit LAMB: one LAMB group per tower layer (`Tower::dense_layers`;
+//!   the whole dense vector for the FM), the warm-up as 1-bit Adam's
+//!   ([`onebit_adam::FreezePolicy`] from `--dense-warmup`).
+
+use crate::deep::{AUTO_MAX_FRACTION, DenseOpt, DensePolicy, DenseWarmup, LayerRole};
+use comm_traits::Communicator;
+use onebit_adam::{
+    GroupSpec, LambConfig, LambGroup, OneBitAdam, OneBitLamb, StateError, StepReport, ZeroOneAdam,
+    ZeroOneConfig, ZeroOneStage,
+};
+
+/// 0/1 Adam's local-step interval doubles every `T / LOCAL_STEP_DIVISOR`
+/// steps after the freeze (module docs).
+const LOCAL_STEP_DIVISOR: u64 = 20;
+
+/// 0/1 Adam's largest local-step interval `H` (module docs): one
+/// pass of 10^5 `criteo-synth` examples, DeepFM, 3 seeds, test AUC minus
+/// 1-bit Adam's: `H = 16` (DeepSpeed's) −0.0006/−0.0013/−0.0018 at 2.25×
+/// fewer bytes, `H = 4` −0.0009/−0.0008/−0.0006 at 2.19×, `H = 2`
+/// −0.0002/−0.0007/−0.0005 at 2.10×, `H = 1` (no local steps) ±0.0002 at
+/// 1.94× (docs/DISTRIBUTED.md, "0/1 Adam and 1-bit LAMB"): the bytes are
+/// the variance steps', so the syncs cost little.
+const LOCAL_STEP_CLIPPER: u64 = 4;
+
+/// One of the dense optimizers (module docs).
+#[derive(Debug, Clone)]
+pub(crate) enum DenseOptimizer {
+    /// `adam` (one full-precision group) or `onebit-adam`.
+    OneBit(OneBitAdam),
+    /// `zero-one-adam`, with `--dense-lr` (the base of its bias-corrected
+    /// learning rate, [`bias_corrected_lr`]).
+    ZeroOne(ZeroOneAdam, f32),
+    /// `onebit-lamb`, with the scaled-gradient copy it steps on (LAMB has
+    /// no scaled step; reused across steps). Boxed: twice the others' size.
+    Lamb(Box<OneBitLamb>, Vec<f32>),
+}
+
+/// What one [`DenseOptimizer::step`] did on this rank.
+#[derive(Debug, Clone)]
+pub(crate) struct DenseStep {
+    /// Bytes this rank sent in the step's collectives (header included).
+    pub(crate) bytes_sent: u64,
+    /// 1-bit Adam's per-group report (`None` for the other optimizers).
+    pub(crate) report: Option<StepReport>,
+    /// The stage, for the progress line: `warmup`/`compressed` (1-bit Adam,
+    /// 1-bit LAMB) or `variance`/`1bit-grad`/`local`/`sync` (0/1 Adam).
+    pub(crate) stage: &'static str,
+}
+
+impl DenseStep {
+    /// The progress-line field: 1-bit Adam's per-group telemetry, the
+    /// stage and bytes otherwise.
+    pub(crate) fn progress_field(&self) -> String {
+        match &self.report {
+            Some(r) => crate::dense_telemetry::progress_field(r),
+            None => format!("{} {}B", self.stage, self.bytes_sent),
+        }
+    }
+}
+
+/// 0/1 Adam's hyper-parameters for a run of `steps_total` steps (module
+/// docs).
+pub(crate) fn zero_one_config(lr: f32, steps_total: u64, warmup: DenseWarmup) -> ZeroOneConfig {
+    let fraction = match warmup {
+        DenseWarmup::Auto => AUTO_MAX_FRACTION,
+        DenseWarmup::Fraction(f) => f,
+    };
+    // Truncation, as `DenseWarmup::policy` does.
+    #[allow(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss
+    )]
+    let freeze = ((steps_total as f64 * fraction) as u64).max(1);
+    ZeroOneConfig::default()
+        .with_lr(lr)
+        .with_var_freeze_step(freeze)
+        .with_local_step_scaler((steps_total / LOCAL_STEP_DIVISOR).max(1))
+        .with_local_step_clipper(LOCAL_STEP_CLIPPER)
+        // The paper's stages divide 1-bit values by `d`: the DeepFM tower
+        // diverged at step 215 of 391 (NaN loss, seed 1), 118 steps after
+        // the freeze. The preconditioned, clamped variant keeps each step
+        // Adam-sized (`onebit_adam::ZeroOneConfig::preconditioned`).
+        .with_preconditioned(true)
+}
+
+/// The learning rate of 0/1 Adam's step `t` (1-based) for `--dense-lr`
+/// `lr`: `lr·√(1−β₂^k)/(1−β₁^t)`, `k` the variance steps up to `t`
+/// (`v`'s updates; frozen after `var_freeze_step`) — Adam's bias
+/// correction, as the CLI's 1-bit Adam has it, folded into the learning
+/// rate (0/1 Adam has none: its synchronisation divides by the sum of the
+/// rates actually used, so a schedule is exact). Without it the first
+/// steps are up to 6× `lr`, and DeepFM ended 0.003 below 1-bit Adam's test
+/// AUC (seed 1; with `--dense-lr` halved it matched).
+pub(crate) fn bias_corrected_lr(c: &ZeroOneConfig, t: u64, lr: f32) -> f32 {
+    // T_v: `κ` steps at each spacing 1, 2, 4, …, each the next multiple of
+    // the spacing after the previous one (the reference's closed form).
+    let (mut k, mut prev, mut spacing) = (0u64, 0u64, 1u64);
+    let last = t.min(c.var_freeze_step);
+    'outer: loop {
+        for _ in 0..c.var_update_scaler {
+            let next = (prev / spacing + 1) * spacing;
+            if next > last {
+                break 'outer;
+            }
+            (k, prev) = (k + 1, next);
+        }
+        spacing = spacing.saturating_mul(2);
+    }
+    #[allow(clippy::cast_precision_loss, reason = "exponents up to 2^20: exact")]
+    let pow = |b: f32, n: u64| f64::from(b).powf(n.min(1 << 20) as f64);
+    let bc1 = 1.0 - pow(c.beta1, t);
+    let bc2 = 1.0 - pow(c.beta2, k);
+    #[allow(clippy::cast_possible_truncation, reason = "a rate near `lr`")]
+    let eta = (f64::from(lr) * bc2.sqrt() / bc1) as f32;
+    eta
+}
+
+impl DenseOptimizer {
+    /// `kind`'s optimizer over `layers` (flat order, adding up to the dense
+    /// length) for a run of `steps_total` steps; `policy` splits 1-bit
+    /// Adam's and 0/1 Adam's groups (`--dense-policy`).
+    ///
+    /// Fails when `onebit-adam` refuses the configuration (0/1 Adam takes
+    /// `1bit` and `full` groups only) or `--dense-policy` is set for an
+    /// optimizer without groups of policies (`adam`, `onebit-lamb`).
+    pub(crate) fn build(
+        kind: DenseOpt,
+        layers: &[(usize, LayerRole)],
+        policy: DensePolicy,
+        (lr, steps_total, warmup): (f32, u64, DenseWarmup),
+    ) -> Result<Self, String> {
+        let len = layers.iter().map(|l| l.0).sum();
+        let layered = policy != DensePolicy::default();
+        match kind {
+            DenseOpt::Adam | DenseOpt::OnebitAdam => {
+                let opt = if layered {
+                    kind.build_layered(layers, policy, lr, steps_total, warmup)?
+                } else {
+                    kind.build(len, lr, steps_total, warmup)?
+                };
+                Ok(Self::OneBit(opt))
+            }
+            DenseOpt::ZeroOneAdam => {
+                let config = zero_one_config(lr, steps_total, warmup);
+                let groups = if layered {
+                    policy.groups(layers)
+                } else {
+                    vec![GroupSpec::one_bit(len)]
+                };
+                let flag = if layered {
+                    "--dense-policy"
+                } else {
+                    "--dense-opt"
+                };
+                ZeroOneAdam::with_groups(&groups, config)
+                    .map(|o| Self::ZeroOne(o, lr))
+                    .map_err(|e| format!("{flag}: {e}"))
+            }
+            DenseOpt::OnebitLamb => {
+                if layered {
+                    return Err("--dense-policy: 1-bit LAMB compresses all its layers in one 1-bit buffer (a policy per layer is for onebit-adam and zero-one-adam)".into());
+                }
+                let config = LambConfig::default()
+                    .with_lr(lr)
+                    .with_freeze(warmup.policy(steps_total));
+                let groups: Vec<LambGroup> = layers
+                    .iter()
+                    .filter(|l| l.0 > 0)
+                    .map(|l| LambGroup::new(l.0))
+                    .collect();
+                OneBitLamb::new(&groups, config)
+                    .map(|o| Self::Lamb(Box::new(o), Vec::new()))
+                    .map_err(|e| format!("--dense-opt: {e}"))
+            }
+        }
+    }
+
+    /// One step of `params` with this rank's gradient `grad` times `factor`
+    /// (a data-parallel rank's share of the batch gradient times `P`).
+    ///
+    /// Fails (on every rank, nothing changed, for a step that communicates)
+    /// on a non-finite gradient, a length mismatch or a broken group.
+    pub(crate) fn step(
+        &mut self,
+        comm: &mut dyn Communicator,
+        params: &mut [f32],
+        grad: &[f32],
+        factor: f32,
+    ) -> Result<DenseStep, String> {
+        match self {
+            Self::OneBit(o) => {
+                let r = o
+                    .step_with_grad_scaled(comm, params, grad, factor)
+                    .map_err(|e| e.to_string())?;
+                Ok(DenseStep {
+                    bytes_sent: r.bytes.bytes_sent,
+                    stage: if r.stage == onebit_adam::Stage::Warmup {
+                        "warmup"
+                    } else {
+                        "compressed"
+                    },
+                    report: Some(r),
+                })
+            }
+            Self::ZeroOne(o, base_lr) => {
+                let lr = bias_corrected_lr(o.config(), o.steps() + 1, *base_lr);
+                o.set_lr(lr).map_err(|e| e.to_string())?;
+                let r = o
+                    .step_with_grad_scaled(comm, params, grad, factor)
+                    .map_err(|e| e.to_string())?;
+                Ok(DenseStep {
+                    bytes_sent: r.bytes.bytes_sent,
+                    report: None,
+                    stage: match r.stage {
+                        ZeroOneStage::Variance => "variance",
+                        ZeroOneStage::OneBitGradient => "1bit-grad",
+                        ZeroOneStage::Local => "local",
+                        _ => "sync",
+                    },
+                })
+            }
+            Self::Lamb(o, scaled) => {
+                // The product `OneBitAdam`'s scaled step forms in its pass.
+                scaled.clear();
+                scaled.extend(grad.iter().map(|g| g * factor));
+                let r = o
+                    .step_with_grad(comm, params, scaled)
+                    .map_err(|e| e.to_string())?;
+                Ok(DenseStep {
+                    bytes_sent: r.bytes.bytes_sent,
+                    report: None,
+                    stage: if r.stage == onebit_adam::Stage::Warmup {
+                        "warmup"
+                    } else {
+                        "compressed"
+                    },
+                })
+            }
+        }
+    }
+
+    /// The last full-precision (1-bit Adam, 1-bit LAMB) or `v`-updating
+    /// (0/1 Adam) step, once the run has reached it; `None` for `adam`,
+    /// whose group never compresses.
+    pub(crate) fn freeze_step_reached(&self, kind: DenseOpt) -> Option<u64> {
+        let (t, steps) = match self {
+            Self::OneBit(o) => (o.frozen_at()?, o.steps()),
+            Self::ZeroOne(o, _) => (o.config().var_freeze_step, o.steps()),
+            Self::Lamb(o, _) => (o.frozen_at()?, o.steps()),
+        };
+        (kind != DenseOpt::Adam && t <= steps).then_some(t)
+    }
+
+    /// The optimizer's versioned, checksummed state record.
+    pub(crate) fn export_state(&self) -> Vec<u8> {
+        match self {
+            Self::OneBit(o) => o.export_state(),
+            Self::ZeroOne(o, _) => o.export_state(),
+            Self::Lamb(o, _) => o.export_state(),
+        }
+    }
+
+    /// Restore a record of [`Self::export_state`].
+    ///
+    /// Fails, with nothing changed, on a damaged record, one of another
+    /// optimizer or layout.
+    pub(crate) fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
+        match self {
+            Self::OneBit(o) => o.import_state(bytes),
+            Self::ZeroOne(o, _) => o.import_state(bytes),
+            Self::Lamb(o, _) => o.import_state(bytes),
+        }
+    }
+
+    /// Release the state's rank binding so it can continue on another group
+    /// size (resharding).
+    ///
+    /// Fails when the state holds per-rank parts: 1-bit Adam's error
+    /// feedback once compression has begun; 0/1 Adam and 1-bit LAMB are
+    /// always refused (their error feedback starts early, and 0/1 Adam's
+    /// local steps make each rank's parameters its own).
+    pub(crate) fn unbind(&mut self) -> Result<(), String> {
+        match self {
+            Self::OneBit(o) => o.unbind().map_err(|e| {
+                format!("{e}: 1-bit Adam's error-feedback buffers are per rank and cannot move to another group size exactly")
+            }),
+            Self::ZeroOne(..) => Err("0/1 Adam's state is per rank (error feedback, and parameters that differ between synchronisations) and cannot move to another group size exactly".into()),
+            Self::Lamb(..) => Err("1-bit LAMB's state (error feedback once compression has begun) is per rank and cannot move to another group size exactly".into()),
+        }
+    }
+}
+
+impl DenseOptimizer {
+    /// Whether the ranks' dense parameters may differ (0/1 Adam's local
+    /// steps), so that evaluation must use one rank's ([`rank0_dense`]).
+    pub(crate) fn params_per_rank(&self) -> bool {
+        matches!(self, Self::ZeroOne(..))
+    }
+}
+
+/// Replace `dense` with rank 0's copy (an all-gather) and return this
+/// rank's own, so a sharded evaluation scores one model — rank 0's, the
+/// one the run reports — on every rank's share of the examples.
+///
+/// Fails when the all-gather does.
+pub(crate) fn rank0_dense(
+    comm: &mut dyn Communicator,
+    dense: &mut Vec<f32>,
+) -> Result<Vec<f32>, String> {
+    let mine: Vec<u8> = dense.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let mut all = vec![0u8; mine.len() * comm.size()];
+    comm.all_gather(&mine, &mut all)
+        .map_err(|e| format!("rank {}: dense parameters of rank 0: {e}", comm.rank()))?;
+    let first: Vec<f32> = all[..mine.len()]
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    Ok(core::mem::replace(dense, first))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{DenseOptimizer, bias_corrected_lr, zero_one_config};
+    use crate::deep::{DenseOpt, DensePolicy, DenseWarmup, LayerRole};
+    use onebit_adam::ZeroOneStage;
+    use onebit_adam::reference_zero_one::ZeroOneSim;
+
+    /// The rate against its definition: `k` counted from the reference's
+    /// stages, Adam's corrections in f64; step 1 is Adam's first step
+    /// (`η·m/√v = lr·sign(g)`); the rate tends to `lr·√(1−β₂^k)` with `k`
+    /// frozen after the freeze.
+    #[test]
+    fn the_zero_one_rate_is_adams_bias_correction() {
+        let c = zero_one_config(1e-3, 400, DenseWarmup::Fraction(0.25));
+        assert_eq!(
+            (c.var_freeze_step, c.local_step_scaler, c.local_step_clipper),
+            (100, 20, 4)
+        );
+        assert!(c.preconditioned);
+        let sim = ZeroOneSim::new(c, &[onebit_adam::GroupSpec::one_bit(1)], &[0.0], 1);
+        let mut k = 0;
+        for t in 1..=400u64 {
+            k += u64::from(sim.stage(t) == ZeroOneStage::Variance);
+            let (b1, b2) = (f64::from(0.9f32), f64::from(0.999f32));
+            let want = 1e-3 * (1.0 - b2.powi(k as i32)).sqrt() / (1.0 - b1.powi(t as i32));
+            let got = f64::from(bias_corrected_lr(&c, t, 1e-3));
+            assert!((got - want).abs() <= 1e-6 * want, "t={t}: {got} vs {want}");
+        }
+        // 16 + 16 + 13 variance steps up to step 100 (1..16, 18..48 by 2,
+        // 52..100 by 4).
+        assert_eq!(k, 45);
+        // Step 1: m = 0.1·g, v = 0.001·g² (zero start).
+        let g = 0.5f64;
+        let first = f64::from(bias_corrected_lr(&c, 1, 1e-3)) * (0.1 * g) / (0.001 * g * g).sqrt();
+        assert!((first - 1e-3).abs() < 1e-8, "{first}");
+    }
+
+    /// `--dense-policy` graded groups are 1-bit Adam's: 0/1 Adam's crate
+    /// refusal reaches the user, and 1-bit LAMB refuses any policy; `full`
+    /// layers are fine for 0/1 Adam.
+    #[test]
+    fn policies_the_optimizers_cannot_run_are_refused() {
+        let layers = [
+            (8, LayerRole::First),
+            (4, LayerRole::Rest),
+            (2, LayerRole::Last),
+        ];
+        let run = (1e-3, 100, DenseWarmup::Auto);
+        let build = |kind, p: &str| {
+            DenseOptimizer::build(kind, &layers, DensePolicy::parse(p).unwrap(), run)
+        };
+        let e = build(DenseOpt::ZeroOneAdam, "first=2bit").unwrap_err();
+        assert!(
+            e.starts_with("--dense-policy: ") && e.contains("Policy::Graded"),
+            "{e}"
+        );
+        let e = build(DenseOpt::OnebitLamb, "last=full").unwrap_err();
+        assert!(e.starts_with("--dense-policy: "), "{e}");
+        assert!(build(DenseOpt::ZeroOneAdam, "last=full").is_ok());
+        assert!(build(DenseOpt::OnebitLamb, "1bit").is_ok());
+        for kind in [DenseOpt::Adam, DenseOpt::OnebitAdam] {
+            assert!(build(kind, "first=2bit").is_ok());
+        }
+    }
+}
