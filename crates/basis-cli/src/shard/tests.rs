@@ -956,7 +956,7 @@ fn resume_with_zero_one_adam_and_onebit_lamb_is_bit_identical() {
         assert_eq!(whole[0].dense_freeze_step, Some(2 * batches / 4), "{dopt}");
         let stopped = with_checkpoint(&ds, &a, &base, false, Some(batches + 3));
         all_fail_with(&stopped, &["leaving at step"]);
-        let files: Vec<_> = (0..2).map(|r| resume::rank_path(&base, r)).collect();
+        let files: Vec<_> = (0..2).map(|r| basis_shard::rank_path(&base, r)).collect();
         let saved: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
         let resumed: Vec<RunResult> = with_checkpoint(&ds, &a, &base, true, None)
             .into_iter()
