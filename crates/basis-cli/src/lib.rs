@@ -10,10 +10,8 @@ extern crate alloc;
 mod checkpoint;
 mod cli;
 mod compare;
-mod data;
 mod deep;
 mod dense_telemetry;
-mod hashing;
 mod inspect;
 mod metrics;
 mod model;
@@ -21,8 +19,6 @@ mod optim;
 mod parallel;
 mod pixel_font;
 mod plot;
-mod progress;
-mod rng;
 mod run;
 mod shard;
 mod shard_report;
@@ -31,6 +27,11 @@ mod spec_check;
 mod train;
 mod tune;
 mod validate;
+
+// The data layer lives in `basis-data`; these aliases keep the CLI's
+// `crate::data::…`, `crate::hashing::…`, `crate::rng::…` paths.
+use basis_data as data;
+use basis_data::{hashing, progress, rng};
 
 pub use data::lines;
 
