@@ -149,7 +149,7 @@ pub struct Malformed {
 }
 
 /// How many malformed lines are kept with their reason (all are counted).
-const KEEP_MALFORMED: usize = 1000;
+pub const KEEP_MALFORMED: usize = 1000;
 
 /// What loading saw: lines, examples, and every malformed line.
 #[derive(Debug, Clone, Default, Serialize)]

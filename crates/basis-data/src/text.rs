@@ -100,7 +100,7 @@ pub(crate) fn document_features(
 
 /// Folder names that mean "positive" when `--positive` is not given and
 /// there is no `spam` folder (lower-case; compared case-insensitively).
-const POSITIVE_NAMES: &[&str] = &["spam", "1", "pos", "positive", "true", "yes"];
+pub const POSITIVE_NAMES: &[&str] = &["spam", "1", "pos", "positive", "true", "yes"];
 
 /// The index of the positive label folder among `names` (sorted): the one
 /// named `wanted`; without it, `spam`; without that, with two folders, the
