@@ -57,17 +57,19 @@ const SHAPE: [f64; CATS] = [
 #[derive(Debug, Clone, PartialEq)]
 pub struct CriteoSynthConfig {
     /// Examples [`generate`] materialises (the stream itself is unbounded).
+    /// Default 200 000.
     pub examples: usize,
     /// Total categorical id space (sum of the 26 cardinalities, at least this).
+    /// Default 10^8.
     pub ids: u64,
-    /// Zipf exponent `s` (`>= 0`; 0 = uniform).
+    /// Zipf exponent `s` (`>= 0`; 0 = uniform). Default 1.1.
     pub zipf: f64,
-    /// Label-flip probability.
+    /// Label-flip probability. Default 0.05.
     pub noise: f64,
-    /// Seed of the planted model and the examples.
+    /// Seed of the planted model and the examples. Default 1.
     pub seed: u64,
     /// `--stream`: do not materialise; a sharded trainer generates its
-    /// shares on the fly ([`stream_dataset`]).
+    /// shares on the fly ([`stream_dataset`]). Default `false`.
     pub stream: bool,
 }
 
