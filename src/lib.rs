@@ -10,6 +10,8 @@
 pub use balanced_hash as hash;
 #[cfg(feature = "core")]
 pub use basis_core as core;
+#[cfg(feature = "data")]
+pub use basis_data as data;
 #[cfg(feature = "rayon")]
 pub use basis_rayon as rayon;
 #[cfg(feature = "shard")]

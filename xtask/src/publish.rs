@@ -39,6 +39,7 @@ pub(crate) const PACKAGES: &[(&str, &str)] = &[
     ("crates/basis-rayon", "basisopt-rayon"),
     ("crates/comm-mpi", "basisopt-comm-mpi"),
     ("crates/basis-shard", "basisopt-shard"),
+    ("crates/basis-data", "basisopt-data"),
     (".", "basisopt"),
 ];
 

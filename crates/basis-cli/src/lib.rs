@@ -10,11 +10,9 @@ extern crate alloc;
 mod checkpoint;
 mod cli;
 mod compare;
-mod data;
 mod deep;
 mod dense_opt;
 mod dense_telemetry;
-mod hashing;
 mod inspect;
 mod metrics;
 mod model;
@@ -22,8 +20,6 @@ mod optim;
 mod parallel;
 mod pixel_font;
 mod plot;
-mod progress;
-mod rng;
 mod run;
 mod shard;
 mod shard_report;
@@ -31,6 +27,11 @@ mod spec;
 mod train;
 mod tune;
 mod validate;
+
+// The data layer lives in `basis-data`; these aliases keep the CLI's
+// `crate::data::…`, `crate::hashing::…`, `crate::rng::…` paths.
+use basis_data as data;
+use basis_data::{hashing, progress, rng};
 
 pub use data::lines;
 

@@ -140,7 +140,7 @@ pub(crate) struct Run<'a> {
 /// Metrics of `fm` on the validation and test splits.
 pub(crate) fn evaluate(fm: &Fm, ds: &Dataset, epoch: u32, train_loss: f64) -> EpochPoint {
     let metrics = |ex: &crate::data::Examples| {
-        if ex.len() == 0 {
+        if ex.is_empty() {
             return (0.5, 0.0);
         }
         let z = fm.predict(ex);

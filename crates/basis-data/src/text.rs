@@ -20,7 +20,7 @@ use crate::hashing::feature_key;
 use std::path::{Path, PathBuf};
 
 /// Tokens read per document (long e-mails carry attachments of noise).
-pub(crate) const MAX_TOKENS: usize = 1000;
+pub const MAX_TOKENS: usize = 1000;
 
 fn not_format(path: &Path, reason: impl Into<String>) -> DataError {
     DataError::NotFormat {
@@ -45,7 +45,7 @@ fn sorted_entries(dir: &Path) -> Result<Vec<PathBuf>, DataError> {
 }
 
 /// Tokens of a document: lower-cased ASCII alphanumeric runs of 2..=30 bytes.
-pub(crate) fn tokens(bytes: &[u8]) -> Vec<&[u8]> {
+pub fn tokens(bytes: &[u8]) -> Vec<&[u8]> {
     bytes
         .split(|b| !b.is_ascii_alphanumeric())
         .filter(|t| (2..=30).contains(&t.len()))
@@ -55,7 +55,7 @@ pub(crate) fn tokens(bytes: &[u8]) -> Vec<&[u8]> {
 
 /// The part of a message after its header block (the first empty line),
 /// or the whole message when it has no empty line.
-pub(crate) fn body(bytes: &[u8]) -> &[u8] {
+pub fn body(bytes: &[u8]) -> &[u8] {
     let lf = bytes.windows(2).position(|w| w == b"\n\n").map(|p| p + 2);
     let crlf = bytes
         .windows(4)
@@ -70,7 +70,7 @@ pub(crate) fn body(bytes: &[u8]) -> &[u8] {
 
 /// The features of one document (see the module docs) into `feats`, or
 /// why the document is malformed (it has no token).
-pub(super) fn document_features(
+pub(crate) fn document_features(
     bytes: &[u8],
     body_only: bool,
     feats: &mut Vec<(u64, f32)>,
@@ -100,13 +100,13 @@ pub(super) fn document_features(
 
 /// Folder names that mean "positive" when `--positive` is not given and
 /// there is no `spam` folder (lower-case; compared case-insensitively).
-const POSITIVE_NAMES: &[&str] = &["spam", "1", "pos", "positive", "true", "yes"];
+pub const POSITIVE_NAMES: &[&str] = &["spam", "1", "pos", "positive", "true", "yes"];
 
 /// The index of the positive label folder among `names` (sorted): the one
 /// named `wanted`; without it, `spam`; without that, with two folders, the
 /// one of [`POSITIVE_NAMES`] when exactly one is. Anything else cannot be
 /// decided, and guessing would silently invert the labels.
-pub(crate) fn positive_folder(names: &[String], wanted: Option<&str>) -> Result<usize, String> {
+pub fn positive_folder(names: &[String], wanted: Option<&str>) -> Result<usize, String> {
     let list = || {
         names
             .iter()
@@ -137,7 +137,7 @@ pub(crate) fn positive_folder(names: &[String], wanted: Option<&str>) -> Result<
 
 /// Load the corpus under `root`; also returns the name of the positive
 /// label folder.
-pub(crate) fn load(
+pub fn load(
     root: &Path,
     opts: &LoadOptions,
     report: &mut LoadReport,

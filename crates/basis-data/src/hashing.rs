@@ -17,7 +17,7 @@ use core::hash::{BuildHasher, Hasher};
 const FEATURE_SEED: u32 = 0x4241_5349; // "BASI"
 
 /// The feature key of `token` in field `field`.
-pub(crate) fn feature_key(field: u32, token: &[u8]) -> u64 {
+pub fn feature_key(field: u32, token: &[u8]) -> u64 {
     let h =
         balanced_hash::murmur3::x64_128(token, FEATURE_SEED ^ field.wrapping_mul(0x9E37_79B9))[0];
     (h & FIELD_MASK) | (u64::from(field.min(255)) << 56)
@@ -27,19 +27,19 @@ pub(crate) fn feature_key(field: u32, token: &[u8]) -> u64 {
 const FIELD_MASK: u64 = u64::MAX >> 8;
 
 /// The field index stored in a feature key (255 for fields >= 255).
-pub(crate) fn field_of(key: u64) -> u8 {
+pub fn field_of(key: u64) -> u8 {
     (key >> 56) as u8
 }
 
 /// The feature key of an integer token (synthetic ids, libsvm indices).
-pub(crate) fn feature_key_u64(field: u32, token: u64) -> u64 {
+pub fn feature_key_u64(field: u32, token: u64) -> u64 {
     feature_key(field, &token.to_le_bytes())
 }
 
 /// A hasher for maps keyed by feature keys, which are already uniformly mixed:
 /// it passes the key through instead of running SipHash again.
 #[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct KeyHasher(u64);
+pub struct KeyHasher(u64);
 
 impl Hasher for KeyHasher {
     fn finish(&self) -> u64 {
@@ -57,7 +57,7 @@ impl Hasher for KeyHasher {
 
 /// `BuildHasher` for [`KeyHasher`].
 #[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct KeyHash;
+pub struct KeyHash;
 
 impl BuildHasher for KeyHash {
     type Hasher = KeyHasher;
@@ -67,7 +67,7 @@ impl BuildHasher for KeyHash {
 }
 
 /// A map from feature keys.
-pub(crate) type KeyMap<V> = std::collections::HashMap<u64, V, KeyHash>;
+pub type KeyMap<V> = std::collections::HashMap<u64, V, KeyHash>;
 
 #[cfg(test)]
 mod tests {

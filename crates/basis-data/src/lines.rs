@@ -8,7 +8,7 @@
 //! hashed `(field, token)` keys; see `docs/DATA.md` for each format.
 //!
 //! ```
-//! use basis_cli::lines;
+//! use basis_data::lines;
 //! let r = lines::libsvm(b"+1 3:0.5 10:1 # comment").unwrap();
 //! assert_eq!((r.label, r.features.len()), (1.0, 2));
 //! let e = lines::libsvm(b"1 3:nan").unwrap_err();

@@ -14,7 +14,7 @@ use crate::hashing::feature_key_u64;
 use std::path::Path;
 
 /// Load a libsvm file.
-pub(crate) fn load(
+pub fn load(
     path: &Path,
     opts: &LoadOptions,
     report: &mut LoadReport,
@@ -33,7 +33,7 @@ pub(crate) fn load(
 }
 
 /// The line without its `# comment`.
-pub(super) fn strip_comment(line: &[u8]) -> &[u8] {
+pub(crate) fn strip_comment(line: &[u8]) -> &[u8] {
     match line.iter().position(|&b| b == b'#') {
         Some(p) => &line[..p],
         None => line,
@@ -41,7 +41,7 @@ pub(super) fn strip_comment(line: &[u8]) -> &[u8] {
 }
 
 /// Parse one line (comment stripped); the label, or why the line is malformed.
-pub(super) fn parse(line: &[u8], feats: &mut Vec<(u64, f32)>) -> Result<f32, String> {
+pub(crate) fn parse(line: &[u8], feats: &mut Vec<(u64, f32)>) -> Result<f32, String> {
     feats.clear();
     let text = core::str::from_utf8(line).map_err(|_| "not UTF-8".to_string())?;
     let mut tokens = text.split_ascii_whitespace();

@@ -20,7 +20,7 @@ const INTS: usize = 13;
 const CATS: usize = 26;
 
 /// The log-bin of an integer feature.
-pub(super) fn int_bin(v: i64) -> i64 {
+pub(crate) fn int_bin(v: i64) -> i64 {
     if v <= 2 {
         v
     } else {
@@ -30,7 +30,7 @@ pub(super) fn int_bin(v: i64) -> i64 {
 }
 
 /// Load a Criteo TSV file.
-pub(crate) fn load(
+pub fn load(
     path: &Path,
     opts: &LoadOptions,
     report: &mut LoadReport,
@@ -52,7 +52,7 @@ pub(crate) fn load(
 }
 
 /// Parse one line into features; the label, or why the line is malformed.
-pub(super) fn parse(line: &[u8], feats: &mut Vec<(u64, f32)>) -> Result<f32, String> {
+pub(crate) fn parse(line: &[u8], feats: &mut Vec<(u64, f32)>) -> Result<f32, String> {
     feats.clear();
     let cols: Vec<&[u8]> = line.split(|&b| b == b'\t').collect();
     if cols.len() != 1 + INTS + CATS {

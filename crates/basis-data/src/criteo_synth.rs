@@ -34,9 +34,9 @@ use crate::hashing::feature_key_u64;
 use crate::rng::{Rng, mix64};
 
 /// Integer fields.
-pub(crate) const INTS: usize = 13;
+pub const INTS: usize = 13;
 /// Categorical fields.
-pub(crate) const CATS: usize = 26;
+pub const CATS: usize = 26;
 /// Hidden units of the ReLU teacher, and how many fields feed it.
 const TEACHER_HIDDEN: usize = 8;
 const TEACHER_FIELDS: usize = 8;
@@ -55,20 +55,22 @@ const SHAPE: [f64; CATS] = [
 
 /// Generator parameters.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct CriteoSynthConfig {
+pub struct CriteoSynthConfig {
     /// Examples [`generate`] materialises (the stream itself is unbounded).
-    pub(crate) examples: usize,
+    /// Default 200 000.
+    pub examples: usize,
     /// Total categorical id space (sum of the 26 cardinalities, at least this).
-    pub(crate) ids: u64,
-    /// Zipf exponent `s` (`>= 0`; 0 = uniform).
-    pub(crate) zipf: f64,
-    /// Label-flip probability.
-    pub(crate) noise: f64,
-    /// Seed of the planted model and the examples.
-    pub(crate) seed: u64,
+    /// Default 10^8.
+    pub ids: u64,
+    /// Zipf exponent `s` (`>= 0`; 0 = uniform). Default 1.1.
+    pub zipf: f64,
+    /// Label-flip probability. Default 0.05.
+    pub noise: f64,
+    /// Seed of the planted model and the examples. Default 1.
+    pub seed: u64,
     /// `--stream`: do not materialise; a sharded trainer generates its
-    /// shares on the fly ([`stream_dataset`]).
-    pub(crate) stream: bool,
+    /// shares on the fly ([`stream_dataset`]). Default `false`.
+    pub stream: bool,
 }
 
 impl Default for CriteoSynthConfig {
@@ -88,7 +90,7 @@ impl Default for CriteoSynthConfig {
 /// (Hörmann & Derflinger 1996, as in Apache Commons and `rand_distr`): O(1)
 /// state and, on average, fewer than two uniforms per sample.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Zipf {
+pub struct Zipf {
     n: f64,
     s: f64,
     t: f64,
@@ -97,7 +99,7 @@ pub(crate) struct Zipf {
 
 impl Zipf {
     /// The law on `1..=n` (`n >= 1`, `s >= 0` finite; checked by the caller).
-    pub(crate) fn new(n: u64, s: f64) -> Self {
+    pub fn new(n: u64, s: f64) -> Self {
         let n = n as f64;
         let one = (s - 1.0).abs() < 1e-12;
         let q = if one { 0.0 } else { 1.0 / (1.0 - s) };
@@ -122,7 +124,7 @@ impl Zipf {
     }
 
     /// One rank in `1..=n`.
-    pub(crate) fn sample(&self, rng: &mut Rng) -> u64 {
+    pub fn sample(&self, rng: &mut Rng) -> u64 {
         loop {
             let inv_b = self.inv_cdf(rng.uniform());
             let x = (inv_b + 1.0).floor().clamp(1.0, self.n);
@@ -139,19 +141,19 @@ impl Zipf {
 
 /// One generated example.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub(crate) struct SynthExample {
+pub struct SynthExample {
     /// `(feature key, 1.0)`: the binned integers present, then `C1..C26`.
-    pub(crate) feats: Vec<(u64, f32)>,
+    pub feats: Vec<(u64, f32)>,
     /// `ln(1 + I_j)` (0 when missing), for a dense bottom tower.
-    pub(crate) dense: [f32; INTS],
+    pub dense: [f32; INTS],
     /// 0 or 1.
-    pub(crate) label: f32,
+    pub label: f32,
 }
 
 /// The generator: Zipf laws per field and the hidden model's few global
 /// weights (no per-id state).
 #[derive(Debug, Clone)]
-pub(crate) struct CriteoSynth {
+pub struct CriteoSynth {
     cfg: CriteoSynthConfig,
     cards: [u64; CATS],
     zipf: [Zipf; CATS],
@@ -164,7 +166,7 @@ pub(crate) struct CriteoSynth {
 }
 
 /// The key of rank `r` (0-based) of categorical field `c`.
-pub(crate) fn cat_key(c: usize, r: u64) -> u64 {
+pub fn cat_key(c: usize, r: u64) -> u64 {
     (((INTS + c) as u64) << 56) | r
 }
 
@@ -174,7 +176,7 @@ impl CriteoSynth {
     /// Fails with [`DataError::Config`] when the id space is smaller than 10^4
     /// or above 2^48, the Zipf exponent is negative or not finite, or the
     /// noise is outside `[0, 0.5)`.
-    pub(crate) fn new(cfg: &CriteoSynthConfig) -> Result<Self, DataError> {
+    pub fn new(cfg: &CriteoSynthConfig) -> Result<Self, DataError> {
         if !(MIN_IDS..=1 << 48).contains(&cfg.ids) {
             return Err(DataError::Config(format!(
                 "--synthetic-ids {}: need 10^4 ..= 2^48 ids",
@@ -223,12 +225,12 @@ impl CriteoSynth {
 
     /// Ids per categorical field (they sum to at least `--synthetic-ids`).
     #[cfg(test)]
-    pub(crate) fn cardinalities(&self) -> &[u64; CATS] {
+    pub fn cardinalities(&self) -> &[u64; CATS] {
         &self.cards
     }
 
     /// One-line description for reports.
-    pub(crate) fn describe(&self) -> String {
+    pub fn describe(&self) -> String {
         let c = &self.cfg;
         format!(
             "{} examples, {} ids in 26 fields (C1 {} .. C26 {}), zipf {}, noise {}, seed {}",
@@ -251,7 +253,7 @@ impl CriteoSynth {
     }
 
     /// Example `i` of the stream (a pure function of `(seed, i)`).
-    pub(crate) fn example(&self, i: u64, out: &mut SynthExample) {
+    pub fn example(&self, i: u64, out: &mut SynthExample) {
         let mut rng = Rng::new(mix64(
             self.cfg.seed.wrapping_mul(0xA24B_AED4_963E_E407) ^ mix64(i),
         ));
@@ -306,12 +308,12 @@ const MAX_STREAM_HELD_OUT: usize = 200_000;
 
 /// First stream index of the held-out test slice: training reads `0..n`,
 /// the test slice `TEST_FIRST + j` (disjoint for any `n ≤ 2^40`).
-pub(crate) const TEST_FIRST: u64 = 1 << 40;
+pub const TEST_FIRST: u64 = 1 << 40;
 
 /// First stream index of the held-out validation slice, `VALID_FIRST + j`:
 /// disjoint from training (`n ≤ 2^40`) and from the test slice (`j <
 /// 200 000 ≪ 2^40`).
-pub(crate) const VALID_FIRST: u64 = 1 << 41;
+pub const VALID_FIRST: u64 = 1 << 41;
 
 /// The streamed data set of `--stream`: no examples in memory, only the
 /// generator; training reads stream examples `0..cfg.examples`, the
@@ -324,7 +326,7 @@ pub(crate) const VALID_FIRST: u64 = 1 << 41;
 ///
 /// Fails as [`CriteoSynth::new`], on zero examples, or on more than `2^40`
 /// (the held-out slices start there).
-pub(crate) fn stream_dataset(
+pub fn stream_dataset(
     cfg: &CriteoSynthConfig,
     valid_frac: f64,
     test_frac: f64,
@@ -384,13 +386,13 @@ pub(crate) fn stream_dataset(
 
 /// What a stream's first training examples tell before training.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Pilot {
+pub struct Pilot {
     /// Estimated distinct ids among all `n` training examples.
-    pub(crate) rows: u64,
+    pub rows: u64,
     /// Examples read (`min(n, 2m)`).
-    pub(crate) examples: u64,
+    pub examples: u64,
     /// Positive labels among them over `examples`.
-    pub(crate) positive_rate: f64,
+    pub positive_rate: f64,
 }
 
 /// Reads the first `min(n, 2m)` training examples (`m = min(n/2, 2^16)`,
@@ -398,7 +400,7 @@ pub(crate) struct Pilot {
 /// estimated from the two prefixes (`m` and `2m` examples) by a power law
 /// `distinct(n) ≈ d(2m)·(n/2m)^a` (Zipf vocabularies grow as a power of
 /// the sample size), capped at `40·n`.
-pub(crate) fn pilot(g: &CriteoSynth, n: u64) -> Pilot {
+pub fn pilot(g: &CriteoSynth, n: u64) -> Pilot {
     let m = (n / 2).clamp(1, 1 << 16);
     let mut seen = std::collections::HashSet::new();
     let mut ex = SynthExample::default();
@@ -434,7 +436,7 @@ pub(crate) fn pilot(g: &CriteoSynth, n: u64) -> Pilot {
 ///
 /// Returns the data and its description. Fails as [`CriteoSynth::new`], or
 /// on zero examples.
-pub(crate) fn generate(cfg: &CriteoSynthConfig) -> Result<(RawData, String), DataError> {
+pub fn generate(cfg: &CriteoSynthConfig) -> Result<(RawData, String), DataError> {
     if cfg.examples == 0 {
         return Err(DataError::Config("criteo-synth needs examples > 0".into()));
     }

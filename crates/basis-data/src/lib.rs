@@ -11,14 +11,19 @@
 //! or where more than half of the non-blank lines are malformed, is not in the
 //! named format and is a [`DataError::NotFormat`]; with `--strict` the first
 //! malformed line is an error. See `docs/DATA.md`.
+#![doc = include_str!("../README.md")]
+#![forbid(unsafe_code)]
 
-pub(crate) mod criteo;
-pub(crate) mod criteo_synth;
-pub(crate) mod libsvm;
+pub mod criteo;
+pub mod criteo_synth;
+pub mod hashing;
+pub mod libsvm;
 pub mod lines;
-pub(crate) mod movielens;
-pub(crate) mod synthetic;
-pub(crate) mod text;
+pub mod movielens;
+pub mod progress;
+pub mod rng;
+pub mod synthetic;
+pub mod text;
 
 use crate::hashing::{KeyMap, field_of};
 use crate::rng::Rng;
@@ -27,10 +32,11 @@ use serde::Serialize;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 
-/// A data format the CLI can read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+/// A data format this crate reads (the CLI's `--format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
-pub(crate) enum Format {
+pub enum Format {
     /// The embedded deterministic synthetic CTR data (no file).
     Synthetic,
     /// MovieLens `u.data` (`user \t item \t rating \t time`) or RecBole `.inter` (+ `.user`, `.item`).
@@ -60,7 +66,7 @@ impl fmt::Display for Format {
 
 /// Why a data set could not be loaded.
 #[derive(Debug)]
-pub(crate) enum DataError {
+pub enum DataError {
     /// A file or directory could not be read.
     Io {
         /// The path.
@@ -80,7 +86,7 @@ pub(crate) enum DataError {
         /// What is wrong.
         reason: String,
     },
-    /// `--strict`: a malformed line.
+    /// [`LoadOptions::strict`] (the CLI's `--strict`): a malformed line.
     Malformed {
         /// The path.
         path: PathBuf,
@@ -133,39 +139,39 @@ impl core::error::Error for DataError {
 
 /// One malformed input line.
 #[derive(Debug, Clone, Serialize)]
-pub(crate) struct Malformed {
+pub struct Malformed {
     /// The file.
-    pub(crate) file: String,
+    pub file: String,
     /// The line (1-based; for the text corpus, 0 = the whole file).
-    pub(crate) line: usize,
+    pub line: usize,
     /// What is wrong.
-    pub(crate) reason: String,
+    pub reason: String,
 }
 
 /// How many malformed lines are kept with their reason (all are counted).
-const KEEP_MALFORMED: usize = 1000;
+pub const KEEP_MALFORMED: usize = 1000;
 
 /// What loading saw: lines, examples, and every malformed line.
 #[derive(Debug, Clone, Default, Serialize)]
-pub(crate) struct LoadReport {
+pub struct LoadReport {
     /// Lines (or documents) read, blank ones included.
-    pub(crate) lines: usize,
+    pub lines: usize,
     /// Blank lines skipped (not errors).
-    pub(crate) blank: usize,
+    pub blank: usize,
     /// Examples parsed.
-    pub(crate) examples: usize,
+    pub examples: usize,
     /// Malformed lines, all counted.
-    pub(crate) malformed_count: usize,
+    pub malformed_count: usize,
     /// The first [`KEEP_MALFORMED`] malformed lines with file, line and reason.
-    pub(crate) malformed: Vec<Malformed>,
+    pub malformed: Vec<Malformed>,
     /// Feature occurrences in validation/test whose feature never occurs in training
     /// (they have no table row and contribute nothing).
-    pub(crate) unseen_features: usize,
+    pub unseen_features: usize,
 }
 
 impl LoadReport {
     /// Record a malformed line (or return the `--strict` error).
-    pub(crate) fn malformed(
+    pub fn malformed(
         &mut self,
         path: &Path,
         line: usize,
@@ -193,7 +199,7 @@ impl LoadReport {
 
     /// The rule "a file is not in the named format": called after a file is
     /// parsed with the counts for that file only.
-    pub(crate) fn check_format(
+    pub fn check_format(
         path: &Path,
         format: Format,
         parsed: usize,
@@ -217,9 +223,9 @@ impl LoadReport {
 
 /// Parsed examples before splitting: flat arrays (CSR).
 #[derive(Debug, Default)]
-pub(crate) struct RawData {
+pub struct RawData {
     /// Field names (for reports).
-    pub(crate) fields: Vec<String>,
+    pub fields: Vec<String>,
     offsets: Vec<usize>,
     keys: Vec<u64>,
     values: Vec<f32>,
@@ -230,12 +236,12 @@ pub(crate) struct RawData {
     dense: Vec<f32>,
     dense_width: usize,
     /// Whether `times` are real timestamps (time-ordered split) or line order.
-    pub(crate) timed: bool,
+    pub timed: bool,
 }
 
 impl RawData {
     /// Empty data with the given field names.
-    pub(crate) fn new(fields: Vec<String>, timed: bool) -> Self {
+    pub fn new(fields: Vec<String>, timed: bool) -> Self {
         Self {
             fields,
             offsets: vec![0],
@@ -245,7 +251,7 @@ impl RawData {
     }
 
     /// Append one example.
-    pub(crate) fn push(&mut self, features: &[(u64, f32)], label: f32, time: i64) {
+    pub fn push(&mut self, features: &[(u64, f32)], label: f32, time: i64) {
         for &(k, v) in features {
             self.keys.push(k);
             self.values.push(v);
@@ -257,7 +263,7 @@ impl RawData {
 
     /// Append one example with `dense` continuous features (every example
     /// of a data set has the same number).
-    pub(crate) fn push_with_dense(
+    pub fn push_with_dense(
         &mut self,
         features: &[(u64, f32)],
         dense: &[f32],
@@ -270,8 +276,13 @@ impl RawData {
     }
 
     /// Number of examples.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.labels.len()
+    }
+
+    /// Whether there are no examples.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
     }
 
     /// Dense features of example `i` (empty without them).
@@ -284,16 +295,21 @@ impl RawData {
 /// Examples mapped to table rows (CSR: example `e` has rows
 /// `rows[offsets[e]..offsets[e+1]]` with values and field ids, and a label).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Examples {
-    pub(crate) offsets: Vec<usize>,
-    pub(crate) rows: Vec<u32>,
-    pub(crate) values: Vec<f32>,
+pub struct Examples {
+    /// Where each example's features start (`len() + 1` entries, first 0).
+    pub offsets: Vec<usize>,
+    /// Table row of each feature.
+    pub rows: Vec<u32>,
+    /// Value of each feature.
+    pub values: Vec<f32>,
     /// Field of each feature (from its key, [`crate::hashing::field_of`]).
-    pub(crate) fields: Vec<u8>,
-    pub(crate) labels: Vec<f32>,
+    pub fields: Vec<u8>,
+    /// Label of each example, `0.0` or `1.0`.
+    pub labels: Vec<f32>,
     /// Dense features, `dense_width` per example (DLRM; often width 0).
-    pub(crate) dense: Vec<f32>,
-    pub(crate) dense_width: usize,
+    pub dense: Vec<f32>,
+    /// Dense features per example.
+    pub dense_width: usize,
 }
 
 impl Examples {
@@ -305,18 +321,23 @@ impl Examples {
     }
 
     /// Number of examples.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.labels.len()
     }
 
+    /// Whether there are no examples.
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_empty()
+    }
+
     /// Rows and values of example `e`.
-    pub(crate) fn features(&self, e: usize) -> (&[u32], &[f32]) {
+    pub fn features(&self, e: usize) -> (&[u32], &[f32]) {
         let (a, b) = (self.offsets[e], self.offsets[e + 1]);
         (&self.rows[a..b], &self.values[a..b])
     }
 
     /// Number of fields: one more than the largest field id (at least 1).
-    pub(crate) fn field_count(&self) -> usize {
+    pub fn field_count(&self) -> usize {
         self.fields
             .iter()
             .copied()
@@ -325,7 +346,7 @@ impl Examples {
     }
 
     /// Fraction of positive labels.
-    pub(crate) fn positive_rate(&self) -> f64 {
+    pub fn positive_rate(&self) -> f64 {
         if self.labels.is_empty() {
             return 0.0;
         }
@@ -335,34 +356,34 @@ impl Examples {
 
 /// A loaded, split data set with dense table rows.
 #[derive(Debug)]
-pub(crate) struct Dataset {
+pub struct Dataset {
     /// A short description (format and source).
-    pub(crate) name: String,
+    pub name: String,
     /// Field names.
-    pub(crate) fields: Vec<String>,
+    pub fields: Vec<String>,
     /// Number of table rows (distinct training features).
-    pub(crate) rows: usize,
+    pub rows: usize,
     /// Training occurrences of each row (for bucket-load reports).
-    pub(crate) row_counts: Vec<u32>,
+    pub row_counts: Vec<u32>,
     /// Training split.
-    pub(crate) train: Examples,
+    pub train: Examples,
     /// Validation split (for tuning; never the test split).
-    pub(crate) valid: Examples,
+    pub valid: Examples,
     /// Test split.
-    pub(crate) test: Examples,
+    pub test: Examples,
     /// How the split was made.
-    pub(crate) split: String,
+    pub split: String,
     /// What loading saw.
-    pub(crate) report: LoadReport,
+    pub report: LoadReport,
     /// `--format criteo-synth --stream`: the generator the sharded trainer
     /// reads from (then `train`/`valid`/`test` hold no examples).
-    pub(crate) stream: Option<StreamSpec>,
+    pub stream: Option<StreamSpec>,
 }
 
 impl Dataset {
     /// Examples in the training, validation and test splits (a stream's
     /// lengths, though it holds no examples).
-    pub(crate) fn split_lens(&self) -> [usize; 3] {
+    pub fn split_lens(&self) -> [usize; 3] {
         match &self.stream {
             Some(st) => [st.train, st.valid, st.test],
             None => [self.train.len(), self.valid.len(), self.test.len()],
@@ -371,7 +392,7 @@ impl Dataset {
 
     /// Positive rate of the training split (a stream's: over its first
     /// examples, see [`criteo_synth::pilot`]).
-    pub(crate) fn train_positive_rate(&self) -> f64 {
+    pub fn train_positive_rate(&self) -> f64 {
         self.stream
             .as_ref()
             .map_or_else(|| self.train.positive_rate(), |st| st.positive_rate)
@@ -380,43 +401,44 @@ impl Dataset {
 
 /// A streamed data set (see [`criteo_synth::stream_dataset`]).
 #[derive(Debug, Clone)]
-pub(crate) struct StreamSpec {
+pub struct StreamSpec {
     /// The generator.
-    pub(crate) generator: criteo_synth::CriteoSynth,
+    pub generator: criteo_synth::CriteoSynth,
     /// Training examples (stream indices `0..train`).
-    pub(crate) train: usize,
+    pub train: usize,
     /// Held-out validation examples (stream indices `VALID_FIRST + j`).
-    pub(crate) valid: usize,
+    pub valid: usize,
     /// Held-out test examples (stream indices `TEST_FIRST + j`).
-    pub(crate) test: usize,
+    pub test: usize,
     /// Positive rate of the first training examples (the pilot's).
-    pub(crate) positive_rate: f64,
+    pub positive_rate: f64,
 }
 
 /// Options for loading.
 #[derive(Debug, Clone)]
-pub(crate) struct LoadOptions {
+pub struct LoadOptions {
     /// The format.
-    pub(crate) format: Format,
+    pub format: Format,
     /// The file or directory (ignored for `synthetic`).
-    pub(crate) path: Option<PathBuf>,
+    pub path: Option<PathBuf>,
     /// Any malformed line is an error.
-    pub(crate) strict: bool,
-    /// Validation and test fractions.
-    pub(crate) valid_frac: f64,
-    pub(crate) test_frac: f64,
+    pub strict: bool,
+    /// Fraction of the examples held out for validation.
+    pub valid_frac: f64,
+    /// Fraction of the examples held out for testing.
+    pub test_frac: f64,
     /// Seed of the shuffle for formats without timestamps.
-    pub(crate) split_seed: u64,
+    pub split_seed: u64,
     /// Synthetic generator parameters.
-    pub(crate) synthetic: synthetic::SynthConfig,
+    pub synthetic: synthetic::SynthConfig,
     /// `criteo-synth` generator parameters.
-    pub(crate) criteo_synth: criteo_synth::CriteoSynthConfig,
+    pub criteo_synth: criteo_synth::CriteoSynthConfig,
     /// The label folder that counts as positive in a text corpus.
-    pub(crate) positive: Option<String>,
+    pub positive: Option<String>,
     /// Text corpus: skip each document's header block.
-    pub(crate) body_only: bool,
+    pub body_only: bool,
     /// Show progress bars.
-    pub(crate) progress: bool,
+    pub progress: bool,
 }
 
 /// Load, split and index a data set.
@@ -424,7 +446,7 @@ pub(crate) struct LoadOptions {
 /// Fails with a [`DataError`] when a file cannot be read or is not in the
 /// named format, on a malformed line with `strict`, or when a split would be
 /// empty or one-class.
-pub(crate) fn load(opts: &LoadOptions) -> Result<Dataset, DataError> {
+pub fn load(opts: &LoadOptions) -> Result<Dataset, DataError> {
     if !(opts.valid_frac >= 0.0 && opts.test_frac > 0.0 && opts.valid_frac + opts.test_frac < 1.0) {
         return Err(DataError::Config(format!(
             "need 0 <= valid ({}) , 0 < test ({}), valid + test < 1",
@@ -585,7 +607,7 @@ fn index(
 
 /// What a line-reading loader made of one line (see [`load_lines`]).
 #[derive(Debug)]
-pub(crate) enum LineOutcome {
+pub enum LineOutcome {
     /// An example (or a side-file entry) was parsed.
     Parsed,
     /// A blank line, skipped.
@@ -599,7 +621,7 @@ pub(crate) enum LineOutcome {
 /// The outcome of a `label = parse(line, &mut feats)` line parser: the
 /// example is pushed with the line number as its time, or the line is
 /// malformed (the reason, then an excerpt of the line).
-pub(crate) fn push_example(
+pub fn push_example(
     raw: &mut RawData,
     feats: &[(u64, f32)],
     n: usize,
@@ -620,7 +642,7 @@ pub(crate) fn push_example(
 /// line (or stop on it with `--strict`), then apply the "not in this format"
 /// rule to this file's counts. `each` fails only on a fatal problem (a bad
 /// header).
-pub(crate) fn load_lines(
+pub fn load_lines(
     path: &Path,
     format: Format,
     opts: &LoadOptions,
@@ -684,13 +706,13 @@ fn for_each_line(
 }
 
 /// Whether a line holds only whitespace.
-pub(crate) fn is_blank(line: &[u8]) -> bool {
+pub fn is_blank(line: &[u8]) -> bool {
     line.iter().all(u8::is_ascii_whitespace)
 }
 
 /// A short printable excerpt of a line for error messages: at most 40
 /// bytes, [`escaped`].
-pub(crate) fn excerpt(bytes: &[u8]) -> String {
+pub fn excerpt(bytes: &[u8]) -> String {
     let s = escaped(&bytes[..bytes.len().min(40)]);
     if bytes.len() > 40 {
         format!("{s}...")
@@ -703,7 +725,7 @@ pub(crate) fn excerpt(bytes: &[u8]) -> String {
 /// BEL, NUL, C1 …) as `\u{1b}`-style escapes and bytes that are not UTF-8
 /// as `\xff`. Echoed raw, binary garbage given as data could recolour or
 /// retitle the user's terminal, or hide the rest of the message.
-pub(crate) fn escaped(bytes: &[u8]) -> String {
+pub fn escaped(bytes: &[u8]) -> String {
     let mut out = String::new();
     for chunk in bytes.utf8_chunks() {
         for c in chunk.valid().chars() {

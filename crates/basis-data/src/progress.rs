@@ -11,7 +11,7 @@ fn styled(bar: ProgressBar, template: &str, msg: &str) -> ProgressBar {
 }
 
 /// A bar over `len` bytes (hidden when `show` is false).
-pub(crate) fn bytes(len: u64, msg: &str, show: bool) -> ProgressBar {
+pub fn bytes(len: u64, msg: &str, show: bool) -> ProgressBar {
     if !show {
         return ProgressBar::hidden();
     }
@@ -23,7 +23,7 @@ pub(crate) fn bytes(len: u64, msg: &str, show: bool) -> ProgressBar {
 }
 
 /// A bar over `len` items (hidden when `show` is false).
-pub(crate) fn count(len: u64, msg: &str, show: bool) -> ProgressBar {
+pub fn count(len: u64, msg: &str, show: bool) -> ProgressBar {
     if !show {
         return ProgressBar::hidden();
     }

@@ -7,30 +7,30 @@
 
 /// SplitMix64 generator.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Rng {
+pub struct Rng {
     state: u64,
 }
 
 impl Rng {
     /// A generator seeded with `seed` (any value, 0 included).
-    pub(crate) fn new(seed: u64) -> Self {
+    pub fn new(seed: u64) -> Self {
         Self { state: seed }
     }
 
     /// A generator for the independent stream `stream` of `seed`.
-    pub(crate) fn derive(seed: u64, stream: u64) -> Self {
+    pub fn derive(seed: u64, stream: u64) -> Self {
         let mut r = Self::new(seed ^ stream.wrapping_mul(0xA076_1D64_78BD_642F));
         r.next_u64();
         r
     }
 
     /// The current state (for checkpoints).
-    pub(crate) fn state(&self) -> u64 {
+    pub fn state(&self) -> u64 {
         self.state
     }
 
     /// Next 64 random bits.
-    pub(crate) fn next_u64(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
         mix64(self.state)
     }
@@ -38,31 +38,31 @@ impl Rng {
     /// Skip `n` draws of [`next_u64`](Self::next_u64) in O(1) (the state is
     /// a counter), so a row's initial values can be read without drawing
     /// every row before it.
-    pub(crate) fn skip(&mut self, n: u64) {
+    pub fn skip(&mut self, n: u64) {
         self.state = self
             .state
             .wrapping_add(n.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     }
 
     /// Uniform in `[0, 1)` with 53 random bits.
-    pub(crate) fn uniform(&mut self) -> f64 {
+    pub fn uniform(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
 
     /// Uniform integer in `0..n` (`n > 0`), by Lemire's multiply-shift.
-    pub(crate) fn below(&mut self, n: usize) -> usize {
+    pub fn below(&mut self, n: usize) -> usize {
         ((u128::from(self.next_u64()) * n as u128) >> 64) as usize
     }
 
     /// Standard normal by Box–Muller (one of the pair is discarded: simple and stateless).
-    pub(crate) fn normal(&mut self) -> f64 {
+    pub fn normal(&mut self) -> f64 {
         let u1 = 1.0 - self.uniform(); // (0, 1]
         let u2 = self.uniform();
         (-2.0 * u1.ln()).sqrt() * (core::f64::consts::TAU * u2).cos()
     }
 
     /// Fisher–Yates shuffle.
-    pub(crate) fn shuffle<T>(&mut self, items: &mut [T]) {
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
         for i in (1..items.len()).rev() {
             let j = self.below(i + 1);
             items.swap(i, j);
@@ -71,7 +71,7 @@ impl Rng {
 }
 
 /// The SplitMix64 / MurmurHash3 `fmix64`-style finaliser: a bijective mix of 64 bits.
-pub(crate) fn mix64(mut z: u64) -> u64 {
+pub fn mix64(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)

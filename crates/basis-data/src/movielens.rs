@@ -18,7 +18,7 @@ use crate::hashing::{KeyMap, feature_key};
 use std::path::{Path, PathBuf};
 
 /// Load MovieLens ratings from a file or directory.
-pub(crate) fn load(
+pub fn load(
     path: &Path,
     opts: &LoadOptions,
     report: &mut LoadReport,
@@ -76,10 +76,10 @@ fn parse_time(s: &str) -> Option<i64> {
 }
 
 /// A parsed `u.data` line: the user and item features, the label, the timestamp.
-pub(super) type Udata = ([(u64, f32); 2], f32, i64);
+pub(crate) type Udata = ([(u64, f32); 2], f32, i64);
 
 /// Parse one `u.data` line, or say why it is malformed.
-pub(super) fn parse_udata(line: &[u8]) -> Result<Udata, String> {
+pub(crate) fn parse_udata(line: &[u8]) -> Result<Udata, String> {
     let text = String::from_utf8_lossy(line);
     let cols: Vec<&str> = text.split_whitespace().collect();
     if cols.len() != 4 {
@@ -129,13 +129,13 @@ fn load_udata(
 
 /// A parsed RecBole header: column names and types.
 #[derive(Debug)]
-pub(super) struct Header {
+pub(crate) struct Header {
     cols: Vec<(String, String)>,
 }
 
 impl Header {
     /// Parse a header line of tab-separated `name:type` columns.
-    pub(super) fn parse(line: &[u8]) -> Result<Self, String> {
+    pub(crate) fn parse(line: &[u8]) -> Result<Self, String> {
         let text = String::from_utf8_lossy(line);
         let mut cols = Vec::new();
         for c in text.split('\t') {
@@ -170,7 +170,7 @@ type Side = KeyMap<Vec<u64>>;
 
 /// The columns of a `.user` / `.item` file that are used.
 #[derive(Debug)]
-pub(super) struct SideColumns {
+pub(crate) struct SideColumns {
     /// Columns a line must have.
     width: usize,
     /// The id column.
@@ -182,7 +182,7 @@ pub(super) struct SideColumns {
 impl SideColumns {
     /// The columns of `header` keyed by `id_col`; the names of the feature
     /// columns are appended to `fields`, the first one is field `field0`.
-    pub(super) fn new(
+    pub(crate) fn new(
         header: &Header,
         id_col: &str,
         field0: u32,
@@ -204,7 +204,7 @@ impl SideColumns {
     }
 
     /// Parse one line: the id's key and its feature keys.
-    pub(super) fn parse(&self, line: &[u8]) -> Result<(u64, Vec<u64>), String> {
+    pub(crate) fn parse(&self, line: &[u8]) -> Result<(u64, Vec<u64>), String> {
         let text = String::from_utf8_lossy(line);
         let cols: Vec<&str> = text.split('\t').collect();
         if cols.len() != self.width {
@@ -266,30 +266,30 @@ fn load_side(
 
 /// One parsed `.inter` line.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Interaction {
+pub(crate) struct Interaction {
     /// The user's key (field 0; also the key of its side features).
-    pub(super) user: u64,
+    pub(crate) user: u64,
     /// The item's key in field 0 (the key of its side features).
-    pub(super) item_id: u64,
+    pub(crate) item_id: u64,
     /// The item's feature key (field 1).
-    pub(super) item: u64,
+    pub(crate) item: u64,
     /// `rating >= 4`.
-    pub(super) label: f32,
+    pub(crate) label: f32,
     /// The timestamp.
-    pub(super) time: i64,
+    pub(crate) time: i64,
 }
 
 /// The columns of an `.inter` file: the width and `user_id`, `item_id`,
 /// `rating`, `timestamp`.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct InterColumns {
+pub(crate) struct InterColumns {
     width: usize,
     idx: [usize; 4],
 }
 
 impl InterColumns {
     /// The columns named in `header`, or which one is missing.
-    pub(super) fn new(header: &Header) -> Result<Self, String> {
+    pub(crate) fn new(header: &Header) -> Result<Self, String> {
         Ok(Self {
             width: header.cols.len(),
             idx: [
@@ -302,7 +302,7 @@ impl InterColumns {
     }
 
     /// Parse one line, or say why it is malformed.
-    pub(super) fn parse(&self, line: &[u8]) -> Result<Interaction, String> {
+    pub(crate) fn parse(&self, line: &[u8]) -> Result<Interaction, String> {
         let [u, i, r, t] = self.idx;
         let text = String::from_utf8_lossy(line);
         let cols: Vec<&str> = text.split('\t').map(str::trim).collect();
