@@ -2,7 +2,7 @@
 
 use core::fmt;
 
-use crate::config::{ConfigOption, Direction};
+use crate::config_option::{ConfigOption, Direction};
 
 /// A configuration value is out of its valid range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -334,7 +334,7 @@ impl core::error::Error for StateError {}
 
 /// What a state blob's optimizer kind tag means, for messages.
 fn kind_name(tag: u8) -> &'static str {
-    use crate::state::kind;
+    use crate::kind;
     match tag {
         kind::BASIS => "a BASIS state",
         kind::ADAM => "an exact Adam state",
