@@ -271,3 +271,42 @@ pub fn rank_input(r: usize, t: usize, n: usize) -> Vec<f32> {
         })
         .collect()
 }
+
+/// One rank of the "sleeper" problem: a noisy quadratic bowl with its
+/// optimum at 1 in all `n + 1` coordinates, of which the last gets a
+/// gradient scaled by 1e-12 up to step `freeze` (a ReLU unit that rarely
+/// fires: its second moment stays near ε) and a full one after it. `step`
+/// takes one optimizer step (`false`: it failed). Returns (mean distance
+/// from 1 over the first `n`, largest over them, the sleeper's), or `None`
+/// when a step failed or a value went non-finite. The noise is the rank's
+/// own SplitMix64 stream, so a run is the same on every backend.
+pub fn sleeper_run<C: Communicator>(
+    comm: &mut C,
+    n: usize,
+    freeze: u64,
+    steps: u64,
+    mut step: impl FnMut(&mut C, &mut [f32], &[f32]) -> bool,
+) -> Option<(f64, f64, f64)> {
+    let mut x = vec![0.0f32; n + 1];
+    let mut s = 0x9E37_79B9_7F4A_7C15u64 ^ comm.rank() as u64;
+    let mut noise = || {
+        s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let z = (s ^ (s >> 31)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        ((z >> 40) as f32 / (1u64 << 23) as f32) - 1.0
+    };
+    for t in 1..=steps {
+        let mut g: Vec<f32> = x.iter().map(|&x| (x - 1.0) + 0.5 * noise()).collect();
+        if t <= freeze {
+            g[n] *= 1e-12;
+        }
+        if !step(comm, &mut x, &g) || !x.iter().all(|x| x.is_finite()) {
+            return None;
+        }
+    }
+    let d: Vec<f64> = x.iter().map(|&v| f64::from((v - 1.0).abs())).collect();
+    Some((
+        d[..n].iter().sum::<f64>() / n as f64,
+        d[..n].iter().copied().fold(0.0, f64::max),
+        d[n],
+    ))
+}

@@ -9,8 +9,8 @@
 
 use basis_std::local::LocalComm;
 use comm_traits::{CommStats, Communicator, SingleRank};
-use onebit_adam::testing::bits;
 use onebit_adam::testing::{LogisticProblem, run_steps};
+use onebit_adam::testing::{bits, sleeper_run};
 use onebit_adam::{
     AutoFreeze, Config, FreezePolicy, GroupSpec, OneBitAdam, OneBitError, ScaleKind, Stage,
     StateError, StepReport, Variant,
@@ -646,28 +646,9 @@ fn with_a_sleeper(steps: u64) -> Option<(f64, f64, f64)> {
         .with_variant(Variant::PreconditionedMomentum);
     let out = LocalComm::run(RANKS, |mut c| {
         let mut opt = OneBitAdam::new(N + 1, cfg).unwrap();
-        let mut x = vec![0.0f32; N + 1];
-        let mut s = 0x9E37_79B9_7F4A_7C15u64 ^ c.rank() as u64;
-        let mut noise = || {
-            s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let z = (s ^ (s >> 31)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            ((z >> 40) as f32 / (1u64 << 23) as f32) - 1.0
-        };
-        for t in 1..=steps {
-            let mut g: Vec<f32> = x.iter().map(|&x| (x - 1.0) + 0.5 * noise()).collect();
-            if t <= FREEZE {
-                g[N] *= 1e-12;
-            }
-            if opt.step_with_grad(&mut c, &mut x, &g).is_err() || !x.iter().all(|x| x.is_finite()) {
-                return None;
-            }
-        }
-        let d: Vec<f64> = x.iter().map(|&v| f64::from((v - 1.0).abs())).collect();
-        Some((
-            d[..N].iter().sum::<f64>() / N as f64,
-            d[..N].iter().copied().fold(0.0, f64::max),
-            d[N],
-        ))
+        sleeper_run(&mut c, N, FREEZE, steps, |c, x, g| {
+            opt.step_with_grad(c, x, g).is_ok()
+        })
     });
     out.into_iter().next().unwrap().unwrap()
 }
