@@ -469,6 +469,44 @@ fn all_fail_with(out: &[Result<RunResult, String>], parts: &[&str]) {
     }
 }
 
+/// A run of `a` uninterrupted (under `dir/whole`), then the same run stopped
+/// three steps into epoch 2 (its epoch-1 rank files written under `base`)
+/// and resumed from them: (uninterrupted, the rank files, their bytes at
+/// the stop). The resumed ranks must equal the uninterrupted ones bit for
+/// bit (model CRC and test AUC), which this checks, naming `label`.
+fn stop_and_resume(
+    ds: &Dataset,
+    a: &TrainArgs,
+    dir: &std::path::Path,
+    base: &std::path::Path,
+    label: &str,
+) -> (Vec<RunResult>, Vec<std::path::PathBuf>, Vec<Vec<u8>>) {
+    let whole: Vec<RunResult> = with_checkpoint(ds, a, &dir.join("whole"), false, None)
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let batches = ds.train.len().div_ceil(a.model.batch) as u64;
+    let stopped = with_checkpoint(ds, a, base, false, Some(batches + 3));
+    all_fail_with(&stopped, &["leaving at step"]);
+    let files: Vec<_> = (0..whole.len())
+        .map(|r| basis_shard::rank_path(base, r))
+        .collect();
+    let saved: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
+    let resumed: Vec<RunResult> = with_checkpoint(ds, a, base, true, None)
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    for (w, r) in whole.iter().zip(&resumed) {
+        assert_eq!(w.model_crc32, r.model_crc32, "{label}");
+        assert_eq!(
+            w.final_metrics.test_auc.to_bits(),
+            r.final_metrics.test_auc.to_bits(),
+            "{label}"
+        );
+    }
+    (whole, files, saved)
+}
+
 #[test]
 fn resume_is_bit_identical_and_bad_files_fail_every_rank() {
     // Default dense optimizer: 1-bit Adam, whose warm-up ends in epoch 1, so
@@ -478,28 +516,8 @@ fn resume_is_bit_identical_and_bad_files_fail_every_rank() {
         let ds = load(&a);
         let dir = temp_dir(opt);
         let base = dir.join("run.ckpt");
-        let whole: Vec<RunResult> = with_checkpoint(&ds, &a, &dir.join("whole"), false, None)
-            .into_iter()
-            .map(Result::unwrap)
-            .collect();
         // Interrupted in the second epoch, after epoch 1's files were written.
-        let batches = ds.train.len().div_ceil(a.model.batch) as u64;
-        let stopped = with_checkpoint(&ds, &a, &base, false, Some(batches + 3));
-        all_fail_with(&stopped, &["leaving at step"]);
-        let files: Vec<_> = (0..3).map(|r| basis_shard::rank_path(&base, r)).collect();
-        let saved: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
-        let resumed: Vec<RunResult> = with_checkpoint(&ds, &a, &base, true, None)
-            .into_iter()
-            .map(Result::unwrap)
-            .collect();
-        for (w, r) in whole.iter().zip(&resumed) {
-            assert_eq!(w.model_crc32, r.model_crc32, "{opt}");
-            assert_eq!(
-                w.final_metrics.test_auc.to_bits(),
-                r.final_metrics.test_auc.to_bits(),
-                "{opt}"
-            );
-        }
+        let (_, files, saved) = stop_and_resume(&ds, &a, &dir, &base, opt);
         let restore = || {
             for (f, b) in files.iter().zip(&saved) {
                 std::fs::write(f, b).unwrap();
@@ -948,28 +966,9 @@ fn resume_with_zero_one_adam_and_onebit_lamb_is_bit_identical() {
         let ds = load(&a);
         let dir = temp_dir(dopt);
         let base = dir.join("run.ckpt");
-        let whole: Vec<RunResult> = with_checkpoint(&ds, &a, &dir.join("whole"), false, None)
-            .into_iter()
-            .map(Result::unwrap)
-            .collect();
+        let (whole, files, saved) = stop_and_resume(&ds, &a, &dir, &base, dopt);
         let batches = ds.train.len().div_ceil(a.model.batch) as u64;
         assert_eq!(whole[0].dense_freeze_step, Some(2 * batches / 4), "{dopt}");
-        let stopped = with_checkpoint(&ds, &a, &base, false, Some(batches + 3));
-        all_fail_with(&stopped, &["leaving at step"]);
-        let files: Vec<_> = (0..2).map(|r| basis_shard::rank_path(&base, r)).collect();
-        let saved: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
-        let resumed: Vec<RunResult> = with_checkpoint(&ds, &a, &base, true, None)
-            .into_iter()
-            .map(Result::unwrap)
-            .collect();
-        for (w, r) in whole.iter().zip(&resumed) {
-            assert_eq!(w.model_crc32, r.model_crc32, "{dopt}");
-            assert_eq!(
-                w.final_metrics.test_auc.to_bits(),
-                r.final_metrics.test_auc.to_bits(),
-                "{dopt}"
-            );
-        }
         // Another dense optimizer: the fingerprint names the option.
         let other = sharded(2, &extra("onebit-adam"));
         let out = with_checkpoint(&ds, &other, &base, true, None);
