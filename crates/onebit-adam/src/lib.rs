@@ -19,6 +19,7 @@ mod lamb_state;
 mod memory;
 mod optimizer;
 mod overlap;
+mod policy;
 mod record;
 // Single-threaded simulations the tests compare against: test support, not API.
 #[doc(hidden)]
@@ -54,8 +55,7 @@ pub use graded::{GradedState, graded_allreduce, graded_allreduce_bytes};
 pub use lamb::{LambConfig, LambGroup, LambStepReport, OneBitLamb};
 pub use memory::Memory;
 pub use onebit_codec::{Grade, ScaleKind};
-pub use optimizer::{
-    Config, GroupSpec, GroupTelemetry, OneBitAdam, Policy, Stage, StepReport, Variant,
-};
+pub use optimizer::{Config, GroupSpec, GroupTelemetry, OneBitAdam, Stage, StepReport, Variant};
 pub use overlap::overlapped_allreduce;
+pub use policy::Policy;
 pub use zero_one::{ZeroOneAdam, ZeroOneConfig, ZeroOneMemory, ZeroOneReport, ZeroOneStage};

@@ -36,53 +36,7 @@ use crate::freeze::{FreezePolicy, FreezeTracker};
 use crate::fused::{self, Measure, Scale};
 use crate::graded::{self, GradedState};
 use crate::header::{self, Op};
-
-/// How a parameter group communicates after the freeze.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[non_exhaustive]
-pub enum Policy {
-    /// Compressed momentum (1 bit per element) after the freeze. The default.
-    #[default]
-    OneBit,
-    /// Full-precision mean all-reduce of gradients and plain Adam at every
-    /// step (DeepSpeed's `non_freeze` groups; e.g. a small output layer).
-    FullPrecision,
-    /// Graded compression after the freeze: the same compressed-momentum
-    /// stage as [`Policy::OneBit`] (`v` frozen, worker and server error
-    /// feedback, the variant's buffer), through [`crate::graded_allreduce`]'s
-    /// codec — [`Grade::TwoBit`] (sign + magnitude bit, a scale per chunk)
-    /// or [`Grade::Bf16`] (bfloat16 momentum with error feedback) — for the
-    /// layers where 1 bit hurts (the seed's layered setting: 2 bits for the
-    /// embedding-adjacent layer). Not with [`Variant::DecayedGradient`].
-    ///
-    /// The half-precision grade compresses the **momentum**, not the
-    /// gradient: the group then differs from a 1-bit group only in its
-    /// codec (one code path, one state layout, `v` frozen alike), and the
-    /// momentum is what 1-bit Adam's error feedback is proven for; a bf16
-    /// gradient all-reduce would keep `v` moving but send the gradient's
-    /// noise at 16 bits every step for a difference error feedback already
-    /// removes.
-    Graded(Grade),
-}
-
-impl Policy {
-    /// Whether the group compresses after the freeze (every policy but
-    /// [`Policy::FullPrecision`]).
-    pub fn compresses(self) -> bool {
-        !matches!(self, Self::FullPrecision)
-    }
-
-    /// A short name: `1bit`, `2bit`, `bf16`, `full` (what the CLI parses).
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::OneBit => "1bit",
-            Self::FullPrecision => "full",
-            Self::Graded(Grade::TwoBit) => "2bit",
-            Self::Graded(_) => "bf16",
-        }
-    }
-}
+use crate::policy::Policy;
 
 /// What is compressed in the 1-bit stage.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]

@@ -13,7 +13,8 @@ use core::ops::Range;
 
 use num_traits::Float;
 
-use crate::optimizer::{GroupSpec, Policy};
+use crate::optimizer::GroupSpec;
+use crate::policy::Policy;
 use crate::reference::{ReferenceState, simulate_allreduce};
 use crate::zero_one::{ZeroOneConfig, ZeroOneStage, clamped, preconditioned_caps};
 

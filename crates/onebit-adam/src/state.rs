@@ -36,7 +36,8 @@ use onebit_codec::{Compressor, CompressorConfig, ErrorFeedback, Grade};
 
 use crate::StateError;
 use crate::freeze::FreezeTracker;
-use crate::optimizer::{OneBitAdam, Policy, Variant};
+use crate::optimizer::{OneBitAdam, Variant};
+use crate::policy::Policy;
 use crate::record::{Reader, Writer, read_freeze, verified_body, write_freeze};
 
 const MAGIC: [u8; 4] = *b"1BAS";

@@ -104,7 +104,8 @@ use num_traits::Float;
 use crate::OneBitError;
 use crate::allreduce::{self, AllReduceState};
 use crate::header::{self, Op};
-use crate::optimizer::{GroupSpec, Policy};
+use crate::optimizer::GroupSpec;
+use crate::policy::Policy;
 
 /// Hyper-parameters of 0/1 Adam; `Default` holds DeepSpeed's
 /// `ZeroOneAdam` values. `#[non_exhaustive]`: build it from [`Default`]

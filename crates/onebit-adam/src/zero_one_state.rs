@@ -26,7 +26,7 @@ use alloc::vec::Vec;
 
 use crate::StateError;
 use crate::allreduce::Shape;
-use crate::optimizer::Policy;
+use crate::policy::Policy;
 use crate::record::{Reader, put_bound, put_floats, put_mask, verified_body};
 use crate::zero_one::{Schedule, ZeroOneAdam, policy_code};
 

@@ -184,10 +184,10 @@ pub(crate) enum DenseOpt {
     OnebitAdam,
     /// 0/1 Adam: `v` refreshed on a thinning schedule, 1-bit gradients
     /// between, then local steps and 1-bit synchronisations of the
-    /// accumulated update (`crate::dense_opt`).
+    /// accumulated update (`dense_opt.rs`).
     ZeroOneAdam,
     /// 1-bit LAMB: full-precision LAMB warm-up, then 1-bit momentum with
-    /// frozen, adapted per-layer trust ratios (`crate::dense_opt`).
+    /// frozen, adapted per-layer trust ratios (`dense_opt.rs`).
     OnebitLamb,
 }
 
@@ -364,7 +364,7 @@ impl DenseOpt {
     /// `warmup` says): `adam` and `onebit-adam` only.
     ///
     /// Fails when `onebit-adam` refuses the configuration, and for
-    /// `zero-one-adam` and `onebit-lamb` (`crate::dense_opt` builds those).
+    /// `zero-one-adam` and `onebit-lamb` (`dense_opt.rs` builds those).
     pub(crate) fn build(
         self,
         len: usize,
@@ -392,7 +392,7 @@ impl DenseOpt {
             Self::OnebitAdam => GroupSpec::one_bit(len),
             Self::ZeroOneAdam | Self::OnebitLamb => {
                 return Err(format!(
-                    "--dense-opt: {self:?} is not 1-bit Adam (crate::dense_opt builds it)"
+                    "--dense-opt: {self:?} is not 1-bit Adam (dense_opt.rs builds it)"
                 ));
             }
         };
