@@ -219,6 +219,11 @@ fn module_graph(src: &Path) -> Graph {
         .collect();
     for p in &files {
         let Some(from) = module_of(p) else { continue };
+        // A `tests.rs` file is a module's `#[cfg(test)] mod tests;`: test
+        // code, like the inline test modules `library_code` drops.
+        if p.file_name().is_some_and(|n| n == "tests.rs") {
+            continue;
+        }
         let code = library_code(&fs::read_to_string(p).unwrap_or_default());
         for head in crate_path_heads(&code) {
             let to = if modules.contains(&head) {
@@ -301,6 +306,9 @@ fn the_import_cycle_check_bites() {
         "c/other.rs",
         "//! c's child\nfn f() { crate::a::alpha(); }\n",
     );
+    // A module's test file (`#[cfg(test)] mod tests;` in b.rs) is test code.
+    fs::create_dir_all(src.join("b")).unwrap();
+    write("b/tests.rs", "//! b's tests\nuse crate::a::Alpha;\n");
     let graph = module_graph(&src);
     assert_eq!(graph["a"].iter().collect::<Vec<_>>(), ["b", "c"]);
     assert!(
@@ -315,12 +323,6 @@ fn the_import_cycle_check_bites() {
     let _ = fs::remove_dir_all(&dir);
 }
 
-/// Crates with an import cycle left for their owners (as of this check's
-/// introduction): `basis-core` `config ↔ error`, `basis-cli` `spec ↔
-/// spec_check`, `onebit-adam` `dense ↔ optimizer`. Each must still have a cycle (the test fails once one is gone, so
-/// the list only shrinks).
-const KNOWN_CYCLES: &[&str] = &["basis-cli", "onebit-adam"];
-
 /// No crate's top-level modules import each other in a loop (`crate::`
 /// paths in library code, through crate-root re-exports too): each crate's
 /// modules stay layered, so any one can be read, tested and moved with
@@ -334,23 +336,18 @@ fn no_import_cycle_among_a_crates_modules() {
         srcs.push((name, entry.path().join("src")));
     }
     srcs.push(("xtask".to_string(), root.join("xtask").join("src")));
-    let (mut cycles, mut gone) = (Vec::new(), Vec::new());
+    // Every crate is cycle-free since 2026-12-03 (the list of crates with
+    // known cycles — basis-core, basis-cli, onebit-adam — is gone).
+    let mut cycles = Vec::new();
     let mut checked = 0;
     for (name, src) in srcs.iter().filter(|(_, s)| s.is_dir()) {
         checked += 1;
-        let cycle = find_cycle(&module_graph(src));
-        match (cycle, KNOWN_CYCLES.contains(&name.as_str())) {
-            (Some(cycle), false) => cycles.push(format!("{name}: {}", cycle.join(" → "))),
-            (None, true) => gone.push(name.clone()),
-            _ => {}
+        if let Some(cycle) = find_cycle(&module_graph(src)) {
+            cycles.push(format!("{name}: {}", cycle.join(" → ")));
         }
     }
     assert!(checked >= 10, "found only {checked} crates");
     assert!(cycles.is_empty(), "import cycles:\n{}", cycles.join("\n"));
-    assert!(
-        gone.is_empty(),
-        "no cycle left in {gone:?}: remove them from KNOWN_CYCLES"
-    );
 }
 
 /// Every `*.md` of the repository (not build outputs, fetched data or fuzz corpora).

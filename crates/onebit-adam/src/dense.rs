@@ -79,15 +79,16 @@ onebit_codec::with_setters!(AdamW {
 });
 
 impl Default for AdamW {
-    /// The reference values, taken from the optimizer's [`crate::Config`].
+    /// The reference values (PyTorch's and DeepSpeed's Adam defaults: lr
+    /// 1e-3, β 0.9 / 0.999, ε 1e-8, no weight decay, no bias correction);
+    /// the optimizer's [`crate::Config`] takes its defaults from here.
     fn default() -> Self {
-        let c = crate::Config::default();
         Self {
-            lr: c.lr,
-            beta1: c.beta1,
-            beta2: c.beta2,
-            eps: c.eps,
-            weight_decay: c.weight_decay,
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.0,
             bias: None,
         }
     }

@@ -145,12 +145,14 @@ onebit_codec::with_setters!(Config {
 
 impl Default for Config {
     fn default() -> Self {
+        // The Adam hyper-parameters' defaults are the dense kernel's.
+        let adam = AdamW::default();
         Self {
-            lr: 1e-3,
-            beta1: 0.9,
-            beta2: 0.999,
-            eps: 1e-8,
-            weight_decay: 0.0,
+            lr: adam.lr,
+            beta1: adam.beta1,
+            beta2: adam.beta2,
+            eps: adam.eps,
+            weight_decay: adam.weight_decay,
             freeze: FreezePolicy::default(),
             bias_correction: false,
             variant: Variant::Momentum,
