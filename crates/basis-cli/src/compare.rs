@@ -608,7 +608,9 @@ pub(crate) fn train_text(ds: &Dataset, e: &Entry) -> String {
     if let Some(r) = e.runs.first() {
         let _ = writeln!(s, "model crc32: {:08x}", r.model_crc32);
         if let Some(t) = r.dense_freeze_step {
-            let _ = writeln!(s, "dense 1-bit Adam: full precision until step {t}");
+            // 1-bit Adam / LAMB: the last warm-up step; 0/1 Adam: the
+            // variance freeze (`--dense-opt`).
+            let _ = writeln!(s, "dense optimizer: full precision until step {t}");
         }
     }
     if let Some(sh) = e.runs.first().and_then(|r| r.sharded.as_ref()) {
