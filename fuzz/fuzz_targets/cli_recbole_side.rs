@@ -1,3 +1,3 @@
-//! `basis_cli::lines::recbole_side` on an arbitrary `.user` file (header + lines): never panics.
+//! `basis_data::lines::recbole_side` on an arbitrary `.user` file (header + lines): never panics.
 #![no_main]
-libfuzzer_sys::fuzz_target!(|data: &[u8]| { let _ = basis_cli::lines::recbole_side(data, "user_id"); });
+libfuzzer_sys::fuzz_target!(|data: &[u8]| { let _ = basis_data::lines::recbole_side(data, "user_id"); });

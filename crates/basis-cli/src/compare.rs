@@ -584,7 +584,7 @@ pub(crate) fn train_one(args: &TrainArgs, progress: bool) -> Result<(), String> 
     write_outputs("train", &ds, &args.model, &args.out, &entries)
 }
 
-/// A sharded run's skew warning (`ShardReport::skew_warning`), if any.
+/// A sharded run's skew warning (`GroupReport::skew_warning`), if any.
 fn skew_warning(e: &Entry) -> Option<String> {
     e.runs.first()?.sharded.as_ref()?.skew_warning()
 }

@@ -22,7 +22,6 @@ mod pixel_font;
 mod plot;
 mod run;
 mod shard;
-mod shard_report;
 mod spec;
 mod train;
 mod tune;

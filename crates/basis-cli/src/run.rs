@@ -117,9 +117,11 @@ pub(crate) struct RunResult {
     pub(crate) dense_groups: Option<Vec<crate::dense_telemetry::DenseGroup>>,
     /// CRC-32 of the final model table and dense parameters (equal iff bit-identical).
     pub(crate) model_crc32: u32,
-    /// Per-rank figures of a row-sharded run (`--shard rows`).
+    /// Per-rank figures of a row-sharded run (`--shard rows`): the table's
+    /// group report, with the run's training time and rate filled in by
+    /// `shard::Sharded::finish`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) sharded: Option<crate::shard_report::ShardReport>,
+    pub(crate) sharded: Option<basis_shard::GroupReport>,
 }
 
 /// A run: optimizer, model options, checkpoint file.

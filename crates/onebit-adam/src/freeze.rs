@@ -180,39 +180,26 @@ impl FreezeTracker {
 
     /// After warm-up step `t` updated `v`: measure, decide, re-snapshot.
     /// `vhat` yields each 1-bit group's `(v, bias correction)` in order.
+    /// The unfused form of [`Self::plan`] + [`Self::settle`] (which hold
+    /// the decisions): here the measure is a separate sweep over `v̂`.
     pub(crate) fn observe<'a>(
         &mut self,
         policy: &FreezePolicy,
         t: u64,
         vhat: impl Iterator<Item = (&'a [f32], f32)> + Clone,
     ) {
-        let FreezePolicy::Auto(a) = *policy else {
-            return;
-        };
-        if self.frozen_at.is_some() {
-            return;
-        }
-        let measure = t.is_multiple_of(a.window);
-        if measure && self.snapshot_at.is_some() && self.snapshot_at == t.checked_sub(a.window) {
-            let change = relative_change(&self.snapshot, vhat.clone());
-            self.last_change = Some(change);
-            // NaN (`‖v̂‖₁ = 0`: no gradient yet) is never "settled".
-            if t >= a.min_step && change < a.threshold {
-                self.freeze(t);
-                return;
+        let planned = self.plan(policy, t);
+        let mut sums = (0.0, 0.0);
+        if let Some(compare) = planned {
+            if compare {
+                sums = change_sums(&self.snapshot, vhat.clone());
             }
-        }
-        if t >= a.max_step {
-            self.freeze(t);
-            return;
-        }
-        if measure {
             self.snapshot.clear();
             for (v, bc) in vhat {
                 self.snapshot.extend(v.iter().map(|&v| v / bc));
             }
-            self.snapshot_at = Some(t);
         }
+        self.settle(policy, t, planned, sums);
     }
 
     /// What warm-up step `t`'s own pass must do for the automatic rule
@@ -231,8 +218,8 @@ impl FreezeTracker {
 
     /// After warm-up step `t` whose pass did [`Self::plan`]'s `planned`
     /// (the snapshot then already holds `v̂` of step `t`), with the sums
-    /// `(Σ|v̂ − snap|, Σ|v̂|)` it measured: the decisions of
-    /// [`Self::observe`], in its order.
+    /// `(Σ|v̂ − snap|, Σ|v̂|)` it measured: freeze when the change has
+    /// settled or at the last allowed step, else keep the new snapshot.
     pub(crate) fn settle(
         &mut self,
         policy: &FreezePolicy,
@@ -272,12 +259,13 @@ impl FreezeTracker {
     }
 }
 
-/// `‖v̂ − snap‖₁ / ‖v̂‖₁` in f64, elements in order (the same bits on every
-/// rank); `v̂ = v / bc` in f32, as the snapshot stores it.
-pub(crate) fn relative_change<'a>(
+/// `(‖v̂ − snap‖₁, ‖v̂‖₁)` in f64, elements in order (the same bits on every
+/// rank); `v̂ = v / bc` in f32, as the snapshot stores it. Their quotient
+/// is the relative change [`FreezeTracker::settle`] judges.
+pub(crate) fn change_sums<'a>(
     snap: &[f32],
     vhat: impl Iterator<Item = (&'a [f32], f32)>,
-) -> f64 {
+) -> (f64, f64) {
     let (mut diff, mut norm) = (0.0f64, 0.0f64);
     let mut k = 0;
     for (v, bc) in vhat {
@@ -288,5 +276,5 @@ pub(crate) fn relative_change<'a>(
         }
         k += v.len();
     }
-    diff / norm
+    (diff, norm)
 }

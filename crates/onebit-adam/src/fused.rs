@@ -13,7 +13,7 @@
 //!   blocks;
 //! * the automatic freeze's measure ([`crate::FreezePolicy::Auto`]):
 //!   `Σ|v̂ − v̂_snap|` and `Σ|v̂|` in `f64`, element after element in the
-//!   order `freeze::relative_change` sums them (so the same bits), and the
+//!   order `freeze::change_sums` sums them (so the same bits), and the
 //!   new snapshot `v̂ = v/bc₂` written over the old one in the same loop —
 //!   instead of a second sweep that read all of `v` back from memory.
 //!
