@@ -567,9 +567,20 @@ impl Segment {
                 return true;
             }
         }
+        // Most paths are short: a search over a few buckets first (its
+        // node array is cheap to set up; 12 KiB for the full one), the
+        // full search when it finds none. Both visit buckets in the same
+        // order, so the small one finds the path the full one would.
+        self.cuckoo::<16>(p, rec) || self.cuckoo::<MAX_BFS>(p, rec)
+    }
+
+    /// The breadth-first cuckoo path search of [`insert`](Self::insert)
+    /// over at most `N` buckets.
+    fn cuckoo<const N: usize>(&mut self, p: Probe, rec: u128) -> bool {
+        let c = 1u128 << self.slot_bits;
         // Nodes: (bucket, parent node, record of the parent's bucket that
         // would move here).
-        let mut nodes = [(0usize, usize::MAX, 0usize); MAX_BFS];
+        let mut nodes = [(0usize, usize::MAX, 0usize); N];
         nodes[0] = (p.b1, usize::MAX, 0);
         nodes[1] = (p.b2, usize::MAX, 0);
         let mut n = 2;
@@ -589,7 +600,7 @@ impl Segment {
                         self.len += 1;
                         return true;
                     }
-                } else if n < MAX_BFS {
+                } else if n < N {
                     nodes[n] = (o, i, j);
                     n += 1;
                 }
@@ -1297,13 +1308,15 @@ impl SlotIndex {
     }
 }
 
-/// `n` ids that an index of seed `seed` cannot place once more than
-/// `2 × BUCKET` of them are in (test support: they make an insertion fail
-/// with [`IndexError::Clustered`] on purpose). Their hashes share the top
-/// 32 bits (one segment, one first bucket in it while the directory is
-/// less than ≈ 20 bits deep) and their low bits give the second bucket
-/// right after the first in any segment of up to 64 buckets — ids chosen
-/// against the seed, as the module docs describe.
+/// `n` ids chosen against seed `seed`, as the module docs describe (test
+/// support: they make an insertion fail with [`IndexError::Clustered`] on
+/// purpose). Their hashes share the top 32 bits (one segment, one first
+/// bucket in it while the directory is less than ≈ 15 bits deep) and their
+/// low bits give the second bucket right after the first in any segment
+/// of up to 64 buckets, within `1 + buckets / 64` of it in larger ones. An
+/// empty index places 16 of them; one that holds other ids grows its
+/// segment further and places a few hundred (233 after 5–40 other ids):
+/// ask for 400 or more to be sure of the failure.
 #[doc(hidden)]
 pub fn clustered_keys(seed: u64, n: usize) -> Vec<u64> {
     (1u64..)
