@@ -30,9 +30,10 @@
 //!   a lookup never loads a key; ids are recovered from records when a
 //!   segment is rebuilt, for [`SlotIndex::iter`] and for removals.
 //! - **Tags.** A bucket of 8 records of `w` bits is `w + 1` bytes: a
-//!   count byte, the records' 8 **tags** (8 hash bits of each record,
-//!   taken out of it, one byte each), then the 8 rest-of-records packed
-//!   back to back. A lookup compares its tag with the 8 tags at once (one
+//!   9-byte header (a count byte, the records' 8 **tags**: 8 hash bits of
+//!   each record, taken out of it, one byte each), kept with the other
+//!   buckets' headers in one dense array (≈ 1.1 B per id), and the 8
+//!   rest-of-records packed back to back in another. A lookup compares its tag with the 8 tags at once (one
 //!   8-byte word, SWAR, masked by the count) and reads a record only on a
 //!   tag match, so a miss reads two bucket headers and almost never a
 //!   record (a false match is 1 in 256 per record), a hit one record more —
@@ -291,13 +292,14 @@ struct Probe {
 /// second), the 32 − `depth` low hash bits (`rest`), and `off_bits` bits
 /// that with the first bucket give the hash's 32 bucket bits back (see
 /// [`probe`](Self::probe)), from its low bit. A bucket keeps its records
-/// first, empties after. It is `width + 1` bytes: its record count (1
-/// byte), the 8 records' **tags** (the 8 key bits above the choice bit,
-/// one byte each), then the 8 records' **bodies** (the rest of each
-/// record: slot, choice bit, remaining key bits; `width − 8` bits each,
-/// back to back). A lookup compares the 8 tags at once (one 8-byte word,
-/// SWAR) and reads a body only on a tag match: a miss reads two bucket
-/// headers, a hit one body more (hashbrown's control-byte scheme, with the
+/// first, empties after. It is `width + 1` bytes: a header of [`HEAD`]
+/// bytes at the front of `data` (its record count, the 8 records' **tags**: the 8 key
+/// bits above the choice bit, one byte each) and `width − 8` bytes in
+/// `data` (the 8 records' **bodies**: the rest of each record, slot,
+/// choice bit, remaining key bits; `width − 8` bits each, back to back). A
+/// lookup compares the 8 tags at once (one 8-byte word, SWAR) and reads a
+/// body only on a tag match: a miss reads two bucket headers in the dense
+/// header array, a hit one body more (hashbrown's control-byte scheme, with the
 /// tag bits taken out of the record rather than added to it: no byte more
 /// per id).
 #[derive(Clone)]
@@ -313,10 +315,16 @@ struct Segment {
     off_bits: u32,
     /// Bits per record: `slot_bits + 1 + (32 - depth) + off_bits`.
     width: u32,
-    /// Bytes per bucket: `width + 1` (count, 8 tags, 8 bodies).
+    /// Body bytes per bucket: `width − 8` (8 bodies of `width − 8` bits).
     stride: usize,
-    /// `nb * stride` bytes of buckets, then [`PAD`] zero bytes.
+    /// [`HEAD`] bytes per bucket (its count, its 8 tags), apart from the
+    /// bodies: a miss reads this dense part only (≈ 1.1 B per id, which
+    /// stays in cache where the bodies do not); then `nb * stride` bytes
+    /// of bodies (from byte `body0`), then [`PAD`] zero bytes. One
+    /// allocation.
     data: Box<[u8]>,
+    /// `nb * HEAD`: where the bodies start.
+    body0: usize,
 }
 
 impl Segment {
@@ -326,10 +334,13 @@ impl Segment {
         // values of the 32 bucket bits.
         let off_bits = 32 - (bit_len(nb as u64) - 1).min(32);
         let width = slot_bits + 1 + (32 - depth) + off_bits;
-        let stride = width as usize + 1;
+        let stride = width as usize - 8;
+        let body0 = nb
+            .checked_mul(HEAD)
+            .ok_or(IndexError::OutOfMemory { bytes: u64::MAX })?;
         let bytes = nb
             .checked_mul(stride)
-            .and_then(|b| b.checked_add(PAD))
+            .and_then(|b| b.checked_add(PAD + body0))
             .ok_or(IndexError::OutOfMemory { bytes: u64::MAX })?;
         Ok(Self {
             depth,
@@ -341,6 +352,7 @@ impl Segment {
             width,
             stride,
             data: try_boxed(bytes, 0u8)?,
+            body0,
         })
     }
 
@@ -408,7 +420,7 @@ impl Segment {
     /// First bit of record `j`'s body in bucket `b`, and its byte and shift.
     #[inline]
     fn body_at(&self, b: usize, j: usize) -> (usize, u32) {
-        let bit = (b * self.stride + HEAD) * 8 + j * self.body_bits() as usize;
+        let bit = (self.body0 + b * self.stride) * 8 + j * self.body_bits() as usize;
         (bit / 8, (bit % 8) as u32)
     }
 
@@ -447,13 +459,13 @@ impl Segment {
     fn rec(&self, b: usize, j: usize) -> u128 {
         let low = self.slot_bits + 1;
         let v = self.body(b, j);
-        let tag = u128::from(self.data[b * self.stride + 1 + j]);
+        let tag = u128::from(self.data[b * HEAD + 1 + j]);
         (v & ((1u128 << low) - 1)) | tag << low | (v >> low) << (low + 8)
     }
 
     fn set(&mut self, b: usize, j: usize, r: u128) {
         let low = self.slot_bits + 1;
-        self.data[b * self.stride + 1 + j] = (r >> low) as u8;
+        self.data[b * HEAD + 1 + j] = (r >> low) as u8;
         self.set_body(b, j, (r & ((1u128 << low) - 1)) | (r >> (low + 8)) << low);
     }
 
@@ -466,12 +478,12 @@ impl Segment {
     /// Records in bucket `b`.
     #[inline]
     fn count(&self, b: usize) -> usize {
-        usize::from(self.data[b * self.stride])
+        usize::from(self.data[b * HEAD])
     }
 
     /// Adds `d` (±1) to bucket `b`'s record count.
     fn add_count(&mut self, b: usize, d: i8) {
-        let c = &mut self.data[b * self.stride];
+        let c = &mut self.data[b * HEAD];
         *c = c.wrapping_add_signed(d);
     }
 
@@ -482,9 +494,11 @@ impl Segment {
     /// count are masked off, and only flagged records' bodies are read.
     #[inline]
     fn find_in(&self, b: usize, tag: u8, body: u128) -> Option<(usize, u32)> {
-        let base = b * self.stride;
-        let n = usize::from(self.data[base]);
-        let x = self.load8(base + 1) ^ (u64::from(tag) * ONES);
+        let head = &self.data[b * HEAD..b * HEAD + HEAD];
+        let n = usize::from(head[0]);
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&head[1..]);
+        let x = u64::from_le_bytes(w) ^ (u64::from(tag) * ONES);
         let mut m = x.wrapping_sub(ONES) & !x & HIGHS;
         if n < BUCKET {
             m &= (1u64 << (8 * n)) - 1;
@@ -898,11 +912,11 @@ impl SlotIndex {
                 let seg = self.dir[self.dir_of(h)];
                 let s = &self.segments[seg as usize];
                 let p = s.probe(h);
-                // The first bucket's header and its last byte (its
-                // bodies' line: a hit mostly ends there), the second's
-                // header (a miss in the first reads it).
-                let w = s.stride;
-                touched ^= s.data[p.b1 * w] ^ s.data[p.b1 * w + w - 1] ^ s.data[p.b2 * w];
+                // Both buckets' headers (a miss reads them) and the middle
+                // of the first's bodies (where a hit mostly ends).
+                touched ^= s.data[p.b1 * HEAD]
+                    ^ s.data[p.b2 * HEAD]
+                    ^ s.data[s.body0 + p.b1 * s.stride + s.stride / 2];
                 *a = (seg, p);
             }
             // Keeps the first pass's loads (their only purpose is to bring
@@ -1254,10 +1268,11 @@ impl SlotIndex {
         let mut total = 0;
         for (i, seg) in self.segments.iter().enumerate() {
             assert!(seg.nb >= 2);
-            assert_eq!(seg.stride, seg.width as usize + 1);
-            assert_eq!(seg.data.len(), seg.nb * seg.stride + PAD);
+            assert_eq!(seg.stride, seg.width as usize - 8);
+            assert_eq!(seg.body0, seg.nb * HEAD);
+            assert_eq!(seg.data.len(), seg.body0 + seg.nb * seg.stride + PAD);
             assert!(
-                seg.data[seg.nb * seg.stride..]
+                seg.data[seg.body0 + seg.nb * seg.stride..]
                     .iter()
                     .all(|&b| b == 0)
             );
