@@ -25,12 +25,19 @@
 //!   partial-key trick, made exact). A record keeps `rest`, the offset of
 //!   `x` from the first `x` of `b1` (`32 − ⌊log2 buckets⌋` bits: the
 //!   bucket number stands for the rest), one choice bit and the slot + 1
-//!   in as many bits as the largest slot needs (0 = empty), packed
-//!   back to back: a bucket of 8 records of `w` bits is `w` bytes. The
+//!   in as many bits as the largest slot needs (0 = empty). The
 //!   segment's prefix, the bucket and the record give `h` back exactly, so
-//!   a lookup compares one word per record and never loads a key; ids are
-//!   recovered from records when a segment is rebuilt, for
-//!   [`SlotIndex::iter`] and for removals.
+//!   a lookup never loads a key; ids are recovered from records when a
+//!   segment is rebuilt, for [`SlotIndex::iter`] and for removals.
+//! - **Tags.** A bucket of 8 records of `w` bits is `w + 1` bytes: a
+//!   9-byte header (a count byte, the records' 8 **tags**: 8 hash bits of
+//!   each record, taken out of it, one byte each), kept with the other
+//!   buckets' headers in one dense array (≈ 1.1 B per id), and the 8
+//!   rest-of-records packed back to back in another. A lookup compares its tag with the 8 tags at once (one
+//!   8-byte word, SWAR, masked by the count) and reads a record only on a
+//!   tag match, so a miss reads two bucket headers and almost never a
+//!   record (a false match is 1 in 256 per record), a hit one record more —
+//!   hashbrown's control bytes, without its extra byte per entry.
 //! - **Slot width** is per segment: a segment is rebuilt (same buckets,
 //!   one more slot bit) the first time it must hold a slot that does not
 //!   fit, so each segment is rebuilt once per doubling of the index.
@@ -88,6 +95,18 @@
 //! The shard table keeps hashbrown until an index is as fast in the step:
 //! per new id the step pays a miss, an insertion and ≈ 8 re-insertions.
 //!
+//! With tags and the dense header run (this layout; same bytes: 9.24 B/id
+//! at 10^6), one interleaved run on the shared machine at load 5.5–7.4
+//! (busy: noisy ratios, not quiet figures): hit 2.9× hashbrown's `get`,
+//! miss 0.46×, Zipf 0.90×, `get_many` 2.8× (hits) / 11.7× (misses) /
+//! 1.45× (Zipf), building 9.3×. The table's step (same bench as above,
+//! three interleaved pairs, load ≈ 5.5–7): hashbrown 7.9 / 8.2 / 11.5 ms,
+//! `SlotIndex` 18.4 / 18.6 / 18.8 ms — still ≈ 2.2×. A profile of a whole
+//! step-bench run (its build phase included) puts `get_many_slots` at
+//! ≈ 11 % and segment growth (`insert`, `set`, `hash_of`: the ≈ 9
+//! re-insertions per new id of growing by 1/8) at ≈ 21 %: growth, not the
+//! probe, is what is left to make cheap.
+//!
 //! Every allocation is fallible: growing returns [`IndexError::OutOfMemory`]
 //! and leaves the index as it was. [`SlotIndex::memory_bytes`] is the exact sum
 //! of the allocations' sizes.
@@ -144,6 +163,13 @@ const MAX_GROWTHS: u32 = 12;
 /// Bytes after the last bucket, so that a 16-byte read at any record start
 /// stays inside the allocation.
 const PAD: usize = 16;
+/// Bytes of a bucket's header: its record count, then its records' tags
+/// (one byte each).
+const HEAD: usize = 1 + BUCKET;
+/// `0x01` in every byte (SWAR byte broadcast and borrow).
+const ONES: u64 = 0x0101_0101_0101_0101;
+/// `0x80` in every byte (SWAR zero-byte flags).
+const HIGHS: u64 = 0x8080_8080_8080_8080;
 
 /// Why an insertion into a [`SlotIndex`] failed; the index is unchanged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -257,13 +283,18 @@ enum BuildError {
 }
 
 /// Where a hash lives in a segment: its two buckets and its record with the
-/// choice bit clear (see [`Segment::probe`]).
+/// choice bit clear (see [`Segment::probe`]), whole and split into the
+/// tag byte and the body that a bucket stores apart.
 #[derive(Clone, Copy)]
 struct Probe {
     b1: usize,
     b2: usize,
     /// The record's key part shifted above the slot bits, choice 0.
     want: u128,
+    /// `want`'s tag (its 8 key bits above the choice bit).
+    tag: u8,
+    /// `want`'s body (the record without its tag), choice 0, slot 0.
+    body: u128,
 }
 
 /// One table of `nb` buckets of [`BUCKET`] bit-packed records.
@@ -273,7 +304,16 @@ struct Probe {
 /// second), the 32 − `depth` low hash bits (`rest`), and `off_bits` bits
 /// that with the first bucket give the hash's 32 bucket bits back (see
 /// [`probe`](Self::probe)), from its low bit. A bucket keeps its records
-/// first, empties after; it stores its 8 key parts, then its 8 slots.
+/// first, empties after. It is `width + 1` bytes: a header of [`HEAD`]
+/// bytes at the front of `data` (its record count, the 8 records' **tags**: the 8 key
+/// bits above the choice bit, one byte each) and `width − 8` bytes in
+/// `data` (the 8 records' **bodies**: the rest of each record, slot,
+/// choice bit, remaining key bits; `width − 8` bits each, back to back). A
+/// lookup compares the 8 tags at once (one 8-byte word, SWAR) and reads a
+/// body only on a tag match: a miss reads two bucket headers in the dense
+/// header array, a hit one body more (hashbrown's control-byte scheme, with the
+/// tag bits taken out of the record rather than added to it: no byte more
+/// per id).
 #[derive(Clone)]
 struct Segment {
     /// Top hash bits this segment owns (extendible hashing's local depth).
@@ -287,11 +327,16 @@ struct Segment {
     off_bits: u32,
     /// Bits per record: `slot_bits + 1 + (32 - depth) + off_bits`.
     width: u32,
-    /// `nb * width` bytes of buckets, then [`PAD`] zero bytes.
+    /// Body bytes per bucket: `width − 8` (8 bodies of `width − 8` bits).
+    stride: usize,
+    /// [`HEAD`] bytes per bucket (its count, its 8 tags), apart from the
+    /// bodies: a miss reads this dense part only (≈ 1.1 B per id, which
+    /// stays in cache where the bodies do not); then `nb * stride` bytes
+    /// of bodies (from byte `body0`), then [`PAD`] zero bytes. One
+    /// allocation.
     data: Box<[u8]>,
-    /// Records in each bucket (1 byte per 8 records: lookups and cuckoo
-    /// path searches read no empty record).
-    counts: Box<[u8]>,
+    /// `nb * HEAD`: where the bodies start.
+    body0: usize,
 }
 
 impl Segment {
@@ -301,9 +346,13 @@ impl Segment {
         // values of the 32 bucket bits.
         let off_bits = 32 - (bit_len(nb as u64) - 1).min(32);
         let width = slot_bits + 1 + (32 - depth) + off_bits;
+        let stride = width as usize - 8;
+        let body0 = nb
+            .checked_mul(HEAD)
+            .ok_or(IndexError::OutOfMemory { bytes: u64::MAX })?;
         let bytes = nb
-            .checked_mul(width as usize)
-            .and_then(|b| b.checked_add(PAD))
+            .checked_mul(stride)
+            .and_then(|b| b.checked_add(PAD + body0))
             .ok_or(IndexError::OutOfMemory { bytes: u64::MAX })?;
         Ok(Self {
             depth,
@@ -313,8 +362,9 @@ impl Segment {
             slot_bits,
             off_bits,
             width,
+            stride,
             data: try_boxed(bytes, 0u8)?,
-            counts: try_boxed(nb, 0u8)?,
+            body0,
         })
     }
 
@@ -363,37 +413,27 @@ impl Segment {
             b2 -= self.nb;
         }
         let key = u128::from(off) << (32 - self.depth) | u128::from(rest);
+        let want = key << (self.slot_bits + 1);
         Probe {
             b1,
             b2,
-            want: key << (self.slot_bits + 1),
+            want,
+            tag: key as u8,
+            body: (key >> 8) << (self.slot_bits + 1),
         }
     }
 
-    /// Bits of a record's key part (all but the slot): at most 64.
+    /// Bits of a record's body (all but its tag byte): at most 88.
     #[inline]
-    fn key_bits(&self) -> u32 {
-        self.width - self.slot_bits
+    fn body_bits(&self) -> u32 {
+        self.width - 8
     }
 
-    /// Bit positions of record `j` of bucket `b`: its key part, then its
-    /// slot. A bucket keeps its 8 key parts first and its 8 slots after,
-    /// so that a lookup reads key parts only.
+    /// First bit of record `j`'s body in bucket `b`, and its byte and shift.
     #[inline]
-    fn bits(&self, b: usize, j: usize) -> (usize, usize) {
-        let start = b * BUCKET * self.width as usize;
-        let k = self.key_bits() as usize;
-        (
-            start + j * k,
-            start + BUCKET * k + j * self.slot_bits as usize,
-        )
-    }
-
-    #[inline]
-    fn load8(&self, at: usize) -> u64 {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&self.data[at..at + 8]);
-        u64::from_le_bytes(w)
+    fn body_at(&self, b: usize, j: usize) -> (usize, u32) {
+        let bit = (self.body0 + b * self.stride) * 8 + j * self.body_bits() as usize;
+        (bit / 8, (bit % 8) as u32)
     }
 
     #[inline]
@@ -403,38 +443,35 @@ impl Segment {
         u128::from_le_bytes(w)
     }
 
-    /// The `n ≤ 64` bits at bit `bit`: one 8-byte load when they and
-    /// their shift fit in it.
+    /// Body of record `j` of bucket `b`: one 16-byte load (a body and its
+    /// shift take at most 95 bits; [`PAD`] keeps the last one inside).
     #[inline]
-    fn load_bits(&self, bit: usize, n: u32) -> u64 {
-        let (at, sh) = (bit / 8, (bit % 8) as u32);
-        if n + sh <= 64 {
-            (self.load8(at) >> sh) & (u64::MAX >> (64 - n))
-        } else {
-            ((self.load16(at) >> sh) as u64) & (u64::MAX >> (64 - n))
-        }
+    fn body(&self, b: usize, j: usize) -> u128 {
+        let (at, sh) = self.body_at(b, j);
+        (self.load16(at) >> sh) & ((1u128 << self.body_bits()) - 1)
     }
 
-    fn store_bits(&mut self, bit: usize, n: u32, v: u64) {
-        let (at, sh) = (bit / 8, bit % 8);
-        let mask = (u128::from(u64::MAX >> (64 - n))) << sh;
-        let w = (self.load16(at) & !mask) | (u128::from(v) << sh);
+    fn set_body(&mut self, b: usize, j: usize, v: u128) {
+        let (at, sh) = self.body_at(b, j);
+        let mask = ((1u128 << self.body_bits()) - 1) << sh;
+        let w = (self.load16(at) & !mask) | (v << sh);
         self.data[at..at + 16].copy_from_slice(&w.to_le_bytes());
     }
 
-    /// Record `j` of bucket `b`: key part above the slot bits.
+    /// Record `j` of bucket `b`: key part above the slot bits (its tag put
+    /// back between the choice bit and the body's key bits).
     #[inline]
     fn rec(&self, b: usize, j: usize) -> u128 {
-        let (kb, sb) = self.bits(b, j);
-        u128::from(self.load_bits(kb, self.key_bits())) << self.slot_bits
-            | u128::from(self.load_bits(sb, self.slot_bits))
+        let low = self.slot_bits + 1;
+        let v = self.body(b, j);
+        let tag = u128::from(self.data[b * HEAD + 1 + j]);
+        (v & ((1u128 << low) - 1)) | tag << low | (v >> low) << (low + 8)
     }
 
     fn set(&mut self, b: usize, j: usize, r: u128) {
-        let (kb, sb) = self.bits(b, j);
-        self.store_bits(kb, self.key_bits(), (r >> self.slot_bits) as u64);
-        let m = (1u128 << self.slot_bits) - 1;
-        self.store_bits(sb, self.slot_bits, (r & m) as u64);
+        let low = self.slot_bits + 1;
+        self.data[b * HEAD + 1 + j] = (r >> low) as u8;
+        self.set_body(b, j, (r & ((1u128 << low) - 1)) | (r >> (low + 8)) << low);
     }
 
     #[inline]
@@ -446,20 +483,39 @@ impl Segment {
     /// Records in bucket `b`.
     #[inline]
     fn count(&self, b: usize) -> usize {
-        usize::from(self.counts[b])
+        usize::from(self.data[b * HEAD])
     }
 
-    /// The slot of the record `key` (slot bits clear) in bucket `b`.
+    /// Adds `d` (±1) to bucket `b`'s record count.
+    fn add_count(&mut self, b: usize, d: i8) {
+        let c = &mut self.data[b * HEAD];
+        *c = c.wrapping_add_signed(d);
+    }
+
+    /// The record and slot of body `body` (slot bits clear) with tag `tag`
+    /// in bucket `b`: the 8 tags are compared at once (SWAR zero-byte test
+    /// on `tags ^ broadcast(tag)`; its rare false flags, in a byte above a
+    /// true match, are weeded out by the body compare), records past the
+    /// count are masked off, and only flagged records' bodies are read.
     #[inline]
-    fn find_in(&self, b: usize, key: u128) -> Option<(usize, u32)> {
-        let key = (key >> self.slot_bits) as u64;
-        let n = self.key_bits();
-        for j in 0..self.count(b) {
-            let (kb, sb) = self.bits(b, j);
-            if self.load_bits(kb, n) == key {
-                let slot = self.load_bits(sb, self.slot_bits) as u32;
-                return Some((j, slot.checked_sub(1)?));
+    fn find_in(&self, b: usize, tag: u8, body: u128) -> Option<(usize, u32)> {
+        let head = &self.data[b * HEAD..b * HEAD + HEAD];
+        let n = usize::from(head[0]);
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&head[1..]);
+        let x = u64::from_le_bytes(w) ^ (u64::from(tag) * ONES);
+        let mut m = x.wrapping_sub(ONES) & !x & HIGHS;
+        if n < BUCKET {
+            m &= (1u64 << (8 * n)) - 1;
+        }
+        let slots = (1u128 << self.slot_bits) - 1;
+        while m != 0 {
+            let j = (m.trailing_zeros() / 8) as usize;
+            let v = self.body(b, j);
+            if v & !slots == body {
+                return Some((j, ((v & slots) as u32).checked_sub(1)?));
             }
+            m &= m - 1;
         }
         None
     }
@@ -470,13 +526,16 @@ impl Segment {
         self.find_probe(self.probe(h))
     }
 
+    /// [`find`](Self::find) of a computed probe: the second bucket is read
+    /// only when the first does not hold the record.
     #[inline]
     fn find_probe(&self, p: Probe) -> Option<(usize, usize, u32)> {
-        if let Some((j, s)) = self.find_in(p.b1, p.want) {
+        if let Some((j, s)) = self.find_in(p.b1, p.tag, p.body) {
             return Some((p.b1, j, s));
         }
         let c = 1u128 << self.slot_bits;
-        self.find_in(p.b2, p.want | c).map(|(j, s)| (p.b2, j, s))
+        self.find_in(p.b2, p.tag, p.body | c)
+            .map(|(j, s)| (p.b2, j, s))
     }
 
     /// The other bucket of record `r` held in bucket `b`, and `r` with its
@@ -522,14 +581,25 @@ impl Segment {
             let n = self.count(b);
             if n < BUCKET {
                 self.set(b, n, r);
-                self.counts[b] += 1;
+                self.add_count(b, 1);
                 self.len += 1;
                 return true;
             }
         }
+        // Most paths are short: a search over a few buckets first (its
+        // node array is cheap to set up; 12 KiB for the full one), the
+        // full search when it finds none. Both visit buckets in the same
+        // order, so the small one finds the path the full one would.
+        self.cuckoo::<16>(p, rec) || self.cuckoo::<MAX_BFS>(p, rec)
+    }
+
+    /// The breadth-first cuckoo path search of [`insert`](Self::insert)
+    /// over at most `N` buckets.
+    fn cuckoo<const N: usize>(&mut self, p: Probe, rec: u128) -> bool {
+        let c = 1u128 << self.slot_bits;
         // Nodes: (bucket, parent node, record of the parent's bucket that
         // would move here).
-        let mut nodes = [(0usize, usize::MAX, 0usize); MAX_BFS];
+        let mut nodes = [(0usize, usize::MAX, 0usize); N];
         nodes[0] = (p.b1, usize::MAX, 0);
         nodes[1] = (p.b2, usize::MAX, 0);
         let mut n = 2;
@@ -549,7 +619,7 @@ impl Segment {
                         self.len += 1;
                         return true;
                     }
-                } else if n < MAX_BFS {
+                } else if n < N {
                     nodes[n] = (o, i, j);
                     n += 1;
                 }
@@ -611,7 +681,7 @@ impl Segment {
         let (o, moved) = self.other(b, r);
         debug_assert_eq!(o, end);
         self.set(end, free, moved);
-        self.counts[end] += 1;
+        self.add_count(end, 1);
         let mut hole = j;
         while nodes[i].1 != usize::MAX {
             let (b, parent, pj) = nodes[i];
@@ -633,7 +703,7 @@ impl Segment {
             self.set(b, j, r);
         }
         self.set(b, last, 0);
-        self.counts[b] -= 1;
+        self.add_count(b, -1);
         self.len -= 1;
     }
 
@@ -677,7 +747,7 @@ impl Segment {
     }
 
     fn bytes(&self) -> usize {
-        self.data.len() + self.counts.len()
+        self.data.len()
     }
 }
 
@@ -836,6 +906,8 @@ impl SlotIndex {
             b1: 0,
             b2: 0,
             want: 0,
+            tag: 0,
+            body: 0,
         };
         let mut at = [(0u32, empty); BATCH];
         let mut touched = 0u8;
@@ -845,8 +917,11 @@ impl SlotIndex {
                 let seg = self.dir[self.dir_of(h)];
                 let s = &self.segments[seg as usize];
                 let p = s.probe(h);
-                let w = s.width as usize;
-                touched ^= s.data[p.b1 * w] ^ s.data[p.b2 * w];
+                // Both buckets' headers (a miss reads them) and the middle
+                // of the first's bodies (where a hit mostly ends).
+                touched ^= s.data[p.b1 * HEAD]
+                    ^ s.data[p.b2 * HEAD]
+                    ^ s.data[s.body0 + p.b1 * s.stride + s.stride / 2];
                 *a = (seg, p);
             }
             // Keeps the first pass's loads (their only purpose is to bring
@@ -1198,10 +1273,11 @@ impl SlotIndex {
         let mut total = 0;
         for (i, seg) in self.segments.iter().enumerate() {
             assert!(seg.nb >= 2);
-            assert_eq!(seg.data.len(), seg.nb * seg.width as usize + PAD);
-            assert_eq!(seg.counts.len(), seg.nb);
+            assert_eq!(seg.stride, seg.width as usize - 8);
+            assert_eq!(seg.body0, seg.nb * HEAD);
+            assert_eq!(seg.data.len(), seg.body0 + seg.nb * seg.stride + PAD);
             assert!(
-                seg.data[seg.nb * seg.width as usize..]
+                seg.data[seg.body0 + seg.nb * seg.stride..]
                     .iter()
                     .all(|&b| b == 0)
             );
@@ -1252,23 +1328,35 @@ impl SlotIndex {
     }
 }
 
+/// `n` ids chosen against seed `seed`, as the module docs describe (test
+/// support: they make an insertion fail with [`IndexError::Clustered`] on
+/// purpose). Their hashes share the top 32 bits (one segment, one first
+/// bucket in it while the directory is less than ≈ 15 bits deep) and their
+/// low bits give the second bucket right after the first in any segment
+/// of up to 64 buckets, within `1 + buckets / 64` of it in larger ones. An
+/// empty index places 16 of them; one that holds other ids grows its
+/// segment further and places a few hundred (233 after 5–40 other ids):
+/// ask for 400 or more to be sure of the failure.
+#[doc(hidden)]
+pub fn clustered_keys(seed: u64, n: usize) -> Vec<u64> {
+    (1u64..)
+        .filter(|&rest| (rest.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) < (1 << 26))
+        .take(n)
+        .map(|rest| unmix64(0x1234_5678 << 32 | rest) ^ seed)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Ids whose hashes share the top 32 bits (one first bucket while the
-    /// directory is shallow) and whose low bits all give the second bucket
-    /// right after the first in segments of up to 64 buckets.
     fn colliding(n: usize) -> Vec<u64> {
-        let probe = Segment::new(0, 0, 2, 1).expect("small");
-        (1u64..)
-            .filter(|&rest| {
-                let r = (rest.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) & 0xFFFF_FFFF;
-                r < (1 << 26) && probe.step(rest) == 1
-            })
-            .take(n)
-            .map(|rest| unmix64(0x1234_5678 << 32 | rest))
-            .collect()
+        let keys = clustered_keys(0, n);
+        // The second bucket is the first's neighbour in segments of up to
+        // 64 buckets (the property the helper's docs claim).
+        let seg = Segment::new(0, 0, 64, 1).expect("small");
+        assert!(keys.iter().all(|&k| seg.step(seg.rest_of(mix64(k))) == 1));
+        keys
     }
 
     #[test]

@@ -11,8 +11,10 @@
 //!   transient). Measured (`benches/step.rs`, 4.16·10^6 rows, BASIS): the
 //!   process RSS drops from 167.6 to 145.0 B/row with f32 rows and from
 //!   103.7 to 80.9 with bf16, but the table's step took 1.4–2.9× as long on
-//!   a busy 2-core machine (lookups and misses scan a bucket's records; see
-//!   `SlotIndex`'s module docs). Memory for speed: the user's choice.
+//!   a busy 2-core machine, and still ≈ 2.2× with tag bytes and a dense
+//!   header array (a miss reads 8 tags at once; what remains is mostly
+//!   segment growth, see `SlotIndex`'s module docs). Memory for speed: the
+//!   user's choice; the default stays hashbrown until the step is as fast.
 //!
 //! Both give the same slots for the same insertions (slots are numbered in
 //! insertion order), so a table's results and checkpoints do not depend on

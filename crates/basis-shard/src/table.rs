@@ -680,17 +680,6 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         if !self.admit.always() {
             missing.retain(|&id| self.admit.admit(id, step));
         }
-        let new = missing.len() as u64;
-        // Grow the optimizer to the most rows this call can reach first, so
-        // a failure there leaves the index and rows untouched.
-        let after = before as u64 + new;
-        if after > self.opt_rows {
-            if let Err(e) = self.opt.grow_rows(after) {
-                self.admit.rollback();
-                return Err(ShardError::Grow(e));
-            }
-            self.opt_rows = after;
-        }
         if !missing.is_empty() {
             fresh.clear();
             fresh.resize(self.dim, 0.0);
@@ -714,6 +703,18 @@ impl<O: SparseOptimizer> ShardedTable<O> {
                 }
                 *slot = s;
             }
+        }
+        // Grow the optimizer once the rows are in: a failed insertion
+        // above then leaves it as it was (growing it first left it grown
+        // past the rows, and the table's snapshot unrestorable), and a
+        // failure here undoes the insertions.
+        let after = self.len() as u64;
+        if after > self.opt_rows {
+            if let Err(e) = self.opt.grow_rows(after) {
+                self.undo_inserts(before, ids, out);
+                return Err(ShardError::Grow(e));
+            }
+            self.opt_rows = after;
         }
         if evicting {
             let now = u32::try_from(step).unwrap_or(u32::MAX);
