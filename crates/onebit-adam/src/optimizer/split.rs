@@ -163,9 +163,11 @@ impl OneBitAdam {
     /// # Errors
     /// Returned now, with nothing started (the step stays usable only if
     /// every rank makes the same mistake): `gi` out of range or begun
-    /// twice, an accumulated gradient ([`Self::accumulate`]) waiting,
-    /// ([`OneBitError::Config`]); a transport failure starting a request
-    /// ([`OneBitError::Comm`]). A bad gradient (wrong length, NaN/±Inf, a
+    /// twice, an accumulated gradient ([`Self::accumulate`]) waiting
+    /// ([`OneBitError::Config`]). A transport failure starting a request
+    /// ([`OneBitError::Comm`]): the group is broken, as after a failed
+    /// collective of the blocking step (the group's error feedback may
+    /// have advanced). A bad gradient (wrong length, NaN/±Inf, a
     /// non-finite `factor`) is **not** an error here: the group's requests
     /// start anyway (so no rank waits forever) and `finish` fails on every
     /// rank.
