@@ -8,8 +8,10 @@
 //!   `mismatch` mode and asserts that every rank reported the error and the
 //!   job exited non-zero before the timeout; `comm-mpi`'s `mpi_overlap`
 //!   on 2, 3, 4 ranks (non-blocking collectives with many requests in
-//!   flight == blocking MPI == `LocalComm`, bit for bit, and the bucketed
-//!   `overlapped_allreduce` == `compressed_allreduce`); `basis-shard`'s
+//!   flight == blocking MPI == `LocalComm`, bit for bit, the bucketed
+//!   `overlapped_allreduce` == `compressed_allreduce`, and `OneBitAdam`'s
+//!   split step (`begin_group`/`finish`) == its blocking step over MPI and
+//!   on `LocalComm`, across the freeze); `basis-shard`'s
 //!   `custom_loop_mpi` example on 2 and 3 ranks must equal its `LocalComm`
 //!   loop bit for bit; then a row-sharded
 //!   `basis train` under `mpirun -np N` must equal the `LocalComm` run bit
@@ -135,7 +137,8 @@ fn basis_checks() -> Result<(), String> {
 /// requests in flight must equal the blocking MPI calls and `LocalComm`
 /// bit for bit, with equal byte statistics, and a size error on one rank
 /// must be an error on every rank; `onebit-adam`'s `overlapped_allreduce`
-/// must equal `compressed_allreduce` per bucket.
+/// must equal `compressed_allreduce` per bucket, and `OneBitAdam`'s split
+/// step its blocking step (parameters, state record, reports).
 fn overlap() -> Result<(), String> {
     util::run(cargo().args([
         "build",

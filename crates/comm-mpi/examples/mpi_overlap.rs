@@ -10,7 +10,10 @@
 //! requests around it intact. Finally `onebit-adam`'s
 //! `overlapped_allreduce` (buckets pipelined over these requests) must
 //! equal `compressed_allreduce` once per bucket on `LocalComm`, bit for
-//! bit, over three calls.
+//! bit, over three calls, and `OneBitAdam`'s split step (`begin_group` per
+//! group, last first, then `finish`) over MPI must equal its blocking
+//! `step_with_grad_scaled` over MPI and on `LocalComm`, bit for bit
+//! (parameters, state record, reports), across the freeze.
 
 use std::process::ExitCode;
 
@@ -18,7 +21,10 @@ use basis_std::local::LocalComm;
 use basis_std::overlap::Overlapped;
 use comm_mpi::MpiComm;
 use comm_mpi::comm_traits::{CommError, CommStats, Communicator, Completed, NonBlocking};
-use onebit_adam::{AllReduceState, compressed_allreduce, overlapped_allreduce};
+use onebit_adam::{
+    AllReduceState, Config, GroupSpec, OneBitAdam, SplitStep, Variant, compressed_allreduce,
+    overlapped_allreduce,
+};
 
 /// SplitMix64, so every process can rebuild every rank's inputs.
 fn mix(mut z: u64) -> u64 {
@@ -220,6 +226,69 @@ fn buckets(comm: &mut Overlapped) -> Result<(), String> {
     Ok(())
 }
 
+/// Per step: the parameters' bits, the state record, the report (`Debug`).
+type AdamTrace = Vec<(Vec<u32>, Vec<u8>, String)>;
+
+/// One run of `OneBitAdam` (the CLI's settings: preconditioned momentum,
+/// bias correction, telemetry; per-layer 1-bit groups; freeze after step 3)
+/// over 8 steps: the split step (`split`) or the blocking one. Returns per
+/// step the parameters' bits, the state record and the report.
+fn adam_run(comm: &mut Overlapped, split: bool) -> Result<AdamTrace, String> {
+    let config = Config::default()
+        .with_lr(1e-2)
+        .with_freeze_step(3)
+        .with_bias_correction(true)
+        .with_variant(Variant::PreconditionedMomentum)
+        .with_telemetry(true);
+    let groups = [1, 1000, 257, 64].map(GroupSpec::one_bit);
+    let mut opt = OneBitAdam::with_groups(&groups, config).map_err(|e| e.to_string())?;
+    let me = comm.rank();
+    let mut x: Vec<f32> = (0..opt.len()).map(|i| (i as f32 * 0.37).sin()).collect();
+    let mut out = Vec::new();
+    for t in 1..=8u64 {
+        let g: Vec<f32> = floats(t, me, opt.len()).iter().map(|v| v * 1e-2).collect();
+        let report = if split {
+            let mut s = SplitStep::default();
+            for (gi, r) in opt.group_ranges().into_iter().enumerate().rev() {
+                opt.begin_group(comm, &mut s, gi, &g[r], 2.0)
+                    .map_err(|e| e.to_string())?;
+            }
+            opt.finish(comm, s, &mut x)
+        } else {
+            opt.step_with_grad_scaled(comm, &mut x, &g, 2.0)
+        }
+        .map_err(|e| e.to_string())?;
+        out.push((
+            x.iter().map(|v| v.to_bits()).collect(),
+            opt.export_state(),
+            format!("{report:?}"),
+        ));
+    }
+    Ok(out)
+}
+
+/// The split step over MPI == the blocking step over MPI == the blocking
+/// step on `LocalComm`.
+fn split_step(comm: &mut Overlapped) -> Result<(), String> {
+    let (p, me) = (comm.size(), comm.rank());
+    let got = adam_run(comm, true)?;
+    if got != adam_run(comm, false)? {
+        return Err("OneBitAdam split step != blocking step on MPI".into());
+    }
+    let local = LocalComm::run(p, |c| {
+        let mut c = Overlapped::spawn(move || Ok::<_, ()>(c)).map_err(|e| format!("{e:?}"))?;
+        adam_run(&mut c, false)
+    })
+    .into_iter()
+    .nth(me)
+    .ok_or("no such local rank")?
+    .map_err(|_| "a local rank panicked".to_string())??;
+    if got != local {
+        return Err("OneBitAdam split step on MPI != blocking step on LocalComm".into());
+    }
+    Ok(())
+}
+
 fn run(comm: &mut Overlapped) -> Result<(), String> {
     let (p, me) = (comm.size(), comm.rank());
     let (got, got_stats) = nonblocking(comm).map_err(|e| e.to_string())?;
@@ -245,7 +314,8 @@ fn run(comm: &mut Overlapped) -> Result<(), String> {
         ));
     }
     error_parity(comm)?;
-    buckets(comm)
+    buckets(comm)?;
+    split_step(comm)
 }
 
 fn main() -> ExitCode {
@@ -262,7 +332,7 @@ fn main() -> ExitCode {
         Ok(()) => {
             println!(
                 "mpi_overlap rank {me}/{p}: overlapped == blocking == LocalComm, errors agree, \
-                 overlapped_allreduce == compressed_allreduce"
+                 overlapped_allreduce == compressed_allreduce, split step == blocking step"
             );
             ExitCode::SUCCESS
         }

@@ -237,6 +237,13 @@ impl AllReduceState {
         }
     }
 
+    /// Hand over the gathered server chunks of a reduction completed
+    /// elsewhere (the split step's non-blocking all-gather), where
+    /// [`server_signs`] reads them; returns the buffer they replace, for reuse.
+    pub(crate) fn set_gathered(&mut self, recv: Vec<u8>) -> Vec<u8> {
+        core::mem::replace(&mut self.scratch.gather_recv, recv)
+    }
+
     /// Replace both error buffers (e.g. from a checkpoint) for shape `(n, P, rank)`.
     pub(crate) fn restore(
         &mut self,

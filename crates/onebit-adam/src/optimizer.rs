@@ -38,6 +38,10 @@ use crate::graded::{self, GradedState};
 use crate::header::{self, Op};
 use crate::policy::Policy;
 
+// The split step (`begin_group`/`finish`): a child module, so it reaches
+// the step's private passes without widening their visibility.
+pub(crate) mod split;
+
 /// What is compressed in the 1-bit stage.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
@@ -1144,6 +1148,7 @@ impl OneBitAdam {
             }
             Grad::Direct(g, f) => (g, Scale::Pre(f)),
             Grad::Sum(s, div) => (s, Scale::Div(div)),
+            Grad::Reduced(g) => (g, Scale::Div(comm.size() as f32)),
         };
         self.groups[gi].v_updates += 1;
         let h = self.hyper(gi, t);
@@ -1462,6 +1467,9 @@ enum Grad<'a> {
     /// The accumulated sum and the count it is divided by in the kernel
     /// (one rank, [`OneBitAdam::summed`]).
     Sum(&'a [f32], f32),
+    /// The mean-gradient copy already all-reduced (by the split step's
+    /// non-blocking request): divided by P in the kernel, as `Mean`.
+    Reduced(&'a [f32]),
 }
 
 /// The largest `|m/(√(v/bc₂)+ε)|` full-precision Adam can produce with
