@@ -262,7 +262,10 @@ fn parse(args: &[String]) -> Result<Args, String> {
             "--tune-on" => {
                 a.tune_on = value()?;
                 if !matches!(a.tune_on.as_str(), "mean" | "first") {
-                    return Err(format!("--tune-on takes mean or first, not `{}`", a.tune_on));
+                    return Err(format!(
+                        "--tune-on takes mean or first, not `{}`",
+                        a.tune_on
+                    ));
                 }
             }
             "--out" => a.out = Some(PathBuf::from(value()?)),
@@ -595,7 +598,10 @@ mod tests {
         let a = parse(&[]).map_err(|e| e.to_string()).unwrap();
         assert_eq!(a.tune_on, "mean", "the quality benchmark tunes on the mean");
         let first = ["--tune-on".to_string(), "first".into()];
-        assert_eq!(parse(&first).map(|a| a.tune_on).ok().as_deref(), Some("first"));
+        assert_eq!(
+            parse(&first).map(|a| a.tune_on).ok().as_deref(),
+            Some("first")
+        );
         assert!(parse(&["--tune-on".to_string(), "median".into()]).is_err());
         assert_eq!(
             safe("basis:mode=own,ratio=1000"),
