@@ -3,17 +3,23 @@
 //!
 //! ```text
 //! cargo xtask quality [--preset short|headline|ablation] [--only SET,SET]
-//!                     [--opts SPEC;SPEC] [--seeds N] [--out DIR] [--report]
+//!                     [--opts SPEC;SPEC] [--seeds N] [--tune-on mean|first]
+//!                     [--out DIR] [--report]
 //! ```
 //!
 //! For every data set of the preset and every optimizer, one
-//! `basis -q compare … --opt SPEC --tune-lr auto --seeds 3 --json CELL.json`
-//! (the rate tuned on validation AUC over the optimizer's own grid, refined
-//! around every local maximum; 3 seeds, mean ± sd of test AUC; bytes/row of
-//! optimizer state). Each (set, optimizer) cell is its own JSON file under
+//! `basis -q compare … --opt SPEC --tune-lr auto --tune-on mean --seeds 3
+//! --json CELL.json` (the rate tuned on the validation AUC averaged over the
+//! 3 seeds, over the optimizer's own grid, refined around every local
+//! maximum of that mean curve; mean ± sd of test AUC; bytes/row of optimizer
+//! state). `--tune-on first` tunes on the first seed's validation AUC only
+//! (cheaper: a third of the tuning runs), as cells did before 2026-12-04; on
+//! MovieLens that choice turned on validation gaps of 0.0001. Each (set,
+//! optimizer) cell is its own JSON file under
 //! `--out` (default `target/quality/<preset>/`), written by renaming a
 //! finished temp file, so a killed run loses only the cell it was in and a
-//! re-run skips every cell already there (delete a file to redo it). Sets
+//! re-run skips every cell already there and tuned the same way (delete a
+//! file to redo it; a cell tuned on the other `--tune-on` is re-run). Sets
 //! whose data is missing (`data/ml-100k`, `data/spam`: `cargo xtask data
 //! fetch …`) are skipped with a note. At the end (or with `--report` alone)
 //! it writes `tables-<preset>.md` (one Markdown table per set, a summary against
@@ -218,6 +224,8 @@ struct Args {
     only: Option<Vec<String>>,
     opts: Option<Vec<String>>,
     seeds: u32,
+    /// `--tune-on` of every cell: `mean` (default) or `first`.
+    tune_on: String,
     out: Option<PathBuf>,
     report_only: bool,
 }
@@ -228,6 +236,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
         only: None,
         opts: None,
         seeds: 3,
+        tune_on: "mean".into(),
         out: None,
         report_only: false,
     };
@@ -249,6 +258,15 @@ fn parse(args: &[String]) -> Result<Args, String> {
                     .ok()
                     .filter(|&n| n >= 1)
                     .ok_or("--seeds needs a count >= 1")?;
+            }
+            "--tune-on" => {
+                a.tune_on = value()?;
+                if !matches!(a.tune_on.as_str(), "mean" | "first") {
+                    return Err(format!(
+                        "--tune-on takes mean or first, not `{}`",
+                        a.tune_on
+                    ));
+                }
             }
             "--out" => a.out = Some(PathBuf::from(value()?)),
             "--report" => a.report_only = true,
@@ -301,15 +319,15 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
                 continue;
             }
             for opt in &opts {
-                cell(&bin, &out, set, opt, a.seeds)?;
+                cell(&bin, &out, set, opt, a.seeds, &a.tune_on)?;
             }
         }
     }
-    report(&out, &a.preset, &sets, &opts, a.seeds)
+    report(&out, &a.preset, &sets, &opts, a.seeds, &a.tune_on)
 }
 
 /// The `basis compare` argument list of one cell (without the binary).
-fn cell_args(set: &Set, opt: &str, seeds: u32, json: &Path) -> Vec<String> {
+fn cell_args(set: &Set, opt: &str, seeds: u32, tune_on: &str, json: &Path) -> Vec<String> {
     let mut v: Vec<String> = ["-q", "compare"].iter().map(|s| (*s).into()).collect();
     v.extend(set.args.iter().map(|s| (*s).to_string()));
     v.extend([
@@ -317,6 +335,8 @@ fn cell_args(set: &Set, opt: &str, seeds: u32, json: &Path) -> Vec<String> {
         opt.into(),
         "--tune-lr".into(),
         "auto".into(),
+        "--tune-on".into(),
+        tune_on.into(),
         "--seeds".into(),
         seeds.to_string(),
         "--json".into(),
@@ -325,12 +345,23 @@ fn cell_args(set: &Set, opt: &str, seeds: u32, json: &Path) -> Vec<String> {
     v
 }
 
-/// Run one (set, optimizer) cell unless its JSON is there.
-fn cell(bin: &Path, out: &Path, set: &Set, opt: &str, seeds: u32) -> Result<(), String> {
+/// Run one (set, optimizer) cell unless its JSON is there, tuned on `tune_on`.
+fn cell(
+    bin: &Path,
+    out: &Path,
+    set: &Set,
+    opt: &str,
+    seeds: u32,
+    tune_on: &str,
+) -> Result<(), String> {
     let dir = out.join(set.key);
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let done = dir.join(format!("{}.json", safe(opt)));
-    if done.exists() {
+    if let Some(why) = redo(&done, tune_on) {
+        if done.exists() {
+            eprintln!("quality: {} · {opt}: re-run ({why})", set.key);
+        }
+    } else {
         return Ok(());
     }
     let tmp = dir.join(format!(".{}.json.tmp", safe(opt)));
@@ -340,7 +371,7 @@ fn cell(bin: &Path, out: &Path, set: &Set, opt: &str, seeds: u32) -> Result<(), 
     let table = dir.join(format!("{}.txt", safe(opt)));
     let stdout = std::fs::File::create(&table).map_err(|e| e.to_string())?;
     let status = Command::new(bin)
-        .args(cell_args(set, opt, seeds, &tmp))
+        .args(cell_args(set, opt, seeds, tune_on, &tmp))
         .current_dir(root())
         .stdout(Stdio::from(stdout))
         .status()
@@ -357,6 +388,19 @@ fn cell(bin: &Path, out: &Path, set: &Set, opt: &str, seeds: u32) -> Result<(), 
     std::fs::rename(&tmp, &done).map_err(|e| format!("{}: {e}", done.display()))
 }
 
+/// Why the cell JSON `done` must be (re)made for `tune_on`, or `None` when
+/// it is there and was tuned that way.
+fn redo(done: &Path, tune_on: &str) -> Option<String> {
+    if !done.exists() {
+        return Some("missing".into());
+    }
+    match read_row(done) {
+        Ok(r) if r.tuned_on == tune_on => None,
+        Ok(r) => Some(format!("its cell was tuned on `{}`", r.tuned_on)),
+        Err(e) => Some(e),
+    }
+}
+
 /// One optimizer's result, read back from its cell JSON.
 struct Row {
     opt: String,
@@ -365,6 +409,9 @@ struct Row {
     auc: (f64, f64),
     bytes_per_row: f64,
     search: Vec<(f64, Option<f64>)>,
+    /// What `search` scored: `first` or `mean` (cells written before
+    /// `--tune-on` existed say nothing: they were `first`).
+    tuned_on: String,
     rows: u64,
 }
 
@@ -390,6 +437,7 @@ fn read_row(path: &Path) -> Result<Row, String> {
                     .collect()
             })
             .unwrap_or_default(),
+        tuned_on: r["lr_search_on"].as_str().unwrap_or("first").to_string(),
         rows: doc["data"]["rows"].as_u64().unwrap_or(0),
     })
 }
@@ -400,6 +448,19 @@ fn lr_text(lr: f64) -> String {
     if s.len() <= 7 { s } else { format!("{lr:.2e}") }
 }
 
+/// What the rows' searches scored, for a column heading: `mean of N seeds`-style
+/// words when all agree, `mixed` (each row's own) otherwise.
+fn searched_on(rows: &[Row]) -> &'static str {
+    let all = |w: &str| rows.iter().all(|r| r.tuned_on == w);
+    if all("mean") {
+        "mean over the seeds"
+    } else if all("first") {
+        "first seed"
+    } else {
+        "first seed or mean over the seeds: mixed cells"
+    }
+}
+
 /// Write `tables.md` and the plots from the cells present.
 fn report(
     out: &Path,
@@ -407,6 +468,7 @@ fn report(
     sets: &[Set],
     opts: &[String],
     seeds: u32,
+    tune_on: &str,
 ) -> Result<(), String> {
     let mut md = String::new();
     let mut summary = Vec::new();
@@ -428,12 +490,16 @@ fn report(
         let _ = writeln!(md, "### {} (`{}`)\n", set.title, set.key);
         let _ = writeln!(
             md,
-            "```text\nbasis {} --opt SPEC --tune-lr auto --seeds {seeds} --json {}/SPEC.json\n```\n",
-            cell_args(set, "X", seeds, Path::new("-"))[..2 + set.args.len()].join(" "),
+            "```text\nbasis {} --opt SPEC --tune-lr auto --tune-on {tune_on} --seeds {seeds} --json {}/SPEC.json\n```\n",
+            cell_args(set, "X", seeds, tune_on, Path::new("-"))[..2 + set.args.len()].join(" "),
             set.key
         );
         let _ = writeln!(md, "{} table rows (first seed's run).\n", rows[0].rows);
-        md.push_str("| optimizer | lr | test AUC | Δ vs max(Adam, AdaGrad) | bytes/row | lr: validation AUC (first seed) |\n");
+        let _ = writeln!(
+            md,
+            "| optimizer | lr | test AUC | Δ vs max(Adam, AdaGrad) | bytes/row | lr: validation AUC ({}) |",
+            searched_on(&rows)
+        );
         md.push_str("|---|---:|---:|---:|---:|---|\n");
         for r in &rows {
             let delta = bar.map_or("—".into(), |b| format!("{:+.4}", r.auc.0 - b));
@@ -529,18 +595,28 @@ mod tests {
         let stream = h.iter().find(|s| s.key == "stream-deepfm").unwrap();
         assert!(stream.args.contains(&"10000000"));
         assert!(preset("nope").is_err());
+        let a = parse(&[]).map_err(|e| e.to_string()).unwrap();
+        assert_eq!(a.tune_on, "mean", "the quality benchmark tunes on the mean");
+        let first = ["--tune-on".to_string(), "first".into()];
+        assert_eq!(
+            parse(&first).map(|a| a.tune_on).ok().as_deref(),
+            Some("first")
+        );
+        assert!(parse(&["--tune-on".to_string(), "median".into()]).is_err());
         assert_eq!(
             safe("basis:mode=own,ratio=1000"),
             "basis_mode_own_ratio_1000"
         );
-        let args = cell_args(&deepfm_synthetic(), "adam", 3, Path::new("x.json"));
+        let args = cell_args(&deepfm_synthetic(), "adam", 3, "mean", Path::new("x.json"));
         assert_eq!(
-            &args[args.len() - 8..],
+            &args[args.len() - 10..],
             [
                 "--opt",
                 "adam",
                 "--tune-lr",
                 "auto",
+                "--tune-on",
+                "mean",
                 "--seeds",
                 "3",
                 "--json",
@@ -564,8 +640,20 @@ mod tests {
         let r = read_row(&p).unwrap();
         assert_eq!((r.opt.as_str(), r.rows, r.auc), ("adam", 42, (0.7, 0.01)));
         assert_eq!(r.search, [(0.001, Some(0.69)), (0.01, None)]);
+        assert_eq!(r.tuned_on, "first", "a cell from before --tune-on");
+        assert!(redo(&p, "first").is_none());
+        assert!(redo(&p, "mean").unwrap().contains("`first`"));
+        let mean = std::fs::read_to_string(&p)
+            .unwrap()
+            .replace("\"lr\":0.001,", "\"lr\":0.001,\"lr_search_on\":\"mean\",");
+        std::fs::write(&p, mean).unwrap();
+        assert_eq!(read_row(&p).unwrap().tuned_on, "mean");
+        assert!(redo(&p, "mean").is_none());
+        assert!(redo(&p, "first").is_some());
+        assert!(redo(&dir.join("none.json"), "mean").is_some());
         std::fs::write(&p, "{").unwrap();
         assert!(read_row(&p).is_err());
+        assert!(redo(&p, "mean").is_some());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

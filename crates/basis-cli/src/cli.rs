@@ -321,6 +321,17 @@ pub(crate) struct CompareArgs {
     /// seed) is kept and only its test metrics are reported.
     #[arg(long, value_name = "auto|LR,LR,...")]
     pub(crate) tune_lr: Option<crate::tune::TuneLr>,
+    /// What `--tune-lr` compares rates on: `first` (the first seed's
+    /// validation AUC; the other seeds run only at the chosen rate) or
+    /// `mean` (every rate runs every seed; the mean validation AUC decides,
+    /// `--seeds`× the tuning runs and none after them). Default: first.
+    #[arg(
+        long,
+        value_name = "first|mean",
+        default_value = "first",
+        requires = "tune_lr"
+    )]
+    pub(crate) tune_on: crate::tune::TuneOn,
     /// Save/resume one checkpoint per optimizer, learning rate and seed under DIR.
     #[arg(long, value_name = "DIR")]
     pub(crate) checkpoint: Option<PathBuf>,

@@ -5,7 +5,7 @@ use crate::data::{Dataset, LoadReport};
 use crate::run::{Run, RunResult};
 use crate::spec::{DEFAULT_COMPARE, OptSpec};
 use crate::train::train;
-use crate::tune::{Progress, Search, TuneLr};
+use crate::tune::{Progress, Search, TuneLr, TuneOn};
 use core::fmt::Write as _;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -69,8 +69,13 @@ pub(crate) struct Entry {
     pub(crate) optimizer: String,
     /// Learning rate used for the reported runs.
     pub(crate) lr: f32,
-    /// `(lr, validation AUC)` of each tried learning rate (empty without `--tune-lr`).
+    /// `(lr, validation AUC)` of each tried learning rate (empty without
+    /// `--tune-lr`); the AUC is the mean over the seeds under `--tune-on mean`.
     pub(crate) lr_search: Vec<(f32, f64)>,
+    /// What `lr_search` scored: `first` (the first seed) or `mean` (over the
+    /// seeds); absent without `--tune-lr`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) lr_search_on: Option<&'static str>,
     /// The chosen rate is the smallest or largest tried.
     pub(crate) lr_at_edge: bool,
     test_auc: Stat,
@@ -114,6 +119,7 @@ pub(crate) fn entry(spec: &OptSpec, lr_search: Vec<(f32, f64)>, runs: Vec<RunRes
         optimizer: spec.label.clone(),
         lr: spec.lr(),
         lr_search,
+        lr_search_on: None,
         lr_at_edge: false,
         test_auc: Stat::of(runs.iter().map(|r| r.final_metrics.test_auc)),
         test_logloss: Stat::of(runs.iter().map(|r| r.final_metrics.test_loss)),
@@ -300,46 +306,57 @@ fn checkpoint_path(dir: &Option<PathBuf>, label: &str, lr: f32, seed: u64) -> Op
 /// Run the comparison.
 ///
 /// With tuning, each optimizer's [`Search`] picks its rate on the first
-/// seed's validation AUC; that run *is* the first seed's run, so it is kept
-/// rather than repeated (unless checkpoints are written: tuning runs write
-/// none, so the seed runs then start afresh).
+/// seed's validation AUC (`--tune-on first`) or on the mean over all seeds
+/// (`mean`: every rate runs every seed). The tuning runs at the chosen rate
+/// *are* those seeds' runs, so they are kept rather than repeated (unless
+/// checkpoints are written: tuning runs write none, so the seed runs then
+/// start afresh).
 #[allow(clippy::too_many_arguments)] // the two commands share this one driver
 fn run_all(
     ds: &Dataset,
     specs: &[OptSpec],
     model: &ModelArgs,
     seeds: u32,
-    tune: Option<&TuneLr>,
+    tune: Option<(&TuneLr, TuneOn)>,
     ckpt: &Option<PathBuf>,
     resume: bool,
     progress: bool,
 ) -> Result<Vec<Entry>, String> {
     let seeds = seeds.max(1) as usize;
-    let reuse = usize::from(tune.is_some() && ckpt.is_none());
+    let per_rate = tune.map_or(0, |(_, on)| on.seeds_per_rate(seeds));
+    let reuse = if ckpt.is_none() { per_rate } else { 0 };
     let mut searches: Vec<Option<Search>> = specs
         .iter()
-        .map(|s| tune.map(|t| Search::new(t, s)))
+        .map(|s| tune.map(|(t, _)| Search::new(t, s)))
         .collect();
     // Runs known per optimizer: its grid, then the seeds not covered by reuse.
-    let known = |q: &Option<Search>| q.as_ref().map_or(0, Search::pending) + seeds - reuse;
+    let known =
+        |q: &Option<Search>| q.as_ref().map_or(0, Search::pending) * per_rate + seeds - reuse;
     let mut later: usize = searches.iter().map(known).sum();
     let mut bar = Progress::new(progress);
     let mut entries = Vec::new();
     for (spec, search) in specs.iter().zip(searches.iter_mut()) {
         later -= known(search);
-        let mut first_run = None;
-        let spec = match search {
-            None => spec.clone(),
-            Some(q) => {
-                while let Some(lr) = q.next() {
-                    let s = spec.with_lr(lr);
-                    let total = bar.done() + 1 + q.pending() + seeds - reuse + later;
-                    bar.begin(total, &spec.label, lr, model.seed, "tuning");
+        let mut kept = Vec::new();
+        let spec = match (search.as_mut(), tune) {
+            (Some(q), Some((_, on))) => {
+                let tuned = crate::tune::tune(q, on, seeds, |t| {
+                    let m = ModelArgs {
+                        seed: model.seed + t.seed as u64,
+                        ..model.clone()
+                    };
+                    bar.begin(
+                        bar.done() + t.left + seeds - reuse + later,
+                        &spec.label,
+                        t.lr,
+                        m.seed,
+                        "tuning",
+                    );
                     let r = train(
                         ds,
                         &Run {
-                            spec: &s,
-                            model,
+                            spec: &spec.with_lr(t.lr),
+                            model: &m,
                             checkpoint: None,
                             resume: false,
                             progress,
@@ -349,20 +366,18 @@ fn run_all(
                     // A rate too large for the model diverges: that is a
                     // result of the search (the worst score), not the end of
                     // the comparison.
-                    let r = match r {
+                    match r {
                         Err(e) if is_divergence(&e) => {
-                            eprintln!("{}: lr {lr}: {e}; scored as diverged", spec.label);
-                            q.record(lr, f64::NEG_INFINITY);
-                            continue;
+                            eprintln!(
+                                "{}: lr {} (seed {}): {e}; scored as diverged",
+                                spec.label, t.lr, m.seed
+                            );
+                            Ok(None)
                         }
-                        r => r?,
-                    };
-                    q.record(lr, r.final_metrics.valid_auc);
-                    if q.best().is_some_and(|(b, _)| b == lr) {
-                        first_run = Some(r);
+                        r => r.map(|r| Some((r.final_metrics.valid_auc, r))),
                     }
-                }
-                let lr = q.best().map_or(spec.lr(), |(lr, _)| lr);
+                })?;
+                let lr = tuned.lr.unwrap_or_else(|| spec.lr());
                 if q.at_edge() {
                     eprintln!(
                         "warning: {}: the chosen lr {lr} is at the edge of the rates tried ({}); its optimum may lie outside",
@@ -370,16 +385,17 @@ fn run_all(
                         rates(&q.tried)
                     );
                 }
+                if reuse > 0 {
+                    kept = tuned.kept;
+                }
                 OptSpec {
                     label: spec.label.clone(),
                     ..spec.with_lr(lr)
                 }
             }
+            _ => spec.clone(),
         };
-        let mut runs: Vec<RunResult> = Vec::new();
-        if reuse == 1 {
-            runs.extend(first_run);
-        }
+        let mut runs: Vec<RunResult> = kept;
         for k in runs.len()..seeds {
             let m = ModelArgs {
                 seed: model.seed + k as u64,
@@ -408,6 +424,7 @@ fn run_all(
         let tried = search.as_ref().map_or_else(Vec::new, |q| q.tried.clone());
         entries.push(Entry {
             lr_at_edge: edge,
+            lr_search_on: tune.map(|(_, on)| on.name()),
             ..entry(&spec, tried, runs)
         });
     }
@@ -418,6 +435,14 @@ fn run_all(
 /// message), which a learning-rate search scores instead of stopping on.
 fn is_divergence(e: &str) -> bool {
     e.starts_with("training diverged")
+}
+
+/// What the rate was chosen on, in words.
+fn tuned_on(on: TuneOn) -> &'static str {
+    match on {
+        TuneOn::First => "first seed",
+        TuneOn::Mean => "mean over the seeds",
+    }
 }
 
 /// `lr: AUC, …` of a search.
@@ -521,7 +546,7 @@ pub(crate) fn compare(args: &CompareArgs, progress: bool) -> Result<(), String> 
         &specs,
         &args.model,
         args.seeds,
-        args.tune_lr.as_ref(),
+        args.tune_lr.as_ref().map(|t| (t, args.tune_on)),
         &args.checkpoint,
         args.resume,
         progress,
@@ -545,11 +570,14 @@ pub(crate) fn compare(args: &CompareArgs, progress: bool) -> Result<(), String> 
             args.seeds.max(1),
             match &args.tune_lr {
                 None => String::new(),
-                Some(TuneLr::Auto) =>
-                    ", lr tuned on validation AUC (first seed) over per-optimizer grids (auto)"
-                        .into(),
-                Some(TuneLr::List(l)) =>
-                    format!(", lr tuned on validation AUC (first seed) over {l:?}"),
+                Some(TuneLr::Auto) => format!(
+                    ", lr tuned on validation AUC ({}) over per-optimizer grids (auto)",
+                    tuned_on(args.tune_on)
+                ),
+                Some(TuneLr::List(l)) => format!(
+                    ", lr tuned on validation AUC ({}) over {l:?}",
+                    tuned_on(args.tune_on)
+                ),
             }
         );
         print!("{}", table(&entries, args.seeds.max(1) as usize));
