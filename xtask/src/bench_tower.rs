@@ -1,6 +1,7 @@
 //! `cargo xtask bench --tower [--rounds R] [--old BIN] [--threads 1,2]
-//! [--examples N]`: interleaved end-to-end training throughput of the FM,
-//! DeepFM and DLRM models at each `--threads` count (issue 28 item 6), and,
+//! [--examples N] [--models fm,deepfm,dlrm]`: interleaved end-to-end
+//! training throughput of the FM, DeepFM and DLRM models (all three unless
+//! `--models` names fewer) at each `--threads` count (issue 28 item 6), and,
 //! with `--old`, the same runs of another `basis` binary (e.g. one built
 //! from main) as a paired baseline.
 //!
@@ -39,6 +40,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let mut old: Option<PathBuf> = None;
     let mut threads = vec![1usize, 2];
     let mut examples = 100_000u64;
+    let mut models: Vec<&str> = MODELS.to_vec();
     let mut it = args.iter();
     let number = |v: Option<&String>, what: &str| -> Result<u64, String> {
         v.and_then(|v| v.parse().ok())
@@ -60,10 +62,18 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
                     .collect::<Option<_>>()
                     .ok_or("--threads needs positive numbers, e.g. 1,2")?;
             }
+            "--models" => {
+                let list = it.next().ok_or("--models needs a list, e.g. fm,deepfm")?;
+                models = list
+                    .split(',')
+                    .map(|m| MODELS.iter().copied().find(|&k| k == m))
+                    .collect::<Option<_>>()
+                    .ok_or(format!("--models {list}: each one of fm, deepfm, dlrm"))?;
+            }
             other => {
                 return Err(format!(
                     "unknown argument `{other}` (bench --tower [--rounds R] [--old BIN] \
-                     [--threads 1,2] [--examples N])"
+                     [--threads 1,2] [--examples N] [--models fm,deepfm,dlrm])"
                 ));
             }
         }
@@ -80,7 +90,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
         bins.push(("old", o));
     }
     let mut jobs = Vec::new();
-    for model in MODELS {
+    for &model in &models {
         for &t in &threads {
             for (name, bin) in &bins {
                 jobs.push((model, t, *name, bin.clone()));

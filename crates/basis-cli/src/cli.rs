@@ -152,8 +152,9 @@ pub(crate) struct ModelArgs {
     /// the dense parameters use 1-bit Adam.
     #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = validate::count_usize)]
     pub(crate) workers: usize,
-    /// Threads inside each process's training step (the DeepFM/DLRM
-    /// tower's products, split by rows); default: the machine's cores
+    /// Threads inside each process's training step (the tower's products
+    /// split by rows; the batch's per-example and per-row passes, the
+    /// BASIS sparse step, prediction); default: the machine's cores
     /// divided by `--workers` (ranks share the machine). Results are the
     /// same bits at any count.
     #[arg(long, allow_negative_numbers = true, value_parser = validate::count_usize)]

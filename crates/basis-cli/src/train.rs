@@ -85,6 +85,20 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
         }
     }
     let start = Instant::now();
-    let single = Replica::new(ds, run, fingerprint(ds, run))?;
-    train_loop(run, single, start)?.ok_or_else(|| "no result".into())
+    on_pool(|| train_loop(run, Replica::new(ds, run, fingerprint(ds, run))?, start))?
+        .ok_or_else(|| "no result".into())
+}
+
+/// `f` on a thread of the rayon pool (`--threads`), when it has more than
+/// one: each parallel pass of a step then starts on the thread that calls
+/// it, the other threads stealing its tasks, instead of being handed from
+/// outside the pool to the pool and back (a wake-up of this thread per
+/// pass, thousands per epoch). The results are the same either way.
+fn on_pool<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+    if rayon::current_num_threads() > 1 {
+        // `scope` runs its closure on a pool thread and waits for it.
+        rayon::scope(|_| f())
+    } else {
+        f()
+    }
 }

@@ -92,11 +92,14 @@ impl LocalBatch {
     }
 }
 
-/// Copy the table rows of `ids` (row dim `d`) into `out`, back to back.
+/// Copy the table rows of `ids` (row dim `d`) into `out`, back to back
+/// (rows split over the pool's threads: a copy, the same at any count).
 pub(crate) fn gather_rows(table: &[f32], d: usize, ids: &[u64], out: &mut Vec<f32>) {
-    out.clear();
-    for &id in ids {
-        let at = id as usize * d;
-        out.extend_from_slice(&table[at..at + d]);
-    }
+    // `resize` keeps the capacity: a reused buffer allocates only for a
+    // batch with more rows than any before it.
+    out.resize(ids.len() * d, 0.0);
+    super::chunks::for_rows(out, d, |i, row| {
+        let at = ids[i] as usize * d;
+        row.copy_from_slice(&table[at..at + d]);
+    });
 }

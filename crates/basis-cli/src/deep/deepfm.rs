@@ -11,13 +11,18 @@
 //! (from [`Mlp::backward`]): `∂w_i = δ x_i`,
 //! `∂v_ij = δ x_i (S_j − v_ij x_i) + x_i u_{f(i), j}`, `∂b = δ`. Row
 //! gradients are summed per local row in example order, so they are
-//! deterministic. See the [module interface](super) for how a trainer
+//! deterministic; the per-example passes and the per-row sums run on the
+//! pool's threads ([`super::chunks`], [`super::by_row`]) with the same bits
+//! at any thread count. See the [module interface](super) for how a trainer
 //! supplies rows.
 
 use super::batch::LocalBatch;
+use super::by_row::ByRow;
+use super::chunks;
 use super::mlp::{Activations, Mlp};
 use super::zeros;
 use crate::rng::Rng;
+use core::ops::Range;
 
 /// The DeepFM shape: embedding size, fields, tower.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,6 +57,8 @@ pub(crate) struct Workspace {
     logits: Vec<f32>,
     /// `δ` per example.
     delta: Vec<f32>,
+    /// The batch's features by row, for the row gradients.
+    by_row: ByRow,
 }
 
 impl DeepFm {
@@ -104,6 +111,7 @@ impl DeepFm {
             s: zeros(capacity.saturating_mul(self.k), "--dim")?,
             logits: zeros(capacity, "--batch")?,
             delta: zeros(capacity, "--batch")?,
+            by_row: ByRow::default(),
         })
     }
 
@@ -131,28 +139,40 @@ impl DeepFm {
         self.check(rows, batch, ws)?;
         let (k, d, n, width) = (self.k, self.k + 1, batch.len(), self.input());
         let x = ws.acts.input_mut(n, width);
-        x.fill(0.0);
-        for e in 0..n {
-            let s = &mut ws.s[e * k..(e + 1) * k];
-            s.fill(0.0);
-            let mut linear = dense[0];
-            let mut sq = 0.0f32;
-            let xe = &mut x[e * width..(e + 1) * width];
-            for j in batch.offsets[e]..batch.offsets[e + 1] {
-                let (l, v, f) = (batch.local[j] as usize, batch.values[j], batch.fields[j]);
-                let row = &rows[l * d..(l + 1) * d];
-                linear += row[0] * v;
-                let pooled = &mut xe[usize::from(f) * k..(usize::from(f) + 1) * k];
-                for ((sj, p), &vj) in s.iter_mut().zip(pooled).zip(&row[1..]) {
-                    let vx = vj * v;
-                    *sj += vx;
-                    *p += vx;
-                    sq += vx * vx;
+        // The FM logit and the pooled tower input of each example, examples
+        // split over the pool (each writes only its own outputs).
+        let fm_part = |r: Range<usize>, s: &mut [f32], x: &mut [f32], z: &mut [f32]| {
+            for (i, e) in r.enumerate() {
+                let s = &mut s[i * k..(i + 1) * k];
+                s.fill(0.0);
+                let mut linear = dense[0];
+                let mut sq = 0.0f32;
+                let xe = &mut x[i * width..(i + 1) * width];
+                xe.fill(0.0);
+                for j in batch.offsets[e]..batch.offsets[e + 1] {
+                    let (l, v, f) = (batch.local[j] as usize, batch.values[j], batch.fields[j]);
+                    let row = &rows[l * d..(l + 1) * d];
+                    linear += row[0] * v;
+                    let pooled = &mut xe[usize::from(f) * k..(usize::from(f) + 1) * k];
+                    for ((sj, p), &vj) in s.iter_mut().zip(pooled).zip(&row[1..]) {
+                        let vx = vj * v;
+                        *sj += vx;
+                        *p += vx;
+                        sq += vx * vx;
+                    }
                 }
+                let ss: f32 = s.iter().map(|a| a * a).sum();
+                z[i] = linear + 0.5 * (ss - sq);
             }
-            let ss: f32 = s.iter().map(|a| a * a).sum();
-            ws.logits[e] = linear + 0.5 * (ss - sq);
-        }
+        };
+        chunks::for_chunks3(
+            n,
+            chunks::EXAMPLES_PER_TASK,
+            (&mut ws.s, k),
+            (x, width),
+            (&mut ws.logits, 1),
+            fm_part,
+        );
         let deep = self.mlp.forward(&dense[1..], n, &mut ws.acts);
         for (z, &o) in ws.logits[..n].iter_mut().zip(deep) {
             *z += o;
@@ -193,22 +213,25 @@ impl DeepFm {
             &mut ws.acts,
         );
         let u = ws.acts.d_input(n, width);
-        for e in 0..n {
-            let delta = ws.delta[e];
-            let s = &ws.s[e * k..(e + 1) * k];
-            let ue = &u[e * width..(e + 1) * width];
-            for j in batch.offsets[e]..batch.offsets[e + 1] {
-                let (l, x, f) = (batch.local[j] as usize, batch.values[j], batch.fields[j]);
-                let theta = &rows[l * d..(l + 1) * d];
-                let uf = &ue[usize::from(f) * k..(usize::from(f) + 1) * k];
-                let g = &mut out.rows[l * d..(l + 1) * d];
-                let dx = delta * x;
+        // Row gradients: each row's terms in batch order, rows split over
+        // the pool (`ByRow`: the serial loop's sums, the same bits).
+        ws.by_row.build(batch);
+        let (s, delta, by_row) = (&ws.s, &ws.delta, &ws.by_row);
+        chunks::for_rows(&mut out.rows, d, |l, g| {
+            let theta = &rows[l * d..(l + 1) * d];
+            g.fill(0.0);
+            for &(j, e) in by_row.of(l) {
+                let (j, e) = (j as usize, e as usize);
+                let (x, f) = (batch.values[j], usize::from(batch.fields[j]));
+                let s = &s[e * k..(e + 1) * k];
+                let uf = &u[e * width + f * k..e * width + (f + 1) * k];
+                let dx = delta[e] * x;
                 g[0] += dx;
                 for q in 0..k {
                     g[q + 1] += dx * (s[q] - theta[q + 1] * x) + x * uf[q];
                 }
             }
-        }
+        });
         Ok(())
     }
 }
@@ -240,9 +263,9 @@ pub(super) fn check_batch(
 }
 
 impl DeepGrads {
-    /// The start of either tower's backward pass: zeroed gradients for
-    /// `rows` row floats, `dense` parameter gradients (not zeroed: the
-    /// tower's backward writes every one), the summed log-loss of
+    /// The start of either tower's backward pass: `rows` row-gradient
+    /// floats and `dense` parameter gradients (neither zeroed: the row pass
+    /// and the tower's backward write every one), the summed log-loss of
     /// `logits` against `batch`'s labels, and `delta[e] = scale · (σ(z_e) −
     /// y_e)`, the gradient of the scaled loss at each logit.
     pub(super) fn begin(
@@ -254,10 +277,10 @@ impl DeepGrads {
         scale: f32,
         delta: &mut [f32],
     ) {
-        self.rows.clear();
+        // Both are fully overwritten: zeroing them would be one more pass
+        // per step (the dense gradient is as large as the tower, 10^6+
+        // floats). `resize` keeps the capacity.
         self.rows.resize(rows, 0.0);
-        // The dense gradient is as large as the tower (10^6+ floats) and
-        // fully overwritten: zeroing it would be one more pass per step.
         if self.dense.len() != dense {
             self.dense.clear();
             self.dense.resize(dense, 0.0);
@@ -356,6 +379,52 @@ mod tests {
             b.end_example((e % 2) as f32);
         }
         (m, dense, rows, b)
+    }
+
+    #[test]
+    fn row_gradients_are_the_serial_loops_bits_at_1_2_and_3_threads() {
+        let mut rng = Rng::new(23);
+        // Enough examples and rows that both passes split into tasks.
+        let (rows, b) = crate::deep::random_batch(&mut rng, (200, 300, 4, 4, 0));
+        let m = DeepFm::new(4, 4, &[8, 1]).unwrap();
+        let dense = m.init_dense(1).unwrap();
+        let (k, d, n, width) = (m.k, m.k + 1, b.len(), m.input());
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let mut first = None;
+        for t in [1, 2, 3] {
+            let (mut ws, mut g) = (Workspace::default(), DeepGrads::default());
+            crate::deep::pool(t).install(|| {
+                m.forward_backward(&dense, &rows, &b, 0.01, &mut ws, &mut g)
+                    .unwrap();
+            });
+            // The loop over examples this pass replaced, on this run's
+            // per-example values: each feature's terms added to its row as
+            // met, in batch order.
+            let u = ws.acts.d_input(n, width);
+            let mut want = vec![0.0f32; rows.len()];
+            for e in 0..n {
+                let (delta, s) = (ws.delta[e], &ws.s[e * k..(e + 1) * k]);
+                for j in b.offsets[e]..b.offsets[e + 1] {
+                    let (l, x, f) = (b.local[j] as usize, b.values[j], usize::from(b.fields[j]));
+                    let theta = &rows[l * d..(l + 1) * d];
+                    let uf = &u[e * width + f * k..e * width + (f + 1) * k];
+                    let g = &mut want[l * d..(l + 1) * d];
+                    let dx = delta * x;
+                    g[0] += dx;
+                    for q in 0..k {
+                        g[q + 1] += dx * (s[q] - theta[q + 1] * x) + x * uf[q];
+                    }
+                }
+            }
+            assert!(bits(&g.rows) == bits(&want), "{t} threads: rows differ");
+            // The check can fail: most rows have several terms.
+            assert!(want.iter().filter(|&&x| x != 0.0).count() > rows.len() / 2);
+            let all = (bits(&g.rows), bits(&g.dense), g.loss.to_bits());
+            match &first {
+                None => first = Some(all),
+                Some(one) => assert!(*one == all, "{t} threads differ from 1"),
+            }
+        }
     }
 
     #[test]

@@ -12,12 +12,17 @@
 //! directly and `g_ab` for every dot; `∂t_a += g_ab t_b`, `∂t_b += g_ab t_a`;
 //! the bottom MLP takes `∂t_0`; `∂v_i = x_i ∂t_{1+f(i)}`. The rows' linear
 //! weight `w` is not used (its gradient is 0). Dense parameters are
-//! `[Bottom…, Top…]`. Same interface as DeepFM (see the [module](super)).
+//! `[Bottom…, Top…]`. The per-example passes and the per-row sums run on
+//! the pool's threads ([`super::chunks`], [`super::by_row`]) with the same
+//! bits at any thread count. Same interface as DeepFM (see the [module](super)).
 
 use super::batch::LocalBatch;
+use super::by_row::ByRow;
+use super::chunks;
 use super::mlp::{Activations, Mlp};
 use super::zeros;
 use crate::rng::Rng;
+use core::ops::Range;
 
 /// The DLRM shape.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,6 +50,8 @@ pub(crate) struct Workspace {
     dz: Vec<f32>,
     logits: Vec<f32>,
     delta: Vec<f32>,
+    /// The batch's features by row, for the row gradients.
+    by_row: ByRow,
 }
 
 impl Dlrm {
@@ -115,6 +122,7 @@ impl Dlrm {
             dz: zeros(capacity.saturating_mul(self.k), "--dim")?,
             logits: zeros(capacity, "--batch")?,
             delta: zeros(capacity, "--batch")?,
+            by_row: ByRow::default(),
         })
     }
 
@@ -151,38 +159,46 @@ impl Dlrm {
             .input_mut(n, self.dense_width)
             .copy_from_slice(&batch.dense);
         let z0 = self.bottom.forward(pb, n, &mut ws.bottom);
-        let t = &mut ws.t[..n * v * k];
-        t.fill(0.0);
-        for e in 0..n {
-            let te = &mut t[e * v * k..(e + 1) * v * k];
-            te[..k].copy_from_slice(&z0[e * k..(e + 1) * k]);
-            for j in batch.offsets[e]..batch.offsets[e + 1] {
-                let (l, x, f) = (
-                    batch.local[j] as usize,
-                    batch.values[j],
-                    usize::from(batch.fields[j]),
-                );
-                let row = &rows[l * d + 1..(l + 1) * d];
-                for (p, &vq) in te[(1 + f) * k..(2 + f) * k].iter_mut().zip(row) {
-                    *p += x * vq;
-                }
-            }
-        }
         let top_in = k + v * (v - 1) / 2;
         let inp = ws.top.input_mut(n, top_in);
-        for e in 0..n {
-            let te = &t[e * v * k..(e + 1) * v * k];
-            let ie = &mut inp[e * top_in..(e + 1) * top_in];
-            ie[..k].copy_from_slice(&te[..k]);
-            let mut p = k;
-            for a in 0..v {
-                for b in a + 1..v {
-                    let (ta, tb) = (&te[a * k..(a + 1) * k], &te[b * k..(b + 1) * k]);
-                    ie[p] = ta.iter().zip(tb).map(|(x, y)| x * y).sum();
-                    p += 1;
+        // Each example's vectors and their dots, examples split over the
+        // pool (each writes only its own).
+        let interact = |r: Range<usize>, t: &mut [f32], inp: &mut [f32]| {
+            for (i, e) in r.enumerate() {
+                let te = &mut t[i * v * k..(i + 1) * v * k];
+                te.fill(0.0);
+                te[..k].copy_from_slice(&z0[e * k..(e + 1) * k]);
+                for j in batch.offsets[e]..batch.offsets[e + 1] {
+                    let (l, x, f) = (
+                        batch.local[j] as usize,
+                        batch.values[j],
+                        usize::from(batch.fields[j]),
+                    );
+                    let row = &rows[l * d + 1..(l + 1) * d];
+                    for (p, &vq) in te[(1 + f) * k..(2 + f) * k].iter_mut().zip(row) {
+                        *p += x * vq;
+                    }
+                }
+                let te = &*te;
+                let ie = &mut inp[i * top_in..(i + 1) * top_in];
+                ie[..k].copy_from_slice(&te[..k]);
+                let mut p = k;
+                for a in 0..v {
+                    for b in a + 1..v {
+                        let (ta, tb) = (&te[a * k..(a + 1) * k], &te[b * k..(b + 1) * k]);
+                        ie[p] = ta.iter().zip(tb).map(|(x, y)| x * y).sum();
+                        p += 1;
+                    }
                 }
             }
-        }
+        };
+        chunks::for_chunks2(
+            n,
+            chunks::EXAMPLES_PER_TASK,
+            (&mut ws.t, v * k),
+            (inp, top_in),
+            interact,
+        );
         let out = self.top.forward(pt, n, &mut ws.top);
         ws.logits[..n].copy_from_slice(out);
         Ok(&ws.logits[..n])
@@ -215,37 +231,51 @@ impl Dlrm {
         let (gb, gt) = out.dense.split_at_mut(self.bottom.params());
         self.top.backward(pt, n, &ws.delta[..n], gt, &mut ws.top);
         let dinp = ws.top.d_input(n, top_in);
-        let dt = &mut ws.dt[..n * v * k];
-        dt.fill(0.0);
-        for e in 0..n {
-            let te = &ws.t[e * v * k..(e + 1) * v * k];
-            let de = &mut dt[e * v * k..(e + 1) * v * k];
-            let ge = &dinp[e * top_in..(e + 1) * top_in];
-            de[..k].copy_from_slice(&ge[..k]);
-            let mut p = k;
-            for a in 0..v {
-                for b in a + 1..v {
-                    let g = ge[p];
-                    p += 1;
-                    for q in 0..k {
-                        de[a * k + q] += g * te[b * k + q];
-                        de[b * k + q] += g * te[a * k + q];
+        // Each example's vector gradients, examples split over the pool.
+        let t = &ws.t;
+        let spread = |r: Range<usize>, dt: &mut [f32], dz: &mut [f32]| {
+            for (i, e) in r.enumerate() {
+                let te = &t[e * v * k..(e + 1) * v * k];
+                let de = &mut dt[i * v * k..(i + 1) * v * k];
+                let ge = &dinp[e * top_in..(e + 1) * top_in];
+                de.fill(0.0);
+                de[..k].copy_from_slice(&ge[..k]);
+                let mut p = k;
+                for a in 0..v {
+                    for b in a + 1..v {
+                        let g = ge[p];
+                        p += 1;
+                        for q in 0..k {
+                            de[a * k + q] += g * te[b * k + q];
+                            de[b * k + q] += g * te[a * k + q];
+                        }
                     }
                 }
+                dz[i * k..(i + 1) * k].copy_from_slice(&de[..k]);
             }
-            ws.dz[e * k..(e + 1) * k].copy_from_slice(&de[..k]);
-            for j in batch.offsets[e]..batch.offsets[e + 1] {
-                let (l, x, f) = (
-                    batch.local[j] as usize,
-                    batch.values[j],
-                    usize::from(batch.fields[j]),
-                );
-                let g = &mut out.rows[l * d + 1..(l + 1) * d];
-                for (gq, &dq) in g.iter_mut().zip(&de[(1 + f) * k..(2 + f) * k]) {
+        };
+        chunks::for_chunks2(
+            n,
+            chunks::EXAMPLES_PER_TASK,
+            (&mut ws.dt, v * k),
+            (&mut ws.dz, k),
+            spread,
+        );
+        // Row gradients: each row's terms in batch order, rows split over
+        // the pool (`ByRow`: the serial loop's sums, the same bits).
+        ws.by_row.build(batch);
+        let (dt, by_row) = (&ws.dt, &ws.by_row);
+        chunks::for_rows(&mut out.rows, d, |l, g| {
+            g.fill(0.0);
+            for &(j, e) in by_row.of(l) {
+                let (j, e) = (j as usize, e as usize);
+                let (x, f) = (batch.values[j], usize::from(batch.fields[j]));
+                let de = &dt[e * v * k..(e + 1) * v * k];
+                for (gq, &dq) in g[1..].iter_mut().zip(&de[(1 + f) * k..(2 + f) * k]) {
                     *gq += x * dq;
                 }
             }
-        }
+        });
         self.bottom
             .backward(pb, n, &ws.dz[..n * k], gb, &mut ws.bottom);
         Ok(())
@@ -313,6 +343,44 @@ mod tests {
             total += z.max(0.0) + (-z.abs()).exp().ln_1p() - y * z;
         }
         scale * total
+    }
+
+    #[test]
+    fn row_gradients_are_the_serial_loops_bits_at_1_2_and_3_threads() {
+        let mut rng = Rng::new(29);
+        let (rows, b) = crate::deep::random_batch(&mut rng, (200, 300, 4, 4, 3));
+        let m = Dlrm::new(4, 4, 3, &[5], &[6, 1]).unwrap();
+        let dense = m.init_dense(1).unwrap();
+        let (k, d, n, v) = (m.k, m.k + 1, b.len(), m.fields + 1);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let mut first = None;
+        for t in [1, 2, 3] {
+            let (mut ws, mut g) = (Workspace::default(), DeepGrads::default());
+            crate::deep::pool(t).install(|| {
+                m.forward_backward(&dense, &rows, &b, 0.01, &mut ws, &mut g)
+                    .unwrap();
+            });
+            // The loop over examples this pass replaced, on this run's
+            // vector gradients: terms added to rows as met, in batch order.
+            let mut want = vec![0.0f32; rows.len()];
+            for e in 0..n {
+                let de = &ws.dt[e * v * k..(e + 1) * v * k];
+                for j in b.offsets[e]..b.offsets[e + 1] {
+                    let (l, x, f) = (b.local[j] as usize, b.values[j], usize::from(b.fields[j]));
+                    let g = &mut want[l * d + 1..(l + 1) * d];
+                    for (gq, &dq) in g.iter_mut().zip(&de[(1 + f) * k..(2 + f) * k]) {
+                        *gq += x * dq;
+                    }
+                }
+            }
+            assert!(bits(&g.rows) == bits(&want), "{t} threads: rows differ");
+            assert!(want.iter().filter(|&&x| x != 0.0).count() > rows.len() / 2);
+            let all = (bits(&g.rows), bits(&g.dense), g.loss.to_bits());
+            match &first {
+                None => first = Some(all),
+                Some(one) => assert!(*one == all, "{t} threads differ from 1"),
+            }
+        }
     }
 
     #[test]

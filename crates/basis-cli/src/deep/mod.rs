@@ -36,6 +36,8 @@
 //! `[Bottom…, Top…]` for DLRM.
 
 pub(crate) mod batch;
+pub(crate) mod by_row;
+pub(crate) mod chunks;
 pub(crate) mod deepfm;
 pub(crate) mod dlrm;
 pub(crate) mod gemm;
@@ -47,6 +49,7 @@ use onebit_adam::{
 };
 
 pub(crate) use batch::{LocalBatch, gather_rows};
+pub(crate) use by_row::ByRow;
 pub(crate) use deepfm::{DeepFm, DeepGrads};
 pub(crate) use dlrm::Dlrm;
 
@@ -463,6 +466,49 @@ pub(crate) fn assert_matches_finite_differences(
             (loss(&bump(&d64, i, h), &r64, s) - loss(&bump(&d64, i, -h), &r64, s)) / (2.0 * h);
         close(num, g.dense[i], &format!("dense {i}"));
     }
+}
+
+/// Test helper: a random batch of `examples` examples over `fields`
+/// fields of `n_rows` gathered rows (`k + 1` floats each, all rows listed
+/// in `ids`), zero to two features per field (so rows repeat, also within
+/// an example), `dense_width` dense features each.
+#[cfg(test)]
+pub(crate) fn random_batch(
+    rng: &mut crate::rng::Rng,
+    (examples, n_rows, fields, k, dense_width): (usize, usize, usize, usize, usize),
+) -> (Vec<f32>, LocalBatch) {
+    let mut b = LocalBatch::default();
+    b.clear();
+    b.dense_width = dense_width;
+    for id in 0..n_rows as u64 {
+        b.push_row(1000 + id);
+    }
+    let rows = (0..n_rows * (k + 1))
+        .map(|_| 0.3 * rng.normal() as f32)
+        .collect();
+    for _ in 0..examples {
+        for f in 0..fields {
+            for _ in 0..rng.below(3) {
+                b.push_feature(
+                    rng.below(n_rows) as u32,
+                    rng.uniform() as f32 + 0.5,
+                    f as u8,
+                );
+            }
+        }
+        let dense: Vec<f32> = (0..dense_width).map(|_| rng.normal() as f32).collect();
+        b.end_example_with_dense(rng.below(2) as f32, &dense);
+    }
+    (rows, b)
+}
+
+/// Test helper: a rayon pool of `threads` threads.
+#[cfg(test)]
+pub(crate) fn pool(threads: usize) -> rayon::ThreadPool {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap()
 }
 
 /// `n` zeros, or an error naming `what` when they cannot be allocated.
