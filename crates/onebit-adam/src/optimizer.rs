@@ -991,20 +991,7 @@ impl OneBitAdam {
         // The automatic freeze's measure of this warm-up step, if it takes
         // one, is made inside the groups' step passes (`src/fused.rs`): its
         // snapshot is lent to them, sized for the compressing groups.
-        let planned = if stage == Stage::Warmup {
-            self.freeze.plan(&self.config.freeze, t)
-        } else {
-            None
-        };
-        let mut snapshot = core::mem::take(&mut self.freeze.snapshot);
-        if let Some(compare) = planned {
-            let len = self.compressing_len();
-            if !compare || snapshot.len() != len {
-                snapshot.clear();
-                snapshot.resize(len, 0.0);
-            }
-        }
-        let planned = planned.map(|c| c && snapshot.len() == self.compressing_len());
+        let (planned, mut snapshot) = self.plan_measure(t, stage);
         let mut sums = (0.0f64, 0.0f64);
         let mut g = core::mem::take(&mut self.scratch);
         let result = self.run_groups(
@@ -1023,6 +1010,47 @@ impl OneBitAdam {
         self.scratch = g;
         self.freeze.snapshot = snapshot;
         let groups = result?;
+        Ok(self.conclude(
+            t,
+            stage,
+            (planned, sums),
+            comm.stats().since(&before),
+            groups,
+        ))
+    }
+
+    /// Before step `t`'s group passes: whether the automatic freeze
+    /// measures in them ([`FreezeTracker::plan`], `Some(compare)`), and the
+    /// snapshot lent to them, sized for the compressing groups.
+    fn plan_measure(&mut self, t: u64, stage: Stage) -> (Option<bool>, Vec<f32>) {
+        let planned = if stage == Stage::Warmup {
+            self.freeze.plan(&self.config.freeze, t)
+        } else {
+            None
+        };
+        let mut snapshot = core::mem::take(&mut self.freeze.snapshot);
+        if let Some(compare) = planned {
+            let len = self.compressing_len();
+            if !compare || snapshot.len() != len {
+                snapshot.clear();
+                snapshot.resize(len, 0.0);
+            }
+        }
+        let planned = planned.map(|c| c && snapshot.len() == self.compressing_len());
+        (planned, snapshot)
+    }
+
+    /// After step `t`'s group passes all succeeded (the snapshot given
+    /// back): count the step, let the freeze decide on the measure
+    /// `(planned, sums)`, reset the error buffers on their schedule, report.
+    fn conclude(
+        &mut self,
+        t: u64,
+        stage: Stage,
+        (planned, sums): (Option<bool>, (f64, f64)),
+        bytes: CommStats,
+        groups: Vec<GroupTelemetry>,
+    ) -> StepReport {
         self.step = t;
         if stage == Stage::Warmup {
             self.freeze.settle(&self.config.freeze, t, planned, sums);
@@ -1035,12 +1063,12 @@ impl OneBitAdam {
                 self.reset_errors();
             }
         }
-        Ok(StepReport {
+        StepReport {
             step: t,
             stage,
-            bytes: comm.stats().since(&before),
+            bytes,
             groups,
-        })
+        }
     }
 
     /// Parameters in the groups that compress after the freeze (the

@@ -605,20 +605,7 @@ impl OneBitAdam {
         } = started;
         self.bound = Some((comm.rank(), comm.size()));
         self.grad_count = 0;
-        let planned = if stage == Stage::Warmup {
-            self.freeze.plan(&self.config.freeze, t)
-        } else {
-            None
-        };
-        let mut snapshot = core::mem::take(&mut self.freeze.snapshot);
-        if let Some(compare) = planned {
-            let len = self.compressing_len();
-            if !compare || snapshot.len() != len {
-                snapshot.clear();
-                snapshot.resize(len, 0.0);
-            }
-        }
-        let planned = planned.map(|c| c && snapshot.len() == self.compressing_len());
+        let (planned, mut snapshot) = self.plan_measure(t, stage);
         let mut sums = (0.0f64, 0.0f64);
         let mut measure = planned.map(|c| (&mut snapshot[..], c, &mut sums));
         let mut at_snapshot = 0;
@@ -688,24 +675,13 @@ impl OneBitAdam {
         self.sum_finite = true;
         self.freeze.snapshot = snapshot;
         result?;
-        self.step = t;
-        if stage == Stage::Warmup {
-            self.freeze.settle(&self.config.freeze, t, planned, sums);
-        }
-        if stage == Stage::Compressed {
-            self.compressed_steps += 1;
-            if let Some(k) = self.config.error_reset_every
-                && self.compressed_steps.is_multiple_of(k)
-            {
-                self.reset_errors();
-            }
-        }
-        Ok(StepReport {
-            step: t,
+        Ok(self.conclude(
+            t,
             stage,
-            bytes: comm.stats().since(&before),
+            (planned, sums),
+            comm.stats().since(&before),
             groups,
-        })
+        ))
     }
 
     /// A pipelined group's update from its gathered server chunks, as
