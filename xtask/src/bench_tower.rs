@@ -17,8 +17,9 @@
 //! thread counts and binaries: the tower's results are the same bits at any
 //! thread count, and a change that keeps the arithmetic keeps them equal to
 //! the old binary's too. The 1-minute load average is printed with every
-//! round. An `--old` binary that predates `--threads` is run without it
-//! (one thread) at every count.
+//! round. Each binary is asked (`compare --help`) whether it knows
+//! `--threads`; one that predates it is run without it (one thread) at
+//! every count.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -89,6 +90,12 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     if let Some(o) = old {
         bins.push(("old", o));
     }
+    // Asked of every binary, the new one included: an old binary that knows
+    // `--threads` must get it, or its "1 thread" runs use all cores.
+    let mut knows_threads = BTreeMap::new();
+    for (name, bin) in &bins {
+        knows_threads.insert(*name, knows_threads_flag(bin)?);
+    }
     let mut jobs = Vec::new();
     for &model in &models {
         for &t in &threads {
@@ -107,7 +114,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
             jobs.iter().rev().collect()
         };
         for (model, t, name, bin) in order {
-            let r = one(bin, *name == "new", model, *t, examples, &json)?;
+            let r = one(bin, knows_threads[name], model, *t, examples, &json)?;
             println!(
                 "  {model:6} {name} threads {t}: {:.3} s, crc {:08x}, test AUC {:.5}",
                 r.wall, r.crc, r.auc
@@ -118,6 +125,26 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     println!("load after: {}", loadavg());
     report(&results, &threads, &bins, examples);
     Ok(())
+}
+
+/// Whether `bin compare --help` lists `--threads`.
+fn knows_threads_flag(bin: &Path) -> Result<bool, String> {
+    let out = Command::new(bin)
+        .args(["compare", "--help"])
+        .output()
+        .map_err(|e| format!("{}: {e}", bin.display()))?;
+    if !out.status.success() {
+        return Err(format!("{} compare --help failed", bin.display()));
+    }
+    Ok(help_lists_threads(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// `--threads` as an option of its own in a help text (not `--threads-x`).
+fn help_lists_threads(help: &str) -> bool {
+    help.match_indices("--threads").any(|(at, m)| {
+        let next = help[at + m.len()..].chars().next();
+        !matches!(next, Some(c) if c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    })
 }
 
 /// One `basis compare` run; `threads_flag`: the binary knows `--threads`.
@@ -249,5 +276,13 @@ mod tests {
         assert_eq!(number_after(j, "\"model_crc32\""), Some(468_546_628.0));
         assert_eq!(number_after(j, "\"nope\""), None);
         assert_eq!(median(vec![3.0, 1.0, 2.0, 10.0]), 2.5);
+    }
+
+    #[test]
+    fn finds_the_threads_option_in_a_help_text() {
+        assert!(help_lists_threads("  --threads <N>  worker threads"));
+        assert!(help_lists_threads("      --threads\n"));
+        assert!(!help_lists_threads("  --threads-per-rank <N>"));
+        assert!(!help_lists_threads("  --workers <P>"));
     }
 }
