@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::stats::{loadavg, median, number_after};
 use crate::util::{self, root};
 
 const MODELS: [&str; 3] = ["fm", "deepfm", "dlrm"];
@@ -191,18 +192,6 @@ fn one(
     })
 }
 
-/// The first number after the first `key` in `text` (enough for the
-/// `compare --json` record: `"wall_secs": {"mean": 1.2, …}`, `"model_crc32": 7`).
-fn number_after(text: &str, key: &str) -> Option<f64> {
-    let rest = &text[text.find(key)? + key.len()..];
-    let start = rest.find(|c: char| c.is_ascii_digit() || c == '-')?;
-    let rest = &rest[start..];
-    let end = rest
-        .find(|c: char| !(c.is_ascii_digit() || "-+.eE".contains(c)))
-        .unwrap_or(rest.len());
-    rest[..end].parse().ok()
-}
-
 fn report(
     results: &BTreeMap<(&str, usize, &str), Vec<Run>>,
     threads: &[usize],
@@ -224,11 +213,16 @@ fn report(
                 let Some(rs) = results.get(&(model, t, name)) else {
                     continue;
                 };
-                let wall = median(rs.iter().map(|r| r.wall).collect());
+                let wall = median(&rs.iter().map(|r| r.wall).collect::<Vec<_>>());
                 let own1 = results.get(&(model, threads[0], name));
                 let ratio = |other: Option<&Vec<Run>>| {
                     other.map_or("—".to_owned(), |o| {
-                        let r = median(o.iter().zip(rs).map(|(a, b)| a.wall / b.wall).collect());
+                        let r = median(
+                            &o.iter()
+                                .zip(rs)
+                                .map(|(a, b)| a.wall / b.wall)
+                                .collect::<Vec<_>>(),
+                        );
                         format!("{r:.2}×")
                     })
                 };
@@ -250,33 +244,9 @@ fn report(
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn reads_numbers_after_keys() {
-        let j = r#"{"x": 1, "wall_secs": {"mean": 4.25e0, "std": 0.0}, "model_crc32": 468546628}"#;
-        assert_eq!(number_after(j, "\"wall_secs\""), Some(4.25));
-        assert_eq!(number_after(j, "\"model_crc32\""), Some(468_546_628.0));
-        assert_eq!(number_after(j, "\"nope\""), None);
-        assert_eq!(median(vec![3.0, 1.0, 2.0, 10.0]), 2.5);
-    }
 
     #[test]
     fn finds_the_threads_option_in_a_help_text() {

@@ -10,7 +10,9 @@
 //!   `bench --peers [--rounds R] [--ab OLD,NEW]`: interleaved same-run comparisons with
 //!   PyTorch and numpy (opt-in: installs torch into `target/peers/venv`);
 //!   `bench --tower [--rounds R] [--old BIN] [--threads 1,2]`: interleaved
-//!   FM/DeepFM/DLRM training throughput per `--threads` count, against an old binary
+//!   FM/DeepFM/DLRM training throughput per `--threads` count, against an old binary;
+//!   `bench --e2e [--lines N] [--threads 1,2] [--rounds R]`: the whole FM/DeepFM job
+//!   against a PyTorch implementation on the same Criteo file (opt-in, like `--peers`)
 //! - `loom`   loom models of the concurrent tables
 //! - `fuzz`   cargo-fuzz targets (`fuzz <target>|--all --seconds N`)
 //! - `mpi`    the MPI integration program under mpirun (`--bench [--net 1gbit]`)
@@ -22,6 +24,7 @@
 // xtask is a std-only host tool: `core`/`alloc` paths buy it nothing.
 #![allow(clippy::std_instead_of_core, clippy::std_instead_of_alloc)]
 
+mod bench_e2e;
 mod bench_tower;
 mod ci;
 mod data;
@@ -34,6 +37,7 @@ mod peers;
 mod publish;
 mod quality;
 mod quality_plot;
+mod stats;
 mod util;
 
 use std::process::ExitCode;
@@ -53,6 +57,7 @@ fn main() -> ExitCode {
         "publish-check" => publish::run(rest),
         "bench" if rest.iter().any(|a| a == "--peers") => peers::run(rest),
         "bench" if rest.iter().any(|a| a == "--tower") => bench_tower::run(rest),
+        "bench" if rest.iter().any(|a| a == "--e2e") => bench_e2e::run(rest),
         "bench" => ci::bench(rest),
         "loom" => loom::run(rest),
         "fuzz" => fuzz::run(rest),

@@ -309,7 +309,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
 }
 
 /// The venv's python, created and provisioned on first use.
-fn ensure_venv(venv: &Path) -> Result<std::path::PathBuf, String> {
+pub(crate) fn ensure_venv(venv: &Path) -> Result<std::path::PathBuf, String> {
     let python = venv.join("bin/python");
     if !python.exists() {
         util::run(Command::new("python3").args(["-m", "venv"]).arg(venv))?;
