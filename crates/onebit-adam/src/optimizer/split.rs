@@ -46,10 +46,10 @@ use onebit_codec::CodecError;
 
 use super::{
     Frozen, GroupTelemetry, OneBitAdam, Stage, StepReport, Variant, check_products, for_runs,
-    for_runs_at,
+    for_runs_at, lend_snapshot,
 };
 use crate::OneBitError;
-use crate::allreduce::padded_len;
+use crate::allreduce::{f32_at, non_finite, padded_len, recv_of};
 use crate::header::{self, Op};
 use crate::policy::Policy;
 
@@ -126,27 +126,6 @@ enum Backup {
     },
 }
 
-fn non_finite(e: CodecError) -> OneBitError {
-    match e {
-        CodecError::NonFinite { index } => OneBitError::NonFinite { index },
-        _ => OneBitError::Config("internal buffer size"),
-    }
-}
-
-fn f32_at(b: &[u8], at: usize) -> f32 {
-    let mut w = [0u8; 4];
-    w.copy_from_slice(&b[at..at + 4]);
-    f32::from_le_bytes(w)
-}
-
-fn bytes_of(comm: &mut dyn NonBlocking, req: Request) -> Result<Vec<u8>, OneBitError> {
-    comm.wait(req)?
-        .into_recv()
-        .ok_or(OneBitError::Comm(CommError::BadArgument(
-            "a byte collective completed without bytes",
-        )))
-}
-
 impl OneBitAdam {
     /// The flat range of every group, in order (what
     /// [`Self::begin_group`] takes a gradient for).
@@ -214,7 +193,7 @@ impl OneBitAdam {
         } else if !factor.is_finite() {
             Err(OneBitError::Config("gradient factor is not finite"))
         } else {
-            check_products(grad, factor).map_err(|e| match e {
+            check_products(self.config.finite_check, grad, factor).map_err(|e| match e {
                 OneBitError::NonFinite { index } => OneBitError::NonFinite {
                     index: index + range.start,
                 },
@@ -412,7 +391,7 @@ impl OneBitAdam {
         let Some(req) = f.a.take() else {
             return;
         };
-        let recv = match bytes_of(comm, req) {
+        let recv = match recv_of(comm, req) {
             Ok(r) => r,
             Err(e) => {
                 split.comm_error.get_or_insert(e);
@@ -490,7 +469,7 @@ impl OneBitAdam {
                         r = Some(comm.wait(a).map(|_| ()));
                     }
                     if let Some(g) = f.g.take() {
-                        r = Some(bytes_of(comm, g).map(|b| f.gathered = Some(b)).map_err(
+                        r = Some(recv_of(comm, g).map(|b| f.gathered = Some(b)).map_err(
                             |e| match e {
                                 OneBitError::Comm(c) => c,
                                 _ => CommError::BadArgument("gather"),
@@ -635,15 +614,7 @@ impl OneBitAdam {
                 Some(Slot::Full { buf, bytes: b, .. }) => {
                     bytes = b;
                     let warmup = stage == Stage::Warmup;
-                    let len = range.len();
-                    let lent = match measure.as_mut() {
-                        Some((snap, compare, sums)) if policy.compresses() => {
-                            let part = &mut snap[at_snapshot..at_snapshot + len];
-                            at_snapshot += len;
-                            Some((part, *compare, &mut **sums))
-                        }
-                        _ => None,
-                    };
+                    let lent = lend_snapshot(&mut measure, &mut at_snapshot, policy, range.len());
                     let comm: &mut dyn Communicator = &mut *comm;
                     self.full_group(
                         comm,
