@@ -7,6 +7,9 @@ it took out; `quit` stops. Kernels:
 
 - `adam1` / `adam2`: one `torch.optim.Adam(fused=True)` step on 64 Mi f32
   parameters with a fixed gradient, `torch.set_num_threads(1)` / `(2)`;
+- `adam1_chk`: `adam1` preceded by `torch.isfinite(grad).all()` read back
+  as a Python bool (what a GradScaler-style check of the gradient costs
+  torch before its step; the step runs only when it is true), 1 thread;
 - `packbits`: `numpy.packbits(~(x < 0))` on 64 Mi f32 (our sign order).
 
 N can be set with the PEERS_N environment variable (default 64 Mi).
@@ -34,6 +37,12 @@ for line in sys.stdin:
         torch.set_num_threads(1 if kernel == "adam1" else 2)
         t = time.perf_counter()
         opt.step()
+        ms = (time.perf_counter() - t) * 1e3
+    elif kernel == "adam1_chk":
+        torch.set_num_threads(1)
+        t = time.perf_counter()
+        if bool(torch.isfinite(param.grad).all()):
+            opt.step()
         ms = (time.perf_counter() - t) * 1e3
     elif kernel == "packbits":
         t = time.perf_counter()
