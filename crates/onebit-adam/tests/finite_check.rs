@@ -16,7 +16,9 @@ use basis_std::local::LocalComm;
 use basis_std::overlap::Overlapped;
 use comm_traits::{Communicator, SingleRank};
 use onebit_adam::testing::bits;
-use onebit_adam::{Config, FiniteCheck, GroupSpec, OneBitAdam, OneBitError, SplitStep};
+use onebit_adam::{
+    Config, FiniteCheck, Grade, GroupSpec, OneBitAdam, OneBitError, Policy, SplitStep,
+};
 
 /// Long enough for the check's multi-stream body (8 × 64 elements) and a tail.
 const N: usize = 1200;
@@ -213,4 +215,40 @@ fn the_split_step_follows_the_switch() {
             }
         }
     }
+}
+
+/// The split step's copy paths check in the copy's own pass: a graded
+/// group in the compressed stage (kept for `finish`) and a full-precision
+/// one, after a clean warm-up step — On refuses at the index with nothing
+/// changed.
+#[test]
+fn the_split_steps_copies_refuse_a_bad_gradient() {
+    let groups = [
+        GroupSpec::one_bit(N / 2).with_policy(Policy::Graded(Grade::Bf16)),
+        GroupSpec::full_precision(N / 2),
+    ];
+    let comm = LocalComm::group(1).pop().unwrap();
+    let mut comm = Overlapped::spawn(move || Ok::<_, ()>(comm)).unwrap();
+    let config = config(FiniteCheck::On).with_freeze_step(1);
+    let mut opt = OneBitAdam::with_groups(&groups, config).unwrap();
+    let mut x = params();
+    let ranges = opt.group_ranges();
+    let mut step = |opt: &mut OneBitAdam, x: &mut [f32], g: &[f32]| {
+        let mut split = SplitStep::default();
+        for (gi, r) in ranges.iter().enumerate() {
+            opt.begin_group(&mut comm, &mut split, gi, &g[r.clone()], 1.0)
+                .unwrap();
+        }
+        opt.finish(&mut comm, split, x).map(|_| ())
+    };
+    step(&mut opt, &mut x, &grad(0, N)).unwrap();
+    let before = (snapshot(&opt, &x), opt.export_state());
+    for at in [3, N / 2 + 9] {
+        let mut g = grad(1, N);
+        g[at] = f32::NAN;
+        let r = step(&mut opt, &mut x, &g);
+        assert_eq!(r, Err(OneBitError::NonFinite { index: at }));
+        assert_eq!((snapshot(&opt, &x), opt.export_state()), before);
+    }
+    step(&mut opt, &mut x, &grad(1, N)).unwrap();
 }

@@ -45,8 +45,8 @@ use comm_traits::{Collective, CommError, CommStats, Communicator, NonBlocking, R
 use onebit_codec::CodecError;
 
 use super::{
-    Frozen, GroupTelemetry, OneBitAdam, Stage, StepReport, Variant, check_products, for_runs,
-    for_runs_at, lend_snapshot,
+    FiniteCheck, Frozen, GroupTelemetry, OneBitAdam, Stage, StepReport, Variant, check_products,
+    fill_checked, for_runs, for_runs_at, lend_snapshot,
 };
 use crate::OneBitError;
 use crate::allreduce::{f32_at, non_finite, padded_len, recv_of};
@@ -185,7 +185,7 @@ impl OneBitAdam {
         });
         let range = self.groups[gi].range.clone();
         let n = range.len();
-        let local = if grad.len() != n {
+        let mut local = if grad.len() != n {
             Err(OneBitError::Length {
                 expected: n,
                 found: grad.len(),
@@ -193,17 +193,8 @@ impl OneBitAdam {
         } else if !factor.is_finite() {
             Err(OneBitError::Config("gradient factor is not finite"))
         } else {
-            check_products(self.config.finite_check, grad, factor).map_err(|e| match e {
-                OneBitError::NonFinite { index } => OneBitError::NonFinite {
-                    index: index + range.start,
-                },
-                e => e,
-            })
+            Ok(())
         };
-        let ok = local.is_ok();
-        if let Err(e) = local {
-            split.verdict.get_or_insert(e);
-        }
         let policy = self.groups[gi].spec.policy;
         let compressed = started.stage == Stage::Compressed && policy.compresses();
         let pipelined = compressed
@@ -212,21 +203,46 @@ impl OneBitAdam {
                 self.config.variant,
                 Variant::Momentum | Variant::PreconditionedMomentum
             );
-        // The mean copy `f·g + 0.0` (zeros for a gradient of the wrong length).
-        let copy = |g: &[f32]| -> Vec<f32> {
-            if g.len() == n {
-                g.iter().map(|&g| g * factor + 0.0).collect()
-            } else {
-                vec![0.0; n]
+        let check = self.config.finite_check;
+        // A non-finite product at `index` of the group, as the whole step says it.
+        let at = |index: usize| OneBitError::NonFinite {
+            index: index + range.start,
+        };
+        // The mean copy `f·g + 0.0` (zeros for a gradient of the wrong
+        // length), checked in its own pass: no read of `g` of its own.
+        let copy = |g: &[f32], local: &mut Result<(), OneBitError>| -> Vec<f32> {
+            let mut buf = vec![0.0; n];
+            if g.len() == n
+                && fill_checked(&mut buf, g.iter().map(|&g| g * factor + 0.0))
+                && check == FiniteCheck::On
+                && local.is_ok()
+            {
+                *local = Err(at(buf.iter().position(|v| !v.is_finite()).unwrap_or(0)));
             }
+            buf
         };
         let slot = if pipelined {
-            let flight = self.start_one_bit(comm, gi, ok.then_some((grad, factor)))?;
+            // The worker stage reads `g` in passes that write no copy: the
+            // check is a pass of its own here, before any of them.
+            if local.is_ok() {
+                local = check_products(check, grad, factor).map_err(|e| match e {
+                    OneBitError::NonFinite { index } => at(index),
+                    e => e,
+                });
+            }
+            if let Err(e) = &local {
+                split.verdict.get_or_insert(e.clone());
+            }
+            let input = local.is_ok().then_some((grad, factor));
+            let flight = self.start_one_bit(comm, gi, input)?;
             Slot::OneBit(Box::new(flight))
         } else if compressed {
-            Slot::Later(copy(grad))
+            Slot::Later(copy(grad, &mut local))
         } else {
-            let buf = copy(grad);
+            let buf = copy(grad, &mut local);
+            if let Err(e) = &local {
+                split.verdict.get_or_insert(e.clone());
+            }
             let mut bytes = CommStats::default();
             // One rank in the direct case: the blocking step skips the
             // all-reduce (the identity) and so does this.
@@ -238,6 +254,9 @@ impl OneBitAdam {
             };
             Slot::Full { req, buf, bytes }
         };
+        if let Err(e) = local {
+            split.verdict.get_or_insert(e);
+        }
         let is_one_bit = matches!(slot, Slot::OneBit(_));
         split.slots[gi] = Some(slot);
         // The previous compressing group's all-to-all had this group's
