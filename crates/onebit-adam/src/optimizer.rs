@@ -796,7 +796,9 @@ impl OneBitAdam {
     /// # Errors
     /// Every rank returns an error, and nothing changes on any rank, when:
     /// a rank's `params`/gradient has the wrong length ([`OneBitError::Length`]),
-    /// holds a NaN/±Inf ([`OneBitError::NonFinite`]), has no gradient
+    /// holds a NaN/±Inf ([`OneBitError::NonFinite`]; with
+    /// [`Config::finite_check`] at [`FiniteCheck::Off`] it is used instead,
+    /// see there), has no gradient
     /// ([`OneBitError::NoGradient`]), or has state bound to another rank or
     /// group size ([`OneBitError::StateShape`]) — the other ranks get
     /// [`OneBitError::RemoteInput`]; ranks disagree on step, length or group

@@ -22,7 +22,8 @@
 //!
 //! The header exchange (step, length, layout, every group's input verdict)
 //! comes last, in `finish`, after every request has completed: only then
-//! is every rank's gradient known. So a NaN/±Inf gradient, a wrong length
+//! is every rank's gradient known. So a NaN/±Inf gradient (unless
+//! [`crate::Config::finite_check`] is [`crate::FiniteCheck::Off`]), a wrong length
 //! or a missing group fails on every rank (`NonFinite` / `Length` /
 //! `Config` here, `RemoteInput` elsewhere) with the optimizer state as it
 //! was: the worker and server error buffers a group's compression advanced
