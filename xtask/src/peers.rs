@@ -73,10 +73,12 @@ enum Side {
 type Call = (Side, &'static str);
 
 /// Each round's calls, in order (reversed on odd rounds).
-const CALLS: [Call; 14] = [
+const CALLS: [Call; 17] = [
     (Side::Ours, "adam1"),
     (Side::Ours, "adam1_ds"),
     (Side::Peer, "adam1"),
+    (Side::Peer, "adam1_chk"),
+    (Side::Peer, "adam1_amp"),
     (Side::Ours, "onebit_local"),
     (Side::Ours, "adam2"),
     (Side::Peer, "adam2"),
@@ -87,6 +89,7 @@ const CALLS: [Call; 14] = [
     (Side::Ours, "compress"),
     (Side::Ours, "memcpy"),
     (Side::Ours, "onebit_step"),
+    (Side::Ours, "onebit_step_nochk"),
     (Side::Ours, "bw7"),
 ];
 
@@ -98,7 +101,7 @@ type OwnedCall = (Side, String);
 type Pair = (String, OwnedCall, OwnedCall, &'static str);
 
 /// The fixed comparisons (see [`Pair`]).
-const PAIRS: [(&str, Call, Call, &str); 11] = [
+const PAIRS: [(&str, Call, Call, &str); 15] = [
     (
         "dense Adam, 1 thread vs torch Adam(fused=True)",
         (Side::Ours, "adam1"),
@@ -122,6 +125,30 @@ const PAIRS: [(&str, Call, Call, &str); 11] = [
         (Side::Ours, "onebit_step"),
         (Side::Peer, "adam1"),
         "target >= 1.0x",
+    ),
+    (
+        "OneBitAdam warm-up step, gradient checked (default) vs torch isfinite(g).all() + Adam(fused=True), 1 thread (both check, then step)",
+        (Side::Ours, "onebit_step"),
+        (Side::Peer, "adam1_chk"),
+        "info",
+    ),
+    (
+        "OneBitAdam warm-up step, gradient checked (default) vs torch GradScaler's fused check (_amp_foreach_non_finite_check_and_unscale_, scale 1) + Adam(fused=True), 1 thread",
+        (Side::Ours, "onebit_step"),
+        (Side::Peer, "adam1_amp"),
+        "target >= 1.0x",
+    ),
+    (
+        "OneBitAdam warm-up step, FiniteCheck::Off vs torch Adam(fused=True), 1 thread (neither checks)",
+        (Side::Ours, "onebit_step_nochk"),
+        (Side::Peer, "adam1"),
+        "target >= 1.0x",
+    ),
+    (
+        "OneBitAdam warm-up step: FiniteCheck::On vs Off (share of the unchecked speed; bound 28/32 = 0.875)",
+        (Side::Ours, "onebit_step"),
+        (Side::Ours, "onebit_step_nochk"),
+        "info",
     ),
     (
         "OneBitAdam warm-up step vs the bare kernel without bias correction (share of its speed)",

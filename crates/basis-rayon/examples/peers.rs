@@ -27,6 +27,9 @@
 //!   (no bias correction, the automatic freeze's measure every 25th step)
 //!   with a freeze that never comes, so every call is a warm-up step: the
 //!   header, the finiteness check of `g` and the fused step;
+//! - `onebit_step_nochk`: the same with `FiniteCheck::Off` (no read-only
+//!   check pass over `g`: what a caller who checks gradients itself runs),
+//!   on its own optimizer and parameters;
 //! - `bw7`: a bandwidth probe of the fused step's traffic: reads `g x m v`,
 //!   writes `x m v` (`y ← y + 0·g`, values unchanged), 28 B per element.
 //!
@@ -42,7 +45,7 @@ use std::time::Instant;
 
 use basis_rayon::{par_adam_step, thread_pool};
 use onebit_adam::comm_traits::SingleRank;
-use onebit_adam::{AdamW, AutoFreeze, Config, FreezePolicy, Kernel, OneBitAdam};
+use onebit_adam::{AdamW, AutoFreeze, Config, FiniteCheck, FreezePolicy, Kernel, OneBitAdam};
 use onebit_codec::{Compressor, pack_signs_into, packed_len};
 use rayon::prelude::*;
 
@@ -152,8 +155,11 @@ fn main() -> Result<(), Box<dyn core::error::Error>> {
     let auto = AutoFreeze::default()
         .with_min_step(never)
         .with_max_step(never);
-    let mut onebit = OneBitAdam::new(n, Config::default().with_freeze(FreezePolicy::Auto(auto)))?;
+    let config = Config::default().with_freeze(FreezePolicy::Auto(auto));
+    let mut onebit = OneBitAdam::new(n, config)?;
     let mut ox = data(n, 4);
+    let mut unchecked = OneBitAdam::new(n, config.with_finite_check(FiniteCheck::Off))?;
+    let mut ux = data(n, 4);
     let mut comm = SingleRank::default();
     let mut t = 0u64;
     let (b1, b2) = (0.9f64, 0.999f64);
@@ -214,6 +220,9 @@ fn main() -> Result<(), Box<dyn core::error::Error>> {
             "onebit_step" => {
                 onebit.step_with_grad(&mut comm, &mut ox, &g)?;
             }
+            "onebit_step_nochk" => {
+                unchecked.step_with_grad(&mut comm, &mut ux, &g)?;
+            }
             "bw7" => bw7(&mut x, &mut m, &mut v, &g),
             other => return Err(format!("unknown kernel `{other}`").into()),
         }
@@ -224,7 +233,7 @@ fn main() -> Result<(), Box<dyn core::error::Error>> {
     // Keep the results observable so no kernel is optimized away.
     eprintln!(
         "checksum {}",
-        sink + dst[n / 2] + x[n / 3] + f32::from(signs[n / 16]) + ox[n / 5]
+        sink + dst[n / 2] + x[n / 3] + f32::from(signs[n / 16]) + ox[n / 5] + ux[n / 7]
     );
     Ok(())
 }

@@ -13,7 +13,7 @@
 use alloc::vec;
 use alloc::vec::Vec;
 
-use comm_traits::{CommStats, Communicator};
+use comm_traits::{CommError, CommStats, Communicator, NonBlocking, Request};
 use onebit_codec::{CodecError, Compressor};
 
 use crate::OneBitError;
@@ -276,17 +276,32 @@ fn copy_error(c: Option<&Compressor>) -> Vec<f32> {
     })
 }
 
-fn non_finite(e: CodecError) -> OneBitError {
+/// A codec failure as the optimizer reports it: a non-finite value at its
+/// index, anything else an internal buffer-size slip. (Shared with the
+/// non-blocking paths, `overlap.rs` and the split step.)
+pub(crate) fn non_finite(e: CodecError) -> OneBitError {
     match e {
         CodecError::NonFinite { index } => OneBitError::NonFinite { index },
         _ => OneBitError::Config("internal buffer size"),
     }
 }
 
-fn f32_at(b: &[u8], at: usize) -> f32 {
+/// The little-endian `f32` at byte `at` of a received unit (a scale after
+/// its signs).
+pub(crate) fn f32_at(b: &[u8], at: usize) -> f32 {
     let mut w = [0u8; 4];
     w.copy_from_slice(&b[at..at + 4]);
     f32::from_le_bytes(w)
+}
+
+/// The receive buffer of a completed non-blocking byte collective
+/// (all-to-all or all-gather): waits for `req`.
+pub(crate) fn recv_of(comm: &mut dyn NonBlocking, req: Request) -> Result<Vec<u8>, OneBitError> {
+    comm.wait(req)?
+        .into_recv()
+        .ok_or(OneBitError::Comm(CommError::BadArgument(
+            "a byte collective completed without bytes",
+        )))
 }
 
 /// Average `buf` over all ranks with 1-bit compression and error feedback:

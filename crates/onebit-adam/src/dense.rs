@@ -568,10 +568,12 @@ mod tests {
 
     /// The finiteness check agrees with the obvious reference
     /// (`!(g·f).is_finite()` anywhere) on every kernel this CPU runs, at
-    /// every length 0–70 (vector bodies and tails) with one bad value —
-    /// NaN, ±∞, or a finite `g` whose product overflows — at every index,
-    /// and with none (including `±f32::MAX`, subnormals and signed zeros,
-    /// finite for `f = 1`).
+    /// every length 0–70 (vector bodies and tails) and at lengths around
+    /// the multi-stream body (8 streams of 64-element chunks: 511, 512,
+    /// 513, 1541) with one bad value — NaN, ±∞, or a finite `g` whose
+    /// product overflows — at every index (every 7th and the ends of each
+    /// stream's part for the long ones), and with none (including
+    /// `±f32::MAX`, subnormals and signed zeros, finite for `f = 1`).
     #[test]
     fn the_finiteness_check_matches_the_reference_on_every_kernel() {
         let fine = [
@@ -584,10 +586,13 @@ mod tests {
             -f32::MAX,
         ];
         for f in [1.0f32, 3.0, -0.5] {
-            for n in 0..=70usize {
+            for n in (0..=70usize).chain([511, 512, 513, 1541]) {
                 let clean: Vec<f32> = (0..n).map(|i| fine[i % fine.len()] * 0.25).collect();
                 let mut cases = alloc::vec![clean.clone()];
-                for at in 0..n {
+                // Long: every 7th index, and each stream part's first and
+                // last element (parts of 64 or 192 here) and the tail's.
+                let edge = |i: usize| i.is_multiple_of(64) || i % 64 == 63 || i + 8 >= n;
+                for at in (0..n).filter(|&i| n <= 70 || i % 7 == 0 || edge(i)) {
                     for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MAX] {
                         let mut g = clean.clone();
                         g[at] = bad;

@@ -55,6 +55,7 @@ pub use graded::{GradedState, graded_allreduce, graded_allreduce_bytes};
 pub use lamb::{LambConfig, LambGroup, LambStepReport, OneBitLamb};
 pub use memory::Memory;
 pub use onebit_codec::{Grade, ScaleKind};
+pub use optimizer::finite::FiniteCheck;
 pub use optimizer::split::SplitStep;
 pub use optimizer::{Config, GroupSpec, GroupTelemetry, OneBitAdam, Stage, StepReport, Variant};
 pub use overlap::overlapped_allreduce;

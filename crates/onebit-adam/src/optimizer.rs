@@ -38,9 +38,13 @@ use crate::graded::{self, GradedState};
 use crate::header::{self, Op};
 use crate::policy::Policy;
 
+// The gradient's finiteness check and its switch.
+pub(crate) mod finite;
 // The split step (`begin_group`/`finish`): a child module, so it reaches
 // the step's private passes without widening their visibility.
 pub(crate) mod split;
+
+use finite::{FiniteCheck, check_products, fill_checked};
 
 /// What is compressed in the 1-bit stage.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -130,6 +134,13 @@ pub struct Config {
     /// steps). Default `false`: those fields are `None`; the bytes and
     /// scales are reported either way (they cost nothing).
     pub telemetry: bool,
+    /// Whether steps refuse a NaN/±∞ gradient before changing anything
+    /// ([`FiniteCheck::On`], the default) or use it as given
+    /// ([`FiniteCheck::Off`]: a poisoned state, as torch's Adam; for callers
+    /// that check gradients themselves). The variants' docs say exactly
+    /// what happens and what the check costs.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub finite_check: FiniteCheck,
 }
 
 // onebit-codec's macro, one copy per dependency chain.
@@ -145,6 +156,7 @@ onebit_codec::with_setters!(Config {
     with_final_full_after => final_full_after: Option<u64>,
     with_error_reset_every => error_reset_every: Option<u64>,
     with_telemetry => telemetry: bool,
+    with_finite_check => finite_check: FiniteCheck,
 });
 
 impl Default for Config {
@@ -163,6 +175,7 @@ impl Default for Config {
             final_full_after: None,
             error_reset_every: None,
             telemetry: false,
+            finite_check: FiniteCheck::On,
         }
     }
 }
@@ -691,9 +704,11 @@ impl OneBitAdam {
     ///
     /// # Errors
     /// [`OneBitError::Length`] for a wrong length, [`OneBitError::NonFinite`]
-    /// for a NaN/±Inf; nothing is added then.
+    /// for a NaN/±Inf (unless [`Config::finite_check`] is
+    /// [`FiniteCheck::Off`]); nothing is added then.
     pub fn accumulate(&mut self, grad: &[f32]) -> Result<(), OneBitError> {
-        self.check_grad(grad)?;
+        self.check_grad_len(grad)?;
+        check_products(self.config.finite_check, grad, 1.0)?;
         if self.grad_count == u32::MAX {
             return Err(OneBitError::Config("too many accumulated gradients"));
         }
@@ -705,13 +720,6 @@ impl OneBitAdam {
         self.sum_finite &= bad == 0;
         self.grad_count += 1;
         Ok(())
-    }
-
-    fn check_grad(&self, grad: &[f32]) -> Result<(), OneBitError> {
-        self.check_grad_len(grad)?;
-        onebit_codec::check_finite(grad).map_err(|_| OneBitError::NonFinite {
-            index: grad.iter().position(|g| !g.is_finite()).unwrap_or(0),
-        })
     }
 
     fn check_grad_len(&self, grad: &[f32]) -> Result<(), OneBitError> {
@@ -788,7 +796,9 @@ impl OneBitAdam {
     /// # Errors
     /// Every rank returns an error, and nothing changes on any rank, when:
     /// a rank's `params`/gradient has the wrong length ([`OneBitError::Length`]),
-    /// holds a NaN/±Inf ([`OneBitError::NonFinite`]), has no gradient
+    /// holds a NaN/±Inf ([`OneBitError::NonFinite`]; with
+    /// [`Config::finite_check`] at [`FiniteCheck::Off`] it is used instead,
+    /// see there), has no gradient
     /// ([`OneBitError::NoGradient`]), or has state bound to another rank or
     /// group size ([`OneBitError::StateShape`]) — the other ranks get
     /// [`OneBitError::RemoteInput`]; ranks disagree on step, length or group
@@ -884,13 +894,13 @@ impl OneBitAdam {
             if self.sum_finite {
                 return Ok(());
             }
-            return check_products(&self.grad_sum, 1.0);
+            return check_products(self.config.finite_check, &self.grad_sum, 1.0);
         }
         if self.direct(comm, extra) {
             // The kernel forms `f·g + 0.0` itself: only the check here, one
             // read of `g` (the products must be finite too).
             let (g, f) = extra.unwrap_or((&[], 1.0));
-            return check_products(g, f);
+            return check_products(self.config.finite_check, g, f);
         }
         // Every value is written below: size once, no per-step clear/fill.
         self.scratch.resize(n, 0.0);
@@ -910,7 +920,7 @@ impl OneBitAdam {
             ),
             None => fill_checked(&mut self.scratch, self.grad_sum.iter().map(|s| s / inv)),
         };
-        if bad {
+        if bad && self.config.finite_check == FiniteCheck::On {
             return Err(OneBitError::NonFinite {
                 index: self
                     .scratch
@@ -1097,7 +1107,7 @@ impl OneBitAdam {
         (extra, sum): (Option<(&[f32], f32)>, Option<(&[f32], f32)>),
         (direct, t, stage): (bool, u64, Stage),
         g: &mut [f32],
-        mut measure: Option<(&mut [f32], bool, &mut (f64, f64))>,
+        mut measure: Option<Lent<'_>>,
     ) -> Result<Vec<GroupTelemetry>, OneBitError> {
         let mut at_snapshot = 0;
         let mut groups = Vec::with_capacity(self.groups.len());
@@ -1124,15 +1134,7 @@ impl OneBitAdam {
                     (_, Some((s, div))) => Grad::Sum(&s[range.clone()], div),
                     _ => Grad::Mean(&mut g[range.clone()]),
                 };
-                let len = range.len();
-                let lent = match measure.as_mut() {
-                    Some((snap, compare, sums)) if policy.compresses() => {
-                        let part = &mut snap[at_snapshot..at_snapshot + len];
-                        at_snapshot += len;
-                        Some((part, *compare, &mut **sums))
-                    }
-                    _ => None,
-                };
+                let lent = lend_snapshot(&mut measure, &mut at_snapshot, policy, range.len());
                 self.full_group(comm, gi, t, source, &mut params[range], warmup, lent)?;
             }
             let watch = self.config.telemetry;
@@ -1167,7 +1169,7 @@ impl OneBitAdam {
         g: Grad<'_>,
         x: &mut [f32],
         warmup: bool,
-        measure: Option<(&mut [f32], bool, &mut (f64, f64))>,
+        measure: Option<Lent<'_>>,
     ) -> Result<(), OneBitError> {
         let (g, scale) = match g {
             Grad::Mean(g) => {
@@ -1486,6 +1488,32 @@ impl OneBitAdam {
     }
 }
 
+/// The automatic freeze's measure lent to a step's group passes: the
+/// snapshot of the compressing groups back to back, whether to compare
+/// with it, and the running sums ([`OneBitAdam::plan_measure`]).
+pub(crate) type Lent<'a> = (&'a mut [f32], bool, &'a mut (f64, f64));
+
+/// The part of the lent measure for the next group (`policy`, `len`
+/// parameters) in group order: its slice of the snapshot from `*at` on
+/// (then `*at` moves past it) if the group compresses, else `None` (only
+/// compressing groups are measured). The blocking and the split step's
+/// group loops both take their parts here.
+pub(crate) fn lend_snapshot<'a>(
+    measure: &'a mut Option<Lent<'_>>,
+    at: &mut usize,
+    policy: Policy,
+    len: usize,
+) -> Option<Lent<'a>> {
+    match measure.as_mut() {
+        Some((snap, compare, sums)) if policy.compresses() => {
+            let part = &mut snap[*at..*at + len];
+            *at += len;
+            Some((part, *compare, &mut **sums))
+        }
+        _ => None,
+    }
+}
+
 /// Where a full-precision group's gradient comes from.
 enum Grad<'a> {
     /// The mean-gradient copy (all-reduced in place, then divided by P).
@@ -1526,29 +1554,6 @@ fn preconditioned_cap(beta1: f32, beta2: f32, bc2: f32) -> f32 {
         return f32::INFINITY;
     }
     ((1.0 - b1) / Float::sqrt((1.0 - b2) * (1.0 - r)) * Float::sqrt(f64::from(bc2))) as f32
-}
-
-/// Write `values` into `out` (same length) and say whether any is NaN/±Inf,
-/// in the same pass (an integer OR over the exponent bits, which
-/// vectorises; no second read of `out`).
-fn fill_checked(out: &mut [f32], values: impl Iterator<Item = f32>) -> bool {
-    let mut bad = 0u32;
-    for (o, v) in out.iter_mut().zip(values) {
-        *o = v;
-        bad |= u32::from(v.to_bits() & 0x7f80_0000 == 0x7f80_0000);
-    }
-    bad != 0
-}
-
-/// `Err(NonFinite)` at the first `i` where `g[i]·f` is NaN/±Inf (one read
-/// of `g`, on the widest vectors the CPU has: [`crate::dense::any_non_finite`]).
-fn check_products(g: &[f32], f: f32) -> Result<(), OneBitError> {
-    if crate::dense::any_non_finite(Kernel::detect(), g, f) {
-        return Err(OneBitError::NonFinite {
-            index: g.iter().position(|&g| !(g * f).is_finite()).unwrap_or(0),
-        });
-    }
-    Ok(())
 }
 
 /// `f(run, packed values of that run)` for every run of live coordinates,

@@ -34,11 +34,11 @@
 use alloc::vec;
 use alloc::vec::Vec;
 
-use comm_traits::{Collective, CommError, CommStats, NonBlocking, Request};
+use comm_traits::{Collective, CommStats, NonBlocking, Request};
 use onebit_codec::CodecError;
 
 use crate::OneBitError;
-use crate::allreduce::{AllReduceReport, AllReduceState, padded_len};
+use crate::allreduce::{AllReduceReport, AllReduceState, f32_at, non_finite, padded_len, recv_of};
 use crate::header::{self, HEADER_BYTES, Op};
 
 /// One bucket between its phases.
@@ -52,28 +52,6 @@ struct Flight {
     /// is still exchanged, as a NaN scale, so every rank finishes).
     worker: Result<f32, CodecError>,
     beta: f32,
-}
-
-fn non_finite(e: CodecError) -> OneBitError {
-    match e {
-        CodecError::NonFinite { index } => OneBitError::NonFinite { index },
-        _ => OneBitError::Config("internal buffer size"),
-    }
-}
-
-fn f32_at(b: &[u8], at: usize) -> f32 {
-    let mut w = [0u8; 4];
-    w.copy_from_slice(&b[at..at + 4]);
-    f32::from_le_bytes(w)
-}
-
-/// The receive buffer of a completed byte collective.
-fn recv_of(comm: &mut dyn NonBlocking, req: Request) -> Result<Vec<u8>, OneBitError> {
-    comm.wait(req)?
-        .into_recv()
-        .ok_or(OneBitError::Comm(CommError::BadArgument(
-            "a byte collective completed without bytes",
-        )))
 }
 
 /// Average every bucket over all ranks with 1-bit compression and error

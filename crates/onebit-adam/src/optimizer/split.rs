@@ -22,7 +22,8 @@
 //!
 //! The header exchange (step, length, layout, every group's input verdict)
 //! comes last, in `finish`, after every request has completed: only then
-//! is every rank's gradient known. So a NaN/±Inf gradient, a wrong length
+//! is every rank's gradient known. So a NaN/±Inf gradient (unless
+//! [`crate::Config::finite_check`] is [`crate::FiniteCheck::Off`]), a wrong length
 //! or a missing group fails on every rank (`NonFinite` / `Length` /
 //! `Config` here, `RemoteInput` elsewhere) with the optimizer state as it
 //! was: the worker and server error buffers a group's compression advanced
@@ -45,11 +46,11 @@ use comm_traits::{Collective, CommError, CommStats, Communicator, NonBlocking, R
 use onebit_codec::CodecError;
 
 use super::{
-    Frozen, GroupTelemetry, OneBitAdam, Stage, StepReport, Variant, check_products, for_runs,
-    for_runs_at,
+    FiniteCheck, Frozen, GroupTelemetry, OneBitAdam, Stage, StepReport, Variant, check_products,
+    fill_checked, for_runs, for_runs_at, lend_snapshot,
 };
 use crate::OneBitError;
-use crate::allreduce::padded_len;
+use crate::allreduce::{f32_at, non_finite, padded_len, recv_of};
 use crate::header::{self, Op};
 use crate::policy::Policy;
 
@@ -126,27 +127,6 @@ enum Backup {
     },
 }
 
-fn non_finite(e: CodecError) -> OneBitError {
-    match e {
-        CodecError::NonFinite { index } => OneBitError::NonFinite { index },
-        _ => OneBitError::Config("internal buffer size"),
-    }
-}
-
-fn f32_at(b: &[u8], at: usize) -> f32 {
-    let mut w = [0u8; 4];
-    w.copy_from_slice(&b[at..at + 4]);
-    f32::from_le_bytes(w)
-}
-
-fn bytes_of(comm: &mut dyn NonBlocking, req: Request) -> Result<Vec<u8>, OneBitError> {
-    comm.wait(req)?
-        .into_recv()
-        .ok_or(OneBitError::Comm(CommError::BadArgument(
-            "a byte collective completed without bytes",
-        )))
-}
-
 impl OneBitAdam {
     /// The flat range of every group, in order (what
     /// [`Self::begin_group`] takes a gradient for).
@@ -206,7 +186,7 @@ impl OneBitAdam {
         });
         let range = self.groups[gi].range.clone();
         let n = range.len();
-        let local = if grad.len() != n {
+        let mut local = if grad.len() != n {
             Err(OneBitError::Length {
                 expected: n,
                 found: grad.len(),
@@ -214,17 +194,8 @@ impl OneBitAdam {
         } else if !factor.is_finite() {
             Err(OneBitError::Config("gradient factor is not finite"))
         } else {
-            check_products(grad, factor).map_err(|e| match e {
-                OneBitError::NonFinite { index } => OneBitError::NonFinite {
-                    index: index + range.start,
-                },
-                e => e,
-            })
+            Ok(())
         };
-        let ok = local.is_ok();
-        if let Err(e) = local {
-            split.verdict.get_or_insert(e);
-        }
         let policy = self.groups[gi].spec.policy;
         let compressed = started.stage == Stage::Compressed && policy.compresses();
         let pipelined = compressed
@@ -233,21 +204,46 @@ impl OneBitAdam {
                 self.config.variant,
                 Variant::Momentum | Variant::PreconditionedMomentum
             );
-        // The mean copy `f·g + 0.0` (zeros for a gradient of the wrong length).
-        let copy = |g: &[f32]| -> Vec<f32> {
-            if g.len() == n {
-                g.iter().map(|&g| g * factor + 0.0).collect()
-            } else {
-                vec![0.0; n]
+        let check = self.config.finite_check;
+        // A non-finite product at `index` of the group, as the whole step says it.
+        let at = |index: usize| OneBitError::NonFinite {
+            index: index + range.start,
+        };
+        // The mean copy `f·g + 0.0` (zeros for a gradient of the wrong
+        // length), checked in its own pass: no read of `g` of its own.
+        let copy = |g: &[f32], local: &mut Result<(), OneBitError>| -> Vec<f32> {
+            let mut buf = vec![0.0; n];
+            if g.len() == n
+                && fill_checked(&mut buf, g.iter().map(|&g| g * factor + 0.0))
+                && check == FiniteCheck::On
+                && local.is_ok()
+            {
+                *local = Err(at(buf.iter().position(|v| !v.is_finite()).unwrap_or(0)));
             }
+            buf
         };
         let slot = if pipelined {
-            let flight = self.start_one_bit(comm, gi, ok.then_some((grad, factor)))?;
+            // The worker stage reads `g` in passes that write no copy: the
+            // check is a pass of its own here, before any of them.
+            if local.is_ok() {
+                local = check_products(check, grad, factor).map_err(|e| match e {
+                    OneBitError::NonFinite { index } => at(index),
+                    e => e,
+                });
+            }
+            if let Err(e) = &local {
+                split.verdict.get_or_insert(e.clone());
+            }
+            let input = local.is_ok().then_some((grad, factor));
+            let flight = self.start_one_bit(comm, gi, input)?;
             Slot::OneBit(Box::new(flight))
         } else if compressed {
-            Slot::Later(copy(grad))
+            Slot::Later(copy(grad, &mut local))
         } else {
-            let buf = copy(grad);
+            let buf = copy(grad, &mut local);
+            if let Err(e) = &local {
+                split.verdict.get_or_insert(e.clone());
+            }
             let mut bytes = CommStats::default();
             // One rank in the direct case: the blocking step skips the
             // all-reduce (the identity) and so does this.
@@ -259,6 +255,9 @@ impl OneBitAdam {
             };
             Slot::Full { req, buf, bytes }
         };
+        if let Err(e) = local {
+            split.verdict.get_or_insert(e);
+        }
         let is_one_bit = matches!(slot, Slot::OneBit(_));
         split.slots[gi] = Some(slot);
         // The previous compressing group's all-to-all had this group's
@@ -412,7 +411,7 @@ impl OneBitAdam {
         let Some(req) = f.a.take() else {
             return;
         };
-        let recv = match bytes_of(comm, req) {
+        let recv = match recv_of(comm, req) {
             Ok(r) => r,
             Err(e) => {
                 split.comm_error.get_or_insert(e);
@@ -490,7 +489,7 @@ impl OneBitAdam {
                         r = Some(comm.wait(a).map(|_| ()));
                     }
                     if let Some(g) = f.g.take() {
-                        r = Some(bytes_of(comm, g).map(|b| f.gathered = Some(b)).map_err(
+                        r = Some(recv_of(comm, g).map(|b| f.gathered = Some(b)).map_err(
                             |e| match e {
                                 OneBitError::Comm(c) => c,
                                 _ => CommError::BadArgument("gather"),
@@ -635,15 +634,7 @@ impl OneBitAdam {
                 Some(Slot::Full { buf, bytes: b, .. }) => {
                     bytes = b;
                     let warmup = stage == Stage::Warmup;
-                    let len = range.len();
-                    let lent = match measure.as_mut() {
-                        Some((snap, compare, sums)) if policy.compresses() => {
-                            let part = &mut snap[at_snapshot..at_snapshot + len];
-                            at_snapshot += len;
-                            Some((part, *compare, &mut **sums))
-                        }
-                        _ => None,
-                    };
+                    let lent = lend_snapshot(&mut measure, &mut at_snapshot, policy, range.len());
                     let comm: &mut dyn Communicator = &mut *comm;
                     self.full_group(
                         comm,
