@@ -234,6 +234,22 @@ pub(crate) struct ModelArgs {
     #[arg(long, value_name = "f32|bf16|f16", requires = "shard",
           default_value_t = basis_shard::RowPrecision::F32, value_parser = row_precision)]
     pub(crate) row_precision: basis_shard::RowPrecision,
+    /// `--shard rows`: each rank's id → row index: `compact` (basis-core's
+    /// `SlotIndex`, ≈ 9–10 B per row) or `fast` (hashbrown, ≈ 21–36 B per
+    /// row). Unset: the library's default (`basis_shard::IndexKind`). The
+    /// layout changes neither results nor checkpoints: a run resumes under
+    /// either.
+    #[arg(long, value_name = "compact|fast", requires = "shard", value_parser = row_index)]
+    pub(crate) row_index: Option<basis_shard::IndexKind>,
+}
+
+/// An index layout: `compact` or `fast`.
+fn row_index(text: &str) -> Result<basis_shard::IndexKind, String> {
+    match text {
+        "compact" => Ok(basis_shard::IndexKind::Compact),
+        "fast" => Ok(basis_shard::IndexKind::Fast),
+        _ => Err("compact or fast".into()),
+    }
 }
 
 /// A row precision: `f32`, `bf16` or `f16`.

@@ -152,6 +152,11 @@ pub const BUCKET: usize = 8;
 /// independent loads to keep the core's miss buffers busy, few enough that
 /// their lines are still in L1 when probed.
 pub const BATCH: usize = 32;
+/// A full segment grows by `1/GROWTH` of its buckets (at least): each
+/// rebuild re-inserts the whole segment, so an id is re-inserted
+/// ≈ `GROWTH + 1` times over a table's growth, and a segment's load runs
+/// from ≈ `31/32 · GROWTH/(GROWTH + 1)` up to 31/32 between rebuilds.
+pub(crate) const GROWTH: usize = 8;
 /// Deepest directory: the directory uses the top bits of the hash, the
 /// bucket choice the next 32, and the two must fit in 64.
 const MAX_DEPTH: u32 = 32;
@@ -1036,7 +1041,7 @@ impl SlotIndex {
         let (depth, prefix) = (old.depth, old.prefix);
         let bits = old.slot_bits.max(slot_bits_for(slot));
         let nb = if more {
-            buckets_for(hashed.len() + 1).max(old.nb + old.nb / 8 + 1)
+            buckets_for(hashed.len() + 1).max(old.nb + old.nb / GROWTH + 1)
         } else {
             old.nb
         };
@@ -1424,5 +1429,32 @@ mod tests {
             // Loads stay in [7/8 - rounding, 31/32] on average.
             assert!(positions * 100 < 50_000 * 110, "{positions} positions");
         }
+    }
+
+    /// Bytes per id over a growth cycle (the table doubles from 2^18 to
+    /// 2^19 ids, sampled every 1024 insertions): the mean stays at most 10,
+    /// issue 27's bound for the index "including slack at steady state".
+    /// Measured: 9.56 mean, 9.91 worst at `GROWTH = 8`; 9.69 / 10.26 at 6;
+    /// 10.06 / 11.00 at 4, which fails here (coarser growth re-inserts
+    /// less but leaves more slack).
+    #[test]
+    fn bytes_per_id_over_a_growth_cycle() {
+        let mut index = SlotIndex::new();
+        let (mut sum, mut worst, mut samples) = (0.0f64, 0.0f64, 0u32);
+        for i in 0..(1u64 << 19) {
+            index
+                .try_insert(i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5555)
+                .expect("fits");
+            if i >= 1 << 18 && i % 1024 == 0 {
+                let b = index.memory_bytes() as f64 / (i + 1) as f64;
+                sum += b;
+                worst = worst.max(b);
+                samples += 1;
+            }
+        }
+        let mean = sum / f64::from(samples);
+        extern crate std;
+        std::println!("GROWTH {GROWTH}: mean {mean:.2} B/id, worst {worst:.2}");
+        assert!(mean <= 10.0, "mean {mean:.2} B/id, worst {worst:.2}");
     }
 }

@@ -208,6 +208,10 @@ impl Rank {
             }))
             .with_l2(m.l2)
             .with_precision(m.row_precision, rounding_seed(m));
+        let config = match m.row_index {
+            Some(kind) => config.with_index(kind),
+            None => config,
+        };
         let config = with_admission(config, m)?;
         let table = ShardedTable::new(config, opt).map_err(|e| e.to_string())?;
         // The model without a table: rows live in the shard.

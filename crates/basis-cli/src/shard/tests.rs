@@ -990,3 +990,53 @@ fn resume_with_zero_one_adam_and_onebit_lamb_is_bit_identical() {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+/// `--row-index` picks the table's id index, which changes no result and
+/// no checkpoint: runs under `fast` and `compact` end bit-identical, and a
+/// run stopped under one resumes under the other bit for bit.
+#[test]
+fn row_index_changes_no_result_and_resumes_across_kinds() {
+    let fast = sharded(
+        2,
+        &["--epochs", "2", "--opt", "basis", "--row-index", "fast"],
+    );
+    let compact = sharded(
+        2,
+        &["--epochs", "2", "--opt", "basis", "--row-index", "compact"],
+    );
+    assert_eq!(fast.model.row_index, Some(basis_shard::IndexKind::Fast));
+    assert_eq!(
+        compact.model.row_index,
+        Some(basis_shard::IndexKind::Compact)
+    );
+    let ds = load(&fast);
+    let dir = temp_dir("row-index");
+    let whole = |a: &TrainArgs, name: &str| -> Vec<RunResult> {
+        with_checkpoint(&ds, a, &dir.join(name), false, None)
+            .into_iter()
+            .map(Result::unwrap)
+            .collect()
+    };
+    let (wf, wc) = (whole(&fast, "fast"), whole(&compact, "compact"));
+    for (f, c) in wf.iter().zip(&wc) {
+        assert_eq!(f.model_crc32, c.model_crc32);
+        // The flag reaches the table: the compact index is the smaller.
+        let bytes = |r: &RunResult| r.sharded.as_ref().unwrap().index_bytes_per_row;
+        assert!(bytes(c) < bytes(f) / 2.0, "{} vs {}", bytes(c), bytes(f));
+    }
+    let base = dir.join("run.ckpt");
+    let batches = ds.train.len().div_ceil(fast.model.batch) as u64;
+    for (from, to) in [(&fast, &compact), (&compact, &fast)] {
+        let stopped = with_checkpoint(&ds, from, &base, false, Some(batches + 3));
+        all_fail_with(&stopped, &["leaving at step"]);
+        let resumed = with_checkpoint(&ds, to, &base, true, None);
+        for (w, r) in wf.iter().zip(&resumed) {
+            let r = r.as_ref().unwrap();
+            assert_eq!(w.model_crc32, r.model_crc32);
+            assert_eq!(
+                w.final_metrics.test_auc.to_bits(),
+                r.final_metrics.test_auc.to_bits()
+            );
+        }
+    }
+}
