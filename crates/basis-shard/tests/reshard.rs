@@ -5,6 +5,9 @@
 //! and eviction on, the sketches and last-seen steps move too.
 #![allow(clippy::unwrap_used, missing_docs)]
 
+mod common;
+use common::mix;
+
 extern crate alloc;
 use alloc::collections::BTreeMap;
 use core::time::Duration;
@@ -19,13 +22,6 @@ use comm_traits::Communicator;
 
 const DIM: usize = 4;
 
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// The ids of logical worker `w` at `step`: the batch of a step is split
 /// over the ranks of the group, so any group size sees the same steps.
 fn batch(step: u64) -> Vec<u64> {
@@ -35,12 +31,7 @@ fn batch(step: u64) -> Vec<u64> {
 }
 
 fn grad_of(step: u64, id: u64) -> [f32; DIM] {
-    let mut g = [0.0; DIM];
-    for (j, x) in g.iter_mut().enumerate() {
-        let u = mix(id ^ step.wrapping_mul(0x1234_5678) ^ j as u64);
-        *x = ((u >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.2;
-    }
-    g
+    common::grad(step, 0, id)
 }
 
 #[derive(Clone, Copy, Debug)]

@@ -6,11 +6,14 @@
 //! memory; checkpoints carry the counters and last-seen steps.
 #![allow(clippy::unwrap_used, missing_docs)]
 
+mod common;
+use common::mix;
+
 extern crate alloc;
 use alloc::collections::{BTreeMap, BTreeSet};
 use core::time::Duration;
 
-use basis_core::{AdamConfig, ExactAdam, RowIndex, RowStateError, Sgd, SparseOptimizer};
+use basis_core::{RowIndex, RowStateError, Sgd, SparseOptimizer};
 use basis_shard::{
     Admission, BoxedOptimizer as Dyn, Eviction, IndexKind, OwnerRule, RowInit, ShardError,
     ShardedTable, TableConfig,
@@ -20,13 +23,6 @@ use comm_traits::Communicator;
 
 const DIM: usize = 3;
 
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// Rank `r`'s ids at `step`: repeats within and across ranks and steps.
 fn ids_of(step: u64, r: usize) -> Vec<u64> {
     (0..6)
@@ -35,24 +31,11 @@ fn ids_of(step: u64, r: usize) -> Vec<u64> {
 }
 
 fn grad_of(step: u64, r: usize, id: u64) -> [f32; DIM] {
-    let mut g = [0.0; DIM];
-    for (j, x) in g.iter_mut().enumerate() {
-        let u = mix(id ^ step.wrapping_mul(0x1234_5678) ^ ((r as u64) << 40) ^ j as u64);
-        *x = ((u >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.2;
-    }
-    g
+    common::grad(step, (r as u64) << 40, id)
 }
 
 fn adam() -> Dyn {
-    Dyn(Box::new(
-        ExactAdam::new(
-            AdamConfig::default()
-                .with_dim(DIM)
-                .with_lr(0.05)
-                .with_row_index(RowIndex::Dense { rows: 0 }),
-        )
-        .unwrap(),
-    ))
+    common::adam(DIM)
 }
 
 fn sgd() -> Dyn {

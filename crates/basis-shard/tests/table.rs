@@ -4,6 +4,9 @@
 //! memory while growing, stale batches, corrupt and mixed checkpoints.
 #![allow(clippy::unwrap_used, missing_docs)]
 
+mod common;
+use common::mix;
+
 use basis_core::half::{bf16, f16};
 use basis_core::{
     AdagradConfig, AdamConfig, Basis, BasisConfig, ExactAdam, LowPrecisionRows, OneChoice,
@@ -22,13 +25,6 @@ use core::time::Duration;
 const DIM: usize = 4;
 const L2: f32 = 0.25;
 
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 /// Rank `r`'s ids at `step` (repeats within and across ranks, ids from the
 /// whole u64 space) and a gradient per unique id, as a function of
 /// `(step, r, id)` only.
@@ -39,12 +35,7 @@ fn ids_of(step: u64, r: usize) -> Vec<u64> {
 }
 
 fn grad_of(step: u64, r: usize, id: u64) -> [f32; DIM] {
-    let mut g = [0.0; DIM];
-    for (j, x) in g.iter_mut().enumerate() {
-        let u = mix(id ^ step.wrapping_mul(0x1234_5678) ^ ((r as u64) << 40) ^ j as u64);
-        *x = ((u >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.2;
-    }
-    g
+    common::grad(step, (r as u64) << 40, id)
 }
 
 /// The optimizers under test (dense growable state for the table, a sparse

@@ -8,8 +8,11 @@
 //! table's that never saw the failed step.
 #![allow(clippy::unwrap_used, missing_docs)]
 
+mod common;
+use common::mix;
+
 use basis_core::slot_index::clustered_keys;
-use basis_core::{AdamConfig, ExactAdam, RowIndex};
+
 use basis_shard::{
     Admission, BoxedOptimizer as Dyn, Eviction, IndexKind, OwnerRule, RowInit, ShardError,
     ShardedTable, TableConfig,
@@ -19,23 +22,8 @@ use comm_traits::Communicator;
 
 const DIM: usize = 4;
 
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 fn adam() -> Dyn {
-    Dyn(Box::new(
-        ExactAdam::new(
-            AdamConfig::default()
-                .with_dim(DIM)
-                .with_lr(0.05)
-                .with_row_index(RowIndex::Dense { rows: 0 }),
-        )
-        .unwrap(),
-    ))
+    common::adam(DIM)
 }
 
 /// A one-rank table with the compact index.
