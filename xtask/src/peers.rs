@@ -20,6 +20,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
+use crate::stats::{loadavg, median};
 use crate::util::{self, root};
 
 /// One timing server (ours or the peer), one line per request.
@@ -352,22 +353,6 @@ pub(crate) fn ensure_venv(venv: &Path) -> Result<std::path::PathBuf, String> {
         util::run(Command::new(venv.join("bin/pip")).args(["install", "numpy", "torch"]))?;
     }
     Ok(python)
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    match s.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => s[n / 2],
-        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
-    }
 }
 
 fn min(v: &[f64]) -> f64 {
