@@ -404,16 +404,20 @@ fn rounds_table(steps: usize, rounds: &[Round]) -> String {
         ms_a.push(ms(&r.f32));
         ms_b.push(ms(&r.onebit));
     }
-    let spread = |xs: &[f64], unit: &str| {
-        format!("**{:.2}{unit}** ({}{unit})", median(xs), range(xs, 1.0, 2))
+    let spread = |xs: &[f64], unit: &str, digits: usize| {
+        format!(
+            "**{:.digits$}{unit}** ({}{unit})",
+            median(xs),
+            range(xs, 1.0, digits)
+        )
     };
     out.push_str(&format!(
         "| median (min–max) of {} | | {} | {} | | | {} | {} |\n",
         rounds.len(),
-        spread(&ms_a, ""),
-        spread(&ms_b, ""),
-        spread(&wall, "×"),
-        spread(&train, "×"),
+        spread(&ms_a, "", 1),
+        spread(&ms_b, "", 1),
+        spread(&wall, "×", 2),
+        spread(&train, "×", 2),
     ));
     out.push_str(
         "\n| seed | 1-bit freeze step | valid AUC f32 / 1-bit | test AUC f32 / 1-bit | test ΔAUC |\n\
@@ -613,7 +617,11 @@ mod tests {
             "{}",
             rows[4]
         );
-        assert!(rows[4].contains("| **1000.00** (1000.00) |"), "{}", rows[4]);
+        assert!(
+            rows[4].contains("| **1000.0** (1000.0) | **250.0** (0.0–750.0) |"),
+            "{}",
+            rows[4]
+        );
         // Seeds 1 and 2 once each (seed 1's second round is not repeated).
         assert!(
             rows[6].contains("| 1 | 50 | 0.74000 / 0.74000 | 0.75000 / 0.74950 | -0.00050 |"),
