@@ -13,6 +13,14 @@
 //! grows like `t` for the first `1/(1−β₂)` steps, so its relative change
 //! would measure the step count, not whether the estimate has settled.
 //!
+//! What it cannot see: with β₂ near 1, `v̂` is close to the running mean of
+//! `g²` over the whole run for the first ~`1/(1−β₂)` steps, so after an
+//! early burst of gradient energy it falls like `1/t` and the measure reads
+//! `≈ window/(t − window)` whatever comes after: the rule then settles only
+//! near `t ≈ window·(1 + 1/threshold)` and, in a shorter run, `max_step`
+//! decides (`tests/freeze_burst.rs`; measured on the DeepFM job of
+//! `docs/ONEBIT_ADAM.md`, "The automatic freeze on the harness job").
+//!
 //! No communication: during the warm-up `v` is built from the all-reduced
 //! gradient, so it has the same bits on every rank, and so has the decision.
 //! The decided step is also part of the layout fingerprint each step's

@@ -1,6 +1,6 @@
 //! `cargo xtask mpi --train-bench [--net 1gbit|10gbit|unlimited] [--np 2,4]
-//! [--batch B] [--examples N] [--warmup F]`: end-to-end sharded training over TCP in the shaped
-//! network namespace of `--bench` (issue 13 item 7).
+//! [--batch B] [--examples N] [--warmup auto|F] [--rounds N] [--seeds 1,2,3]`: end-to-end
+//! sharded training over TCP in the shaped network namespace of `--bench` (issue 13 item 7).
 //!
 //! The job: `basis train --shard rows` with DeepFM (tower `1024,512,256,1`
 //! over 39 fields × k = 16: 1 296 385 dense parameters), streamed
@@ -10,8 +10,16 @@
 //! each run's `--json` and prints one markdown table per P: wall and
 //! training seconds, ms per step, test AUC and its difference, per-rank
 //! bytes sent per step (sparse all-to-all and dense all-reduce), per-rank
-//! peak RSS and the end-to-end speed-up. `--warmup F` passes `--dense-warmup
-//! F` (1-bit Adam's f32 warm-up fraction, default 0.2) to the 1-bit runs.
+//! peak RSS and the end-to-end speed-up. `--warmup auto|F` passes `--dense-warmup`
+//! (1-bit Adam's f32 warm-up: the CLI's default `auto`, or a fraction) to the 1-bit runs.
+//!
+//! `--rounds N` (default: one per seed) runs N interleaved rounds, each an
+//! f32 run then a 1-bit run, round `r` with seed `seeds[r % seeds.len()]`
+//! (`--seeds`, default `1`), and adds a table of the rounds and their median
+//! speed-up with its min–max (a single pair on a shared machine is one
+//! sample of its load; the house rule is a median of ≥ 5 rounds), and one
+//! of the seeds: freeze step, validation and test AUC of both optimizers
+//! (deterministic per seed, so taken from the seed's first round).
 //! Opt-in only, never part of CI.
 
 use super::{Rate, parse_rate, require_mpirun, target_dir, with_netns};
@@ -35,6 +43,11 @@ struct Opts {
     examples: usize,
     /// `--dense-warmup` of the 1-bit Adam runs (`None`: the CLI's default).
     warmup: Option<String>,
+    /// Interleaved (f32, 1-bit) rounds per rank count. Default: one per seed.
+    rounds: usize,
+    /// `--seed` of the runs, round `r` taking `seeds[r % seeds.len()]`.
+    /// Default `[1]`.
+    seeds: Vec<u64>,
 }
 
 fn parse_args(args: &[String]) -> Result<Opts, String> {
@@ -44,6 +57,8 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
         batch: BATCH,
         examples: 0,
         warmup: None,
+        rounds: 0,
+        seeds: vec![1],
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -86,21 +101,53 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
                 };
             }
             "--warmup" => {
-                let w = value("a fraction in [0, 1)")?;
+                let w = value("`auto` or a fraction in [0, 1)")?;
                 match w.parse::<f64>() {
+                    _ if w == "auto" => o.warmup = Some(w),
                     Ok(f) if (0.0..1.0).contains(&f) => o.warmup = Some(w),
-                    _ => return Err(format!("--warmup: `{w}` is not a fraction in [0, 1)")),
+                    _ => {
+                        return Err(format!(
+                            "--warmup: `{w}` is neither `auto` nor a fraction in [0, 1)"
+                        ));
+                    }
                 }
+            }
+            "--rounds" => {
+                let n = value("a number")?;
+                o.rounds = match n.parse::<usize>() {
+                    Ok(n) if n > 0 => n,
+                    _ => return Err(format!("--rounds: `{n}` is not a positive number")),
+                };
+            }
+            "--seeds" => {
+                o.seeds = value("seeds, e.g. 1,2,3")?
+                    .split(',')
+                    .map(|s| {
+                        s.trim()
+                            .parse::<u64>()
+                            .map_err(|_| format!("--seeds: `{s}` is not a seed"))
+                    })
+                    .collect::<Result<_, _>>()?;
             }
             other => {
                 return Err(format!(
-                    "unknown argument `{other}` (usage: mpi --train-bench [--net 1gbit|10gbit|unlimited] [--np 2,4] [--batch B] [--examples N] [--warmup F])"
+                    "unknown argument `{other}` (usage: mpi --train-bench [--net 1gbit|10gbit|unlimited] [--np 2,4] [--batch B] [--examples N] [--warmup auto|F] [--rounds N] [--seeds 1,2,3])"
                 ));
             }
         }
     }
     if o.examples == 0 {
         o.examples = STEPS * o.batch;
+    }
+    if o.rounds == 0 {
+        o.rounds = o.seeds.len();
+    }
+    if o.rounds < o.seeds.len() {
+        return Err(format!(
+            "--rounds {} is fewer than the {} seeds: every seed needs a round",
+            o.rounds,
+            o.seeds.len()
+        ));
     }
     Ok(o)
 }
@@ -124,27 +171,38 @@ pub(super) fn run(args: &[String]) -> Result<(), String> {
     let label = o.rate.as_deref().unwrap_or("unlimited");
     with_netns(rate.as_ref(), |mpirun_in_ns| {
         for &np in &o.ranks {
-            let mut runs = Vec::new();
-            for opt in ["adam", "onebit-adam"] {
-                let json = dir.join(format!("np{np}-{opt}.json"));
-                let mut cmd = mpirun_in_ns(np);
-                cmd.arg(&exe)
-                    .args(job_args(np, opt, o.batch, o.examples))
-                    .arg(&json);
-                if let (Some(w), "onebit-adam") = (&o.warmup, opt) {
-                    cmd.args(["--dense-warmup", w]);
+            let mut rounds = Vec::new();
+            for r in 0..o.rounds {
+                let seed = o.seeds[r % o.seeds.len()];
+                let mut runs = Vec::new();
+                for opt in ["adam", "onebit-adam"] {
+                    let json = dir.join(format!("np{np}-{opt}-r{r}.json"));
+                    let mut cmd = mpirun_in_ns(np);
+                    cmd.arg(&exe)
+                        .args(job_args(np, opt, o.batch, o.examples, seed))
+                        .arg(&json);
+                    if let (Some(w), "onebit-adam") = (&o.warmup, opt) {
+                        cmd.args(["--dense-warmup", w]);
+                    }
+                    util::run(&mut cmd)?;
+                    runs.push(read_run(&json)?);
                 }
-                util::run(&mut cmd)?;
-                runs.push(read_run(&json)?);
+                let onebit = runs.pop().ok_or("no 1-bit run")?;
+                let f32 = runs.pop().ok_or("no f32 run")?;
+                rounds.push(Round { seed, f32, onebit });
             }
-            println!("{}", table(label, np, o.batch, steps, &runs[0], &runs[1]));
+            println!(
+                "{}",
+                table(label, np, o.batch, steps, &rounds[0].f32, &rounds[0].onebit)
+            );
+            println!("{}", rounds_table(steps, &rounds));
         }
         Ok(())
     })
 }
 
 /// The `basis` arguments of one run (`--json PATH` follows).
-fn job_args(np: usize, dense_opt: &str, batch: usize, examples: usize) -> Vec<String> {
+fn job_args(np: usize, dense_opt: &str, batch: usize, examples: usize, seed: u64) -> Vec<String> {
     let s = |x: &str| x.to_string();
     vec![
         s("-q"),
@@ -167,7 +225,7 @@ fn job_args(np: usize, dense_opt: &str, batch: usize, examples: usize) -> Vec<St
         s("--opt"),
         s("basis"),
         s("--seed"),
-        s("1"),
+        seed.to_string(),
         s("--shard"),
         s("rows"),
         s("--workers"),
@@ -184,6 +242,9 @@ struct RunFigures {
     wall_secs: f64,
     train_secs: f64,
     test_auc: f64,
+    valid_auc: f64,
+    /// The last full-precision step of a 1-bit run (`None`: f32 Adam).
+    freeze_step: Option<f64>,
     dense_params: f64,
     /// Per rank, in rank order.
     sparse: Vec<f64>,
@@ -232,6 +293,8 @@ fn parse_run(text: &str) -> Result<RunFigures, String> {
         wall_secs: first(run, "wall_secs")?,
         train_secs: first(run, "train_secs")?,
         test_auc: first(run, "test_auc")?,
+        valid_auc: first(run, "valid_auc")?,
+        freeze_step: numbers(run, "dense_freeze_step").first().copied(),
         dense_params: first(run, "dense_params")?,
         sparse: numbers(per_rank, "bytes_sent_sparse"),
         dense: numbers(per_rank, "bytes_sent_dense"),
@@ -291,6 +354,104 @@ fn table(
     out
 }
 
+/// One interleaved round: the f32 run, then the 1-bit run, same seed.
+#[derive(Debug, Clone, PartialEq)]
+struct Round {
+    seed: u64,
+    f32: RunFigures,
+    onebit: RunFigures,
+}
+
+/// The median of `xs` (the mean of the middle two for an even count);
+/// NaN for none.
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => 0.5 * (v[n / 2 - 1] + v[n / 2]),
+    }
+}
+
+/// The rounds (one row each, then the median and min–max of the
+/// speed-ups and step times) and the seeds (each seed's first round: its
+/// AUCs are deterministic, so every round of a seed has the same).
+fn rounds_table(steps: usize, rounds: &[Round]) -> String {
+    let st = steps as f64;
+    let ms = |r: &RunFigures| 1000.0 * r.train_secs / st;
+    let mut out = String::from(
+        "\n| round | seed | f32 ms/step | 1-bit ms/step | f32 wall s | 1-bit wall s | speed-up (wall) | speed-up (train) |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let (mut wall, mut train, mut ms_a, mut ms_b) = (vec![], vec![], vec![], vec![]);
+    for (i, r) in rounds.iter().enumerate() {
+        let (w, t) = (
+            r.f32.wall_secs / r.onebit.wall_secs,
+            r.f32.train_secs / r.onebit.train_secs,
+        );
+        out.push_str(&format!(
+            "| {} | {} | {:.1} | {:.1} | {:.1} | {:.1} | {w:.2}× | {t:.2}× |\n",
+            i + 1,
+            r.seed,
+            ms(&r.f32),
+            ms(&r.onebit),
+            r.f32.wall_secs,
+            r.onebit.wall_secs,
+        ));
+        wall.push(w);
+        train.push(t);
+        ms_a.push(ms(&r.f32));
+        ms_b.push(ms(&r.onebit));
+    }
+    let spread = |xs: &[f64], unit: &str, digits: usize| {
+        format!(
+            "**{:.digits$}{unit}** ({}{unit})",
+            median(xs),
+            range(xs, 1.0, digits)
+        )
+    };
+    out.push_str(&format!(
+        "| median (min–max) of {} | | {} | {} | | | {} | {} |\n",
+        rounds.len(),
+        spread(&ms_a, "", 1),
+        spread(&ms_b, "", 1),
+        spread(&wall, "×", 2),
+        spread(&train, "×", 2),
+    ));
+    out.push_str(
+        "\n| seed | 1-bit freeze step | valid AUC f32 / 1-bit | test AUC f32 / 1-bit | test ΔAUC |\n\
+         |---:|---:|---:|---:|---:|\n",
+    );
+    let mut seen = Vec::new();
+    let mut deltas = Vec::new();
+    for r in rounds.iter().filter(|r| {
+        let new = !seen.contains(&r.seed);
+        seen.push(r.seed);
+        new
+    }) {
+        let d = r.onebit.test_auc - r.f32.test_auc;
+        deltas.push(d);
+        out.push_str(&format!(
+            "| {} | {} | {:.5} / {:.5} | {:.5} / {:.5} | {d:+.5} |\n",
+            r.seed,
+            r.onebit
+                .freeze_step
+                .map_or_else(|| "—".to_string(), |t| format!("{t:.0}")),
+            r.f32.valid_auc,
+            r.onebit.valid_auc,
+            r.f32.test_auc,
+            r.onebit.test_auc,
+        ));
+    }
+    let mean = deltas.iter().sum::<f64>() / deltas.len() as f64;
+    out.push_str(&format!(
+        "| mean of {} | | | | {mean:+.5} |\n",
+        deltas.len()
+    ));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,9 +467,18 @@ mod tests {
         assert_eq!(d.ranks, vec![2, 4]);
         assert_eq!((d.batch, d.examples), (BATCH, STEPS * BATCH));
         assert_eq!(d.warmup, None);
+        assert_eq!((d.rounds, d.seeds.clone()), (1, vec![1]));
         let w = parse_args(&args(&["--warmup", "0.05"])).unwrap();
         assert_eq!(w.warmup.as_deref(), Some("0.05"));
+        let w = parse_args(&args(&["--warmup", "auto"])).unwrap();
+        assert_eq!(w.warmup.as_deref(), Some("auto"));
         assert!(parse_args(&args(&["--warmup", "1.5"])).is_err());
+        assert!(parse_args(&args(&["--warmup", "Auto"])).is_err());
+        let r = parse_args(&args(&["--rounds", "5", "--seeds", "1, 2,3"])).unwrap();
+        assert_eq!((r.rounds, r.seeds), (5, vec![1, 2, 3]));
+        // Without --rounds, one round per seed.
+        let r = parse_args(&args(&["--seeds", "4,5"])).unwrap();
+        assert_eq!((r.rounds, r.seeds), (2, vec![4, 5]));
         let b = parse_args(&args(&["--batch", "256"])).unwrap();
         assert_eq!((b.batch, b.examples), (256, STEPS * 256));
         let o = parse_args(&args(&[
@@ -328,6 +498,8 @@ mod tests {
                 batch: BATCH,
                 examples: 4096,
                 warmup: None,
+                rounds: 1,
+                seeds: vec![1],
             }
         );
         for bad in [
@@ -337,6 +509,11 @@ mod tests {
             &["--np", "2,x"],
             &["--examples", "0"],
             &["--batch", "-1"],
+            &["--rounds", "0"],
+            &["--rounds"],
+            &["--seeds", "1,x"],
+            &["--seeds", ""],
+            &["--rounds", "2", "--seeds", "1,2,3"],
             &["--bench"],
         ] {
             assert!(parse_args(&args(bad)).is_err(), "{bad:?} accepted");
@@ -345,8 +522,8 @@ mod tests {
 
     /// The shape `basis train --json` writes (fields trimmed).
     const JSON: &str = r#"{"summary":{"wall_secs":{"mean":1.0},"test_auc":{"mean":0.2}},
-      "runs":[{"optimizer":"basis","final_metrics":{"epoch":1,"test_auc":0.75,"test_loss":0.5},
-      "curve":[{"epoch":1,"test_auc":0.1}],"wall_secs":12.5,"dense_params":1296385,
+      "runs":[{"optimizer":"basis","final_metrics":{"epoch":1,"valid_auc":0.74,"test_auc":0.75,"test_loss":0.5},
+      "curve":[{"epoch":1,"test_auc":0.1}],"wall_secs":12.5,"dense_params":1296385,"dense_freeze_step":50,
       "sharded":{"ranks":[{"rank":0,"bytes_sent_sparse":1048576,"bytes_sent_dense":2e6,"peak_rss_bytes":104857600},
       {"rank":1,"bytes_sent_sparse":2097152,"bytes_sent_dense":3e6,"peak_rss_bytes":209715200}],
       "train_secs":10.0}}]}"#;
@@ -357,6 +534,9 @@ mod tests {
         assert_eq!(r.wall_secs, 12.5);
         assert_eq!(r.train_secs, 10.0);
         assert_eq!(r.test_auc, 0.75, "final, not the curve's");
+        assert_eq!((r.valid_auc, r.freeze_step), (0.74, Some(50.0)));
+        let f32 = parse_run(&JSON.replace("\"dense_freeze_step\":50,", "")).unwrap();
+        assert_eq!(f32.freeze_step, None);
         assert_eq!(r.sparse, vec![1048576.0, 2097152.0]);
         assert_eq!(r.dense, vec![2e6, 3e6]);
         assert_eq!(r.peak_rss, vec![104857600.0, 209715200.0]);
@@ -385,5 +565,74 @@ mod tests {
             rows[2]
         );
         assert!(rows[2].contains("| 5.00× | 5.00× |"), "{}", rows[2]);
+    }
+
+    #[test]
+    fn median_of_odd_even_and_unsorted() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&[5.0]), 5.0);
+        assert!(median(&[]).is_nan());
+        // Against the slow definition: half the values on each side.
+        let xs = [2.9, 3.4, 2.2, 3.1, 2.8];
+        let m = median(&xs);
+        assert_eq!(xs.iter().filter(|&&x| x < m).count(), 2);
+        assert_eq!(xs.iter().filter(|&&x| x > m).count(), 2);
+    }
+
+    #[test]
+    fn rounds_table_reports_the_median_and_one_row_per_seed() {
+        let a = parse_run(JSON).unwrap(); // wall 12.5, train 10
+        let round = |seed, wall: f64, auc| {
+            let mut b = a.clone();
+            b.wall_secs = wall;
+            b.train_secs = wall - 2.5;
+            b.test_auc = auc;
+            let mut f = a.clone();
+            f.freeze_step = None;
+            Round {
+                seed,
+                f32: f,
+                onebit: b,
+            }
+        };
+        // Wall speed-ups 2.5×, 5×, 1.25×: median 2.5× over 1.25–5.
+        let rounds = [
+            round(1, 5.0, 0.7495),
+            round(2, 2.5, 0.7510),
+            round(1, 10.0, 0.7495),
+        ];
+        let t = rounds_table(10, &rounds);
+        let rows: Vec<&str> = t.lines().filter(|l| l.starts_with("| ")).collect();
+        // Header, 3 rounds, median; header, 2 seeds, mean.
+        assert_eq!(rows.len(), 1 + 3 + 1 + 1 + 2 + 1, "{t}");
+        assert!(
+            rows[1].starts_with("| 1 | 1 | 1000.0 | 250.0 |"),
+            "{}",
+            rows[1]
+        );
+        assert!(rows[1].ends_with("| 2.50× | 4.00× |"), "{}", rows[1]);
+        assert!(
+            rows[4].contains("| **2.50×** (1.25–5.00×) |"),
+            "{}",
+            rows[4]
+        );
+        assert!(
+            rows[4].contains("| **1000.0** (1000.0) | **250.0** (0.0–750.0) |"),
+            "{}",
+            rows[4]
+        );
+        // Seeds 1 and 2 once each (seed 1's second round is not repeated).
+        assert!(
+            rows[6].contains("| 1 | 50 | 0.74000 / 0.74000 | 0.75000 / 0.74950 | -0.00050 |"),
+            "{}",
+            rows[6]
+        );
+        assert!(rows[7].starts_with("| 2 | 50 |"), "{}", rows[7]);
+        assert!(
+            rows[8].contains("| mean of 2 | | | | +0.00025 |"),
+            "{}",
+            rows[8]
+        );
     }
 }
