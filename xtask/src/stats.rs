@@ -47,4 +47,17 @@ mod tests {
         assert_eq!(number_after(j, "\"model_crc32\""), Some(468_546_628.0));
         assert_eq!(number_after(j, "\"nope\""), None);
     }
+
+    #[test]
+    fn median_of_odd_even_and_unsorted() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert_eq!(median(&[5.0]), 5.0);
+        assert!(median(&[]).is_nan());
+        // Against the slow definition: half the values on each side.
+        let xs = [2.9, 3.4, 2.2, 3.1, 2.8];
+        let m = median(&xs);
+        assert_eq!(xs.iter().filter(|&&x| x < m).count(), 2);
+        assert_eq!(xs.iter().filter(|&&x| x > m).count(), 2);
+    }
 }

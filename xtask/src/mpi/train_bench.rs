@@ -23,6 +23,7 @@
 //! Opt-in only, never part of CI.
 
 use super::{Rate, parse_rate, require_mpirun, target_dir, with_netns};
+use crate::stats::median;
 use crate::util::{self, cargo};
 use std::path::Path;
 
@@ -362,18 +363,6 @@ struct Round {
     onebit: RunFigures,
 }
 
-/// The median of `xs` (the mean of the middle two for an even count);
-/// NaN for none.
-fn median(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => 0.5 * (v[n / 2 - 1] + v[n / 2]),
-    }
-}
-
 /// The rounds (one row each, then the median and min–max of the
 /// speed-ups and step times) and the seeds (each seed's first round: its
 /// AUCs are deterministic, so every round of a seed has the same).
@@ -565,19 +554,6 @@ mod tests {
             rows[2]
         );
         assert!(rows[2].contains("| 5.00× | 5.00× |"), "{}", rows[2]);
-    }
-
-    #[test]
-    fn median_of_odd_even_and_unsorted() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
-        assert_eq!(median(&[5.0]), 5.0);
-        assert!(median(&[]).is_nan());
-        // Against the slow definition: half the values on each side.
-        let xs = [2.9, 3.4, 2.2, 3.1, 2.8];
-        let m = median(&xs);
-        assert_eq!(xs.iter().filter(|&&x| x < m).count(), 2);
-        assert_eq!(xs.iter().filter(|&&x| x > m).count(), 2);
     }
 
     #[test]
