@@ -370,9 +370,7 @@ impl DenseOptimizer {
     ) -> Result<DenseStep, String> {
         match (self, begun.0) {
             (Self::OneBit(o), Some(split)) => {
-                let r = o
-                    .finish(comm, split, params)
-                    .map_err(|e| e.to_string())?;
+                let r = o.finish(comm, split, params).map_err(|e| e.to_string())?;
                 Ok(one_bit_step(r))
             }
             (me, _) => me.step(comm, params, grad, factor),

@@ -29,6 +29,8 @@
 use crate::checkpoint::{self, Checkpoint};
 use crate::data::Dataset;
 use crate::dense_opt::DenseOptimizer;
+use crate::dense_opt::DenseOverlap;
+use crate::eager::Eager;
 use crate::model::{DenseAdam, Fm, Grads};
 use crate::optim::{self, Optimizer};
 use crate::rng::Rng;
@@ -36,13 +38,12 @@ use crate::run::{
     CommBytes, EpochPoint, Progress, Run, RunResult, Step, StepAt, Strategy, Timing, build_model,
     evaluate, finish, on_local_ranks, share,
 };
-use crate::dense_opt::DenseOverlap;
-use crate::eager::Eager;
 use basis_std::local::LocalComm;
 use basis_std::overlap::Overlapped;
 use comm_traits::{CommStats, NonBlocking};
 use std::path::Path;
-use std::time::{Duration, Instant};
+use core::time::Duration;
+use std::time::Instant;
 
 /// Train with `run.model.workers` ranks.
 ///
@@ -308,7 +309,10 @@ impl Strategy for Replica<'_> {
         let factor = p as f32;
         let dense_err = |e: String| format!("rank {rank}: {:?}: {e}", m.dense_opt);
         let begun = if m.dense_overlap == DenseOverlap::On {
-            ranks.dense_opt.begin(comm, &g.dense, factor).map_err(dense_err)?
+            ranks
+                .dense_opt
+                .begin(comm, &g.dense, factor)
+                .map_err(dense_err)?
         } else {
             crate::dense_opt::Begun::default()
         };

@@ -170,7 +170,10 @@ fn dense_overlap_on_trains_the_bits_of_off() {
             assert_eq!(on["dense_freeze_step"], off["dense_freeze_step"], "{what}");
             crcs.push(on["model_crc32"].clone());
         }
-        assert_ne!(crcs[0], crcs[1], "shard {shard}: layer groups = tower group");
+        assert_ne!(
+            crcs[0], crcs[1],
+            "shard {shard}: layer groups = tower group"
+        );
     }
     // Per-layer groups are 1-bit Adam's: other optimizers refuse them.
     let e = basis(&deep(&[

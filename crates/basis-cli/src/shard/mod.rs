@@ -32,8 +32,7 @@ use crate::model::{Fm, Grads};
 use crate::optim::{self, Optimizer};
 use crate::rng::Rng;
 use crate::run::{
-    EpochPoint, Progress, Run, RunResult, Step, StepAt, Strategy, Timing, finish,
-    share, train_loop,
+    EpochPoint, Progress, Run, RunResult, Step, StepAt, Strategy, Timing, finish, share, train_loop,
 };
 use basis_shard::{Admission, Batch, Eviction, OwnerRule, RowInit, ShardedTable, TableConfig};
 use comm_traits::{CommStats, Communicator, NonBlocking};
@@ -76,9 +75,9 @@ pub(crate) fn train_local(
     crate::parallel::on_ranks(p, run.model.dense_overlap, |comm| {
         rank_main(ds, run, comm, owner)
     })
-        .into_iter()
-        .next()
-        .unwrap_or_else(|| Err("no ranks".into()))
+    .into_iter()
+    .next()
+    .unwrap_or_else(|| Err("no ranks".into()))
 }
 
 /// The options every rank must share, by name, as `u64`.

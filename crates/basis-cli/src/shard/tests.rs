@@ -4,8 +4,8 @@
 
 use super::*;
 use crate::cli::{Cli, Command, TrainArgs};
-use basis_std::local::LocalComm;
 use crate::eager::Eager;
+use basis_std::local::LocalComm;
 use clap::Parser;
 use core::time::Duration;
 use std::sync::mpsc;
@@ -446,10 +446,12 @@ fn with_checkpoint(
         step,
         exit: false,
     });
-    LocalComm::run(p, |mut c| rank_main_with(ds, &run, &mut Eager::new(&mut c), &owner, fault))
-        .into_iter()
-        .map(|r| r.unwrap_or_else(|_| Err("panic".into())))
-        .collect()
+    LocalComm::run(p, |mut c| {
+        rank_main_with(ds, &run, &mut Eager::new(&mut c), &owner, fault)
+    })
+    .into_iter()
+    .map(|r| r.unwrap_or_else(|_| Err("panic".into())))
+    .collect()
 }
 
 /// A fresh temp directory for one test's checkpoints.
@@ -584,11 +586,12 @@ fn a_diverging_sharded_run_stops_every_rank_naming_epoch_and_step() {
         let ds = load(&a);
         let run = run_of(&a);
         let owner = owner_of(&ds, &run, 3).unwrap();
-        let out: Vec<Result<RunResult, String>> =
-            LocalComm::run(3, |mut c| rank_main_with(&ds, &run, &mut Eager::new(&mut c), &owner, None))
-                .into_iter()
-                .map(|r| r.unwrap_or_else(|_| Err("panic".into())))
-                .collect();
+        let out: Vec<Result<RunResult, String>> = LocalComm::run(3, |mut c| {
+            rank_main_with(&ds, &run, &mut Eager::new(&mut c), &owner, None)
+        })
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|_| Err("panic".into())))
+        .collect();
         all_fail_with(
             &out,
             &["training diverged", "epoch 1, step ", "`sgd:lr=1e30`"],
