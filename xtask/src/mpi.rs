@@ -15,7 +15,9 @@
 //!   `custom_loop_mpi` example on 2 and 3 ranks must equal its `LocalComm`
 //!   loop bit for bit; then a row-sharded
 //!   `basis train` under `mpirun -np N` must equal the `LocalComm` run bit
-//!   for bit (`mpi/shard.rs`), a killed-and-resumed one must equal an
+//!   for bit (`mpi/shard.rs`), `--dense-overlap on` under `mpirun` must
+//!   equal `off` over `LocalComm` (sharded and replicated, one tower group
+//!   and a group per layer), a killed-and-resumed one must equal an
 //!   uninterrupted one, and one whose rank exits mid-step must end the job
 //!   non-zero, naming the rank, without a hang (`mpi/faults.rs`).
 //! - `cargo xtask mpi --bench [--net RATE] [--iters K]` builds `mpi_bench` in
@@ -127,7 +129,9 @@ fn basis_checks() -> Result<(), String> {
     let exe = shard::build()?;
     let dir = std::env::temp_dir().join(format!("basis-shard-check-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let result = shard::check(&exe, &dir).and_then(|()| faults::check(&exe, &dir));
+    let result = shard::check(&exe, &dir)
+        .and_then(|()| shard::check_overlap(&exe, &dir))
+        .and_then(|()| faults::check(&exe, &dir));
     let _ = std::fs::remove_dir_all(&dir);
     result
 }

@@ -3,6 +3,7 @@
 use crate::data::criteo_synth::CriteoSynthConfig;
 use crate::data::{Format, LoadOptions, synthetic::SynthConfig};
 use crate::deep::{DenseOpt, DensePolicy, DenseWarmup, ModelKind};
+use crate::dense_opt::{DenseGroups, DenseOverlap};
 use crate::spec::OptSpec;
 use crate::validate;
 use clap::{Args, Parser, Subcommand};
@@ -197,6 +198,18 @@ pub(crate) struct ModelArgs {
     /// the output layer; unnamed: 1bit), e.g. `first=2bit,last=full`.
     #[arg(long, value_name = "POLICY|first=P,last=P,rest=P", default_value_t = DensePolicy::default(), value_parser = DensePolicy::parse)]
     pub(crate) dense_policy: DensePolicy,
+    /// Groups of `--dense-opt adam|onebit-adam` (each compressed with its
+    /// own scale): `tower` (one group, adjacent layers of one
+    /// `--dense-policy` merged; default) or `layer` (one per tower layer:
+    /// different results once compressed).
+    #[arg(long, value_enum, default_value_t = DenseGroups::Tower)]
+    pub(crate) dense_groups: DenseGroups,
+    /// `--workers P`: `on` starts the dense step's collectives (1-bit
+    /// Adam's split step, on a communication thread) before the step's
+    /// sparse work and completes them after it; `off` (default) waits for
+    /// them in place. Same bits either way.
+    #[arg(long, value_enum, default_value_t = DenseOverlap::Off)]
+    pub(crate) dense_overlap: DenseOverlap,
     /// Show each dense group's telemetry on the progress line (policy,
     /// ‖worker error‖, share of momentum signs flipped, bytes of the step).
     #[arg(long)]

@@ -23,11 +23,45 @@
 //!   ([`onebit_adam::FreezePolicy`] from `--dense-warmup`).
 
 use crate::deep::{AUTO_MAX_FRACTION, DenseOpt, DensePolicy, DenseWarmup, LayerRole};
-use comm_traits::Communicator;
+use comm_traits::{Communicator, NonBlocking};
 use onebit_adam::{
-    GroupSpec, LambConfig, LambGroup, OneBitAdam, OneBitLamb, StateError, StepReport, ZeroOneAdam,
-    ZeroOneConfig, ZeroOneStage,
+    GroupSpec, LambConfig, LambGroup, OneBitAdam, OneBitLamb, SplitStep, StateError, StepReport,
+    ZeroOneAdam, ZeroOneConfig, ZeroOneStage,
 };
+
+/// `--dense-groups`: how 1-bit Adam (`adam`, `onebit-adam`) splits the
+/// dense parameters into groups, each with its own compression scale.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub(crate) enum DenseGroups {
+    /// One group for the tower (adjacent layers of one `--dense-policy`
+    /// merged): the results of the runs before the option. The default.
+    #[default]
+    Tower,
+    /// One group per tower layer (one scale per layer: different bits
+    /// from `tower` once compressed; with `--dense-overlap on` each
+    /// layer's exchange starts as soon as the previous one's is in flight).
+    Layer,
+}
+
+/// `--dense-overlap`: whether the dense step of a `--workers P` run starts
+/// its collectives before the sparse work of the step and completes them
+/// after it (1-bit Adam's split step on a communication thread), or waits
+/// for them where it stands (the blocking step). The bits are the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub(crate) enum DenseOverlap {
+    /// The split step on a communication thread (`basis_std::overlap`).
+    On,
+    /// The blocking step, no communication thread. The default: the
+    /// split step was not measured faster (docs/DISTRIBUTED.md).
+    #[default]
+    Off,
+}
+
+/// A dense step begun by [`DenseOptimizer::begin`]: 1-bit Adam's split
+/// step in flight, or nothing (the blocking step runs in
+/// [`DenseOptimizer::complete`]).
+#[derive(Debug, Default)]
+pub(crate) struct Begun(Option<SplitStep>);
 
 /// 0/1 Adam's local-step interval doubles every `T / LOCAL_STEP_DIVISOR`
 /// steps after the freeze (module docs).
@@ -75,6 +109,19 @@ impl DenseStep {
             Some(r) => crate::dense_telemetry::progress_field(r),
             None => format!("{} {}B", self.stage, self.bytes_sent),
         }
+    }
+}
+
+/// 1-bit Adam's [`DenseStep`] from its report.
+fn one_bit_step(r: StepReport) -> DenseStep {
+    DenseStep {
+        bytes_sent: r.bytes.bytes_sent,
+        stage: if r.stage == onebit_adam::Stage::Warmup {
+            "warmup"
+        } else {
+            "compressed"
+        },
+        report: Some(r),
     }
 }
 
@@ -147,12 +194,38 @@ impl DenseOptimizer {
     pub(crate) fn build(
         kind: DenseOpt,
         layers: &[(usize, LayerRole)],
-        policy: DensePolicy,
+        (policy, grouping): (DensePolicy, DenseGroups),
         (lr, steps_total, warmup): (f32, u64, DenseWarmup),
     ) -> Result<Self, String> {
         let len = layers.iter().map(|l| l.0).sum();
         let layered = policy != DensePolicy::default();
+        if grouping == DenseGroups::Layer
+            && matches!(kind, DenseOpt::ZeroOneAdam | DenseOpt::OnebitLamb)
+        {
+            return Err(format!(
+                "--dense-groups layer: for adam and onebit-adam (--dense-opt {kind:?} has its own groups)"
+            ));
+        }
         match kind {
+            DenseOpt::Adam | DenseOpt::OnebitAdam if grouping == DenseGroups::Layer => {
+                let base = kind.build(len, lr, steps_total, warmup)?;
+                // Unmerged: one group per non-empty layer, its policy's
+                // (`adam`: full precision everywhere).
+                let groups: Vec<GroupSpec> = policy
+                    .groups_per_layer(layers)
+                    .into_iter()
+                    .map(|g| {
+                        if kind == DenseOpt::Adam {
+                            GroupSpec::full_precision(g.len)
+                        } else {
+                            g
+                        }
+                    })
+                    .collect();
+                OneBitAdam::with_groups(&groups, *base.config())
+                    .map(Self::OneBit)
+                    .map_err(|e| format!("--dense-groups: {e}"))
+            }
             DenseOpt::Adam | DenseOpt::OnebitAdam => {
                 let opt = if layered {
                     kind.build_layered(layers, policy, lr, steps_total, warmup)?
@@ -213,15 +286,7 @@ impl DenseOptimizer {
                 let r = o
                     .step_with_grad_scaled(comm, params, grad, factor)
                     .map_err(|e| e.to_string())?;
-                Ok(DenseStep {
-                    bytes_sent: r.bytes.bytes_sent,
-                    stage: if r.stage == onebit_adam::Stage::Warmup {
-                        "warmup"
-                    } else {
-                        "compressed"
-                    },
-                    report: Some(r),
-                })
+                Ok(one_bit_step(r))
             }
             Self::ZeroOne(o, base_lr) => {
                 let lr = bias_corrected_lr(o.config(), o.steps() + 1, *base_lr);
@@ -257,6 +322,58 @@ impl DenseOptimizer {
                     },
                 })
             }
+        }
+    }
+
+    /// Start this rank's dense step on `comm` with gradient `grad` times
+    /// `factor` (as [`Self::step`]): 1-bit Adam begins every group, the
+    /// last layer's first (the order a backward pass produces them; the
+    /// bits do not depend on it), so its collectives fly while the caller
+    /// does other work; the other optimizers begin nothing. Pair with
+    /// [`Self::complete`]; every rank must make the same calls on `comm`
+    /// in between (its collectives run after the ones begun here).
+    ///
+    /// Fails (on every rank) on a group the optimizer refuses to begin, or
+    /// a transport failure; a bad gradient fails in `complete`.
+    pub(crate) fn begin(
+        &mut self,
+        comm: &mut dyn NonBlocking,
+        grad: &[f32],
+        factor: f32,
+    ) -> Result<Begun, String> {
+        let Self::OneBit(o) = self else {
+            return Ok(Begun(None));
+        };
+        let mut split = SplitStep::default();
+        let ranges = o.group_ranges();
+        for (gi, r) in ranges.iter().enumerate().rev() {
+            // A short gradient: the group gets an empty slice and `finish`
+            // reports the length on every rank.
+            let g = grad.get(r.clone()).unwrap_or(&[]);
+            o.begin_group(comm, &mut split, gi, g, factor)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(Begun(Some(split)))
+    }
+
+    /// Complete the step [`Self::begin`] started (`begun`), or run the
+    /// blocking [`Self::step`] when it started nothing; `grad` and `factor`
+    /// must be `begin`'s.
+    ///
+    /// Fails as [`Self::step`].
+    pub(crate) fn complete(
+        &mut self,
+        comm: &mut dyn NonBlocking,
+        begun: Begun,
+        params: &mut [f32],
+        (grad, factor): (&[f32], f32),
+    ) -> Result<DenseStep, String> {
+        match (self, begun.0) {
+            (Self::OneBit(o), Some(split)) => {
+                let r = o.finish(comm, split, params).map_err(|e| e.to_string())?;
+                Ok(one_bit_step(r))
+            }
+            (me, _) => me.step(comm, params, grad, factor),
         }
     }
 
@@ -388,7 +505,12 @@ mod tests {
         ];
         let run = (1e-3, 100, DenseWarmup::Auto);
         let build = |kind, p: &str| {
-            DenseOptimizer::build(kind, &layers, DensePolicy::parse(p).unwrap(), run)
+            DenseOptimizer::build(
+                kind,
+                &layers,
+                (DensePolicy::parse(p).unwrap(), super::DenseGroups::Tower),
+                run,
+            )
         };
         let e = build(DenseOpt::ZeroOneAdam, "first=2bit").unwrap_err();
         assert!(

@@ -13,6 +13,7 @@ mod compare;
 mod deep;
 mod dense_opt;
 mod dense_telemetry;
+mod eager;
 mod inspect;
 mod metrics;
 mod model;
@@ -37,6 +38,18 @@ pub use data::lines;
 use clap::Parser;
 use std::process::ExitCode;
 
+/// Whether the command asks for `--dense-overlap on` (MPI then builds its
+/// communicator on a communication thread).
+#[cfg(feature = "mpi")]
+fn model_overlaps(cli: &cli::Cli) -> bool {
+    let m = match &cli.command {
+        cli::Command::Train(a) => &a.model,
+        cli::Command::Compare(a) => &a.model,
+        cli::Command::Inspect(_) => return false,
+    };
+    m.dense_overlap == dense_opt::DenseOverlap::On
+}
+
 /// Run the `basis` command with the process's arguments: parse them, run the
 /// subcommand, print any error to stderr.
 ///
@@ -45,7 +58,7 @@ use std::process::ExitCode;
 pub fn run() -> ExitCode {
     let cli = cli::Cli::parse();
     #[cfg(feature = "mpi")]
-    if let Err(e) = parallel::mpi::init() {
+    if let Err(e) = parallel::mpi::init(model_overlaps(&cli)) {
         eprintln!("error: MPI: {e}");
         return ExitCode::FAILURE;
     }

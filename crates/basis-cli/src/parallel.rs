@@ -29,6 +29,8 @@
 use crate::checkpoint::{self, Checkpoint};
 use crate::data::Dataset;
 use crate::dense_opt::DenseOptimizer;
+use crate::dense_opt::DenseOverlap;
+use crate::eager::Eager;
 use crate::model::{DenseAdam, Fm, Grads};
 use crate::optim::{self, Optimizer};
 use crate::rng::Rng;
@@ -36,8 +38,11 @@ use crate::run::{
     CommBytes, EpochPoint, Progress, Run, RunResult, Step, StepAt, Strategy, Timing, build_model,
     evaluate, finish, on_local_ranks, share,
 };
-use comm_traits::{CommStats, Communicator};
+use basis_std::local::LocalComm;
+use basis_std::overlap::Overlapped;
+use comm_traits::{CommStats, NonBlocking};
 use std::path::Path;
+use core::time::Duration;
 use std::time::Instant;
 
 /// Train with `run.model.workers` ranks.
@@ -54,7 +59,8 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
         return result.and_then(|r| r.ok_or_else(|| "no result".to_string()));
     }
     let mut out = None;
-    for r in on_local_ranks(p, |comm| rank_main(ds, run, comm, false)) {
+    let overlap = run.model.dense_overlap;
+    for r in on_ranks(p, overlap, |comm| rank_main(ds, run, comm, false)) {
         if let Some(res) = r? {
             out = Some(res);
         }
@@ -62,12 +68,44 @@ pub(crate) fn train(ds: &Dataset, run: &Run<'_>) -> Result<RunResult, String> {
     out.ok_or_else(|| "rank 0 produced no result".into())
 }
 
-/// One rank's training loop over any [`Communicator`]; rank 0 (every rank
-/// with `every_rank_evaluates`, as under MPI) returns the result.
+/// `f` on each of `p` in-process ranks (threads connected by `LocalComm`),
+/// each rank's communicator on its own communication thread
+/// (`--dense-overlap on`) or used in place ([`Eager`]).
+pub(crate) fn on_ranks<T: Send>(
+    p: usize,
+    overlap: DenseOverlap,
+    f: impl Fn(&mut dyn NonBlocking) -> Result<T, String> + Sync,
+) -> Vec<Result<T, String>> {
+    if overlap == DenseOverlap::Off {
+        return on_local_ranks(p, |comm| f(&mut Eager::new(comm)));
+    }
+    let comms = LocalComm::group_with_timeout(p, Duration::from_secs(300));
+    let f = &f;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .map(|comm| {
+                s.spawn(move || {
+                    let mut comm = Overlapped::spawn(move || Ok::<_, String>(comm))
+                        .map_err(|e| e.to_string())?;
+                    f(&mut comm)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a rank panicked".into())))
+            .collect()
+    })
+}
+
+/// One rank's training loop over any [`NonBlocking`] communicator; rank 0
+/// (every rank with `every_rank_evaluates`, as under MPI) returns the
+/// result.
 pub(crate) fn rank_main(
     ds: &Dataset,
     run: &Run<'_>,
-    comm: &mut dyn Communicator,
+    comm: &mut dyn NonBlocking,
     every_rank_evaluates: bool,
 ) -> Result<Option<RunResult>, String> {
     let start = Instant::now();
@@ -111,7 +149,7 @@ pub(crate) struct Replica<'a> {
 
 /// What a replica on one of several ranks adds.
 struct Ranks<'a> {
-    comm: &'a mut dyn Communicator,
+    comm: &'a mut dyn NonBlocking,
     /// Whether this rank evaluates and reports.
     evaluates: bool,
     stats_before: CommStats,
@@ -263,13 +301,27 @@ impl Strategy for Replica<'_> {
         let before_sparse = ranks.comm.stats().bytes_sent;
         ranks.gather(g, d)?;
         ranks.bytes.sparse += ranks.comm.stats().bytes_sent - before_sparse;
-        let rep = self.opt.step(&ranks.ids, &ranks.rows, &mut fm.table, d)?;
-        // Dense: 1-bit Adam averages over ranks; our shares sum to the batch mean.
+        // Dense: 1-bit Adam averages over ranks; our shares sum to the batch
+        // mean. Begun before the sparse step, whose pass over the rows runs
+        // while the dense exchanges fly (`--dense-overlap on`; the dense and
+        // sparse parameters are disjoint, so the order changes no bit).
         let comm = &mut *ranks.comm;
+        let factor = p as f32;
+        let dense_err = |e: String| format!("rank {rank}: {:?}: {e}", m.dense_opt);
+        let begun = if m.dense_overlap == DenseOverlap::On {
+            ranks
+                .dense_opt
+                .begin(comm, &g.dense, factor)
+                .map_err(dense_err)?
+        } else {
+            crate::dense_opt::Begun::default()
+        };
+        let rep = self.opt.step(&ranks.ids, &ranks.rows, &mut fm.table, d);
         let dense = ranks
             .dense_opt
-            .step(comm, &mut fm.dense, &g.dense, p as f32)
-            .map_err(|e| format!("rank {rank}: {:?}: {e}", m.dense_opt))?;
+            .complete(comm, begun, &mut fm.dense, (&g.dense, factor))
+            .map_err(dense_err)?;
+        let rep = rep?;
         ranks.bytes.dense += dense.bytes_sent;
         if let Some(r) = &dense.report {
             ranks.dense_groups.observe(r);
@@ -366,10 +418,29 @@ pub(crate) fn is_output_rank() -> bool {
 /// rank trains and evaluates its (identical) replica; only rank 0 prints.
 #[cfg(feature = "mpi")]
 pub(crate) mod mpi {
+    use crate::eager::Eager;
+    use basis_std::overlap::Overlapped;
     use comm_mpi::MpiComm;
-    use comm_traits::Communicator;
+    use comm_traits::{Communicator, NonBlocking};
     use core::cell::RefCell;
     use core::mem::ManuallyDrop;
+
+    /// The process's communicator: used in place, or built and used on a
+    /// communication thread (`--dense-overlap on`; MPI is then initialised
+    /// and called on that thread only).
+    enum Process {
+        Plain(MpiComm),
+        Overlapped(Overlapped),
+    }
+
+    impl Process {
+        fn rank(&self) -> usize {
+            match self {
+                Self::Plain(c) => c.rank(),
+                Self::Overlapped(c) => c.rank(),
+            }
+        }
+    }
 
     // `ManuallyDrop`: `std::process::exit` on the main thread runs its
     // thread-local destructors (glibc's `exit` calls them), and dropping an
@@ -377,18 +448,24 @@ pub(crate) mod mpi {
     // rank — all of them blocked in the collective this rank left. A rank
     // exiting by any path other than [`finish`] must leave MPI unfinalized,
     // as a killed process does, so `mpirun` sees it go and ends the job.
+    // (An `Overlapped` left undropped leaves its thread, and MPI, as is.)
     std::thread_local! {
-        static COMM: RefCell<Option<ManuallyDrop<MpiComm>>> = const { RefCell::new(None) };
+        static COMM: RefCell<Option<ManuallyDrop<Process>>> = const { RefCell::new(None) };
     }
 
-    /// Initialise MPI when launched by `mpirun`; returns an error message on failure.
-    pub(crate) fn init() -> Result<(), String> {
+    /// Initialise MPI when launched by `mpirun` (on a communication thread
+    /// with `overlap`); returns an error message on failure.
+    pub(crate) fn init(overlap: bool) -> Result<(), String> {
         if std::env::var_os("OMPI_COMM_WORLD_SIZE").is_none()
             && std::env::var_os("PMI_SIZE").is_none()
         {
             return Ok(());
         }
-        let comm = MpiComm::init().map_err(|e| e.to_string())?;
+        let comm = if overlap {
+            Process::Overlapped(Overlapped::spawn(MpiComm::init).map_err(|e| e.to_string())?)
+        } else {
+            Process::Plain(MpiComm::init().map_err(|e| e.to_string())?)
+        };
         COMM.with(|c| *c.borrow_mut() = Some(ManuallyDrop::new(comm)));
         Ok(())
     }
@@ -404,8 +481,13 @@ pub(crate) mod mpi {
     }
 
     /// Run `f` on this process's communicator, or `None` without `mpirun`.
-    pub(crate) fn with_comm<T>(f: impl FnOnce(&mut MpiComm) -> T) -> Option<T> {
-        COMM.with(|c| c.borrow_mut().as_mut().map(|m| f(m)))
+    pub(crate) fn with_comm<T>(f: impl FnOnce(&mut dyn NonBlocking) -> T) -> Option<T> {
+        COMM.with(|c| {
+            c.borrow_mut().as_mut().map(|m| match &mut **m {
+                Process::Plain(comm) => f(&mut Eager::new(comm)),
+                Process::Overlapped(comm) => f(comm),
+            })
+        })
     }
 
     /// `f` on this process's communicator when launched by `mpirun`
@@ -413,7 +495,7 @@ pub(crate) mod mpi {
     /// processes.
     pub(crate) fn with_ranks<T>(
         p: usize,
-        f: impl FnOnce(&mut MpiComm) -> Result<T, String>,
+        f: impl FnOnce(&mut dyn NonBlocking) -> Result<T, String>,
     ) -> Option<Result<T, String>> {
         with_comm(|comm| {
             if comm.size() != p {

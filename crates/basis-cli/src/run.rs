@@ -491,7 +491,7 @@ pub(crate) fn dense_optimizer(
     DenseOptimizer::build(
         m.dense_opt,
         &layers,
-        m.dense_policy,
+        (m.dense_policy, m.dense_groups),
         (m.dense_lr, steps_total, m.dense_warmup),
     )
 }

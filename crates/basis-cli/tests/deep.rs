@@ -132,6 +132,62 @@ fn deepfm_beats_the_fm_on_criteo_synth() {
     );
 }
 
+/// `--dense-overlap on` (1-bit Adam's split step on communication
+/// threads) trains the bits of `off` and sends the same bytes, in the
+/// replicated and the sharded trainer, with one tower group and one group
+/// per layer, across the freeze; per-layer groups are other bits once
+/// compressed (one scale per layer).
+#[test]
+fn dense_overlap_on_trains_the_bits_of_off() {
+    for shard in [false, true] {
+        let mut crcs = Vec::new();
+        for groups in ["tower", "layer"] {
+            let with = |overlap: &'static str| {
+                let mut extra = vec![
+                    "--workers",
+                    "3",
+                    "--dense-opt",
+                    "onebit-adam",
+                    "--dense-warmup",
+                    "0.3",
+                    "--dense-groups",
+                    groups,
+                    "--dense-overlap",
+                    overlap,
+                ];
+                if shard {
+                    extra.extend(["--shard", "rows"]);
+                }
+                run(&deep(&extra))
+            };
+            let (on, off) = (with("on"), with("off"));
+            let what = format!("shard {shard}, groups {groups}");
+            assert_eq!(on["model_crc32"], off["model_crc32"], "{what}");
+            assert_eq!(on["final_metrics"], off["final_metrics"], "{what}");
+            for bytes in ["comm_bytes", "comm_dense_bytes", "comm_sparse_bytes"] {
+                assert_eq!(on[bytes], off[bytes], "{what}: {bytes}");
+            }
+            assert_eq!(on["dense_freeze_step"], off["dense_freeze_step"], "{what}");
+            crcs.push(on["model_crc32"].clone());
+        }
+        assert_ne!(
+            crcs[0], crcs[1],
+            "shard {shard}: layer groups = tower group"
+        );
+    }
+    // Per-layer groups are 1-bit Adam's: other optimizers refuse them.
+    let e = basis(&deep(&[
+        "--workers",
+        "2",
+        "--dense-opt",
+        "zero-one-adam",
+        "--dense-groups",
+        "layer",
+    ]));
+    assert!(!e.status.success());
+    assert!(String::from_utf8_lossy(&e.stderr).contains("--dense-groups layer"));
+}
+
 #[test]
 fn workers_train_the_tower_with_adam_or_one_bit_adam() {
     let adam = run(&deep(&["--workers", "2", "--dense-opt", "adam"]));

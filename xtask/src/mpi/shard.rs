@@ -3,6 +3,10 @@
 //! (`model_crc32`) of the same run over `LocalComm` threads, for N = 2, 3, 4,
 //! with the FM, with DeepFM (a tower trained by 1-bit Adam), and with the FM
 //! over the streamed Criteo-like generator (`--format criteo-synth --stream`).
+//! Then `--dense-overlap on` (1-bit Adam's split step, MPI on a
+//! communication thread) under `mpirun` must give the bits of
+//! `--dense-overlap off` over `LocalComm`, sharded and replicated, with one
+//! tower group and with a group per layer.
 
 use super::{CHECK_RANKS, Transport, mpirun, outer, target_dir};
 use crate::util::{self, cargo};
@@ -39,6 +43,19 @@ pub(super) const ARGS: [&str; 10] = [
     "basis",
 ];
 
+/// The overlap check's model: DeepFM, two hidden layers (three groups with
+/// `--dense-groups layer`), a warm-up that ends mid-run so both stages run.
+const OVERLAP_MODEL: [&str; 8] = [
+    "--model",
+    "deepfm",
+    "--mlp",
+    "32,16,1",
+    "--dense-lr",
+    "0.001",
+    "--dense-warmup",
+    "0.3",
+];
+
 /// Build `basis` with the `mpi` feature (the `test` profile) and return its path.
 pub(super) fn build() -> Result<PathBuf, String> {
     util::run(cargo().args([
@@ -63,14 +80,73 @@ pub(super) fn check(exe: &Path, dir: &Path) -> Result<(), String> {
     })
 }
 
+/// `--dense-overlap on` under `mpirun` against `off` over `LocalComm`, for
+/// every rank count, sharded and replicated, both `--dense-groups`.
+pub(super) fn check_overlap(exe: &Path, dir: &Path) -> Result<(), String> {
+    for &np in &CHECK_RANKS {
+        for groups in ["tower", "layer"] {
+            for args in [&ARGS[..], &ARGS_REPLICATED[..]] {
+                let mut model = OVERLAP_MODEL.to_vec();
+                model.extend(["--dense-groups", groups]);
+                let runs = Runs {
+                    args,
+                    model: &model,
+                    local: &["--dense-overlap", "off"],
+                    mpi: &["--dense-overlap", "on"],
+                };
+                compare_runs(exe, dir, np, &runs)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// [`ARGS`] without `--shard rows`: the replicated trainer.
+const ARGS_REPLICATED: [&str; 8] = [
+    "-q",
+    "train",
+    "--synthetic-examples",
+    "20000",
+    "--epochs",
+    "1",
+    "--opt",
+    "basis",
+];
+
+/// One comparison: the common arguments, the model's, and what only the
+/// `LocalComm` run and only the `mpirun` run add.
+struct Runs<'a> {
+    args: &'a [&'a str],
+    model: &'a [&'a str],
+    local: &'a [&'a str],
+    mpi: &'a [&'a str],
+}
+
 fn compare(exe: &Path, dir: &Path, np: usize, model: &[&str]) -> Result<(), String> {
+    let runs = Runs {
+        args: &ARGS,
+        model,
+        local: &[],
+        mpi: &[],
+    };
+    compare_runs(exe, dir, np, &runs)
+}
+
+fn compare_runs(exe: &Path, dir: &Path, np: usize, runs: &Runs<'_>) -> Result<(), String> {
+    let Runs {
+        args,
+        model,
+        local: local_extra,
+        mpi: mpi_extra,
+    } = *runs;
     let t = Instant::now();
     let workers = np.to_string();
     let local_json = dir.join(format!("local-{np}.json"));
     let mut local = Command::new(exe);
     local
-        .args(ARGS)
+        .args(args)
         .args(model)
+        .args(local_extra)
         .args(["--workers", &workers, "--json"])
         .arg(&local_json);
     if !util::run_with_timeout(&mut local, LIMIT)? {
@@ -79,8 +155,9 @@ fn compare(exe: &Path, dir: &Path, np: usize, model: &[&str]) -> Result<(), Stri
     let mpi_json = dir.join(format!("mpi-{np}.json"));
     let mut cmd = mpirun(np, Transport::ShmPortable, Some(LIMIT));
     cmd.arg(exe)
-        .args(ARGS)
+        .args(args)
         .args(model)
+        .args(mpi_extra)
         .args(["--workers", &workers, "--json"])
         .arg(&mpi_json);
     if !util::run_with_timeout(&mut cmd, outer(LIMIT))? {
@@ -89,12 +166,20 @@ fn compare(exe: &Path, dir: &Path, np: usize, model: &[&str]) -> Result<(), Stri
     let (a, b) = (crc(&local_json)?, crc(&mpi_json)?);
     if a != b {
         return Err(format!(
-            "sharded run {model:?} on {np} ranks: mpirun model_crc32 {b}, LocalComm {a}"
+            "run {args:?} {model:?} on {np} ranks: mpirun {mpi_extra:?} model_crc32 {b}, LocalComm {local_extra:?} {a}"
         ));
     }
+    let kind = if args.contains(&"--shard") {
+        "sharded"
+    } else {
+        "replicated"
+    };
     eprintln!(
-        "  sharded train {} on {np} ranks: mpirun = LocalComm (model crc32 {a}, {:.1}s)",
+        "  {kind} train {} {} on {np} ranks: mpirun {} = LocalComm {} (model crc32 {a}, {:.1}s)",
         model.join(" "),
+        args.join(" "),
+        mpi_extra.join(" "),
+        local_extra.join(" "),
         t.elapsed().as_secs_f64()
     );
     Ok(())

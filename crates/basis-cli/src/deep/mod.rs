@@ -279,6 +279,16 @@ impl DensePolicy {
         }
         out
     }
+
+    /// One group per non-empty layer of `layers` (flat order), unmerged
+    /// (`--dense-groups layer`).
+    pub(crate) fn groups_per_layer(self, layers: &[(usize, LayerRole)]) -> Vec<GroupSpec> {
+        layers
+            .iter()
+            .filter(|l| l.0 > 0)
+            .map(|&(len, role)| GroupSpec::one_bit(len).with_policy(self.of(role)))
+            .collect()
+    }
 }
 
 impl core::fmt::Display for DensePolicy {

@@ -32,11 +32,10 @@ use crate::model::{Fm, Grads};
 use crate::optim::{self, Optimizer};
 use crate::rng::Rng;
 use crate::run::{
-    EpochPoint, Progress, Run, RunResult, Step, StepAt, Strategy, Timing, finish, on_local_ranks,
-    share, train_loop,
+    EpochPoint, Progress, Run, RunResult, Step, StepAt, Strategy, Timing, finish, share, train_loop,
 };
 use basis_shard::{Admission, Batch, Eviction, OwnerRule, RowInit, ShardedTable, TableConfig};
-use comm_traits::{CommStats, Communicator};
+use comm_traits::{CommStats, Communicator, NonBlocking};
 use std::path::Path;
 use std::time::Instant;
 
@@ -73,10 +72,12 @@ pub(crate) fn train_local(
     owner: &OwnerRule,
 ) -> Result<RunResult, String> {
     // Every rank fails together; report the first rank's error (rank 0's).
-    on_local_ranks(p, |comm| rank_main(ds, run, comm, owner))
-        .into_iter()
-        .next()
-        .unwrap_or_else(|| Err("no ranks".into()))
+    crate::parallel::on_ranks(p, run.model.dense_overlap, |comm| {
+        rank_main(ds, run, comm, owner)
+    })
+    .into_iter()
+    .next()
+    .unwrap_or_else(|| Err("no ranks".into()))
 }
 
 /// The options every rank must share, by name, as `u64`.
@@ -187,6 +188,9 @@ struct Rank {
     progress_dense: bool,
     /// `--dense-opt` (named in its errors).
     dense_kind: crate::deep::DenseOpt,
+    /// `--dense-overlap on`: the dense step is begun and completed
+    /// (`DenseOptimizer::begin`).
+    overlap: bool,
     /// The sparse optimizer's label (named when the loss diverges).
     label: String,
 }
@@ -226,6 +230,7 @@ impl Rank {
             dense_groups: Default::default(),
             progress_dense: m.progress_dense,
             dense_kind: m.dense_opt,
+            overlap: m.dense_overlap == crate::dense_opt::DenseOverlap::On,
             label: run.spec.label.clone(),
         })
     }
@@ -245,7 +250,7 @@ impl Rank {
     /// per row after the shares' gradients are summed.
     fn train_step(
         &mut self,
-        comm: &mut dyn Communicator,
+        comm: &mut dyn NonBlocking,
         sh: &Share,
         at: StepAt,
         dense_opt: &mut DenseOptimizer,
@@ -268,10 +273,22 @@ impl Rank {
         let before = comm.stats();
         // The dense optimizer averages over ranks; the shares sum to the
         // batch gradient, so each sends P times its share (scaled as the
-        // optimizer reads it in: no scaled copy).
+        // optimizer reads it in: no scaled copy). Begun after the scatter:
+        // its blocking exchanges would otherwise queue behind the dense
+        // requests on the communication thread, and the split step's byte
+        // count and contract want no other collective in between; what
+        // overlaps is one group's exchange with the next one's compression
+        // (`--dense-groups layer`).
+        let (factor, kind) = (p as f32, self.dense_kind);
+        let err = |e| format!("rank {rank}: {kind:?}: {e}");
+        let begun = if self.overlap {
+            dense_opt.begin(comm, &grads.dense, factor).map_err(err)?
+        } else {
+            crate::dense_opt::Begun::default()
+        };
         let report = dense_opt
-            .step(comm, &mut self.model.dense, &grads.dense, p as f32)
-            .map_err(|e| format!("rank {rank}: {:?}: {e}", self.dense_kind))?;
+            .complete(comm, begun, &mut self.model.dense, (&grads.dense, factor))
+            .map_err(err)?;
         self.dense_bytes += comm.stats().since(&before).bytes_sent;
         if let Some(r) = &report.report {
             self.dense_groups.observe(r);
@@ -401,12 +418,13 @@ fn sources(ds: &Dataset) -> (Source<'_>, Source<'_>, Source<'_>) {
     }
 }
 
-/// One rank's whole run over any [`Communicator`]; every rank returns the
-/// same global figures (rank 0's memory in `memory`, all ranks in `sharded`).
+/// One rank's whole run over any [`NonBlocking`] communicator; every rank
+/// returns the same global figures (rank 0's memory in `memory`, all ranks
+/// in `sharded`).
 pub(crate) fn rank_main(
     ds: &Dataset,
     run: &Run<'_>,
-    comm: &mut dyn Communicator,
+    comm: &mut dyn NonBlocking,
     owner: &OwnerRule,
 ) -> Result<RunResult, String> {
     rank_main_with(ds, run, comm, owner, fault::Fault::from_env()?)
@@ -416,7 +434,7 @@ pub(crate) fn rank_main(
 fn rank_main_with(
     ds: &Dataset,
     run: &Run<'_>,
-    comm: &mut dyn Communicator,
+    comm: &mut dyn NonBlocking,
     owner: &OwnerRule,
     fault: Option<fault::Fault>,
 ) -> Result<RunResult, String> {
@@ -452,7 +470,7 @@ fn rank_main_with(
 struct Sharded<'a> {
     ds: &'a Dataset,
     run: &'a Run<'a>,
-    comm: &'a mut dyn Communicator,
+    comm: &'a mut dyn NonBlocking,
     me: Rank,
     dense_opt: DenseOptimizer,
     /// Reused across steps (the tower's buffers stay allocated).

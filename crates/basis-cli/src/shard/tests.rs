@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::cli::{Cli, Command, TrainArgs};
+use crate::eager::Eager;
 use basis_std::local::LocalComm;
 use clap::Parser;
 use core::time::Duration;
@@ -137,7 +138,7 @@ fn repeated_runs_are_bit_identical_and_every_rank_agrees() {
     let runs: Vec<Vec<RunResult>> = (0..2)
         .map(|_| {
             LocalComm::run(3, |mut c| {
-                rank_main(&ds, &run_of(&a), &mut c, &owner).unwrap()
+                rank_main(&ds, &run_of(&a), &mut Eager::new(&mut c), &owner).unwrap()
             })
             .into_iter()
             .map(|r| r.unwrap())
@@ -230,7 +231,7 @@ fn one_sharded_step_is_the_single_process_step() {
                     let mut grads = Grads::new(&me.model, 0);
                     let sh = Source::Memory(&ds.train).share(&share(&batch, c.rank(), p));
                     me.train_step(
-                        &mut c,
+                        &mut Eager::new(&mut c),
                         &sh,
                         StepAt {
                             batch_len: batch.len(),
@@ -379,7 +380,7 @@ fn ranks_that_disagree_on_an_option_all_fail_naming_it() {
     let owner = OwnerRule::hashed(2, 1).unwrap();
     let out = LocalComm::run(2, |mut c| {
         let mine = if c.rank() == 0 { &a } else { &b };
-        rank_main(&ds, &run_of(mine), &mut c, &owner).map(|_| ())
+        rank_main(&ds, &run_of(mine), &mut Eager::new(&mut c), &owner).map(|_| ())
     });
     for r in out {
         let e = r.unwrap().unwrap_err();
@@ -406,7 +407,7 @@ fn a_rank_that_dies_mid_step_fails_every_rank_without_a_hang() {
                 let out: Vec<Result<(), String>> = LocalComm::run(3, |c| {
                     let die = (c.rank() == 1).then_some(die_at);
                     let mut c = basis_std::fault::ExitsAt::new(c, die);
-                    rank_main(ds, &run_of(a), &mut c, owner).map(|_| ())
+                    rank_main(ds, &run_of(a), &mut Eager::new(&mut c), owner).map(|_| ())
                 })
                 .into_iter()
                 .map(|r| r.unwrap_or_else(|_| Err("panic".into())))
@@ -445,10 +446,12 @@ fn with_checkpoint(
         step,
         exit: false,
     });
-    LocalComm::run(p, |mut c| rank_main_with(ds, &run, &mut c, &owner, fault))
-        .into_iter()
-        .map(|r| r.unwrap_or_else(|_| Err("panic".into())))
-        .collect()
+    LocalComm::run(p, |mut c| {
+        rank_main_with(ds, &run, &mut Eager::new(&mut c), &owner, fault)
+    })
+    .into_iter()
+    .map(|r| r.unwrap_or_else(|_| Err("panic".into())))
+    .collect()
 }
 
 /// A fresh temp directory for one test's checkpoints.
@@ -583,11 +586,12 @@ fn a_diverging_sharded_run_stops_every_rank_naming_epoch_and_step() {
         let ds = load(&a);
         let run = run_of(&a);
         let owner = owner_of(&ds, &run, 3).unwrap();
-        let out: Vec<Result<RunResult, String>> =
-            LocalComm::run(3, |mut c| rank_main_with(&ds, &run, &mut c, &owner, None))
-                .into_iter()
-                .map(|r| r.unwrap_or_else(|_| Err("panic".into())))
-                .collect();
+        let out: Vec<Result<RunResult, String>> = LocalComm::run(3, |mut c| {
+            rank_main_with(&ds, &run, &mut Eager::new(&mut c), &owner, None)
+        })
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|_| Err("panic".into())))
+        .collect();
         all_fail_with(
             &out,
             &["training diverged", "epoch 1, step ", "`sgd:lr=1e30`"],
