@@ -41,8 +41,8 @@ use crate::run::{
 use basis_std::local::LocalComm;
 use basis_std::overlap::Overlapped;
 use comm_traits::{CommStats, NonBlocking};
-use std::path::Path;
 use core::time::Duration;
+use std::path::Path;
 use std::time::Instant;
 
 /// Train with `run.model.workers` ranks.
