@@ -84,8 +84,9 @@ pub(super) fn check(exe: &Path, dir: &Path) -> Result<(), String> {
 /// every rank count, sharded and replicated, both `--dense-groups`.
 pub(super) fn check_overlap(exe: &Path, dir: &Path) -> Result<(), String> {
     for &np in &CHECK_RANKS {
+        let replicated = args_replicated();
         for groups in ["tower", "layer"] {
-            for args in [&ARGS[..], &ARGS_REPLICATED[..]] {
+            for args in [&ARGS[..], &replicated[..]] {
                 let mut model = OVERLAP_MODEL.to_vec();
                 model.extend(["--dense-groups", groups]);
                 let runs = Runs {
@@ -102,16 +103,17 @@ pub(super) fn check_overlap(exe: &Path, dir: &Path) -> Result<(), String> {
 }
 
 /// [`ARGS`] without `--shard rows`: the replicated trainer.
-const ARGS_REPLICATED: [&str; 8] = [
-    "-q",
-    "train",
-    "--synthetic-examples",
-    "20000",
-    "--epochs",
-    "1",
-    "--opt",
-    "basis",
-];
+fn args_replicated() -> Vec<&'static str> {
+    let shard = ARGS
+        .iter()
+        .position(|&a| a == "--shard")
+        .unwrap_or(ARGS.len());
+    ARGS.iter()
+        .enumerate()
+        .filter(|&(i, _)| i != shard && i != shard + 1)
+        .map(|(_, &a)| a)
+        .collect()
+}
 
 /// One comparison: the common arguments, the model's, and what only the
 /// `LocalComm` run and only the `mpirun` run add.
@@ -200,4 +202,26 @@ pub(super) fn crc(path: &Path) -> Result<u64, String> {
     digits
         .parse()
         .map_err(|_| format!("{}: bad model_crc32", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_replicated_run_is_the_sharded_one_without_shard_rows() {
+        assert_eq!(
+            args_replicated(),
+            [
+                "-q",
+                "train",
+                "--synthetic-examples",
+                "20000",
+                "--epochs",
+                "1",
+                "--opt",
+                "basis"
+            ]
+        );
+    }
 }
