@@ -144,6 +144,14 @@ def train(a):
             if i + 2 < len(widths):
                 layers.append(torch.nn.ReLU())
         tower = torch.nn.Sequential(*layers)
+        if a.tower_init == "he":
+            # ours: W ~ N(0, 2/fan_in), the last layer N(0, 1/fan_in), biases 0
+            lin = [m for m in tower if isinstance(m, torch.nn.Linear)]
+            with torch.no_grad():
+                for i, m in enumerate(lin):
+                    gain = 1.0 if i + 1 == len(lin) else 2.0
+                    m.weight.normal_(0.0, (gain / m.in_features) ** 0.5)
+                    m.bias.zero_()
         dense += list(tower.parameters())
     sparse_opt = torch.optim.SparseAdam(emb.parameters(), lr=a.lr)
     dense_lr = a.dense_lr if a.dense_lr is not None else (0.001 if tower is not None else 0.01)
@@ -217,6 +225,7 @@ def main():
     t.add_argument("--lr", type=float, default=0.001)
     t.add_argument("--dense-lr", type=float, default=None)
     t.add_argument("--init-std", type=float, default=0.01)
+    t.add_argument("--tower-init", choices=["torch", "he"], default="torch")
     t.add_argument("--seed", type=int, default=1)
     a = p.parse_args()
     if a.cmd == "gen":
