@@ -964,6 +964,18 @@ impl SlotIndex {
         Some(self.key_of_hash(s.hash_of(b, s.rec(b, j))))
     }
 
+    /// Calls `f(id, slot)` for every id, in storage order (not slot order:
+    /// a function of the index's layout), allocating nothing: for
+    /// order-independent passes over a large index (a table checksum) that
+    /// cannot afford [`iter`](Self::iter)'s `8 B × len` list.
+    pub fn for_each_unordered(&self, mut f: impl FnMut(u64, u32)) {
+        for seg in &self.segments {
+            for (h, s) in seg.hashed() {
+                f(self.key_of_hash(h), s);
+            }
+        }
+    }
+
     /// `(id, slot)` of every id, in slot order (deterministic: a function of
     /// the sequence of insertions and removals only). Builds the list of ids
     /// first (`8 B × len`, one scan of the table).

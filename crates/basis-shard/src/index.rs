@@ -158,6 +158,15 @@ impl IdSlots {
         }
     }
 
+    /// Calls `f(id, slot)` for every id held, in no particular order,
+    /// allocating nothing (the order-independent checksum's pass).
+    pub(crate) fn for_each(&self, mut f: impl FnMut(u64, u32)) {
+        match self {
+            Self::Fast(m) => m.iter().for_each(|(&id, &s)| f(id, s)),
+            Self::Compact(i) => i.for_each_unordered(f),
+        }
+    }
+
     /// The id of every slot, in slot order.
     pub(crate) fn ids_by_slot(&self) -> alloc::vec::Vec<u64> {
         match self {

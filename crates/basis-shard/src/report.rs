@@ -237,7 +237,7 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         comm: &mut dyn Communicator,
         dense: &[f32],
     ) -> Result<u32, ShardError> {
-        let mut all = vec![0u8; 4 * comm.size()];
+        let mut all = vec![0u8; 8 * comm.size()];
         comm.all_gather(&self.checksum().to_le_bytes(), &mut all)?;
         let mut h = crc32fast::Hasher::new();
         h.update(&all);

@@ -272,6 +272,20 @@ impl Rows {
         each!(&self.values, v => out.extend(v[s..s + self.dim].iter().map(|x| x.widen())));
     }
 
+    /// A 64-bit hash of `id` and slot `slot`'s values widened to f32: a
+    /// chain of bijections, so a change of the id or of any one value
+    /// always changes it (the table checksum's per-row term).
+    pub(crate) fn row_hash(&self, id: u64, slot: u32) -> u64 {
+        let s = slot as usize * self.dim;
+        let mut h = fmix64(id ^ 0x6a09_e667_f3bc_c909);
+        each!(&self.values, v => {
+            for x in &v[s..s + self.dim] {
+                h = fmix64(h ^ u64::from(x.widen().to_bits()));
+            }
+        });
+        h
+    }
+
     /// Slot `slot`'s row, widened.
     pub(crate) fn row(&self, slot: u32) -> Vec<f32> {
         let mut out = Vec::with_capacity(self.dim);
@@ -402,4 +416,15 @@ impl RowAccess for Scratch<'_> {
         let k = self.slots.binary_search(&slot).ok()?;
         self.values.get_mut(k * self.dim..(k + 1) * self.dim)
     }
+}
+
+/// MurmurHash3's 64-bit finalizer: a bijection of `u64` that mixes every
+/// input bit into every output bit.
+fn fmix64(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^= h >> 33;
+    h
 }

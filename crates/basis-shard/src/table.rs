@@ -441,20 +441,23 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             .collect()
     }
 
-    /// CRC-32 of this rank's rows in id order (ids and values widened to
-    /// f32): equal on two runs iff they hold the same rows, bit for bit.
-    pub fn checksum(&self) -> u32 {
-        let mut h = crc32fast::Hasher::new();
-        let mut row = Vec::with_capacity(self.dim);
-        for (id, s) in self.sorted_slots() {
-            h.update(&id.to_le_bytes());
-            row.clear();
-            self.rows.extend_row(s, &mut row);
-            for x in &row {
-                h.update(&x.to_le_bytes());
-            }
-        }
-        h.finalize()
+    /// An order-independent checksum of this rank's rows: the wrapping sum,
+    /// over the rows held, of a 64-bit hash of (id, values widened to f32).
+    ///
+    /// Guarantees: the same rows give the same checksum whatever order they
+    /// were inserted, evicted or resharded in, and whichever index layout
+    /// holds them; one changed id or one changed value (any bit) always
+    /// changes it (each step of a row's hash is a bijection of its input,
+    /// so that row's term changes and no other does); other differences
+    /// (rows swapped, several changes) go unnoticed with probability
+    /// ≈ 2⁻⁶⁴. It is a check, not a cryptographic digest. One pass over the
+    /// index and the rows, allocating nothing (no sorted copy of the ids).
+    pub fn checksum(&self) -> u64 {
+        let mut sum = 0u64;
+        self.index.for_each(|id, s| {
+            sum = sum.wrapping_add(self.rows.row_hash(id, s));
+        });
+        sum
     }
 
     fn check_group(&self, comm: &dyn Communicator) -> Result<(), ShardError> {

@@ -19,7 +19,7 @@ fn run(
     GroupReport,
     basis_shard::MemoryUse,
     basis_shard::TableStats,
-    u32,
+    u64,
     [u32; 2],
 )> {
     LocalComm::run(p, |mut c| {

@@ -100,7 +100,7 @@ pub(crate) fn train(comm: &mut dyn Communicator, steps: u64) -> Result<Outcome, 
         }
         last_loss = mean;
     }
-    let mut all = vec![0u8; 4 * p];
+    let mut all = vec![0u8; 8 * p];
     comm.all_gather(&table.checksum().to_le_bytes(), &mut all)?;
     Ok(Outcome {
         first_loss,
