@@ -21,9 +21,9 @@
 //! for `rowscaled`, 100 otherwise: [`BasisConfig::rows_per_bucket`]);
 //! `rule` is `normalized` (default) or `hypergradient`; `storage` is `f32`,
 //! `bf16` or `u8` (default `u8` for `rowscaled`, `f32` otherwise); `choices`
-//! is 1 (default) to 4 hash choices; `accumulate` is `sum` (default), `ema`
-//! or `decay` (AdaGrad's sum with forgetting; both with `beta`, default 0.99)
-//! for `rowscaled`; `profile` (exponent in
+//! is 1 (default) to 4 hash choices; `accumulate` is `sum`, `ema` (default,
+//! basis-core's) or `decay` (AdaGrad's sum with forgetting; both with `beta`,
+//! default 0.99) for `rowscaled`; `profile` (exponent in
 //! `[0, 1]`, default 1), `lead` (leading profile group, default 1: the FM's
 //! linear weight) and `eps` (`outside`, default, or `inside`) shape the
 //! `rowscaled` profile. A key the chosen mode never reads is an error
@@ -589,7 +589,7 @@ mod tests {
         assert_eq!(s.buckets_for(1000), 20);
         // The default `basis` keeps the FM's linear weight apart, at its own rate.
         let b: OptSpec = "basis".parse().unwrap();
-        assert_eq!((b.lead.unwrap_or(DEFAULT_LEAD), b.lr()), (1, 0.03));
+        assert_eq!((b.lead.unwrap_or(DEFAULT_LEAD), b.lr()), (1, 0.003));
         let f: OptSpec = "ftrl:beta=0.5,l1=0.01,l2=0.1,lr=0.2".parse().unwrap();
         assert_eq!(
             (f.kind, f.ftrl_beta, f.l1, f.l2, f.lr()),

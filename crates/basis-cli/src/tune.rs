@@ -476,7 +476,7 @@ mod tests {
         };
         assert_eq!(first("adam"), [0.0001, 0.0003, 0.001, 0.003, 0.01]);
         assert_eq!(first("sgd"), [0.3, 1.0, 3.0, 10.0, 30.0]);
-        assert_eq!(first("basis"), [0.003, 0.01, 0.03, 0.1, 0.3]);
+        assert_eq!(first("basis"), [0.0003, 0.001, 0.003, 0.01, 0.03]);
         assert_eq!(first("basis:lead=0"), [0.001, 0.003, 0.01, 0.03, 0.1]);
     }
 
