@@ -126,7 +126,8 @@ pub(crate) struct OptSpec {
     /// `RowScaled` accumulation named by `accumulate` (`None` = the core
     /// default's kind).
     pub(crate) accumulate: Option<AccumulateKind>,
-    /// `RowScaled` accumulation β (`None` = 0.99, or the core default's β).
+    /// `RowScaled` accumulation β (`None` = the core default's β, else
+    /// `Accumulate::DEFAULT_BETA`, 0.99).
     pub(crate) beta: Option<f32>,
     /// `RowScaled` profile exponent (`None` = the CLI default).
     pub(crate) profile: Option<f32>,
@@ -178,7 +179,10 @@ impl OptSpec {
             Accumulate::Ema { beta } | Accumulate::Decayed { beta } => Some(beta),
             _ => None,
         };
-        let beta = self.beta.or(default_beta).unwrap_or(0.99);
+        let beta = self
+            .beta
+            .or(default_beta)
+            .unwrap_or(Accumulate::DEFAULT_BETA);
         let kind = self.accumulate.unwrap_or(match default {
             Accumulate::Decayed { .. } => AccumulateKind::Decayed,
             Accumulate::Sum if self.beta.is_none() => AccumulateKind::Sum,
@@ -537,6 +541,28 @@ fn inert_keys(spec: &OptSpec, given: &[&str]) -> Result<(), SpecError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One source of truth: the plain `basis` spec builds basis-core's
+    /// `BasisConfig::default()` (the EMA with β = 0.99, η = 0.003, 1-byte
+    /// `G_i`, docs/BASIS.md) except for what the CLI sets from its model:
+    /// the FM's `lead` 1 and the run's seed mixed into the core's.
+    #[test]
+    fn the_basis_spec_is_the_core_default() {
+        use basis_core::RowIndex;
+        let core = BasisConfig::default();
+        assert_eq!(core.row_scale.accumulate, Accumulate::Ema { beta: 0.99 });
+        assert_eq!(core.lr, 0.003);
+        let spec: OptSpec = "basis".parse().unwrap();
+        let built = crate::optim::basis_config(&spec, RowIndex::Sparse, core.dim, 0);
+        let lead1 = core
+            .row_scale
+            .with_profile(core.row_scale.profile.with_lead(DEFAULT_LEAD));
+        assert_eq!(built, core.with_row_scale(lead1));
+        assert_eq!(spec.lr(), core.lr);
+        // `accumulate=ema` without `beta` is the default's β too.
+        let ema: OptSpec = "basis:accumulate=ema".parse().unwrap();
+        assert_eq!(ema.accumulate_over(Accumulate::Sum), Accumulate::DEFAULT);
+    }
 
     /// `accumulate`/`beta` over basis-core's default: an unset key keeps the
     /// default (so a new core default reaches the CLI), `beta` alone keeps a

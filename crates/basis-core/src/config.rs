@@ -130,6 +130,26 @@ pub enum Accumulate {
     },
 }
 
+impl Accumulate {
+    /// The β of an `Ema` or `Decayed` accumulation when none is named
+    /// (0.99: the default [`Accumulate::Ema`]'s, and what the CLI's
+    /// `accumulate=ema|decay` without `beta` means).
+    pub const DEFAULT_BETA: f32 = 0.99;
+
+    /// The default accumulation: [`Accumulate::Ema`] with
+    /// [`DEFAULT_BETA`](Self::DEFAULT_BETA) (see
+    /// [`RowScaleConfig::accumulate`]).
+    pub const DEFAULT: Self = Self::Ema {
+        beta: Self::DEFAULT_BETA,
+    };
+}
+
+impl Default for Accumulate {
+    fn default() -> Self {
+        Self::DEFAULT
+    }
+}
+
 /// Options of the `RowScaled` direction (`#[non_exhaustive]`: build it from
 /// [`Default`] with the `with_*` setters).
 ///
@@ -175,7 +195,7 @@ impl RowScaleConfig {
     /// The default: an EMA with β = 0.99, log₂ range `(−48, 24)`,
     /// [`Profile::DEFAULT`].
     pub const DEFAULT: Self = Self {
-        accumulate: Accumulate::Ema { beta: 0.99 },
+        accumulate: Accumulate::DEFAULT,
         log2_range: (-48.0, 24.0),
         profile: Profile::DEFAULT,
     };
