@@ -185,7 +185,12 @@ pub(crate) fn build_shard(
 }
 
 /// The `basis-core` configuration of BASIS `spec`.
-fn basis_config(spec: &OptSpec, row_index: RowIndex, dim: usize, seed: u64) -> BasisConfig {
+pub(crate) fn basis_config(
+    spec: &OptSpec,
+    row_index: RowIndex,
+    dim: usize,
+    seed: u64,
+) -> BasisConfig {
     // basis-core's measured defaults of the mode; the spec's keys over them.
     let defaults = spec.mode.core_defaults();
     defaults

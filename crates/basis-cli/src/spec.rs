@@ -21,9 +21,9 @@
 //! for `rowscaled`, 100 otherwise: [`BasisConfig::rows_per_bucket`]);
 //! `rule` is `normalized` (default) or `hypergradient`; `storage` is `f32`,
 //! `bf16` or `u8` (default `u8` for `rowscaled`, `f32` otherwise); `choices`
-//! is 1 (default) to 4 hash choices; `accumulate` is `sum` (default), `ema`
-//! or `decay` (AdaGrad's sum with forgetting; both with `beta`, default 0.99)
-//! for `rowscaled`; `profile` (exponent in
+//! is 1 (default) to 4 hash choices; `accumulate` is `sum`, `ema` (default,
+//! basis-core's) or `decay` (AdaGrad's sum with forgetting; both with `beta`,
+//! default 0.99) for `rowscaled`; `profile` (exponent in
 //! `[0, 1]`, default 1), `lead` (leading profile group, default 1: the FM's
 //! linear weight) and `eps` (`outside`, default, or `inside`) shape the
 //! `rowscaled` profile. A key the chosen mode never reads is an error
@@ -126,7 +126,8 @@ pub(crate) struct OptSpec {
     /// `RowScaled` accumulation named by `accumulate` (`None` = the core
     /// default's kind).
     pub(crate) accumulate: Option<AccumulateKind>,
-    /// `RowScaled` accumulation β (`None` = 0.99, or the core default's β).
+    /// `RowScaled` accumulation β (`None` = the core default's β, else
+    /// `Accumulate::DEFAULT_BETA`, 0.99).
     pub(crate) beta: Option<f32>,
     /// `RowScaled` profile exponent (`None` = the CLI default).
     pub(crate) profile: Option<f32>,
@@ -178,7 +179,10 @@ impl OptSpec {
             Accumulate::Ema { beta } | Accumulate::Decayed { beta } => Some(beta),
             _ => None,
         };
-        let beta = self.beta.or(default_beta).unwrap_or(0.99);
+        let beta = self
+            .beta
+            .or(default_beta)
+            .unwrap_or(Accumulate::DEFAULT_BETA);
         let kind = self.accumulate.unwrap_or(match default {
             Accumulate::Decayed { .. } => AccumulateKind::Decayed,
             Accumulate::Sum if self.beta.is_none() => AccumulateKind::Sum,
@@ -538,6 +542,28 @@ fn inert_keys(spec: &OptSpec, given: &[&str]) -> Result<(), SpecError> {
 mod tests {
     use super::*;
 
+    /// One source of truth: the plain `basis` spec builds basis-core's
+    /// `BasisConfig::default()` (the EMA with β = 0.99, η = 0.003, 1-byte
+    /// `G_i`, docs/BASIS.md) except for what the CLI sets from its model:
+    /// the FM's `lead` 1 and the run's seed mixed into the core's.
+    #[test]
+    fn the_basis_spec_is_the_core_default() {
+        use basis_core::RowIndex;
+        let core = BasisConfig::default();
+        assert_eq!(core.row_scale.accumulate, Accumulate::Ema { beta: 0.99 });
+        assert_eq!(core.lr, 0.003);
+        let spec: OptSpec = "basis".parse().unwrap();
+        let built = crate::optim::basis_config(&spec, RowIndex::Sparse, core.dim, 0);
+        let lead1 = core
+            .row_scale
+            .with_profile(core.row_scale.profile.with_lead(DEFAULT_LEAD));
+        assert_eq!(built, core.with_row_scale(lead1));
+        assert_eq!(spec.lr(), core.lr);
+        // `accumulate=ema` without `beta` is the default's β too.
+        let ema: OptSpec = "basis:accumulate=ema".parse().unwrap();
+        assert_eq!(ema.accumulate_over(Accumulate::Sum), Accumulate::DEFAULT);
+    }
+
     /// `accumulate`/`beta` over basis-core's default: an unset key keeps the
     /// default (so a new core default reaches the CLI), `beta` alone keeps a
     /// kind that has one and otherwise means `ema`.
@@ -589,7 +615,7 @@ mod tests {
         assert_eq!(s.buckets_for(1000), 20);
         // The default `basis` keeps the FM's linear weight apart, at its own rate.
         let b: OptSpec = "basis".parse().unwrap();
-        assert_eq!((b.lead.unwrap_or(DEFAULT_LEAD), b.lr()), (1, 0.03));
+        assert_eq!((b.lead.unwrap_or(DEFAULT_LEAD), b.lr()), (1, 0.003));
         let f: OptSpec = "ftrl:beta=0.5,l1=0.01,l2=0.1,lr=0.2".parse().unwrap();
         assert_eq!(
             (f.kind, f.ftrl_beta, f.l1, f.l2, f.lr()),

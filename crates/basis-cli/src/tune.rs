@@ -476,7 +476,7 @@ mod tests {
         };
         assert_eq!(first("adam"), [0.0001, 0.0003, 0.001, 0.003, 0.01]);
         assert_eq!(first("sgd"), [0.3, 1.0, 3.0, 10.0, 30.0]);
-        assert_eq!(first("basis"), [0.003, 0.01, 0.03, 0.1, 0.3]);
+        assert_eq!(first("basis"), [0.0003, 0.001, 0.003, 0.01, 0.03]);
         assert_eq!(first("basis:lead=0"), [0.001, 0.003, 0.01, 0.03, 0.1]);
     }
 
@@ -589,11 +589,14 @@ mod tests {
 
     #[test]
     fn a_mode_below_the_grid_is_reached_through_a_local_maximum_at_its_end() {
-        // Row-wise BASIS on DeepFM, the validation AUCs measured in
-        // docs/RESULTS.md (rates 1e-4..0.3), interpolated linearly in log(lr)
-        // between them: the `auto` grid 0.003..0.3 peaks inside at 0.1, but
-        // its lower end 0.003 is a local maximum too; following it down finds
-        // the higher mode at 3e-4.
+        // Row-wise BASIS (AdaGrad sums) on DeepFM, the validation AUCs
+        // measured in docs/RESULTS.md (rates 1e-4..0.3), interpolated
+        // linearly in log(lr) between them, and read one decade lower
+        // (`lr·10`): the sums' curve against the sums' grid 0.003..0.3 is the
+        // same search as this curve against the EMA default's grid
+        // 0.0003..0.03 (the ladder repeats per decade). That grid peaks
+        // inside at 0.01, but its lower end 0.0003 is a local maximum too;
+        // following it down finds the higher mode at 3e-5.
         const CURVE: [(f64, f64); 8] = [
             (0.0001, 0.6601),
             (0.0003, 0.6740),
@@ -604,13 +607,14 @@ mod tests {
             (0.1, 0.6482),
             (0.3, 0.6213),
         ];
-        let q = drive_with("basis", |lr| log_interpolated(&CURVE, lr));
-        assert_eq!(coarse_best(&q), 0.1, "the coarse grid is fooled");
-        assert_eq!(q.best().unwrap().0, 0.0003);
+        let q = drive_with("basis", |lr| log_interpolated(&CURVE, lr * 10.0));
+        assert_eq!(q.tried[0].0, 0.0003, "the EMA default's grid");
+        assert_eq!(coarse_best(&q), 0.01, "the coarse grid is fooled");
+        assert_eq!(q.best().unwrap().0, 0.00003);
         assert!(!q.at_edge());
-        // Both modes were refined: a midpoint beside 0.1 was tried too.
+        // Both modes were refined: a midpoint beside 0.01 was tried too.
         assert!(
-            q.tried.iter().any(|t| t.0 > 0.1 && t.0 < 0.3),
+            q.tried.iter().any(|t| t.0 > 0.01 && t.0 < 0.03),
             "{:?}",
             q.tried
         );
@@ -618,10 +622,12 @@ mod tests {
 
     #[test]
     fn a_mode_beyond_an_end_that_is_not_a_local_maximum_is_found_by_the_guard() {
-        // BASIS `accumulate=decay` on DeepFM (docs/BASIS.md): the `auto` grid
-        // 0.003..0.3 peaks at 0.01, and its lower end 0.003 is a little below
-        // it (not a local maximum), while the best rates lie lower, around
-        // 3e-4. Without the guard at 0.001 the search stops at 0.01.
+        // BASIS `accumulate=decay` on DeepFM (docs/BASIS.md), read one
+        // decade lower as above (its rates against the grid 0.003..0.3 they
+        // were measured on, now the default's grid 0.0003..0.03): the `auto`
+        // grid peaks at 0.001, and its lower end 0.0003 is a little below it
+        // (not a local maximum), while the best rates lie lower, around
+        // 3e-5. Without the guard at 0.0001 the search stops at 0.001.
         const CURVE: [(f64, f64); 7] = [
             (0.0001, 0.6690),
             (0.0003, 0.6720),
@@ -631,9 +637,10 @@ mod tests {
             (0.03, 0.6640),
             (0.3, 0.6500),
         ];
-        let q = drive_with("basis", |lr| log_interpolated(&CURVE, lr));
-        assert_eq!(coarse_best(&q), 0.01, "the coarse grid is fooled");
-        assert_eq!(q.best().unwrap().0, 0.0003, "{:?}", q.tried);
+        let q = drive_with("basis", |lr| log_interpolated(&CURVE, lr * 10.0));
+        assert_eq!(q.tried[0].0, 0.0003, "the EMA default's grid");
+        assert_eq!(coarse_best(&q), 0.001, "the coarse grid is fooled");
+        assert_eq!(q.best().unwrap().0, 0.00003, "{:?}", q.tried);
         assert!(!q.at_edge());
     }
 

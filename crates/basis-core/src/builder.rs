@@ -96,8 +96,8 @@ impl BasisConfig {
     }
 
     /// A [`Direction::RowScaled`] configuration (the default mode): exactly
-    /// [`BasisConfig::default`] with row dimension `dim` (1-byte `G_i`,
-    /// η = 0.03, `lead` 0; see [Defaults](BasisConfig#defaults)).
+    /// [`BasisConfig::default`] with row dimension `dim` (1-byte `G_i`, an
+    /// EMA with β = 0.99, η = 0.003, `lead` 0; see [Defaults](BasisConfig#defaults)).
     pub fn row_scaled(dim: usize) -> RowScaledBuilder {
         RowScaledBuilder(BasisConfig {
             dim,

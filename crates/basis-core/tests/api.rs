@@ -6,8 +6,8 @@
 use balanced_hash::{Bucketer, DChoice, OneChoice};
 use basis_core::{
     Accumulate, AdagradConfig, AdamConfig, Basis, BasisConfig, ConfigError, DenseTable, Direction,
-    ExactAdam, RowAccess, RowIndex, RowwiseAdagrad, ScalarLrSchedule, ScalarStorage, Sgd,
-    SparseOptimizer, TableError, TablePrecision,
+    ExactAdam, RowAccess, RowIndex, RowScaleConfig, RowwiseAdagrad, ScalarLrSchedule,
+    ScalarStorage, Sgd, SparseOptimizer, TableError, TablePrecision,
 };
 
 #[test]
@@ -174,13 +174,16 @@ fn gradient_clip_bounds_the_row_norm() {
 #[test]
 fn row_scaled_step_by_hand() {
     // f32 `G_i`: the hand-computed values are exact, which the default
-    // 1-byte stochastic code is only in expectation.
+    // 1-byte stochastic code is only in expectation. AdaGrad sums (the EMA
+    // default's profile starts at 0 and holds (1−β)·x after one step; its
+    // arithmetic is checked against the slow reference, kernel_reference.rs).
     let c = BasisConfig::default()
         .with_dim(2)
         .with_lr(0.1)
         .with_eps(1e-8)
         .with_scalar_storage(ScalarStorage::F32)
-        .with_direction(Direction::RowScaled);
+        .with_direction(Direction::RowScaled)
+        .with_row_scale(RowScaleConfig::default().with_accumulate(Accumulate::Sum));
     let mut opt = Basis::new(c, OneChoice::new(1, 1).unwrap()).unwrap();
     let mut data = vec![0.0f32; 4];
     opt.step(

@@ -14,7 +14,7 @@ use basis_core::{
 fn default_is_the_documented_measured_configuration() {
     let c = BasisConfig::default();
     assert_eq!(c.dim, 16);
-    assert_eq!(c.lr, 0.03);
+    assert_eq!(c.lr, 0.003);
     assert_eq!((c.beta1, c.beta2, c.eps), (0.9, 0.999, 1e-8));
     assert_eq!(c.weight_decay, 0.0);
     assert!(c.bias_correction);
@@ -28,7 +28,7 @@ fn default_is_the_documented_measured_configuration() {
     assert_eq!(c.bf16_eps_floor, 1e-6);
     assert_eq!(c.nonfinite, NonFinitePolicy::Skip);
     assert_eq!(c.grad_clip, None);
-    assert_eq!(c.row_scale.accumulate, Accumulate::Sum);
+    assert_eq!(c.row_scale.accumulate, Accumulate::Ema { beta: 0.99 });
     assert_eq!(c.row_scale.log2_range, (-48.0, 24.0));
     assert_eq!(c.row_scale.profile.power, 1.0);
     assert_eq!(c.row_scale.profile.lead, 0);
@@ -41,7 +41,7 @@ fn default_is_the_documented_measured_configuration() {
 }
 
 /// `row_scaled(d)` is `Default` at dimension `d`; the learned-scalar
-/// builders differ from it exactly in direction, η and scalar storage.
+/// builders differ from it exactly in direction and scalar storage.
 #[test]
 fn builders_start_from_their_modes_default() {
     let r = BasisConfig::row_scaled(17).build().unwrap();
@@ -63,7 +63,6 @@ fn builders_start_from_their_modes_default() {
         let expected = BasisConfig::default()
             .with_dim(17)
             .with_direction(direction)
-            .with_lr(0.003)
             .with_scalar_storage(ScalarStorage::F32);
         assert_eq!(c, expected);
         assert_eq!(c.rows_per_bucket(), LEARNED_SCALAR_ROWS_PER_BUCKET);

@@ -16,8 +16,8 @@
 mod common;
 
 use basis_core::{
-    AdagradConfig, AdamConfig, Basis, BasisConfig, DenseTable, Direction, ExactAdam, Profile,
-    RowIndex, RowScaleConfig, RowwiseAdagrad, ScalarStorage, SparseOptimizer,
+    Accumulate, AdagradConfig, AdamConfig, Basis, BasisConfig, DenseTable, Direction, ExactAdam,
+    Profile, RowIndex, RowScaleConfig, RowwiseAdagrad, ScalarStorage, SparseOptimizer,
 };
 use common::{Identity, Rng, grads};
 use proptest::prelude::*;
@@ -126,7 +126,13 @@ fn row_scaled_vs_adagrad<H: balanced_hash::Bucketer>(
     let n = 32;
     let config = basis_config(dim, n, Direction::RowScaled, 0.0)
         .with_lr(0.05)
-        .with_row_scale(RowScaleConfig::default().with_profile(profile));
+        // AdaGrad's sums: the reduction to row-wise AdaGrad is a property
+        // of that accumulation, not of the EMA default.
+        .with_row_scale(
+            RowScaleConfig::default()
+                .with_profile(profile)
+                .with_accumulate(Accumulate::Sum),
+        );
     let mut basis = Basis::new(config, h).unwrap();
     let mut adagrad = RowwiseAdagrad::new(
         AdagradConfig::default()

