@@ -264,9 +264,7 @@ impl FreezeTracker {
     /// nothing; `Some(compare)`, write `v̂` into the snapshot (sized by the
     /// caller) and, when `compare`, sum its change against the old one.
     pub(crate) fn plan(&self, policy: &FreezePolicy, t: u64) -> Option<bool> {
-        let Some((a, _)) = policy.rule() else {
-            return None;
-        };
+        let (a, _) = policy.rule()?;
         if self.frozen_at.is_some() || !t.is_multiple_of(a.window) {
             return None;
         }
