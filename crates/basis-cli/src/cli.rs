@@ -192,8 +192,10 @@ pub(crate) struct ModelArgs {
     /// 1-bit Adam's full-precision warm-up: `auto` ends it when the second
     /// moment has settled (at the latest after a quarter of the run; the
     /// step is reported), a fraction fixes it to that share of the run's
-    /// steps (at least one; DeepSpeed's guidance is 15–25 %).
-    #[arg(long, value_name = "auto|FRACTION", default_value_t = DenseWarmup::Auto, value_parser = DenseWarmup::parse)]
+    /// steps (at least one; DeepSpeed's guidance is 15–25 %); `share`
+    /// ends it once the last 5 steps bring under 5 % of the accumulated
+    /// gradient energy (an early burst is over; same cap).
+    #[arg(long, value_name = "auto|share|FRACTION", default_value_t = DenseWarmup::Auto, value_parser = DenseWarmup::parse)]
     pub(crate) dense_warmup: DenseWarmup,
     /// Communication policy per tower layer under `--dense-opt
     /// onebit-adam`, after the warm-up: `1bit`, `2bit` (sign + magnitude

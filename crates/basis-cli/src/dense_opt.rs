@@ -129,7 +129,7 @@ fn one_bit_step(r: StepReport) -> DenseStep {
 /// docs).
 pub(crate) fn zero_one_config(lr: f32, steps_total: u64, warmup: DenseWarmup) -> ZeroOneConfig {
     let fraction = match warmup {
-        DenseWarmup::Auto => AUTO_MAX_FRACTION,
+        DenseWarmup::Auto | DenseWarmup::Share => AUTO_MAX_FRACTION,
         DenseWarmup::Fraction(f) => f,
     };
     // Truncation, as `DenseWarmup::policy` does.

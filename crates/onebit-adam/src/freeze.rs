@@ -13,7 +13,15 @@
 //! grows like `t` for the first `1/(1−β₂)` steps, so its relative change
 //! would measure the step count, not whether the estimate has settled.
 //!
-//! What it cannot see: with β₂ near 1, `v̂` is close to the running mean of
+//! [`FreezePolicy::Share`] runs the same rule on the raw `v` (every
+//! `bc` taken as 1): for `t ≪ 1/(1−β₂)`, `v_t ≈ (1−β₂)·Σ_{s≤t} g_s²`, so
+//! its relative change over `window` steps is the share of the accumulated
+//! gradient energy the last `window` steps brought — small once an early
+//! burst is over, whatever `v̂`'s `1/t` drift. Its blind spot is the other
+//! one: a stationary gradient reads `≈ window/t` and settles only at
+//! `t ≈ window/threshold` (a fixed step in disguise there).
+//!
+//! What the `v̂` rule cannot see: with β₂ near 1, `v̂` is close to the running mean of
 //! `g²` over the whole run for the first ~`1/(1−β₂)` steps, so after an
 //! early burst of gradient energy it falls like `1/t` and the measure reads
 //! `≈ window/(t − window)` whatever comes after: the rule then settles only
@@ -58,6 +66,13 @@ pub enum FreezePolicy {
     Fixed(u64),
     /// The warm-up ends when `v̂` has settled ([`AutoFreeze`]). The default.
     Auto(AutoFreeze),
+    /// The warm-up ends when the gradient's energy burst is over: the same
+    /// windows, threshold and bounds as [`FreezePolicy::Auto`], measured on
+    /// the *raw* `v` (no bias correction), whose relative change over
+    /// `window` steps is, for `t ≪ 1/(1−β₂)`, the share of the accumulated
+    /// `Σg²` that the last `window` steps contributed. Opt-in; use
+    /// [`AutoFreeze::share`] for the measured defaults (see the module docs).
+    Share(AutoFreeze),
 }
 
 impl Default for FreezePolicy {
@@ -71,7 +86,17 @@ impl FreezePolicy {
     pub fn fixed_step(&self) -> Option<u64> {
         match *self {
             Self::Fixed(n) => Some(n),
-            Self::Auto(_) => None,
+            Self::Auto(_) | Self::Share(_) => None,
+        }
+    }
+
+    /// The automatic rule's parameters and whether it measures the raw `v`
+    /// (`true` for [`FreezePolicy::Share`]); `None` for a fixed step.
+    pub(crate) fn rule(&self) -> Option<(AutoFreeze, bool)> {
+        match *self {
+            Self::Fixed(_) => None,
+            Self::Auto(a) => Some((a, false)),
+            Self::Share(a) => Some((a, true)),
         }
     }
 
@@ -80,7 +105,7 @@ impl FreezePolicy {
         match *self {
             Self::Fixed(0) => Err(OneBitError::Config("freeze_step must be >= 1")),
             Self::Fixed(_) => Ok(()),
-            Self::Auto(a) => a.validate(),
+            Self::Auto(a) | Self::Share(a) => a.validate(),
         }
     }
 }
@@ -135,6 +160,30 @@ onebit_codec::with_setters!(AutoFreeze {
 });
 
 impl AutoFreeze {
+    /// The defaults of [`FreezePolicy::Share`]: window 5, threshold 0.05,
+    /// `min_step` 10, `max_step` 10 000. Window and threshold from the
+    /// DeepFM harness trace (`docs/ONEBIT_ADAM.md`, "The automatic freeze on
+    /// the harness job": the share of `Σg²` from the last 5 steps read
+    /// 0.197, 0.079, 0.0072 at steps 10, 15, 20, so 0.05 separates "burst
+    /// still arriving" from "over" with a margin both sides); `min_step` one
+    /// window past the first measure. A stationary gradient reads `≈ w/t`,
+    /// so it settles at `t ≈ window/threshold` = 100 (`tests/freeze_share.rs`).
+    ///
+    /// ```
+    /// use onebit_adam::AutoFreeze;
+    ///
+    /// let s = AutoFreeze::share();
+    /// assert_eq!((s.window, s.threshold, s.min_step, s.max_step), (5, 0.05, 10, 10_000));
+    /// ```
+    pub fn share() -> Self {
+        Self {
+            window: 5,
+            threshold: 0.05,
+            min_step: 10,
+            max_step: 10_000,
+        }
+    }
+
     fn validate(&self) -> Result<(), OneBitError> {
         if self.window == 0 {
             return Err(OneBitError::Config("auto freeze window must be >= 1"));
@@ -215,9 +264,7 @@ impl FreezeTracker {
     /// nothing; `Some(compare)`, write `v̂` into the snapshot (sized by the
     /// caller) and, when `compare`, sum its change against the old one.
     pub(crate) fn plan(&self, policy: &FreezePolicy, t: u64) -> Option<bool> {
-        let FreezePolicy::Auto(a) = *policy else {
-            return None;
-        };
+        let (a, _) = policy.rule()?;
         if self.frozen_at.is_some() || !t.is_multiple_of(a.window) {
             return None;
         }
@@ -235,7 +282,7 @@ impl FreezeTracker {
         planned: Option<bool>,
         (diff, norm): (f64, f64),
     ) {
-        let FreezePolicy::Auto(a) = *policy else {
+        let Some((a, _)) = policy.rule() else {
             return;
         };
         if self.frozen_at.is_some() {

@@ -594,8 +594,12 @@ impl OneBitLamb {
                 eat(1);
                 eat(n);
             }
-            FreezePolicy::Auto(a) => {
-                eat(2);
+            FreezePolicy::Auto(a) | FreezePolicy::Share(a) => {
+                eat(if matches!(self.config.freeze, FreezePolicy::Auto(_)) {
+                    2
+                } else {
+                    3
+                });
                 eat(a.window);
                 eat(a.threshold.to_bits());
                 eat(a.min_step);

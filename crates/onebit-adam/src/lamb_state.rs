@@ -12,7 +12,7 @@
 //! rank u32 | size u32 (u32::MAX = unbound) | len u64 | groups u32 | step u64
 //! per group: len u64 | c̄ f64 | f_prev f64 | last c f64
 //!            | has scaling u8 (0/1) | s f32 (0 when absent)
-//! freeze: policy u8 (1 fixed, 2 auto) | fixed: step u64 | 0 u64 ×3;
+//! freeze: policy u8 (1 fixed, 2 auto, 3 share) | fixed: step u64 | 0 u64 ×3;
 //!         auto: window u64 | threshold f64 | min_step u64 | max_step u64
 //!         | frozen_at u64 (0 = not decided) | snapshot_at u64 (0 = none)
 //!         | last change f64 (NaN = none) | S u64 | v̂ snapshot f32×S

@@ -840,8 +840,12 @@ impl OneBitAdam {
                 eat(1);
                 eat(n);
             }
-            FreezePolicy::Auto(a) => {
-                eat(2);
+            FreezePolicy::Auto(a) | FreezePolicy::Share(a) => {
+                eat(if matches!(self.config.freeze, FreezePolicy::Auto(_)) {
+                    2
+                } else {
+                    3
+                });
                 eat(a.window);
                 eat(a.threshold.to_bits());
                 eat(a.min_step);
@@ -1182,7 +1186,13 @@ impl OneBitAdam {
         };
         self.groups[gi].v_updates += 1;
         let h = self.hyper(gi, t);
-        let bc2 = h.bias.map_or(1.0, |(_, b)| b);
+        // The measure's `v̂ = v/bc2`; the share rule measures the raw `v`.
+        let raw = self.config.freeze.rule().is_some_and(|(_, raw)| raw);
+        let bc2 = if raw {
+            1.0
+        } else {
+            h.bias.map_or(1.0, |(_, b)| b)
+        };
         let group = &mut self.groups[gi];
         let range = group.range.clone();
         fused::step(

@@ -202,12 +202,13 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// A freeze policy as a record stores it: kind (1 fixed, 2 auto), then four
+/// A freeze policy as a record stores it: kind (1 fixed, 2 auto, 3 share), then four
 /// `u64` fields.
 fn freeze_fields(p: FreezePolicy) -> (u8, [u64; 4]) {
     match p {
         FreezePolicy::Fixed(n) => (1, [n, 0, 0, 0]),
         FreezePolicy::Auto(a) => (2, [a.window, a.threshold.to_bits(), a.min_step, a.max_step]),
+        FreezePolicy::Share(a) => (3, [a.window, a.threshold.to_bits(), a.min_step, a.max_step]),
     }
 }
 
@@ -253,8 +254,12 @@ pub(crate) fn read_freeze(
     let snapshot = r.floats_prefixed()?;
     let consistent = match (policy, frozen_at) {
         (FreezePolicy::Fixed(n), f) => f == Some(n) && snapshot_at.is_none(),
-        (FreezePolicy::Auto(_), Some(f)) => f <= step.max(1) && snapshot_at.is_none(),
-        (FreezePolicy::Auto(_), None) => snapshot_at.is_none_or(|s| s <= step),
+        (FreezePolicy::Auto(_) | FreezePolicy::Share(_), Some(f)) => {
+            f <= step.max(1) && snapshot_at.is_none()
+        }
+        (FreezePolicy::Auto(_) | FreezePolicy::Share(_), None) => {
+            snapshot_at.is_none_or(|s| s <= step)
+        }
     };
     let snapshot_ok = match snapshot_at {
         Some(_) => snapshot.len() == snapshot_len,

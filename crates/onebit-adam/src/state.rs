@@ -13,7 +13,7 @@
 //!            | kind 2: L u64 | e f32×L
 //! (L = live, i.e. compressed, coordinates of the group; N = L padded to 8P,
 //! M = N/P)
-//! freeze (version 2): policy u8 (1 fixed, 2 auto)
+//! freeze (version 2): policy u8 (1 fixed, 2 auto, 3 share)
 //!            | fixed: step u64 | 0 u64 ×3;  auto: window u64 | threshold f64
 //!              | min_step u64 | max_step u64
 //!            | frozen_at u64 (0 = not decided) | snapshot_at u64 (0 = none)

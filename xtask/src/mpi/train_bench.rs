@@ -1,5 +1,6 @@
 //! `cargo xtask mpi --train-bench [--net 1gbit|10gbit|unlimited] [--np 2,4]
-//! [--batch B] [--examples N] [--warmup auto|F] [--rounds N] [--seeds 1,2,3]`: end-to-end
+//! [--batch B] [--examples N] [--warmup auto|share|F] [--rounds N] [--seeds 1,2,3]
+//! [--model deepfm|dlrm]`: end-to-end
 //! sharded training over TCP in the shaped network namespace of `--bench` (issue 13 item 7).
 //!
 //! The job: `basis train --shard rows` with DeepFM (tower `1024,512,256,1`
@@ -10,8 +11,10 @@
 //! each run's `--json` and prints one markdown table per P: wall and
 //! training seconds, ms per step, test AUC and its difference, per-rank
 //! bytes sent per step (sparse all-to-all and dense all-reduce), per-rank
-//! peak RSS and the end-to-end speed-up. `--warmup auto|F` passes `--dense-warmup`
-//! (1-bit Adam's f32 warm-up: the CLI's default `auto`, or a fraction) to the 1-bit runs.
+//! peak RSS and the end-to-end speed-up. `--warmup auto|share|F` passes `--dense-warmup`
+//! (1-bit Adam's f32 warm-up: the CLI's default `auto`, the share rule, or a fraction)
+//! to the 1-bit runs. `--model dlrm` runs DLRM instead (top tower `--mlp` and bottom
+//! tower at the CLI's defaults, 541 585 dense parameters at `--dim 16`), same data.
 //!
 //! `--rounds N` (default: one per seed) runs N interleaved rounds, each an
 //! f32 run then a 1-bit run, round `r` with seed `seeds[r % seeds.len()]`
@@ -49,6 +52,8 @@ struct Opts {
     /// `--seed` of the runs, round `r` taking `seeds[r % seeds.len()]`.
     /// Default `[1]`.
     seeds: Vec<u64>,
+    /// `--model`: `deepfm` (default) or `dlrm`.
+    model: String,
 }
 
 fn parse_args(args: &[String]) -> Result<Opts, String> {
@@ -60,6 +65,7 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
         warmup: None,
         rounds: 0,
         seeds: vec![1],
+        model: "deepfm".into(),
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -102,16 +108,23 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
                 };
             }
             "--warmup" => {
-                let w = value("`auto` or a fraction in [0, 1)")?;
+                let w = value("`auto`, `share` or a fraction in [0, 1)")?;
                 match w.parse::<f64>() {
-                    _ if w == "auto" => o.warmup = Some(w),
+                    _ if w == "auto" || w == "share" => o.warmup = Some(w),
                     Ok(f) if (0.0..1.0).contains(&f) => o.warmup = Some(w),
                     _ => {
                         return Err(format!(
-                            "--warmup: `{w}` is neither `auto` nor a fraction in [0, 1)"
+                            "--warmup: `{w}` is neither `auto`, `share` nor a fraction in [0, 1)"
                         ));
                     }
                 }
+            }
+            "--model" => {
+                let m = value("`deepfm` or `dlrm`")?;
+                if m != "deepfm" && m != "dlrm" {
+                    return Err(format!("--model: `{m}` is neither `deepfm` nor `dlrm`"));
+                }
+                o.model = m;
             }
             "--rounds" => {
                 let n = value("a number")?;
@@ -132,7 +145,7 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
             }
             other => {
                 return Err(format!(
-                    "unknown argument `{other}` (usage: mpi --train-bench [--net 1gbit|10gbit|unlimited] [--np 2,4] [--batch B] [--examples N] [--warmup auto|F] [--rounds N] [--seeds 1,2,3])"
+                    "unknown argument `{other}` (usage: mpi --train-bench [--net 1gbit|10gbit|unlimited] [--np 2,4] [--batch B] [--examples N] [--warmup auto|share|F] [--rounds N] [--seeds 1,2,3] [--model deepfm|dlrm])"
                 ));
             }
         }
@@ -180,7 +193,7 @@ pub(super) fn run(args: &[String]) -> Result<(), String> {
                     let json = dir.join(format!("np{np}-{opt}-r{r}.json"));
                     let mut cmd = mpirun_in_ns(np);
                     cmd.arg(&exe)
-                        .args(job_args(np, opt, o.batch, o.examples, seed))
+                        .args(job_args(&o.model, np, opt, o.batch, o.examples, seed))
                         .arg(&json);
                     if let (Some(w), "onebit-adam") = (&o.warmup, opt) {
                         cmd.args(["--dense-warmup", w]);
@@ -202,10 +215,24 @@ pub(super) fn run(args: &[String]) -> Result<(), String> {
     })
 }
 
-/// The `basis` arguments of one run (`--json PATH` follows).
-fn job_args(np: usize, dense_opt: &str, batch: usize, examples: usize, seed: u64) -> Vec<String> {
+/// The `basis` arguments of one run of `model` (`--json PATH` follows).
+fn job_args(
+    model: &str,
+    np: usize,
+    dense_opt: &str,
+    batch: usize,
+    examples: usize,
+    seed: u64,
+) -> Vec<String> {
     let s = |x: &str| x.to_string();
-    vec![
+    // DLRM keeps the CLI's towers (top `512,256,1`, bottom `64`): the
+    // workload of `docs/ONEBIT_ADAM.md`, "DLRM under 1-bit Adam".
+    let mlp = if model == "dlrm" {
+        Vec::new()
+    } else {
+        vec![s("--mlp"), s(MLP)]
+    };
+    let head = vec![
         s("-q"),
         s("train"),
         s("--format"),
@@ -214,9 +241,9 @@ fn job_args(np: usize, dense_opt: &str, batch: usize, examples: usize, seed: u64
         s("--synthetic-examples"),
         examples.to_string(),
         s("--model"),
-        s("deepfm"),
-        s("--mlp"),
-        s(MLP),
+        s(model),
+    ];
+    let tail = vec![
         s("--dim"),
         s("16"),
         s("--batch"),
@@ -234,7 +261,8 @@ fn job_args(np: usize, dense_opt: &str, batch: usize, examples: usize, seed: u64
         s("--dense-opt"),
         s(dense_opt),
         s("--json"),
-    ]
+    ];
+    [head, mlp, tail].concat()
 }
 
 /// The figures of one run's `--json` the table needs.
@@ -463,6 +491,12 @@ mod tests {
         assert_eq!(w.warmup.as_deref(), Some("auto"));
         assert!(parse_args(&args(&["--warmup", "1.5"])).is_err());
         assert!(parse_args(&args(&["--warmup", "Auto"])).is_err());
+        let w = parse_args(&args(&["--warmup", "share"])).unwrap();
+        assert_eq!(w.warmup.as_deref(), Some("share"));
+        assert_eq!(d.model, "deepfm");
+        let m = parse_args(&args(&["--model", "dlrm"])).unwrap();
+        assert_eq!(m.model, "dlrm");
+        assert!(parse_args(&args(&["--model", "fm"])).is_err());
         let r = parse_args(&args(&["--rounds", "5", "--seeds", "1, 2,3"])).unwrap();
         assert_eq!((r.rounds, r.seeds), (5, vec![1, 2, 3]));
         // Without --rounds, one round per seed.
@@ -489,6 +523,7 @@ mod tests {
                 warmup: None,
                 rounds: 1,
                 seeds: vec![1],
+                model: "deepfm".into(),
             }
         );
         for bad in [
@@ -506,6 +541,22 @@ mod tests {
             &["--bench"],
         ] {
             assert!(parse_args(&args(bad)).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn job_args_name_the_model_and_only_deepfm_sets_the_tower() {
+        let d = job_args("deepfm", 4, "adam", 1024, 204_800, 2);
+        let l = job_args("dlrm", 4, "adam", 1024, 204_800, 2);
+        let at = |v: &[String], k: &str| v.iter().position(|a| a == k).map(|i| v[i + 1].clone());
+        assert_eq!(at(&d, "--model").as_deref(), Some("deepfm"));
+        assert_eq!(at(&d, "--mlp").as_deref(), Some(MLP));
+        assert_eq!(at(&l, "--model").as_deref(), Some("dlrm"));
+        assert_eq!(at(&l, "--mlp"), None);
+        for v in [&d, &l] {
+            assert_eq!(at(v, "--seed").as_deref(), Some("2"));
+            assert_eq!(at(v, "--workers").as_deref(), Some("4"));
+            assert_eq!(v.last().map(String::as_str), Some("--json"));
         }
     }
 

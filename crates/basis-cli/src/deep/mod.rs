@@ -310,6 +310,10 @@ pub(crate) enum DenseWarmup {
     /// the library's rule), at the latest after [`AUTO_MAX_FRACTION`] of
     /// the run. The default.
     Auto,
+    /// Until the early burst of gradient energy is over
+    /// ([`FreezePolicy::Share`] with [`AutoFreeze::share`]), at the latest
+    /// after [`AUTO_MAX_FRACTION`] of the run. Opt-in (`share`).
+    Share,
     /// This fraction of the run's steps (at least one step).
     Fraction(f64),
 }
@@ -320,21 +324,24 @@ pub(crate) enum DenseWarmup {
 pub(crate) const AUTO_MAX_FRACTION: f64 = 0.25;
 
 impl DenseWarmup {
-    /// `auto` or a fraction in `[0, 1)`.
+    /// `auto`, `share` or a fraction in `[0, 1)`.
     pub(crate) fn parse(text: &str) -> Result<Self, String> {
-        if text == "auto" {
-            return Ok(Self::Auto);
+        match text {
+            "auto" => return Ok(Self::Auto),
+            "share" => return Ok(Self::Share),
+            _ => {}
         }
         crate::validate::fraction(text)
             .map(Self::Fraction)
-            .map_err(|e| format!("{e} (or `auto`)"))
+            .map_err(|e| format!("{e} (or `auto`, `share`)"))
     }
 
     /// A `u64` the ranks compare to agree on the option (a fraction's
-    /// bits; `auto` is a NaN pattern no fraction has).
+    /// bits; `auto` and `share` are NaN patterns no fraction has).
     pub(crate) fn to_bits(self) -> u64 {
         match self {
             Self::Auto => u64::MAX,
+            Self::Share => u64::MAX - 1,
             Self::Fraction(f) => f.to_bits(),
         }
     }
@@ -350,13 +357,22 @@ impl DenseWarmup {
         let steps = |f: f64| ((steps_total as f64 * f) as u64).max(1);
         match self {
             Self::Fraction(f) => FreezePolicy::Fixed(steps(f)),
-            Self::Auto => {
-                let rule = AutoFreeze::default();
+            Self::Auto | Self::Share => {
+                let share = self == Self::Share;
+                let rule = if share {
+                    AutoFreeze::share()
+                } else {
+                    AutoFreeze::default()
+                };
                 let max_step = rule.max_step.min(steps(AUTO_MAX_FRACTION));
-                FreezePolicy::Auto(
-                    rule.with_max_step(max_step)
-                        .with_min_step(rule.min_step.min(max_step)),
-                )
+                let rule = rule
+                    .with_max_step(max_step)
+                    .with_min_step(rule.min_step.min(max_step));
+                if share {
+                    FreezePolicy::Share(rule)
+                } else {
+                    FreezePolicy::Auto(rule)
+                }
             }
         }
     }
@@ -366,6 +382,7 @@ impl core::fmt::Display for DenseWarmup {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             Self::Auto => f.write_str("auto"),
+            Self::Share => f.write_str("share"),
             Self::Fraction(x) => write!(f, "{x}"),
         }
     }
@@ -703,10 +720,27 @@ mod tests {
             assert_eq!(a.min_step, rule.min_step.min(a.max_step));
             assert_eq!((a.window, a.threshold), (rule.window, rule.threshold));
         }
-        // The ranks' agreement table tells the two apart.
-        assert_ne!(
-            DenseWarmup::Auto.to_bits(),
-            DenseWarmup::Fraction(0.2).to_bits()
+        // Share: the library's share rule under the same cap.
+        assert_eq!(
+            parse(&["--dense-warmup", "share"]).unwrap(),
+            DenseWarmup::Share
         );
+        let share = AutoFreeze::share();
+        for steps in [1, 40, 200, 10_000_000] {
+            let FreezePolicy::Share(a) = policy(steps, DenseWarmup::Share) else {
+                panic!("share is the share policy")
+            };
+            let cap = ((steps as f64 * AUTO_MAX_FRACTION) as u64).max(1);
+            assert_eq!(a.max_step, share.max_step.min(cap));
+            assert_eq!(a.min_step, share.min_step.min(a.max_step));
+            assert_eq!((a.window, a.threshold), (share.window, share.threshold));
+        }
+        // The ranks' agreement table tells them apart.
+        let bits = [
+            DenseWarmup::Auto.to_bits(),
+            DenseWarmup::Share.to_bits(),
+            DenseWarmup::Fraction(0.2).to_bits(),
+        ];
+        assert!(bits[0] != bits[1] && bits[1] != bits[2] && bits[0] != bits[2]);
     }
 }
