@@ -39,14 +39,16 @@ pub(crate) enum DenseGroups {
     Tower,
     /// One group per tower layer (one scale per layer: different bits
     /// from `tower` once compressed; with `--dense-overlap on` each
-    /// layer's exchange starts as soon as the previous one's is in flight).
+    /// layer's exchange starts as soon as the backward pass has finished
+    /// that layer, [`Hook`]).
     Layer,
 }
 
 /// `--dense-overlap`: whether the dense step of a `--workers P` run starts
-/// its collectives before the sparse work of the step and completes them
-/// after it (1-bit Adam's split step on a communication thread), or waits
-/// for them where it stands (the blocking step). The bits are the same.
+/// its collectives inside the backward pass ([`Hook`]) and completes them
+/// after the sparse work of the step (1-bit Adam's split step on a
+/// communication thread), or waits for them where it stands (the blocking
+/// step). The bits are the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub(crate) enum DenseOverlap {
     /// The split step on a communication thread (`basis_std::overlap`).
