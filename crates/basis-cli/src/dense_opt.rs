@@ -39,14 +39,16 @@ pub(crate) enum DenseGroups {
     Tower,
     /// One group per tower layer (one scale per layer: different bits
     /// from `tower` once compressed; with `--dense-overlap on` each
-    /// layer's exchange starts as soon as the previous one's is in flight).
+    /// layer's exchange starts as soon as the backward pass has finished
+    /// that layer, [`Hook`]).
     Layer,
 }
 
 /// `--dense-overlap`: whether the dense step of a `--workers P` run starts
-/// its collectives before the sparse work of the step and completes them
-/// after it (1-bit Adam's split step on a communication thread), or waits
-/// for them where it stands (the blocking step). The bits are the same.
+/// its collectives inside the backward pass ([`Hook`]) and completes them
+/// after the sparse work of the step (1-bit Adam's split step on a
+/// communication thread), or waits for them where it stands (the blocking
+/// step). The bits are the same.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub(crate) enum DenseOverlap {
     /// The split step on a communication thread (`basis_std::overlap`).
@@ -57,11 +59,95 @@ pub(crate) enum DenseOverlap {
     Off,
 }
 
-/// A dense step begun by [`DenseOptimizer::begin`]: 1-bit Adam's split
+/// A dense step begun by [`Hook::begun`]: 1-bit Adam's split
 /// step in flight, or nothing (the blocking step runs in
 /// [`DenseOptimizer::complete`]).
 #[derive(Debug, Default)]
 pub(crate) struct Begun(Option<SplitStep>);
+
+/// A dense step being begun group by group from inside the backward pass
+/// ([`DenseOptimizer::hook`]): each group starts as soon as a finished
+/// range covering it is offered, so its compression and exchange run while
+/// the rest of the backward pass does. Every rank runs the same model, so
+/// every rank offers the same ranges in the same order and begins the
+/// groups in the same order (the split step's contract; bits do not
+/// depend on the order).
+pub(crate) struct Hook<'a> {
+    /// The optimizer whose groups are begun.
+    opt: &'a mut DenseOptimizer,
+    /// The communicator the groups' requests go to.
+    comm: &'a mut dyn NonBlocking,
+    /// The step in flight.
+    split: SplitStep,
+    /// Each group's range in the dense vector (empty: not 1-bit Adam).
+    ranges: Vec<core::ops::Range<usize>>,
+    /// Whether each group has been begun.
+    started: Vec<bool>,
+    /// The gradient multiplier (as [`DenseOptimizer::step`]'s).
+    factor: f32,
+    /// The first begin failure (a transport error): later offers begin
+    /// nothing and [`Hook::begun`] reports it.
+    failed: Option<String>,
+}
+
+impl Hook<'_> {
+    /// `grad` is the finished gradient over `range` of the dense vector
+    /// (the caller never writes it again): begin every group not yet begun
+    /// that lies inside `range`, highest first (the order the backward
+    /// pass produces them).
+    pub(crate) fn offer(&mut self, range: core::ops::Range<usize>, grad: &[f32]) {
+        let DenseOptimizer::OneBit(o) = &mut *self.opt else {
+            return;
+        };
+        for gi in (0..self.ranges.len()).rev() {
+            let r = &self.ranges[gi];
+            if self.failed.is_some()
+                || self.started[gi]
+                || r.start < range.start
+                || r.end > range.end
+            {
+                continue;
+            }
+            let g = grad
+                .get(r.start - range.start..r.end - range.start)
+                .unwrap_or(&[]);
+            self.started[gi] = true;
+            if let Err(e) = o.begin_group(self.comm, &mut self.split, gi, g, self.factor) {
+                self.failed = Some(e.to_string());
+            }
+        }
+    }
+
+    /// Begin the groups no offer covered, from the whole gradient `grad`,
+    /// and hand the step to [`DenseOptimizer::complete`].
+    ///
+    /// Fails (on every rank) on a group the optimizer refuses to begin, or
+    /// a transport failure; a bad gradient fails in
+    /// [`DenseOptimizer::complete`].
+    pub(crate) fn begun(mut self, grad: &[f32]) -> Result<Begun, String> {
+        if !matches!(self.opt, DenseOptimizer::OneBit(_)) {
+            return Ok(Begun(None));
+        }
+        self.offer(0..grad.len(), grad);
+        // Groups beyond a short gradient: an empty slice, so `finish`
+        // reports the length on every rank.
+        let DenseOptimizer::OneBit(o) = &mut *self.opt else {
+            return Ok(Begun(None));
+        };
+        for gi in (0..self.ranges.len()).rev() {
+            if self.failed.is_none() && !self.started[gi] {
+                self.started[gi] = true;
+                if let Err(e) = o.begin_group(self.comm, &mut self.split, gi, &[], self.factor) {
+                    self.failed = Some(e.to_string());
+                }
+            }
+        }
+        match self.failed {
+            Some(e) => Err(e),
+            None => Ok(Begun(Some(self.split))),
+        }
+    }
+}
 
 /// 0/1 Adam's local-step interval doubles every `T / LOCAL_STEP_DIVISOR`
 /// steps after the freeze (module docs).
@@ -325,40 +411,31 @@ impl DenseOptimizer {
         }
     }
 
-    /// Start this rank's dense step on `comm` with gradient `grad` times
-    /// `factor` (as [`Self::step`]): 1-bit Adam begins every group, the
-    /// last layer's first (the order a backward pass produces them; the
-    /// bits do not depend on it), so its collectives fly while the caller
-    /// does other work; the other optimizers begin nothing. Pair with
-    /// [`Self::complete`]; every rank must make the same calls on `comm`
-    /// in between (its collectives run after the ones begun here).
-    ///
-    /// Fails (on every rank) on a group the optimizer refuses to begin, or
-    /// a transport failure; a bad gradient fails in `complete`.
-    pub(crate) fn begin(
-        &mut self,
-        comm: &mut dyn NonBlocking,
-        grad: &[f32],
-        factor: f32,
-    ) -> Result<Begun, String> {
-        let Self::OneBit(o) = self else {
-            return Ok(Begun(None));
+    /// A [`Hook`] that begins this optimizer's groups on `comm` as the
+    /// backward pass hands their gradients over ([`Hook::offer`]); 1-bit
+    /// Adam only (the other optimizers' hook begins nothing, and
+    /// [`Hook::begun`] then leaves the blocking step to [`Self::complete`]).
+    pub(crate) fn hook<'a>(&'a mut self, comm: &'a mut dyn NonBlocking, factor: f32) -> Hook<'a> {
+        let ranges = match self {
+            Self::OneBit(o) => o.group_ranges(),
+            _ => Vec::new(),
         };
-        let mut split = SplitStep::default();
-        let ranges = o.group_ranges();
-        for (gi, r) in ranges.iter().enumerate().rev() {
-            // A short gradient: the group gets an empty slice and `finish`
-            // reports the length on every rank.
-            let g = grad.get(r.clone()).unwrap_or(&[]);
-            o.begin_group(comm, &mut split, gi, g, factor)
-                .map_err(|e| e.to_string())?;
+        Hook {
+            started: vec![false; ranges.len()],
+            ranges,
+            opt: self,
+            comm,
+            split: SplitStep::default(),
+            factor,
+            failed: None,
         }
-        Ok(Begun(Some(split)))
     }
 
-    /// Complete the step [`Self::begin`] started (`begun`), or run the
+    /// Complete the step [`Hook::begun`] started (`begun`), or run the
     /// blocking [`Self::step`] when it started nothing; `grad` and `factor`
-    /// must be `begin`'s.
+    /// must be the hook's. Every rank must make the same calls on `comm`
+    /// in between (on a FIFO communicator they run after the dense
+    /// requests begun).
     ///
     /// Fails as [`Self::step`].
     pub(crate) fn complete(
@@ -491,6 +568,97 @@ mod tests {
         let g = 0.5f64;
         let first = f64::from(bias_corrected_lr(&c, 1, 1e-3)) * (0.1 * g) / (0.001 * g * g).sqrt();
         assert!((first - 1e-3).abs() < 1e-8, "{first}");
+    }
+
+    /// The backward pass's hand-overs against the finished gradient: every
+    /// range handed over already has its final bits (nothing written after),
+    /// every dense element is handed over, and with `--dense-groups layer`
+    /// every group is one hand-over (so it begins inside the pass; for
+    /// DeepFM also the `tower` group, with the whole range before the row
+    /// pass). Compares with the unhooked pass's bits.
+    #[test]
+    fn the_backward_hands_over_each_layer_final_and_whole() {
+        use crate::deep::{DeepFm, DeepGrads, Dlrm, LocalBatch, Tower, Workspace};
+        let mut rng = crate::rng::Rng::new(5);
+        let (n_rows, k) = (40u64, 4usize);
+        let mut b = LocalBatch::default();
+        b.clear();
+        b.dense_width = 3;
+        for id in 0..n_rows {
+            b.push_row(id);
+        }
+        #[allow(clippy::cast_possible_truncation)]
+        let rows: Vec<f32> = (0..n_rows as usize * (k + 1))
+            .map(|_| 0.3 * rng.normal() as f32)
+            .collect();
+        #[allow(clippy::cast_possible_truncation)]
+        for _ in 0..24 {
+            for f in 0..3u8 {
+                b.push_feature(
+                    rng.below(n_rows as usize) as u32,
+                    rng.uniform() as f32 + 0.5,
+                    f,
+                );
+            }
+            let dense: Vec<f32> = (0..3).map(|_| rng.normal() as f32).collect();
+            b.end_example_with_dense(rng.below(2) as f32, &dense);
+        }
+        let towers = [
+            Tower::DeepFm(DeepFm::new(k, 3, &[8, 6, 1]).unwrap()),
+            Tower::Dlrm(Dlrm::new(k, 3, 3, &[5], &[7, 1]).unwrap()),
+        ];
+        for tower in &towers {
+            let dense = tower.init_dense(2).unwrap();
+            let (mut ws, mut plain) = (Workspace::default(), DeepGrads::default());
+            tower
+                .forward_backward(&dense, &rows, &b, 0.1, &mut ws, &mut plain)
+                .unwrap();
+            let mut seen: Vec<(core::ops::Range<usize>, Vec<f32>)> = Vec::new();
+            let mut hooked = DeepGrads::default();
+            tower
+                .forward_backward_hooked(
+                    &dense,
+                    &rows,
+                    &b,
+                    0.1,
+                    &mut ws,
+                    &mut hooked,
+                    &mut |r, g| {
+                        seen.push((r, g.to_vec()));
+                    },
+                )
+                .unwrap();
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&hooked.dense), bits(&plain.dense), "{tower:?}");
+            assert_eq!(bits(&hooked.rows), bits(&plain.rows), "{tower:?}");
+            let mut covered = vec![false; dense.len()];
+            for (r, g) in &seen {
+                assert_eq!(bits(g), bits(&plain.dense[r.clone()]), "{tower:?} {r:?}");
+                covered[r.clone()].iter_mut().for_each(|c| *c = true);
+            }
+            assert!(covered.iter().all(|&c| c), "{tower:?}");
+            let layered = DenseOptimizer::build(
+                DenseOpt::OnebitAdam,
+                &tower.dense_layers(),
+                (DensePolicy::default(), super::DenseGroups::Layer),
+                (1e-3, 10, DenseWarmup::Auto),
+            )
+            .unwrap();
+            let DenseOptimizer::OneBit(o) = &layered else {
+                panic!("1-bit Adam")
+            };
+            let ranges = o.group_ranges();
+            assert!(ranges.len() > 2, "{ranges:?}");
+            for r in &ranges {
+                assert!(
+                    seen.iter().any(|s| s.0 == *r),
+                    "{tower:?}: group {r:?} not one hand-over"
+                );
+            }
+            if let Tower::DeepFm(_) = tower {
+                assert_eq!(seen.last().unwrap().0, 0..dense.len());
+            }
+        }
     }
 
     /// `--dense-policy` graded groups are 1-bit Adam's: 0/1 Adam's crate

@@ -226,8 +226,25 @@ impl Grads {
         l2: f32,
         batch_len: usize,
     ) -> Result<(), String> {
+        self.compute_scaled_hooked(fm, ex, batch, (l2, batch_len), &mut |_, _| {})
+    }
+
+    /// [`Grads::compute_scaled`], handing a tower's finished dense gradient
+    /// ranges to `on_dense` during its backward pass
+    /// (`Tower::forward_backward_hooked`; `--dense-overlap`); an FM hands
+    /// nothing over.
+    ///
+    /// Fails as [`Grads::compute_scaled`].
+    pub(crate) fn compute_scaled_hooked(
+        &mut self,
+        fm: &Fm,
+        ex: &Examples,
+        batch: &[usize],
+        (l2, batch_len): (f32, usize),
+        on_dense: &mut dyn FnMut(core::ops::Range<usize>, &[f32]),
+    ) -> Result<(), String> {
         if let Some(tower) = &fm.tower {
-            self.compute_deep(fm, tower, ex, batch, batch_len)?;
+            self.compute_deep(fm, tower, ex, (batch, batch_len), on_dense)?;
             self.add_l2(fm, l2);
             return Ok(());
         }
@@ -311,14 +328,16 @@ impl Grads {
         fm: &Fm,
         tower: &Tower,
         ex: &Examples,
-        batch: &[usize],
-        batch_len: usize,
+        (batch, batch_len): (&[usize], usize),
+        on_dense: &mut dyn FnMut(core::ops::Range<usize>, &[f32]),
     ) -> Result<(), String> {
         let b = &mut self.deep;
         b.batch.fill_from(ex, batch, &mut self.slot);
         gather_rows(&fm.table, fm.dim(), &b.batch.ids, &mut b.rows);
         let scale = 1.0 / batch_len.max(1) as f32;
-        tower.forward_backward(&fm.dense, &b.rows, &b.batch, scale, &mut b.ws, &mut b.out)?;
+        tower.forward_backward_hooked(
+            &fm.dense, &b.rows, &b.batch, scale, &mut b.ws, &mut b.out, on_dense,
+        )?;
         // `fill_from` left `slot` all unset; the FM path's reset over
         // `ids` is then a no-op.
         self.ids.clone_from(&b.batch.ids);

@@ -279,8 +279,40 @@ impl Strategy for Replica<'_> {
             .map_or((0, 1), |r| (r.comm.rank(), r.comm.size()));
         let (g, fm) = (&mut self.grads, &mut self.fm);
         let ex = &self.ds.train;
+        // `--dense-overlap on`: the dense groups begin inside the backward
+        // pass, each as soon as its gradient is final (`dense_opt::Hook`),
+        // so the tower's exchanges overlap the rest of the backward pass,
+        // the sparse all-gather and the sparse step. The all-gather then
+        // queues behind them on the FIFO communication thread: every rank
+        // issues the same order, so the collectives still match; the
+        // split step's "nothing in between" is for a communicator that
+        // completes out of order, which this thread never does.
+        let mut hooked = None;
         if p == 1 {
             g.compute(fm, ex, batch, m.l2)?;
+        } else if let Some(r) = self
+            .ranks
+            .as_mut()
+            .filter(|_| m.dense_overlap == DenseOverlap::On)
+        {
+            let before = r.comm.stats();
+            let mut hook = r.dense_opt.hook(&mut *r.comm, p as f32);
+            let res = g.compute_scaled_hooked(
+                fm,
+                ex,
+                &share(batch, rank, p),
+                (m.l2, batch.len()),
+                &mut |range, grad| hook.offer(range, grad),
+            );
+            // A failed gradient pass: the groups begun are dropped (their
+            // requests complete in the background, the optimizer unchanged).
+            res?;
+            let begun = hook.begun(&g.dense);
+            // The sparse all-gather would wait for the dense requests queued
+            // before it anyway (FIFO); a barrier (no bytes) waits for them
+            // first so that both byte counts stay each their own.
+            r.comm.barrier().map_err(|e| format!("rank {rank}: {e}"))?;
+            hooked = Some((begun, r.comm.stats().since(&before).bytes_sent));
         } else {
             g.compute_scaled(fm, ex, &share(batch, rank, p), m.l2, batch.len())?;
         }
@@ -308,21 +340,23 @@ impl Strategy for Replica<'_> {
         let comm = &mut *ranks.comm;
         let factor = p as f32;
         let dense_err = |e: String| format!("rank {rank}: {:?}: {e}", m.dense_opt);
-        let begun = if m.dense_overlap == DenseOverlap::On {
-            ranks
-                .dense_opt
-                .begin(comm, &g.dense, factor)
-                .map_err(dense_err)?
-        } else {
-            crate::dense_opt::Begun::default()
+        let (begun, early) = match hooked {
+            Some((begun, early)) => (begun.map_err(dense_err)?, Some(early)),
+            None => (crate::dense_opt::Begun::default(), None),
         };
+        let complete_at = comm.stats();
         let rep = self.opt.step(&ranks.ids, &ranks.rows, &mut fm.table, d);
         let dense = ranks
             .dense_opt
             .complete(comm, begun, &mut fm.dense, (&g.dense, factor))
             .map_err(dense_err)?;
         let rep = rep?;
-        ranks.bytes.dense += dense.bytes_sent;
+        // Begun in the backward pass, the split step's own count also has
+        // the all-gather made between: the dense bytes are the ones before
+        // the barrier and the ones of `complete`.
+        ranks.bytes.dense += early.map_or(dense.bytes_sent, |b| {
+            b + comm.stats().since(&complete_at).bytes_sent
+        });
         if let Some(r) = &dense.report {
             ranks.dense_groups.observe(r);
         }

@@ -139,7 +139,26 @@ fn deepfm_beats_the_fm_on_criteo_synth() {
 /// compressed (one scale per layer).
 #[test]
 fn dense_overlap_on_trains_the_bits_of_off() {
-    for shard in [false, true] {
+    // DLRM: the top tower's groups begin inside the backward pass, the
+    // bottom's at its end (after the row gradients).
+    let dlrm = [
+        "--model",
+        "dlrm",
+        "--format",
+        "criteo-synth",
+        "--synthetic-ids",
+        "20000",
+        "--bottom-mlp",
+        "8",
+        "--mlp",
+        "32,16,1",
+    ];
+    for (model, shard) in [
+        ("deepfm", false),
+        ("deepfm", true),
+        ("dlrm", false),
+        ("dlrm", true),
+    ] {
         let mut crcs = Vec::new();
         for groups in ["tower", "layer"] {
             let with = |overlap: &'static str| {
@@ -158,10 +177,18 @@ fn dense_overlap_on_trains_the_bits_of_off() {
                 if shard {
                     extra.extend(["--shard", "rows"]);
                 }
-                run(&deep(&extra))
+                let args = if model == "dlrm" {
+                    let mut v: Vec<&str> = SMALL.to_vec();
+                    v.extend(dlrm);
+                    v.extend(extra);
+                    v
+                } else {
+                    deep(&extra)
+                };
+                run(&args)
             };
             let (on, off) = (with("on"), with("off"));
-            let what = format!("shard {shard}, groups {groups}");
+            let what = format!("{model}, shard {shard}, groups {groups}");
             assert_eq!(on["model_crc32"], off["model_crc32"], "{what}");
             assert_eq!(on["final_metrics"], off["final_metrics"], "{what}");
             for bytes in ["comm_bytes", "comm_dense_bytes", "comm_sparse_bytes"] {
@@ -172,7 +199,7 @@ fn dense_overlap_on_trains_the_bits_of_off() {
         }
         assert_ne!(
             crcs[0], crcs[1],
-            "shard {shard}: layer groups = tower group"
+            "{model}, shard {shard}: layer groups = tower group"
         );
     }
     // Per-layer groups are 1-bit Adam's: other optimizers refuse them.

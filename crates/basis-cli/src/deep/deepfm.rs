@@ -185,6 +185,10 @@ impl DeepFm {
     /// the summed log-loss.
     ///
     /// Fails when `rows` or `batch` do not fit the model (see the interface).
+    #[cfg_attr(
+        not(test),
+        allow(dead_code, reason = "the trainers run the hooked pass")
+    )]
     pub(crate) fn forward_backward(
         &self,
         dense: &[f32],
@@ -193,6 +197,33 @@ impl DeepFm {
         scale: f32,
         ws: &mut Workspace,
         out: &mut DeepGrads,
+    ) -> Result<(), String> {
+        self.forward_backward_hooked(dense, rows, batch, scale, ws, out, &mut |_, _| {})
+    }
+
+    /// [`Self::forward_backward`], handing each finished piece of the dense
+    /// gradient to `on_dense` as soon as it is written (its range in
+    /// `out.dense` and the values; the bias, then the tower's layers last
+    /// first, all before the row gradients), so a trainer can start those
+    /// exchanges while the rest of the backward pass runs. Nothing handed
+    /// over is written again. Then, still before the row gradients, the
+    /// whole dense range once more (ranges overlap: a group spanning several
+    /// layers starts there).
+    ///
+    /// Fails as [`Self::forward_backward`], before any hand-over.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "forward_backward's, plus the hook"
+    )]
+    pub(crate) fn forward_backward_hooked(
+        &self,
+        dense: &[f32],
+        rows: &[f32],
+        batch: &LocalBatch,
+        scale: f32,
+        ws: &mut Workspace,
+        out: &mut DeepGrads,
+        on_dense: &mut dyn FnMut(core::ops::Range<usize>, &[f32]),
     ) -> Result<(), String> {
         self.forward(dense, rows, batch, ws)?;
         let (k, d, n, width) = (self.k, self.k + 1, batch.len(), self.input());
@@ -205,13 +236,19 @@ impl DeepFm {
             &mut ws.delta,
         );
         out.dense[0] = ws.delta[..n].iter().sum();
+        on_dense(0..1, &out.dense[..1]);
+        // The tower's parameters follow the bias: its ranges shift by one.
         self.mlp.backward(
             &dense[1..],
             n,
             &ws.delta[..n],
             &mut out.dense[1..],
             &mut ws.acts,
+            &mut |r, g| on_dense(r.start + 1..r.end + 1, g),
         );
+        // The whole dense gradient is final here, before the row pass: a
+        // group spanning layers (`--dense-groups tower`) can start now.
+        on_dense(0..out.dense.len(), &out.dense);
         let u = ws.acts.d_input(n, width);
         // Row gradients: each row's terms in batch order, rows split over
         // the pool (`ByRow`: the serial loop's sums, the same bits).

@@ -207,6 +207,10 @@ impl Dlrm {
     /// Forward and backward, as [`super::DeepFm::forward_backward`].
     ///
     /// Fails when `rows` or `batch` do not fit the model.
+    #[cfg_attr(
+        not(test),
+        allow(dead_code, reason = "the trainers run the hooked pass")
+    )]
     pub(crate) fn forward_backward(
         &self,
         dense: &[f32],
@@ -215,6 +219,30 @@ impl Dlrm {
         scale: f32,
         ws: &mut Workspace,
         out: &mut super::DeepGrads,
+    ) -> Result<(), String> {
+        self.forward_backward_hooked(dense, rows, batch, scale, ws, out, &mut |_, _| {})
+    }
+
+    /// [`Self::forward_backward`] with the dense gradient handed over piece
+    /// by piece, as [`super::DeepFm::forward_backward_hooked`]: the top
+    /// tower's layers last first, then the whole top tower (before the
+    /// interaction and row gradients), then the bottom tower's layers, last
+    /// first.
+    ///
+    /// Fails as [`Self::forward_backward`], before any hand-over.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "forward_backward's, plus the hook"
+    )]
+    pub(crate) fn forward_backward_hooked(
+        &self,
+        dense: &[f32],
+        rows: &[f32],
+        batch: &LocalBatch,
+        scale: f32,
+        ws: &mut Workspace,
+        out: &mut super::DeepGrads,
+        on_dense: &mut dyn FnMut(Range<usize>, &[f32]),
     ) -> Result<(), String> {
         self.forward(dense, rows, batch, ws)?;
         let (k, d, n, v) = (self.k, self.k + 1, batch.len(), self.fields + 1);
@@ -229,7 +257,14 @@ impl Dlrm {
         );
         let (pb, pt) = dense.split_at(self.bottom.params());
         let (gb, gt) = out.dense.split_at_mut(self.bottom.params());
-        self.top.backward(pt, n, &ws.delta[..n], gt, &mut ws.top);
+        let top_at = self.bottom.params();
+        // The top tower's parameters follow the bottom's.
+        self.top
+            .backward(pt, n, &ws.delta[..n], gt, &mut ws.top, &mut |r, g| {
+                on_dense(r.start + top_at..r.end + top_at, g);
+            });
+        // The whole top tower once more (a group spanning its layers).
+        on_dense(top_at..top_at + gt.len(), gt);
         let dinp = ws.top.d_input(n, top_in);
         // Each example's vector gradients, examples split over the pool.
         let t = &ws.t;
@@ -277,7 +312,7 @@ impl Dlrm {
             }
         });
         self.bottom
-            .backward(pb, n, &ws.dz[..n * k], gb, &mut ws.bottom);
+            .backward(pb, n, &ws.dz[..n * k], gb, &mut ws.bottom, on_dense);
         Ok(())
     }
 }

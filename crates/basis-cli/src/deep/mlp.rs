@@ -163,6 +163,14 @@ impl Mlp {
     /// gradient into `grad` (same layout as the parameters; every element is
     /// written, so it need not be zeroed) and `∂L/∂input`
     /// (`batch × widths[0]`) into `acts.d_input(batch)`.
+    ///
+    /// Each layer's finished gradient goes to `on_layer` as soon as it is
+    /// written, last layer first: its range in
+    /// `grad` (weights then bias, contiguous) and the values. Why: so a
+    /// data-parallel trainer can start that layer's exchange while the
+    /// layers below are still being differentiated (`--dense-overlap`).
+    /// The pass never writes a range again after handing it over, so what
+    /// `on_layer` saw is the final gradient.
     pub(crate) fn backward(
         &self,
         params: &[f32],
@@ -170,6 +178,7 @@ impl Mlp {
         d_out: &[f32],
         grad: &mut [f32],
         acts: &mut Activations,
+        on_layer: &mut dyn FnMut(core::ops::Range<usize>, &[f32]),
     ) {
         let layers = &self.layers;
         let n_out = batch * self.outputs();
@@ -211,6 +220,7 @@ impl Mlp {
                 },
             );
             core::mem::swap(&mut acts.g, &mut acts.dh);
+            on_layer(l.w..l.b + l.out, &grad[l.w..l.b + l.out]);
         }
     }
 }

@@ -161,6 +161,10 @@ impl Tower {
     /// parameters (see the module interface).
     ///
     /// Fails when `rows` or `batch` do not fit the model.
+    #[cfg_attr(
+        not(test),
+        allow(dead_code, reason = "the trainers run the hooked pass")
+    )]
     pub(crate) fn forward_backward(
         &self,
         dense: &[f32],
@@ -173,6 +177,37 @@ impl Tower {
         match self {
             Self::DeepFm(m) => m.forward_backward(dense, rows, batch, scale, &mut ws.deepfm, out),
             Self::Dlrm(m) => m.forward_backward(dense, rows, batch, scale, &mut ws.dlrm, out),
+        }
+    }
+
+    /// [`Self::forward_backward`], handing each finished piece of the dense
+    /// gradient (its range in `out.dense`, the values) to `on_dense` as soon
+    /// as it is written (`DeepFm::forward_backward_hooked`,
+    /// `Dlrm::forward_backward_hooked`): every dense element at least once
+    /// (ranges may overlap), never written again afterwards.
+    ///
+    /// Fails as [`Self::forward_backward`], before any hand-over.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "forward_backward's, plus the hook"
+    )]
+    pub(crate) fn forward_backward_hooked(
+        &self,
+        dense: &[f32],
+        rows: &[f32],
+        batch: &LocalBatch,
+        scale: f32,
+        ws: &mut Workspace,
+        out: &mut DeepGrads,
+        on_dense: &mut dyn FnMut(core::ops::Range<usize>, &[f32]),
+    ) -> Result<(), String> {
+        match self {
+            Self::DeepFm(m) => {
+                m.forward_backward_hooked(dense, rows, batch, scale, &mut ws.deepfm, out, on_dense)
+            }
+            Self::Dlrm(m) => {
+                m.forward_backward_hooked(dense, rows, batch, scale, &mut ws.dlrm, out, on_dense)
+            }
         }
     }
 }

@@ -189,7 +189,7 @@ struct Rank {
     /// `--dense-opt` (named in its errors).
     dense_kind: crate::deep::DenseOpt,
     /// `--dense-overlap on`: the dense step is begun and completed
-    /// (`DenseOptimizer::begin`).
+    /// (`DenseOptimizer::hook`).
     overlap: bool,
     /// The sparse optimizer's label (named when the loss diverges).
     label: String,
@@ -261,7 +261,35 @@ impl Rank {
         let local = sh.local(&batch.ids);
         grads.reserve_rows(batch.ids.len());
         let positions: Vec<usize> = (0..local.len()).collect();
-        grads.compute_scaled(&self.model, &local, &positions, 0.0, at.batch_len)?;
+        // `--dense-overlap on`: the dense groups begin inside the backward
+        // pass, each as soon as its gradient is final (`dense_opt::Hook`),
+        // so their compression and exchanges run while the rest of the
+        // tower and the row gradients are computed. The loss all-reduce
+        // and the scatter then queue behind them on the FIFO communication
+        // thread: every rank issues the same order, so the collectives
+        // match (the split step's "nothing else in between" is needed only
+        // for a communicator that could complete them out of order). A
+        // barrier (no bytes) first waits for the queued dense requests, so
+        // the scatter's byte count has none of them; a non-finite loss then
+        // drops the split step, which leaves the optimizer unchanged.
+        let mut hooked = None;
+        if self.overlap {
+            let before = comm.stats();
+            let mut hook = dense_opt.hook(&mut *comm, p as f32);
+            let res = grads.compute_scaled_hooked(
+                &self.model,
+                &local,
+                &positions,
+                (0.0, at.batch_len),
+                &mut |range, grad| hook.offer(range, grad),
+            );
+            res?;
+            let begun = hook.begun(&grads.dense);
+            comm.barrier().map_err(|e| format!("rank {rank}: {e}"))?;
+            hooked = Some((begun, comm.stats().since(&before).bytes_sent));
+        } else {
+            grads.compute_scaled(&self.model, &local, &positions, 0.0, at.batch_len)?;
+        }
         // The batch loss first, on every rank: a non-finite one stops the
         // job everywhere before any optimizer has seen its gradients (as
         // the single process stops), with the same message on every rank.
@@ -273,23 +301,18 @@ impl Rank {
         let before = comm.stats();
         // The dense optimizer averages over ranks; the shares sum to the
         // batch gradient, so each sends P times its share (scaled as the
-        // optimizer reads it in: no scaled copy). Begun after the scatter:
-        // its blocking exchanges would otherwise queue behind the dense
-        // requests on the communication thread, and the split step's byte
-        // count and contract want no other collective in between; what
-        // overlaps is one group's exchange with the next one's compression
-        // (`--dense-groups layer`).
+        // optimizer reads it in: no scaled copy). `--dense-overlap on`
+        // began it in the backward pass (above).
         let (factor, kind) = (p as f32, self.dense_kind);
         let err = |e| format!("rank {rank}: {kind:?}: {e}");
-        let begun = if self.overlap {
-            dense_opt.begin(comm, &grads.dense, factor).map_err(err)?
-        } else {
-            crate::dense_opt::Begun::default()
+        let (begun, early) = match hooked {
+            Some((begun, early)) => (begun.map_err(err)?, early),
+            None => (crate::dense_opt::Begun::default(), 0),
         };
         let report = dense_opt
             .complete(comm, begun, &mut self.model.dense, (&grads.dense, factor))
             .map_err(err)?;
-        self.dense_bytes += comm.stats().since(&before).bytes_sent;
+        self.dense_bytes += early + comm.stats().since(&before).bytes_sent;
         if let Some(r) = &report.report {
             self.dense_groups.observe(r);
         }
