@@ -38,11 +38,11 @@ const LINES_PER_TASK: usize = 1024;
 
 /// Load a Criteo TSV file.
 ///
-/// Lines are read in blocks of [`BLOCK_LINES`]; a block is parsed (split,
+/// Lines are read in blocks of 16 384 (`BLOCK_LINES`); a block is parsed (split,
 /// integer log-bins, feature hashes) over the current rayon pool's threads
-/// (`--threads`) in tasks of [`LINES_PER_TASK`] lines, then its examples are
+/// (`--threads`) in tasks of 1024 (`LINES_PER_TASK`) lines, then its examples are
 /// appended in line order on this thread. Every line goes through the same
-/// [`parse`] and is appended in file order, so the data, the report and the
+/// `parse` and is appended in file order, so the data, the report and the
 /// first error (`--strict`) are those of a line-by-line read at any thread
 /// count (`tests::a_blocked_load_is_the_line_by_line_load_at_1_2_and_3_threads`).
 pub fn load(
