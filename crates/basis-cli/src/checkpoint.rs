@@ -3,7 +3,8 @@
 //!
 //! One file holds everything a resumed run needs to continue bit for bit:
 //! the epoch reached, the data-order RNG state, the model table and dense
-//! parameters with their Adam state, the sparse optimizer's exported state
+//! parameters, the dense optimizer's exported state (`onebit-adam`'s
+//! versioned, checksummed record), the sparse optimizer's exported state
 //! (itself versioned and checksummed by `basis-core`; with BASIS it includes
 //! the d-choice bucket choices), the metric history, and a fingerprint of the
 //! run's configuration so a checkpoint of another run is refused.
@@ -14,12 +15,14 @@
 //! the metric history and the run's options as `option=value` lines (so a
 //! refused resume names the option that differs; files without that last
 //! section still load). A rank of a row-sharded run (`--shard rows`) writes
-//! one such file of its own ([`ShardSections`]): its table's
-//! `basis_shard::TableSnapshot` sections (`shard.*`: rows at their width,
-//! ids, optimizer state, admission and eviction state) and its dense
-//! optimizer's exported state; its `table` and `optimizer` are empty. Rank
-//! files of older versions (f32 rows in `table`, a `shard_ids` section) are
-//! refused ([`CheckpointError::OldShardFormat`]).
+//! one such file of its own: its table's `basis_shard::TableSnapshot`
+//! sections (`shard.*`: rows at their width, ids, optimizer state,
+//! admission and eviction state); its `table` and `optimizer` are empty.
+//! Rank files of older versions (f32 rows in `table`, a `shard_ids`
+//! section) are refused ([`CheckpointError::OldShardFormat`]), and so are
+//! single-process files of the CLI's own dense Adam (`dense_m`/`dense_v`
+//! sections, no `dense_opt`: [`CheckpointError::OldDenseAdam`]), whose
+//! moments `onebit-adam`'s Adam would continue in other bits.
 
 use basis_shard::{ShardError, TableSnapshot};
 use basis_std::checkpoint as file;
@@ -41,12 +44,10 @@ pub(crate) struct Checkpoint {
     pub(crate) table: Vec<f32>,
     /// Dense parameters.
     pub(crate) dense: Vec<f32>,
-    /// Dense Adam first moment.
-    pub(crate) dense_m: Vec<f32>,
-    /// Dense Adam second moment.
-    pub(crate) dense_v: Vec<f32>,
-    /// Dense Adam step count.
-    pub(crate) dense_t: u32,
+    /// The dense optimizer's exported state (`onebit_adam::OneBitAdam::
+    /// export_state` and its siblings: moments, error-feedback buffers,
+    /// step and stage).
+    pub(crate) dense_opt: Vec<u8>,
     /// The sparse optimizer's exported state.
     pub(crate) optimizer: Vec<u8>,
     /// Metric history so far (JSON).
@@ -55,20 +56,12 @@ pub(crate) struct Checkpoint {
     /// (empty in files written before this section existed), so a refused
     /// resume can name the option that differs.
     pub(crate) options: String,
-    /// What only a rank of a row-sharded run has (`None` otherwise).
-    pub(crate) shard: Option<ShardSections>,
+    /// A row-sharded rank's table: rows (at their width in the file), ids,
+    /// optimizer (`None` otherwise; the run's `table` and `optimizer` are
+    /// then empty).
+    pub(crate) shard: Option<TableSnapshot>,
 }
 
-/// The sections a rank of a row-sharded run adds (the run's `table` and
-/// `optimizer` are then empty).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct ShardSections {
-    /// The rank's table: rows (at their width in the file), ids, optimizer.
-    pub(crate) table: TableSnapshot,
-    /// The dense optimizer's exported state (`onebit_adam::OneBitAdam::
-    /// export_state`: moments, error-feedback buffers, step and stage).
-    pub(crate) dense_opt: Vec<u8>,
-}
 /// Why a checkpoint could not be written or read.
 #[derive(Debug)]
 pub(crate) enum CheckpointError {
@@ -93,6 +86,10 @@ pub(crate) enum CheckpointError {
     /// A sharded rank's file of a version before the table snapshot
     /// (f32 rows in `table`): start afresh, or finish with that version.
     OldShardFormat(PathBuf),
+    /// A single-process file of a version whose dense parameters were
+    /// stepped by the CLI's own Adam (`dense_m`/`dense_v`): `onebit-adam`'s
+    /// Adam rounds differently, so the run cannot go on in its bits.
+    OldDenseAdam(PathBuf),
     /// A checkpoint of a different run configuration.
     Mismatch {
         /// The file.
@@ -125,6 +122,11 @@ impl fmt::Display for CheckpointError {
             Self::OldShardFormat(path) => write!(
                 f,
                 "checkpoint {} is a sharded rank's file of an older basis (f32 rows, no shard.meta): resume it with that version or start afresh",
+                path.display()
+            ),
+            Self::OldDenseAdam(path) => write!(
+                f,
+                "checkpoint {} is of an older basis whose single process stepped the dense parameters with its own Adam (dense_m/dense_v, no dense_opt); this version steps them with onebit-adam's, which would not continue that run bit for bit: resume it with that version or start afresh",
                 path.display()
             ),
             Self::Mismatch {
@@ -167,19 +169,21 @@ impl From<file::CheckpointError> for CheckpointError {
 const RUN: &str = "run";
 const TABLE: &str = "table";
 const DENSE: &str = "dense";
-const DENSE_M: &str = "dense_m";
-const DENSE_V: &str = "dense_v";
+/// The dense optimizer's record.
+const DENSE_OPT: &str = "dense_opt";
+/// The CLI's own dense Adam's first moment, in older single-process files
+/// (refused).
+const OLD_DENSE_M: &str = "dense_m";
 const OPTIMIZER: &str = "optimizer";
 const HISTORY: &str = "history";
 /// Written after the history; optional when reading (older files lack it).
 const OPTIONS: &str = "options";
-/// A sharded rank's dense optimizer (beside the table's `shard.*`).
-const DENSE_OPT: &str = "dense_opt";
 /// The slot → id list of older sharded rank files (refused).
 const OLD_SHARD_IDS: &str = "shard_ids";
 
 /// Size of the `run` section: fingerprint, epoch, RNG state, non-finite
-/// count, dense step count.
+/// count, and 4 bytes written as 0 (the old dense Adam's step count, kept
+/// so that older rank files still load).
 const RUN_LEN: usize = 8 + 4 + 8 + 8 + 4;
 
 fn f32s_to_bytes(v: &[f32]) -> Vec<u8> {
@@ -204,26 +208,24 @@ fn to_file(c: &Checkpoint) -> file::Checkpoint {
     run.extend_from_slice(&c.epoch.to_le_bytes());
     run.extend_from_slice(&c.rng_state.to_le_bytes());
     run.extend_from_slice(&c.nonfinite.to_le_bytes());
-    run.extend_from_slice(&c.dense_t.to_le_bytes());
+    run.extend_from_slice(&0u32.to_le_bytes());
     let mut out = file::Checkpoint::new();
-    let sections: [(&str, Vec<u8>); 8] = [
+    let sections: [(&str, Vec<u8>); 7] = [
         (RUN, run),
         (TABLE, f32s_to_bytes(&c.table)),
         (DENSE, f32s_to_bytes(&c.dense)),
-        (DENSE_M, f32s_to_bytes(&c.dense_m)),
-        (DENSE_V, f32s_to_bytes(&c.dense_v)),
+        (DENSE_OPT, c.dense_opt.clone()),
         (OPTIMIZER, c.optimizer.clone()),
         (HISTORY, c.history.clone().into_bytes()),
         (OPTIONS, c.options.clone().into_bytes()),
     ];
-    let shard = c.shard.as_ref().map(|sh| (DENSE_OPT, sh.dense_opt.clone()));
-    for (name, data) in sections.into_iter().chain(shard) {
+    for (name, data) in sections {
         // Names are short constants: `insert` only fails on names over 64 KiB.
         let _ = out.insert(name, data);
     }
-    if let Some(sh) = &c.shard {
+    if let Some(table) = &c.shard {
         // Our names are not `shard.*`, so the table's cannot clash.
-        let _ = sh.table.insert_into(&mut out);
+        let _ = table.insert_into(&mut out);
     }
     out
 }
@@ -248,7 +250,7 @@ fn from_file(f: &file::Checkpoint, path: &Path) -> Result<Checkpoint, Checkpoint
     let (fingerprint, rest) = run.split_at(8);
     let (epoch, rest) = rest.split_at(4);
     let (rng_state, rest) = rest.split_at(8);
-    let (nonfinite, dense_t) = rest.split_at(8);
+    let (nonfinite, _) = rest.split_at(8);
     let u64_of = |b: &[u8]| {
         b.try_into()
             .map(u64::from_le_bytes)
@@ -259,6 +261,12 @@ fn from_file(f: &file::Checkpoint, path: &Path) -> Result<Checkpoint, Checkpoint
             .map(u32::from_le_bytes)
             .map_err(|_| malformed(RUN))
     };
+    if f.get(OLD_SHARD_IDS).is_some() {
+        return Err(CheckpointError::OldShardFormat(path.to_path_buf()));
+    }
+    if f.get(DENSE_OPT).is_none() && f.get(OLD_DENSE_M).is_some() {
+        return Err(CheckpointError::OldDenseAdam(path.to_path_buf()));
+    }
     Ok(Checkpoint {
         fingerprint: u64_of(fingerprint)?,
         epoch: u32_of(epoch)?,
@@ -266,27 +274,20 @@ fn from_file(f: &file::Checkpoint, path: &Path) -> Result<Checkpoint, Checkpoint
         nonfinite: u64_of(nonfinite)?,
         table: f32s(TABLE)?,
         dense: f32s(DENSE)?,
-        dense_m: f32s(DENSE_M)?,
-        dense_v: f32s(DENSE_V)?,
-        dense_t: u32_of(dense_t)?,
+        dense_opt: section(DENSE_OPT)?.to_vec(),
         optimizer: section(OPTIMIZER)?.to_vec(),
         history: String::from_utf8(section(HISTORY)?.to_vec()).map_err(|_| malformed(HISTORY))?,
         options: match f.get(OPTIONS) {
             Some(b) => String::from_utf8(b.to_vec()).map_err(|_| malformed(OPTIONS))?,
             None => String::new(),
         },
-        shard: if f.get(OLD_SHARD_IDS).is_some() {
-            return Err(CheckpointError::OldShardFormat(path.to_path_buf()));
-        } else if f.names().any(|n| n.starts_with("shard.")) {
-            Some(ShardSections {
-                table: TableSnapshot::from_checkpoint(f).map_err(|source| {
-                    CheckpointError::Table {
-                        path: path.to_path_buf(),
-                        source,
-                    }
+        shard: if f.names().any(|n| n.starts_with("shard.")) {
+            Some(
+                TableSnapshot::from_checkpoint(f).map_err(|source| CheckpointError::Table {
+                    path: path.to_path_buf(),
+                    source,
                 })?,
-                dense_opt: section(DENSE_OPT)?.to_vec(),
-            })
+            )
         } else {
             None
         },
@@ -389,9 +390,7 @@ mod tests {
             nonfinite: 1,
             table: vec![1.0, -2.5, 3.25],
             dense: vec![0.5],
-            dense_m: vec![0.1],
-            dense_v: vec![0.2],
-            dense_t: 9,
+            dense_opt: vec![4, 5],
             optimizer: vec![1, 2, 3],
             history: "[]".into(),
             options: "--batch=8\n--dim=4".into(),
@@ -421,18 +420,15 @@ mod tests {
     #[test]
     fn shard_sections_round_trip_and_are_checked() {
         let mut c = sample();
-        c.shard = Some(ShardSections {
-            table: TableSnapshot {
-                ranks: 1,
-                dim: 2,
-                ids: vec![9, u64::MAX, 0],
-                rows: vec![1.0, -2.5, 0.0, 3.0, 0.5, -1.0],
-                precision: basis_shard::RowPrecision::Bf16,
-                optimizer: vec![7, 8],
-                opt_rows: 3,
-                ..TableSnapshot::default()
-            },
-            dense_opt: vec![4, 5],
+        c.shard = Some(TableSnapshot {
+            ranks: 1,
+            dim: 2,
+            ids: vec![9, u64::MAX, 0],
+            rows: vec![1.0, -2.5, 0.0, 3.0, 0.5, -1.0],
+            precision: basis_shard::RowPrecision::Bf16,
+            optimizer: vec![7, 8],
+            opt_rows: 3,
+            ..TableSnapshot::default()
         });
         let bytes = encode(&c);
         let p = Path::new("x");
@@ -465,6 +461,67 @@ mod tests {
         let _ = f.insert(OLD_SHARD_IDS, vec![0u8; 8]);
         let e = from_file(&f, p).unwrap_err();
         assert!(matches!(e, CheckpointError::OldShardFormat(_)), "{e}");
+    }
+
+    /// A single-process file as the versions with the CLI's own dense Adam
+    /// wrote it (its moments in `dense_m`/`dense_v`, its step in `run`, no
+    /// `dense_opt`): refused with a message saying why, not approximated;
+    /// a new file without `dense_opt` is a missing section.
+    #[test]
+    fn a_file_of_the_old_dense_adam_is_refused() {
+        let c = sample();
+        let mut run = Vec::new();
+        for part in [
+            &42u64.to_le_bytes()[..],
+            &2u32.to_le_bytes(),
+            &7u64.to_le_bytes(),
+        ] {
+            run.extend_from_slice(part);
+        }
+        run.extend_from_slice(&1u64.to_le_bytes());
+        run.extend_from_slice(&9u32.to_le_bytes());
+        let mut old = file::Checkpoint::new();
+        let sections: [(&str, Vec<u8>); 8] = [
+            (RUN, run),
+            (TABLE, f32s_to_bytes(&c.table)),
+            (DENSE, f32s_to_bytes(&c.dense)),
+            ("dense_m", f32s_to_bytes(&[0.1])),
+            ("dense_v", f32s_to_bytes(&[0.2])),
+            (OPTIMIZER, c.optimizer.clone()),
+            (HISTORY, c.history.clone().into_bytes()),
+            (OPTIONS, c.options.clone().into_bytes()),
+        ];
+        for (name, data) in sections {
+            old.insert(name, data).unwrap();
+        }
+        let p = Path::new("old.ckpt");
+        let e = decode(&old.encode(), p).unwrap_err();
+        assert!(matches!(e, CheckpointError::OldDenseAdam(_)), "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("old.ckpt") && msg.contains("start afresh"),
+            "{msg}"
+        );
+        // Without the old sections either: the missing section is named.
+        let mut f = to_file(&c);
+        f.remove(DENSE_OPT);
+        let e = from_file(&f, p).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                CheckpointError::Section {
+                    name: DENSE_OPT,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // The new layout keeps the old `run` length: a file that differs
+        // from the old one only by `dense_opt` for `dense_m`/`dense_v` loads.
+        old.remove("dense_m");
+        old.remove("dense_v");
+        old.insert(DENSE_OPT, c.dense_opt.clone()).unwrap();
+        assert_eq!(decode(&old.encode(), p).unwrap(), c);
     }
 
     #[test]

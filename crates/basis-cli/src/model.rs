@@ -8,7 +8,9 @@
 //! Each table row holds `[w_i, v_i1 .. v_ik]` (row dim `d = k + 1`), so one
 //! sparse optimizer owns both the linear weight and the embedding of a
 //! feature — the case where per-dimension scales differ. The global bias `b`
-//! is the dense parameter, trained with Adam ([`DenseAdam`]).
+//! is the dense parameter, trained with `onebit-adam`'s Adam
+//! (`crate::run::single_dense_optimizer`; data-parallel ranks with
+//! `--dense-opt`).
 //!
 //! Gradients of the mean log-loss over a batch: with `δ = σ(logit) − y`
 //! divided by the batch size, `∂/∂w_i = δ x_i`, `∂/∂v_if = δ x_i (S_f − v_if x_i)`
@@ -358,60 +360,6 @@ impl Grads {
                     *g += l2 * t;
                 }
             });
-        }
-    }
-}
-
-/// Adam for the dense parameters (exact, bias-corrected).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct DenseAdam {
-    pub(crate) lr: f32,
-    pub(crate) m: Vec<f32>,
-    pub(crate) v: Vec<f32>,
-    pub(crate) t: u32,
-}
-
-impl DenseAdam {
-    /// Adam over `n` parameters with the usual β = (0.9, 0.999), ε = 1e-8.
-    pub(crate) fn new(n: usize, lr: f32) -> Self {
-        Self {
-            lr,
-            m: vec![0.0; n],
-            v: vec![0.0; n],
-            t: 0,
-        }
-    }
-
-    /// One step (split over the current rayon pool's threads for large
-    /// towers; elementwise, so the same bits at any thread count).
-    pub(crate) fn step(&mut self, params: &mut [f32], grads: &[f32]) {
-        const B1: f32 = 0.9;
-        const B2: f32 = 0.999;
-        // Elementwise: the split over `--threads` cannot change a bit.
-        const CHUNK: usize = 1 << 14;
-        use rayon::prelude::*;
-        self.t += 1;
-        let c1 = 1.0 - B1.powi(self.t as i32);
-        let c2 = 1.0 - B2.powi(self.t as i32);
-        let lr = self.lr;
-        let update = |p: &mut [f32], m: &mut [f32], v: &mut [f32], g: &[f32]| {
-            for (((p, m), v), &g) in p.iter_mut().zip(m).zip(v).zip(g) {
-                *m = B1 * *m + (1.0 - B1) * g;
-                *v = B2 * *v + (1.0 - B2) * g * g;
-                *p -= lr * (*m / c1) / ((*v / c2).sqrt() + 1e-8);
-            }
-        };
-        let n = params.len();
-        let (m, v, g) = (&mut self.m[..n], &mut self.v[..n], &grads[..n]);
-        if n > CHUNK && rayon::current_num_threads() > 1 {
-            params
-                .par_chunks_mut(CHUNK)
-                .zip(m.par_chunks_mut(CHUNK))
-                .zip(v.par_chunks_mut(CHUNK))
-                .zip(g.par_chunks(CHUNK))
-                .for_each(|(((p, m), v), g)| update(p, m, v, g));
-        } else {
-            update(params, m, v, g);
         }
     }
 }

@@ -31,16 +31,16 @@ use crate::data::Dataset;
 use crate::dense_opt::DenseOptimizer;
 use crate::dense_opt::DenseOverlap;
 use crate::eager::Eager;
-use crate::model::{DenseAdam, Fm, Grads};
+use crate::model::{Fm, Grads};
 use crate::optim::{self, Optimizer};
 use crate::rng::Rng;
 use crate::run::{
     CommBytes, EpochPoint, Progress, Run, RunResult, Step, StepAt, Strategy, Timing, build_model,
-    evaluate, finish, on_local_ranks, share,
+    dense_step_error, evaluate, finish, on_local_ranks, share,
 };
 use basis_std::local::LocalComm;
 use basis_std::overlap::Overlapped;
-use comm_traits::{CommStats, NonBlocking};
+use comm_traits::{CommStats, NonBlocking, SingleRank};
 use core::time::Duration;
 use std::path::Path;
 use std::time::Instant;
@@ -111,17 +111,13 @@ pub(crate) fn rank_main(
     let start = Instant::now();
     let mut replica = Replica::new(ds, run, (0, String::new()))?;
     let dense = replica.fm.dense.len();
+    replica.dense_opt =
+        crate::run::dense_optimizer(run.model, dense, replica.fm.tower.as_ref(), ds.train.len())?;
     replica.ranks = Some(Ranks {
         evaluates: every_rank_evaluates || comm.rank() == 0,
         // An MPI communicator lives for the whole process: count this run only.
         stats_before: comm.stats(),
         comm,
-        dense_opt: crate::run::dense_optimizer(
-            run.model,
-            dense,
-            replica.fm.tower.as_ref(),
-            ds.train.len(),
-        )?,
         bytes: CommBytes::default(),
         dense_groups: Default::default(),
         ids: Vec::new(),
@@ -139,8 +135,9 @@ pub(crate) struct Replica<'a> {
     ranks: Option<Ranks<'a>>,
     fm: Fm,
     opt: Optimizer,
-    /// A single process's dense optimizer (f32 Adam).
-    adam: DenseAdam,
+    /// The dense optimizer: `--dense-opt` on ranks, f32 Adam in a single
+    /// process (`run::single_dense_optimizer`).
+    dense_opt: DenseOptimizer,
     /// A single process's checkpoint fingerprint and option lines.
     fingerprint: (u64, String),
     /// Reused across steps.
@@ -153,7 +150,6 @@ struct Ranks<'a> {
     /// Whether this rank evaluates and reports.
     evaluates: bool,
     stats_before: CommStats,
-    dense_opt: DenseOptimizer,
     bytes: CommBytes,
     /// Per-group dense telemetry (`--json`'s `dense_groups`).
     dense_groups: crate::dense_telemetry::DenseGroups,
@@ -178,7 +174,7 @@ impl<'a> Replica<'a> {
             run,
             ranks: None,
             opt: optim::build(run.spec, ds.rows, fm.dim(), run.model.seed)?,
-            adam: DenseAdam::new(fm.dense.len(), run.model.dense_lr),
+            dense_opt: crate::run::single_dense_optimizer(run.model, fm.dense.len())?,
             grads: Grads::new(&fm, ds.rows),
             fm,
             fingerprint,
@@ -258,7 +254,9 @@ impl Strategy for Replica<'_> {
         }
         fm.table = c.table;
         fm.dense = c.dense;
-        (self.adam.m, self.adam.v, self.adam.t) = (c.dense_m, c.dense_v, c.dense_t);
+        self.dense_opt
+            .import_state(&c.dense_opt)
+            .map_err(|e| format!("checkpoint {}: dense optimizer state: {e}", path.display()))?;
         self.opt
             .import_state(&c.optimizer)
             .map_err(|e| format!("checkpoint {}: optimizer state: {e}", path.display()))?;
@@ -296,7 +294,7 @@ impl Strategy for Replica<'_> {
             .filter(|_| m.dense_overlap == DenseOverlap::On)
         {
             let before = r.comm.stats();
-            let mut hook = r.dense_opt.hook(&mut *r.comm, p as f32);
+            let mut hook = self.dense_opt.hook(&mut *r.comm, p as f32);
             let res = g.compute_scaled_hooked(
                 fm,
                 ex,
@@ -319,9 +317,9 @@ impl Strategy for Replica<'_> {
         let Some(ranks) = &mut self.ranks else {
             crate::validate::finite_loss(g.loss, at.epoch, at.step, label)?;
             let rep = self.opt.step(&g.ids, &g.rows, &mut fm.table, d)?;
-            if g.dense.iter().all(|g| g.is_finite()) {
-                self.adam.step(&mut fm.dense, &g.dense);
-            }
+            self.dense_opt
+                .step(&mut SingleRank::default(), &mut fm.dense, &g.dense, 1.0)
+                .map_err(|e| dense_step_error(&e, &g.dense, at, "dense Adam"))?;
             let nonfinite = rep.rows_skipped_nonfinite as u64;
             return Ok(Step {
                 loss: g.loss,
@@ -339,14 +337,15 @@ impl Strategy for Replica<'_> {
         // sparse parameters are disjoint, so the order changes no bit).
         let comm = &mut *ranks.comm;
         let factor = p as f32;
-        let dense_err = |e: String| format!("rank {rank}: {:?}: {e}", m.dense_opt);
+        let who = format!("rank {rank}: {:?}", m.dense_opt);
+        let dense_err = |e: String| dense_step_error(&e, &g.dense, at, &who);
         let (begun, early) = match hooked {
             Some((begun, early)) => (begun.map_err(dense_err)?, Some(early)),
             None => (crate::dense_opt::Begun::default(), None),
         };
         let complete_at = comm.stats();
         let rep = self.opt.step(&ranks.ids, &ranks.rows, &mut fm.table, d);
-        let dense = ranks
+        let dense = self
             .dense_opt
             .complete(comm, begun, &mut fm.dense, (&g.dense, factor))
             .map_err(dense_err)?;
@@ -386,9 +385,7 @@ impl Strategy for Replica<'_> {
             nonfinite: progress.nonfinite,
             table: self.fm.table.clone(),
             dense: self.fm.dense.clone(),
-            dense_m: self.adam.m.clone(),
-            dense_v: self.adam.v.clone(),
-            dense_t: self.adam.t,
+            dense_opt: self.dense_opt.export_state(),
             optimizer: self.opt.export_state(),
             history: serde_json::to_string(&progress.curve).map_err(|e| e.to_string())?,
             options: self.fingerprint.1.clone(),
@@ -406,7 +403,7 @@ impl Strategy for Replica<'_> {
                     total: r.comm.stats().since(&r.stats_before).bytes_sent,
                     ..r.bytes
                 }),
-                r.dense_opt.freeze_step_reached(kind),
+                self.dense_opt.freeze_step_reached(kind),
                 Some(r.dense_groups.0),
             ),
             None => (None, None, None),
@@ -545,7 +542,60 @@ pub(crate) mod mpi {
 
 #[cfg(test)]
 mod tests {
-    use crate::run::share;
+    use crate::run::{StepAt, dense_step_error, share, single_dense_optimizer};
+    use clap::Parser;
+    use comm_traits::SingleRank;
+
+    /// The single process's dense Adam refuses a non-finite gradient
+    /// (`onebit-adam`'s finiteness check) with the parameters unchanged,
+    /// and the CLI says the run diverged, where and what to lower; a
+    /// finite gradient then steps as before the refusal.
+    #[test]
+    fn a_non_finite_dense_gradient_stops_the_run_clearly() {
+        let a = crate::cli::Cli::try_parse_from(["basis", "train"]).unwrap();
+        let crate::cli::Command::Train(a) = a.command else {
+            unreachable!("a train command")
+        };
+        let mut opt = single_dense_optimizer(&a.model, 3).unwrap();
+        let mut params = vec![0.5f32, -1.0, 2.0];
+        let at = StepAt {
+            batch_len: 8,
+            epoch: 2,
+            step: 7,
+        };
+        for bad in [f32::NAN, f32::INFINITY] {
+            let grad = [0.1, bad, 0.3];
+            let e = opt
+                .step(&mut SingleRank::default(), &mut params, &grad, 1.0)
+                .unwrap_err();
+            let msg = dense_step_error(&e, &grad, at, "dense Adam");
+            assert!(
+                msg.starts_with("training diverged: the dense gradient became")
+                    && msg.contains("(parameter 1) at epoch 2, step 7")
+                    && msg.contains("dense Adam: ")
+                    && msg.contains("--dense-lr"),
+                "{msg}"
+            );
+            assert_eq!(params, [0.5, -1.0, 2.0]);
+        }
+        // Another refusal (a wrong length) keeps the library's reason.
+        let e = opt
+            .step(&mut SingleRank::default(), &mut params, &[0.1], 1.0)
+            .unwrap_err();
+        let msg = dense_step_error(&e, &[0.1], at, "dense Adam");
+        assert!(
+            msg.starts_with("dense Adam: ") && !msg.contains("diverged"),
+            "{msg}"
+        );
+        opt.step(
+            &mut SingleRank::default(),
+            &mut params,
+            &[0.1, 0.2, 0.3],
+            1.0,
+        )
+        .unwrap();
+        assert!(params.iter().zip([0.5, -1.0, 2.0]).all(|(p, q)| *p < q));
+    }
 
     #[test]
     fn shares_partition_the_batch() {

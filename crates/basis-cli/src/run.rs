@@ -495,3 +495,38 @@ pub(crate) fn dense_optimizer(
         (m.dense_lr, steps_total, m.dense_warmup),
     )
 }
+
+/// The single process's dense optimizer: `--dense-opt adam`'s (one
+/// full-precision group of `onebit-adam`, `--dense-lr`, bias-corrected), so
+/// that its steps are the bits of a `--workers 1 --shard rows --dense-opt
+/// adam` run's, but with a fixed warm-up that never ends: a full-precision
+/// group steps the same whatever the freeze, and an automatic rule would
+/// decide a freeze step and write it into the saved state (a resumed run
+/// with another `--epochs` could then not import it; `FreezePolicy::Fixed`
+/// of the run's length would tie the state to `--epochs` the same way).
+///
+/// Fails when `onebit-adam` refuses the configuration (it does not for a
+/// finite `--dense-lr`).
+pub(crate) fn single_dense_optimizer(m: &ModelArgs, len: usize) -> Result<DenseOptimizer, String> {
+    let adam = crate::deep::DenseOpt::Adam.build(len, m.dense_lr, 1, m.dense_warmup)?;
+    let config = adam
+        .config()
+        .with_freeze(onebit_adam::FreezePolicy::Fixed(u64::MAX));
+    onebit_adam::OneBitAdam::with_groups(&[onebit_adam::GroupSpec::full_precision(len)], config)
+        .map(DenseOptimizer::OneBit)
+        .map_err(|e| format!("--dense-lr: {e}"))
+}
+
+/// The message of a dense step that `onebit-adam` refused (`e`) at `at`:
+/// with a non-finite gradient `grad` (the library's finiteness check, which
+/// leaves the parameters unchanged), the run has diverged; otherwise the
+/// library's reason, prefixed with `who` (`rank R: --dense-opt …`).
+pub(crate) fn dense_step_error(e: &str, grad: &[f32], at: StepAt, who: &str) -> String {
+    match grad.iter().position(|g| !g.is_finite()) {
+        Some(i) => format!(
+            "training diverged: the dense gradient became {} (parameter {i}) at epoch {}, step {} ({who}: {e}); lower --dense-lr, the learning rate or --init-std",
+            grad[i], at.epoch, at.step
+        ),
+        None => format!("{who}: {e}"),
+    }
+}

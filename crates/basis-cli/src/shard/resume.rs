@@ -23,7 +23,7 @@
 //! stage has begun they cannot move exactly, and such a resume is refused.
 
 use super::Rank;
-use crate::checkpoint::{self, Checkpoint, CheckpointError, ShardSections};
+use crate::checkpoint::{self, Checkpoint, CheckpointError};
 use crate::data::Dataset;
 use crate::dense_opt::DenseOptimizer;
 use crate::optim;
@@ -67,16 +67,11 @@ pub(super) fn save(
         nonfinite: progress.nonfinite,
         table: Vec::new(),
         dense: me.model.dense.clone(),
-        dense_m: Vec::new(),
-        dense_v: Vec::new(),
-        dense_t: 0,
+        dense_opt: dense_opt.export_state(),
         optimizer: Vec::new(),
         history: serde_json::to_string(&progress.curve).map_err(|e| e.to_string())?,
         options,
-        shard: Some(ShardSections {
-            table: me.table.snapshot(),
-            dense_opt: dense_opt.export_state(),
-        }),
+        shard: Some(me.table.snapshot()),
     };
     checkpoint::save(&rank_path(base, rank), &c).map_err(|e| e.to_string())
 }
@@ -156,7 +151,7 @@ fn restore_resharded(
         let path = rank_path(base, r);
         let (fp, options) = fingerprint(opts, p_old, r);
         let mut c = checkpoint::load(&path, fp, &options).map_err(|e| fail(e.to_string()))?;
-        let sh = c.shard.take().ok_or_else(|| {
+        let table = c.shard.take().ok_or_else(|| {
             fail(format!(
                 "checkpoint {}: not a sharded run's file",
                 path.display()
@@ -170,9 +165,10 @@ fn restore_resharded(
         }
         nonfinite += c.nonfinite;
         if r == 0 {
-            first = Some((c, sh.dense_opt));
+            let dense_opt = core::mem::take(&mut c.dense_opt);
+            first = Some((c, dense_opt));
         }
-        Ok(sh.table)
+        Ok(table)
     });
     let old_optimizer =
         |r: usize| optim::build_shard(run.spec, ds.rows, (r, &old_owner), d, m.seed).map_err(&fail);
@@ -219,7 +215,7 @@ fn restore_own(
     let at = |what: &str, e: &dyn core::fmt::Display| {
         format!("checkpoint {}: {what}: {e}", path.display())
     };
-    let sh = c.shard.ok_or_else(|| {
+    let table = c.shard.ok_or_else(|| {
         at(
             "not a sharded run's file",
             &"no `shard_ids` section (written by the single-process trainer?)",
@@ -232,10 +228,10 @@ fn restore_own(
     // precision and rounding seed; the fingerprint (checked by `load`) the
     // options.
     me.table
-        .restore_snapshot(sh.table)
+        .restore_snapshot(table)
         .map_err(|e| at("shard", &e))?;
     dense_opt
-        .import_state(&sh.dense_opt)
+        .import_state(&c.dense_opt)
         .map_err(|e| at("dense optimizer state", &e))?;
     me.model.dense = c.dense;
     Ok(Progress {

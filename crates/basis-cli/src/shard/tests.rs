@@ -129,32 +129,80 @@ fn sharded_adam_reaches_the_single_process_auc() {
     auc_within(1e-3, "adam", &[], &[3]);
 }
 
+/// The evaluation of every epoch, as bits (equal iff the runs scored the
+/// same logits: a model that differs in one float moves the log-losses),
+/// and the training loss to f32 precision (ranks all-reduce each step's
+/// loss as an f32, a single process adds it in f64).
+fn curve_bits(r: &RunResult) -> Vec<[u64; 5]> {
+    r.curve
+        .iter()
+        .map(|p| {
+            let train = f64::from(p.train_loss as f32);
+            [train, p.valid_auc, p.valid_loss, p.test_auc, p.test_loss].map(f64::to_bits)
+        })
+        .collect()
+}
+
+/// The three strategies at one rank are one run, bit for bit, for the FM,
+/// DeepFM and DLRM, with exact Adam rows and one-choice BASIS: the single
+/// process, the replicated strategy on one rank (`parallel::rank_main`:
+/// the same model CRC) and `--workers 1 --shard rows` (its own checksum:
+/// every metric of every epoch equal). All step the dense parameters with
+/// `onebit-adam`'s f32 Adam (`--dense-opt adam` on the ranks; the single
+/// process's `run::single_dense_optimizer`), the rows with the same
+/// sparse optimizer, over the same gradients.
 #[test]
-fn sharded_deepfm_reaches_the_single_process_auc() {
-    let deep = [
+fn single_process_replicated_and_sharded_at_one_rank_are_one_run() {
+    let dlrm = [
         "--model",
-        "deepfm",
+        "dlrm",
+        "--format",
+        "criteo-synth",
+        "--bottom-mlp",
+        "8",
         "--mlp",
-        "64,32,1",
-        "--dense-opt",
-        "adam",
+        "16,1",
     ];
-    // Exact Adam rows, and one-choice BASIS rows (the ranks hold the single
-    // process's buckets, partitioned): the sharded step is the
-    // single-process update up to float rounding, so the 0.001
-    // holds at every P, on the mean over 3 seeds. Why a mean: the runs are
-    // not bit-identical even at P = 1. Step 1's gradients and rows are
-    // (`one_sharded_step_is_the_single_process_step`), but the dense
-    // parameters already differ by ≤ 4e-9 after it: the single process
-    // steps them with `model::DenseAdam`, the sharded path with onebit-adam's
-    // `AdamW` (`--dense-opt adam`), the same Adam in another float order.
-    // ~1 700 steps of DeepFM amplify that into a per-seed test-AUC noise of
-    // a few 1e-4 (`gap_over_seeds`, seeds 1–10, P = 1: BASIS mean −0.00015,
-    // mean |gap| 0.00033, the largest −0.00132 at seed 1; exact Adam rows
-    // mean −0.00002, mean |gap| 0.00015), which one seed's 0.001 does not
-    // always absorb (seed 1 under the EMA default).
-    for opt in ["adam", "basis"] {
-        mean_auc_within(1e-3, opt, &deep, &[1, 2, 3, 4], 3);
+    let models: [&[&str]; 3] = [&[], &["--model", "deepfm", "--mlp", "16,8,1"], &dlrm];
+    for model in models {
+        for opt in ["adam", "basis"] {
+            let common = [
+                "--synthetic-examples",
+                "6000",
+                "--epochs",
+                "2",
+                "--batch",
+                "256",
+                "--l2",
+                "0.01",
+                "--opt",
+                opt,
+                "--dense-opt",
+                "adam",
+            ];
+            let extra = [&common[..], model].concat();
+            let single = args(&extra);
+            let ds = load(&single);
+            let what = format!("{model:?} --opt {opt}");
+            let (x, one) = test_auc(&ds, &single);
+            assert!(x > 0.55, "{what}: learned nothing ({x})");
+            let replicated = crate::run::on_local_ranks(1, |c| {
+                crate::parallel::rank_main(&ds, &run_of(&single), &mut Eager::new(c), false)
+            });
+            let replicated = replicated.into_iter().next().unwrap().unwrap().unwrap();
+            assert_eq!(
+                replicated.model_crc32, one.model_crc32,
+                "{what}: replicated"
+            );
+            assert_eq!(
+                curve_bits(&replicated),
+                curve_bits(&one),
+                "{what}: replicated"
+            );
+            let (_, sharded) = test_auc(&ds, &sharded(1, &extra));
+            assert_eq!(curve_bits(&sharded), curve_bits(&one), "{what}: sharded");
+            assert_eq!(sharded.dense_params, one.dense_params);
+        }
     }
 }
 
@@ -238,8 +286,9 @@ fn one_sharded_step_is_the_single_process_step() {
             g.compute(&fm, &ds.train, &batch, m.l2).unwrap();
             let mut sparse = optim::build(&a.opt, ds.rows, d, m.seed).unwrap();
             sparse.step(&g.ids, &g.rows, &mut fm.table, d).unwrap();
-            let mut dense = crate::model::DenseAdam::new(fm.dense.len(), m.dense_lr);
-            dense.step(&mut fm.dense, &g.dense);
+            let mut dense = crate::run::single_dense_optimizer(m, fm.dense.len()).unwrap();
+            let one = &mut comm_traits::SingleRank::default();
+            dense.step(one, &mut fm.dense, &g.dense, 1.0).unwrap();
             let mut touched: Vec<u64> = g.ids.clone();
             touched.sort_unstable();
             let step = |i: usize| -> Vec<f32> {
@@ -317,8 +366,13 @@ fn one_sharded_step_is_the_single_process_step() {
                     "{what} P={p}: rows' step off by {err} (max {})",
                     max_abs(&moved)
                 );
-                // Dense parameters after one f32 Adam step, on every rank.
+                // Dense parameters after one f32 Adam step, on every rank:
+                // on one rank the same bits (the same gradient and Adam).
                 for (r, (.., dense_after)) in out.iter().enumerate() {
+                    if p == 1 {
+                        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                        assert_eq!(bits(dense_after), bits(&fm.dense), "{what} P=1");
+                    }
                     let err = max_diff(dense_after, &fm.dense);
                     assert!(
                         err <= 1e-3 * m.dense_lr,
@@ -1070,50 +1124,5 @@ fn row_index_changes_no_result_and_resumes_across_kinds() {
                 r.final_metrics.test_auc.to_bits()
             );
         }
-    }
-}
-
-/// Measurement (ignored; `cargo test --release -p basisopt-cli --lib
-/// gap_over_seeds -- --ignored --nocapture`): test AUC of the single
-/// process against `--workers 1 --shard rows`, DeepFM as in
-/// `sharded_deepfm_reaches_the_single_process_auc`, over seeds 1–10, for
-/// BASIS and for exact Adam rows (whose sharded step is the same update up
-/// to summation order too: the float-noise reference).
-#[test]
-#[ignore = "measurement, minutes in release"]
-fn gap_over_seeds() {
-    for opt in ["basis", "adam"] {
-        let mut gaps = Vec::new();
-        for seed in 1..=10u64 {
-            let seed = seed.to_string();
-            let extra = [
-                "--synthetic-examples",
-                "60000",
-                "--epochs",
-                "2",
-                "--opt",
-                opt,
-                "--model",
-                "deepfm",
-                "--mlp",
-                "64,32,1",
-                "--dense-opt",
-                "adam",
-                "--seed",
-                &seed,
-            ];
-            let single = args(&extra);
-            let ds = load(&single);
-            let (x, _) = test_auc(&ds, &single);
-            let (y, _) = test_auc(&ds, &sharded(1, &extra));
-            println!(
-                "{opt} seed {seed}: single {x:.5} workers-1 {y:.5} gap {:+.5}",
-                y - x
-            );
-            gaps.push(y - x);
-        }
-        let mean = gaps.iter().sum::<f64>() / gaps.len() as f64;
-        let mean_abs = gaps.iter().map(|g| g.abs()).sum::<f64>() / gaps.len() as f64;
-        println!("{opt}: mean gap {mean:+.5}, mean |gap| {mean_abs:.5}");
     }
 }
