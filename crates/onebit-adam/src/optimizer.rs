@@ -645,6 +645,21 @@ impl OneBitAdam {
             .fold(ErrorNorms::default(), |_, n| n)
     }
 
+    /// Rebuild [`Self::negative`] from `m` (after an import): with
+    /// telemetry on, every step stores `m < 0` of every coordinate, so the
+    /// bits are a function of the restored `m` and the first resumed step
+    /// reports the sign flips the uninterrupted run reports. Empty without
+    /// telemetry, as in a fresh optimizer.
+    pub(crate) fn rebuild_negative(&mut self) {
+        self.negative = Vec::new();
+        if self.config.telemetry {
+            self.negative = vec![0; self.len.div_ceil(64)];
+            for (i, &m) in self.m.iter().enumerate() {
+                self.negative[i / 64] |= u64::from(m < 0.0) << (i % 64);
+            }
+        }
+    }
+
     /// Fraction of group `gi`'s coordinates whose `m < 0` differs from the
     /// stored bit, and store the new bits (one read of `m`).
     fn sign_flips(&mut self, gi: usize) -> Option<f64> {

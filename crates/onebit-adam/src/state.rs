@@ -22,6 +22,13 @@
 //! crc32 u32 over everything before it
 //! ```
 //!
+//! Not stored, because it is a function of what is: the telemetry's sign
+//! bits (`m < 0` after the previous step, rebuilt from `m` on import) and the
+//! per-group frozen-`v` derivatives of the 1-bit stage (rebuilt from `v` and
+//! the zero mask at the first compressed step). `tests/freeze_restore.rs`
+//! resumes from every step of a warm-up and checks the freeze step, every
+//! report and the final bits against the uninterrupted run.
+//!
 //! Version 2 (the same layout without policies 3, 4 and kind 3) is read as
 //! is. Version 1 (no freeze block) is still read: its run had a fixed freeze
 //! step, which it did not store, so it imports into an optimizer configured
@@ -374,6 +381,8 @@ impl OneBitAdam {
             read_freeze(&mut r, self.config.freeze, next.step, one_bit)?
         };
         next.m = r.floats(self.len as u64)?;
+        // Telemetry's sign bits are not stored: they are `m < 0`.
+        next.rebuild_negative();
         next.v = r.floats(self.len as u64)?;
         next.zero = r.mask(self.len)?;
         next.recount_zero_left();
