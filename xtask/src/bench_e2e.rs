@@ -1,8 +1,10 @@
 //! `cargo xtask bench --e2e [--lines N] [--models fm,deepfm] [--threads 1,2]
-//! [--rounds R] [--mlp W,..,1]`: the whole training job against a PyTorch
+//! [--rounds R] [--mlp W,..,1] [--no-peer]`: the whole training job against a PyTorch
 //! implementation of the same models on the same file, in the same run
 //! (issue 28 item 6). Opt-in, never in CI: it installs torch (~3 GB) into
-//! `target/peers/venv` as `bench --peers` does.
+//! `target/peers/venv` as `bench --peers` does. `--no-peer` runs our side
+//! alone (no venv; the file is generated with the `python3` on `PATH`,
+//! which needs numpy): for the thread-count comparison.
 //!
 //! `xtask/peers_e2e.py gen` writes one Criteo-format TSV (`--lines`, default
 //! 500 000) under `target/bench-e2e/`; every round then runs, per model and
@@ -21,6 +23,12 @@
 //! Medians over rounds of the per-round ratios; the 1-minute load average
 //! is printed with every round. The test AUCs should agree to noise (each
 //! side draws its own initial values and batch order).
+//!
+//! A second table compares our own runs at each thread count with the
+//! first count of the same round (paired ratios of the train + eval time,
+//! their min–max, the process's CPU seconds from `/proc/self/stat`'s
+//! waited-for-children counters, Linux only) and checks that every run
+//! trained the same model (`model_crc32`): `--threads` must not change a bit.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -38,6 +46,10 @@ struct Run {
     /// Seconds of training and evaluation (after loading).
     train_eval: f64,
     test_auc: f64,
+    /// The process's user + system CPU seconds (NaN when unknown).
+    cpu: f64,
+    /// The trained model's checksum (ours only; 0 for torch).
+    crc: u64,
 }
 
 struct Opts {
@@ -46,6 +58,8 @@ struct Opts {
     threads: Vec<usize>,
     rounds: usize,
     mlp: String,
+    /// Skip the PyTorch side.
+    no_peer: bool,
 }
 
 fn parse_args(args: &[String]) -> Result<Opts, String> {
@@ -55,9 +69,9 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
         threads: vec![1, 2],
         rounds: 3,
         mlp: "512,256,1".into(),
+        no_peer: false,
     };
-    let usage =
-        "bench --e2e [--lines N] [--models fm,deepfm] [--threads 1,2] [--rounds R] [--mlp W,..,1]";
+    let usage = "bench --e2e [--lines N] [--models fm,deepfm] [--threads 1,2] [--rounds R] [--mlp W,..,1] [--no-peer]";
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut value = |what: &str| {
@@ -67,6 +81,7 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
         };
         match a.as_str() {
             "--e2e" => {}
+            "--no-peer" => o.no_peer = true,
             "--lines" => {
                 o.lines = value("--lines")?
                     .parse()
@@ -116,7 +131,11 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let o = parse_args(args)?;
     let root = root();
     util::run(util::cargo().args(["build", "--release", "-p", "basisopt-cli"]))?;
-    let python = crate::peers::ensure_venv(&root.join("target/peers/venv"))?;
+    let python = if o.no_peer {
+        std::path::PathBuf::from("python3")
+    } else {
+        crate::peers::ensure_venv(&root.join("target/peers/venv"))?
+    };
     let script = root.join("xtask/peers_e2e.py");
     let dir = root.join("target/bench-e2e");
     std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
@@ -142,11 +161,29 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
     let json = dir.join("run.json");
     let train_examples = o.lines as f64 * 0.8;
     let mut results: BTreeMap<(String, usize), Vec<(Run, Run)>> = BTreeMap::new();
+    let mut mine: BTreeMap<String, Vec<Vec<Run>>> = BTreeMap::new();
     for round in 0..o.rounds {
         println!("round {}/{}: load {}", round + 1, o.rounds, loadavg());
         for model in &o.models {
-            for &t in &o.threads {
+            // Thread counts in turn, reversed every other round, so no count
+            // always runs first (the machine's load drifts).
+            let mut order: Vec<usize> = (0..o.threads.len()).collect();
+            if round % 2 == 1 {
+                order.reverse();
+            }
+            let mut this_round = vec![None; o.threads.len()];
+            for i in order {
+                let t = o.threads[i];
                 let ours = || ours(&basis, &data, model, t, &o.mlp, &json);
+                if o.no_peer {
+                    let a = ours()?;
+                    println!(
+                        "  {model:6} threads {t}: ours {:.2} s ({:.2} s train+eval, {:.2} s CPU, AUC {:.4}, crc {:08x})",
+                        a.process, a.train_eval, a.cpu, a.test_auc, a.crc
+                    );
+                    this_round[i] = Some(a);
+                    continue;
+                }
                 let torch = || torch(&python, &script, &data, model, t, &o.mlp);
                 // Alternate the order so neither side always runs on a
                 // cache or page cache the other warmed.
@@ -162,12 +199,83 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
                     a.process, a.train_eval, a.test_auc, b.process, b.train_eval, b.test_auc
                 );
                 results.entry((model.clone(), t)).or_default().push((a, b));
+                this_round[i] = Some(a);
             }
+            let runs = this_round.into_iter().flatten().collect();
+            mine.entry(model.clone()).or_default().push(runs);
         }
     }
     println!("load after: {}\n", loadavg());
-    print!("{}", table(&results, o.lines as f64, train_examples));
+    if !results.is_empty() {
+        print!("{}", table(&results, o.lines as f64, train_examples));
+    }
+    print!("\n{}", threads_table(&mine, &o.threads, train_examples));
     Ok(())
+}
+
+/// Our runs per model: per thread count, medians over rounds, and the
+/// ratio to the first count in the same round (paired; median and min–max);
+/// `same bits` says whether every run of the model had one checksum.
+fn threads_table(mine: &BTreeMap<String, Vec<Vec<Run>>>, threads: &[usize], train: f64) -> String {
+    let mut s = format!(
+        "| model | threads | train+eval s (median) | train ex/s | speed-up over {} thread(s), train+eval (paired median, min–max) | whole job, same | CPU s (median) | same bits |\n\
+         |---|---:|---:|---:|---:|---:|---:|---|\n",
+        threads.first().copied().unwrap_or(1)
+    );
+    for (model, rounds) in mine {
+        let crcs: Vec<u64> = rounds.iter().flatten().map(|r| r.crc).collect();
+        let same = crcs.windows(2).all(|w| w[0] == w[1]);
+        for (i, t) in threads.iter().enumerate() {
+            let col: Vec<(Run, Run)> = rounds
+                .iter()
+                .filter(|r| r.len() == threads.len())
+                .map(|r| (r[0], r[i]))
+                .collect();
+            let med =
+                |f: &dyn Fn(&(Run, Run)) -> f64| median(&col.iter().map(f).collect::<Vec<_>>());
+            let ratios: Vec<f64> = col
+                .iter()
+                .map(|(a, b)| a.train_eval / b.train_eval)
+                .collect();
+            let (lo, hi) = ratios
+                .iter()
+                .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+                    (lo.min(x), hi.max(x))
+                });
+            s += &format!(
+                "| {model} | {t} | {:.3} | {:.0} | {:.2}× ({lo:.2}–{hi:.2}) | {:.2}× | {:.2} | {} |\n",
+                med(&|r| r.1.train_eval),
+                train / med(&|r| r.1.train_eval),
+                median(&ratios),
+                med(&|r| r.0.process / r.1.process),
+                med(&|r| r.1.cpu),
+                if same { "yes" } else { "NO" }
+            );
+        }
+    }
+    s
+}
+
+/// User + system CPU seconds of the children this process has waited for
+/// (`/proc/self/stat` fields 16 and 17, in clock ticks of 1/100 s: the
+/// Linux default `USER_HZ`); NaN where there is no such file.
+fn children_cpu() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return f64::NAN;
+    };
+    // The command name (field 2) is parenthesised and may hold spaces.
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return f64::NAN;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3, so field n is `f[n - 3]`.
+    match (
+        f.get(13).and_then(|x| x.parse::<f64>().ok()),
+        f.get(14).and_then(|x| x.parse::<f64>().ok()),
+    ) {
+        (Some(u), Some(s)) => (u + s) / 100.0,
+        _ => f64::NAN,
+    }
 }
 
 /// `basis train` on the file; the process is timed from outside.
@@ -179,7 +287,7 @@ fn ours(
     mlp: &str,
     json: &Path,
 ) -> Result<Run, String> {
-    let start = Instant::now();
+    let (start, cpu0) = (Instant::now(), children_cpu());
     let out = Command::new(basis)
         .args(["-q", "train", "--format", "criteo", "--data"])
         .arg(data)
@@ -191,6 +299,7 @@ fn ours(
         .output()
         .map_err(|e| format!("{}: {e}", basis.display()))?;
     let process = start.elapsed().as_secs_f64();
+    let cpu = children_cpu() - cpu0;
     if !out.status.success() {
         return Err(format!(
             "basis {model} failed: {}",
@@ -204,6 +313,8 @@ fn ours(
         process,
         train_eval: field("\"wall_secs\"")?,
         test_auc: field("\"test_auc\"")?,
+        cpu,
+        crc: field("\"model_crc32\"")? as u64,
     })
 }
 
@@ -251,6 +362,8 @@ fn parse_torch(text: &str, process: f64) -> Result<Run, String> {
         process,
         train_eval: field("\"wall_secs\"")? - field("\"load_secs\"")?,
         test_auc: field("\"test_auc\"")?,
+        cpu: f64::NAN,
+        crc: 0,
     })
 }
 
@@ -297,8 +410,10 @@ mod tests {
             "1,2,3",
             "--rounds",
             "5",
+            "--no-peer",
         ]))
         .unwrap();
+        assert!(o.no_peer);
         assert_eq!(
             (o.lines, o.threads.clone(), o.rounds),
             (1000, vec![1, 2, 3], 5)
@@ -326,6 +441,8 @@ mod tests {
             process: p,
             train_eval: t,
             test_auc: 0.7,
+            cpu: 1.0,
+            crc: 7,
         };
         let mut m = BTreeMap::new();
         // Ratios torch/ours per round: whole 2, 4, 3 -> median 3; train 1, 1, 5 -> 1.
@@ -337,6 +454,28 @@ mod tests {
                 (run(2.0, 1.0), run(6.0, 5.0)),
             ],
         );
+        // Ours by thread count: per round [1 thread, 2 threads]; train+eval
+        // ratios 2/1, 3/1.5, 4/1 -> median 2, min 2, max 4.
+        let mine = BTreeMap::from([(
+            "fm".to_owned(),
+            vec![
+                vec![run(3.0, 2.0), run(2.0, 1.0)],
+                vec![run(3.0, 3.0), run(2.0, 1.5)],
+                vec![run(3.0, 4.0), run(1.0, 1.0)],
+            ],
+        )]);
+        let t = threads_table(&mine, &[1, 2], 80.0);
+        assert!(
+            t.contains("| fm | 1 | 3.000 | 27 | 1.00× (1.00–1.00) | 1.00× | 1.00 | yes |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| fm | 2 | 1.000 | 80 | 2.00× (2.00–4.00) | 1.50× | 1.00 | yes |"),
+            "{t}"
+        );
+        let mut other = mine.clone();
+        other.get_mut("fm").unwrap()[1][1].crc = 8;
+        assert!(threads_table(&other, &[1, 2], 80.0).contains("| NO |"));
         let t = table(&m, 100.0, 80.0);
         assert!(
             t.contains("| fm | 1 | 100 | 25 | 3.00× | 80 | 40 | 1.00× | 0.7000 / 0.7000 | 3 |"),

@@ -360,10 +360,12 @@ impl Optimizer {
         table: &mut [f32],
         dim: usize,
     ) -> Result<StepReport, String> {
-        // BASIS on a pool of several threads (`--threads`): `basis-rayon`'s
-        // step, the same bits as the serial one (its tests) in less time.
+        // BASIS and exact Adam on a pool of several threads (`--threads`):
+        // `basis-rayon`'s steps, the same bits as the serial ones (its
+        // tests) in less time.
         if rayon::current_num_threads() > 1 {
             let par = match self {
+                Self::Adam(a) => Some(basis_rayon::par_exact_adam_step_dense(a, ids, grads, table)),
                 Self::Basis1(b) => Some(basis_rayon::par_step_dense(b.as_mut(), ids, grads, table)),
                 Self::BasisD(b) => Some(basis_rayon::par_step_dense(b.as_mut(), ids, grads, table)),
                 _ => None,

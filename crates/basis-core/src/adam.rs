@@ -5,17 +5,18 @@ use core::mem::size_of;
 
 use num_traits::Float;
 
-use crate::batch::{Merged, apply_row, merge};
+use crate::batch::{MergeRules, Merged, apply_row, merge, merge_with};
 use crate::checks;
 use crate::config::{NonFinitePolicy, RowIndex};
 use crate::error::{ConfigError, GrowError, RowStateError, StateError, StateField, StepError};
+use crate::exec::{Executor, ROWS_PER_ITEM};
 use crate::kernel::bias_corrections;
 use crate::optimizer::SparseOptimizer;
 use crate::report::{MemoryReport, StepReport};
 use crate::row_move;
 use crate::state::{Reader, Writer, kind};
 use crate::store::{Slots, try_filled};
-use crate::table::RowAccess;
+use crate::table::{DenseTable, RowAccess};
 
 /// Hyper-parameters of [`ExactAdam`] (PyTorch's defaults);
 /// `#[non_exhaustive]`, built from [`Default`] with the `with_*` setters.
@@ -159,12 +160,113 @@ impl ExactAdam {
         Some((&self.m[s * d..(s + 1) * d], &self.v[s * d..(s + 1) * d]))
     }
 
+    /// [`SparseOptimizer::step`] on a [`DenseTable`], with the merge's sorts
+    /// and sums and the per-row updates handed to `exec` (a thread pool:
+    /// `basis-rayon`'s `par_exact_adam_step_dense`). **The same bits as
+    /// `step`** for every executor: the merge's result does not depend on
+    /// it (see [`Executor`]), and rows are distinct after merging, each
+    /// row's `m`, `v` and table row are written by one work item with the
+    /// serial arithmetic, and nothing is summed across rows. Only a dense
+    /// row index ([`RowIndex::Dense`]: slot = id, no slot is created in a
+    /// step) runs this way; a sparse index runs the serial `step`.
+    ///
+    /// # Errors
+    /// Exactly as `step`; nothing changes then.
+    pub fn step_dense_with<E: Executor>(
+        &mut self,
+        exec: &E,
+        ids: &[u64],
+        grads: &[f32],
+        table: &mut DenseTable<'_>,
+    ) -> Result<StepReport, StepError> {
+        if !self.index.is_dense() {
+            return self.step(ids, grads, table);
+        }
+        let c = self.config;
+        let d = c.dim;
+        let index = &self.index;
+        let rules = MergeRules {
+            dim: d,
+            policy: c.nonfinite,
+            clip: c.grad_clip,
+            materialize: true,
+        };
+        let merged = merge_with(exec, &mut self.scratch, ids, grads, rules, table, |id| {
+            index.check(id)
+        })?;
+        self.steps = self.steps.saturating_add(1);
+        let (bc1, bc2) = bias_corrections(c.beta1, c.beta2, self.steps, c.bias_correction);
+        // The merged ids ascend and are distinct, and each is below both the
+        // index's and the table's row count (the merge checked them). So a
+        // work item of consecutive merged rows owns the id range from its
+        // first id up to the next item's first: the table, `m` and `v` are
+        // cut there into disjoint pieces, each item indexing its own piece
+        // from its first id.
+        let data = table.data_mut();
+        let n = merged.ids.len();
+        let mut items = Vec::with_capacity(n.div_ceil(ROWS_PER_ITEM));
+        let (mut rest_t, mut rest_m, mut rest_v) =
+            (&mut data[..], &mut self.m[..], &mut self.v[..]);
+        let mut at = 0usize; // the float offset `rest_*` start at
+        for first in (0..n).step_by(ROWS_PER_ITEM) {
+            let last = (first + ROWS_PER_ITEM).min(n);
+            let start = merged.ids[first] as usize * d;
+            // Up to the next item's first row; the last item up to the end
+            // of its last row (the table and the moments may differ in length).
+            let end = merged
+                .ids
+                .get(last)
+                .map_or((merged.ids[last - 1] as usize + 1) * d, |&id| {
+                    id as usize * d
+                });
+            let (skip, len) = (start - at, end - start);
+            let t = cut(&mut rest_t, skip, len);
+            let m = cut(&mut rest_m, skip, len);
+            let v = cut(&mut rest_v, skip, len);
+            at = end;
+            let ids = &merged.ids[first..last];
+            let g = &merged.grads[first * d..last * d];
+            items.push((ids, g, t, m, v));
+        }
+        let decay = c.lr * c.weight_decay;
+        exec.for_each(items, |(ids, g, t, m, v)| {
+            let base = ids[0] as usize;
+            let mut upd = alloc::vec![0.0f32; d];
+            for (&id, g) in ids.iter().zip(g.chunks_exact(d)) {
+                let at = (id as usize - base) * d;
+                let m = &mut m[at..at + d];
+                let v = &mut v[at..at + d];
+                // `step`'s per-row arithmetic, unchanged.
+                for j in 0..d {
+                    m[j] = c.beta1 * m[j] + (1.0 - c.beta1) * g[j];
+                    v[j] = c.beta2 * v[j] + (1.0 - c.beta2) * (g[j] * g[j]);
+                    let u = (m[j] / bc1) / (Float::sqrt(v[j] / bc2) + c.eps);
+                    upd[j] = c.lr * u;
+                }
+                apply_row(&mut t[at..at + d], &upd, decay);
+            }
+        });
+        self.nonfinite += merged.skipped as u64;
+        let report = merged.row_report();
+        self.scratch = merged;
+        Ok(report)
+    }
+
     /// What a moved row's `(m, v)` mean: the dimension and the averages.
     fn row_fingerprint(&self) -> [(StateField, u64); 2] {
         let c = &self.config;
         let betas = (u64::from(c.beta1.to_bits()) << 32) | u64::from(c.beta2.to_bits());
         [(StateField::Dim, c.dim as u64), (StateField::Betas, betas)]
     }
+}
+
+/// The `len` values after the first `skip` of `rest`; `rest` keeps what
+/// follows them.
+fn cut<'a>(rest: &mut &'a mut [f32], skip: usize, len: usize) -> &'a mut [f32] {
+    let tail = core::mem::take(rest).split_at_mut(skip).1;
+    let (piece, tail) = tail.split_at_mut(len);
+    *rest = tail;
+    piece
 }
 
 impl SparseOptimizer for ExactAdam {

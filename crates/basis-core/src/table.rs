@@ -89,6 +89,12 @@ impl<'a> DenseTable<'a> {
         self.data.len() / self.dim
     }
 
+    /// The whole row-major slice (for a step that carves rows out itself,
+    /// e.g. [`ExactAdam::step_dense_with`](crate::ExactAdam::step_dense_with)).
+    pub(crate) fn data_mut(&mut self) -> &mut [f32] {
+        self.data
+    }
+
     /// Row `id` read-only, or `None` when out of range.
     pub fn row(&self, id: u64) -> Option<&[f32]> {
         let i = usize::try_from(id).ok()?;

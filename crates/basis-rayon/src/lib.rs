@@ -22,6 +22,6 @@ pub use codec::{
 };
 pub use dense::{par_adam_step, par_adam_update};
 pub use error::Error;
-pub use step::{Rayon, par_step, par_step_dense, thread_pool};
+pub use step::{Rayon, par_exact_adam_step_dense, par_step, par_step_dense, thread_pool};
 pub use striped_table::StripedMomentTable;
 pub use table::{MomentParams, MomentTable};

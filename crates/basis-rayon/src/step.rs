@@ -16,7 +16,7 @@
 use balanced_hash::Bucketer;
 use basis_core::exec::Executor;
 use basis_core::kernel::{BucketJob, KernelParams, StepPlan, apply_row, update_bucket};
-use basis_core::{Basis, DenseTable, RowAccess, StepReport};
+use basis_core::{Basis, DenseTable, ExactAdam, RowAccess, StepReport};
 use core::cmp::Ordering;
 use rayon::prelude::*;
 
@@ -107,6 +107,28 @@ pub fn par_step_dense<H: Bucketer>(
     // The rows are done: `finish` sees no rows (it skips rows it cannot
     // find) and only stores the scalars and counts the step.
     Ok(basis.finish(plan, &mut NoRows(dim)))
+}
+
+/// One exact per-row Adam step (`basis_core::ExactAdam`, PyTorch's
+/// `SparseAdam` math) over a dense row-major table, with the merge's sorts
+/// and sums and the row updates on the current rayon pool
+/// (`ExactAdam::step_dense_with` over [`Rayon`]): each merged row's moments
+/// and table row are written by one task with the serial arithmetic.
+/// Bit-identical to `SparseOptimizer::step` on a [`DenseTable`] over the
+/// same slice, for every thread count. An optimizer with a sparse row index
+/// runs the serial step.
+///
+/// # Errors
+/// [`Error::Table`] when `data` is not whole rows of the optimizer's `dim`,
+/// [`Error::Step`] exactly when the serial step fails; nothing changes then.
+pub fn par_exact_adam_step_dense(
+    adam: &mut ExactAdam,
+    ids: &[u64],
+    grads: &[f32],
+    data: &mut [f32],
+) -> Result<StepReport, Error> {
+    let mut table = DenseTable::new(data, adam.config().dim)?;
+    Ok(adam.step_dense_with(&Rayon, ids, grads, &mut table)?)
 }
 
 /// Applies every planned row's update to `data`, rows in parallel. (Fusing
