@@ -473,6 +473,17 @@ impl Segment {
         (v & ((1u128 << low) - 1)) | tag << low | (v >> low) << (low + 8)
     }
 
+    /// Writes tag `tag` and body `body` into record `j` of bucket `b`,
+    /// which is empty (records past a bucket's count are all zero bits, see
+    /// [`remove_at`](Self::remove_at)): the body is or-ed in, no mask.
+    #[inline]
+    fn put(&mut self, b: usize, j: usize, tag: u8, body: u128) {
+        self.data[b * HEAD + 1 + j] = tag;
+        let (at, sh) = self.body_at(b, j);
+        let w = self.load16(at) | (body << sh);
+        self.data[at..at + 16].copy_from_slice(&w.to_le_bytes());
+    }
+
     fn set(&mut self, b: usize, j: usize, r: u128) {
         let low = self.slot_bits + 1;
         self.data[b * HEAD + 1 + j] = (r >> low) as u8;
@@ -557,10 +568,22 @@ impl Segment {
     /// The full hash of record `r` held in bucket `b`.
     fn hash_of(&self, b: usize, r: u128) -> u64 {
         let c = 1u128 << self.slot_bits;
-        let b1 = if r & c == 0 { b } else { self.other(b, r).0 };
-        let key = r >> (self.slot_bits + 1);
+        self.hash_of_key(b, r >> (self.slot_bits + 1), r & c != 0)
+    }
+
+    /// The full hash of the record with key part `key` (the record above
+    /// its choice bit) and choice bit `second` held in bucket `b`.
+    #[inline]
+    fn hash_of_key(&self, b: usize, key: u128, second: bool) -> u64 {
         let rest_bits = 32 - self.depth;
         let rest = (key as u64) & ((1u64 << rest_bits) - 1);
+        let b1 = if second {
+            // The first bucket is `step(rest)` before the second.
+            let d = self.step(rest);
+            if b >= d { b - d } else { b + self.nb - d }
+        } else {
+            b
+        };
         let off = ((key >> rest_bits) as u64) & ((1u64 << self.off_bits) - 1);
         // x · nb lies in [b1 · 2^32 + off · 2^t, + 2^t) with 2^t ≤ nb
         // (t = 32 − off_bits = ⌊log2 nb⌋): one multiple of nb, the first.
@@ -573,6 +596,27 @@ impl Segment {
         top | x << rest_bits | rest
     }
 
+    /// Calls `f(hash, slot)` for every entry, bucket by bucket, until it
+    /// returns `false`; `false` then. Reads each record's tag and body
+    /// apart (no record reassembled): the rebuild's pass.
+    fn each_hashed(&self, mut f: impl FnMut(u64, u32) -> bool) -> bool {
+        let low = self.slot_bits + 1;
+        let slots = (1u128 << self.slot_bits) - 1;
+        for b in 0..self.nb {
+            for j in 0..self.count(b) {
+                let v = self.body(b, j);
+                let tag = u128::from(self.data[b * HEAD + 1 + j]);
+                let key = (v >> low) << 8 | tag;
+                let second = (v >> self.slot_bits) & 1 == 1;
+                let slot = ((v & slots) as u32).wrapping_sub(1);
+                if !f(self.hash_of_key(b, key, second), slot) {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
     /// Places `slot` (hash `h`, known absent, `slot` fits, room checked):
     /// a free record in either bucket, else a breadth-first search for a
     /// cuckoo path (entries moved to their other bucket) to a free record.
@@ -580,17 +624,18 @@ impl Segment {
     /// found.
     fn insert(&mut self, h: u64, slot: u32) -> bool {
         let p = self.probe(h);
-        let rec = p.want | u128::from(slot + 1);
         let c = 1u128 << self.slot_bits;
-        for (b, r) in [(p.b1, rec), (p.b2, rec | c)] {
+        let s1 = u128::from(slot + 1);
+        for (b, body) in [(p.b1, p.body | s1), (p.b2, p.body | c | s1)] {
             let n = self.count(b);
             if n < BUCKET {
-                self.set(b, n, r);
+                self.put(b, n, p.tag, body);
                 self.add_count(b, 1);
                 self.len += 1;
                 return true;
             }
         }
+        let rec = p.want | s1;
         // Most paths are short: a search over a few buckets first (its
         // node array is cheap to set up; 12 KiB for the full one), the
         // full search when it finds none. Both visit buckets in the same
@@ -732,18 +777,26 @@ impl Segment {
         })
     }
 
-    /// A segment holding `entries`: `nb` buckets, or more (by 1/8 at a
-    /// time, [`MAX_GROWTHS`] times) while an entry finds no place.
-    fn build(
+    /// A segment holding the entries of `old` (those whose hash bit `bit`,
+    /// counted from the low end, is `half`, when given): `nb` buckets, or
+    /// more (by 1/8 at a time, [`MAX_GROWTHS`] times) while an entry finds
+    /// no place. Reads `old` in place (no list of its entries: a rebuild's
+    /// only allocation is the new segment).
+    fn build_from(
         depth: u32,
         prefix: u64,
         mut nb: usize,
         slot_bits: u32,
-        entries: &[(u64, u32)],
+        old: &Self,
+        half: Option<(u32, u64)>,
     ) -> Result<Self, BuildError> {
         for _ in 0..MAX_GROWTHS {
             let mut seg = Self::new(depth, prefix, nb, slot_bits).map_err(BuildError::Oom)?;
-            if entries.iter().all(|&(h, s)| seg.insert(h, s)) {
+            let placed = old.each_hashed(|h, s| match half {
+                Some((bit, v)) if h >> bit & 1 != v => true,
+                _ => seg.insert(h, s),
+            });
+            if placed {
                 return Ok(seg);
             }
             nb += nb / 8 + 1;
@@ -970,9 +1023,10 @@ impl SlotIndex {
     /// cannot afford [`iter`](Self::iter)'s `8 B × len` list.
     pub fn for_each_unordered(&self, mut f: impl FnMut(u64, u32)) {
         for seg in &self.segments {
-            for (h, s) in seg.hashed() {
+            seg.each_hashed(|h, s| {
                 f(self.key_of_hash(h), s);
-            }
+                true
+            });
         }
     }
 
@@ -982,9 +1036,10 @@ impl SlotIndex {
     pub fn iter(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
         let mut keys = alloc::vec![0u64; self.len];
         for seg in &self.segments {
-            for (h, s) in seg.hashed() {
+            seg.each_hashed(|h, s| {
                 keys[s as usize] = self.key_of_hash(h);
-            }
+                true
+            });
         }
         keys.into_iter().zip(0u32..)
     }
@@ -1043,17 +1098,10 @@ impl SlotIndex {
     /// doubled directory).
     fn grow(&mut self, seg: usize, slot: u32, more: bool, key: u64) -> Result<(), IndexError> {
         let old = &self.segments[seg];
-        let mut hashed: Vec<(u64, u32)> = Vec::new();
-        hashed
-            .try_reserve_exact(old.len)
-            .map_err(|_| IndexError::OutOfMemory {
-                bytes: (old.len * size_of::<(u64, u32)>()) as u64,
-            })?;
-        hashed.extend(old.hashed());
         let (depth, prefix) = (old.depth, old.prefix);
         let bits = old.slot_bits.max(slot_bits_for(slot));
         let nb = if more {
-            buckets_for(hashed.len() + 1).max(old.nb + old.nb / GROWTH + 1)
+            buckets_for(old.len + 1).max(old.nb + old.nb / GROWTH + 1)
         } else {
             old.nb
         };
@@ -1062,22 +1110,34 @@ impl SlotIndex {
             BuildError::Stuck => IndexError::Clustered { key },
         };
         if !more || nb * BUCKET <= self.segment_max || depth >= MAX_DEPTH {
-            self.segments[seg] = Segment::build(depth, prefix, nb, bits, &hashed).map_err(err)?;
+            self.segments[seg] =
+                Segment::build_from(depth, prefix, nb, bits, old, None).map_err(err)?;
             return Ok(());
         }
         // Split on hash bit `depth` (counted from the top).
         let bit = 63 - depth;
-        hashed.sort_unstable_by_key(|e| e.0 >> bit & 1);
-        let ones = hashed.iter().filter(|e| e.0 >> bit & 1 == 1).count();
-        let (lo, hi) = hashed.split_at(hashed.len() - ones);
-        let low = Segment::build(depth + 1, prefix << 1, buckets_for(lo.len() + 1), bits, lo)
-            .map_err(err)?;
-        let high = Segment::build(
+        let mut ones = 0;
+        old.each_hashed(|h, _| {
+            ones += (h >> bit & 1) as usize;
+            true
+        });
+        let zeros = old.len - ones;
+        let low = Segment::build_from(
+            depth + 1,
+            prefix << 1,
+            buckets_for(zeros + 1),
+            bits,
+            old,
+            Some((bit, 0)),
+        )
+        .map_err(err)?;
+        let high = Segment::build_from(
             depth + 1,
             prefix << 1 | 1,
-            buckets_for(hi.len() + 1),
+            buckets_for(ones + 1),
             bits,
-            hi,
+            old,
+            Some((bit, 1)),
         )
         .map_err(err)?;
         try_room(&mut self.segments)?;

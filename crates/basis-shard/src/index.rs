@@ -16,6 +16,28 @@
 //!   segment growth, see `SlotIndex`'s module docs). Memory for speed: the
 //!   user's choice; the default stays hashbrown until the step is as fast.
 //!
+//! Where the compact index's step loses (session 9, 2026-12-05; busy
+//! machine, load 9–16; details in docs/BENCHMARKS.md, "The compact index in
+//! the table's step"):
+//! - **Instructions** (callgrind, the step bench at `STEP_BENCH_ROWS=300000`,
+//!   whole run: build then 200 timed steps): hashbrown 6.31·10^9, compact
+//!   9.24·10^9 before, 8.43·10^9 after rebuilding segments in place (no
+//!   list of the old entries, records written into zeroed buckets without
+//!   a mask): insertions with their growth went from 2.61 to 1.78·10^9,
+//!   batched lookups stay at 0.46·10^9 (hashbrown's 0.09).
+//! - **Page faults**, with glibc's default allocator: 368 k against 91 k
+//!   for the same run at 1.16·10^6 rows, almost all in the step's 1 MiB
+//!   buffers (the answer's rows, `LocalComm`'s receive buffer, the bench's
+//!   gradients), not in the index. glibc raises its mmap threshold when a
+//!   large mapped block is freed: hashbrown's doublings free tens of MiB,
+//!   so its step's buffers come from the heap; this index never frees more
+//!   than one segment (≈ 140 KiB), so each step maps and faults its
+//!   buffers in again. With the threshold pinned
+//!   (`MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824`)
+//!   the compact run takes 49.6 k faults against 60.6 k. Reusing the
+//!   step's buffers (table and `LocalComm`, outside this file) would remove
+//!   that difference for every allocator.
+//!
 //! Both give the same slots for the same insertions (slots are numbered in
 //! insertion order), so a table's results and checkpoints do not depend on
 //! the kind (tested). The compact index grows inside an insertion, so every
