@@ -2,9 +2,9 @@
 //! (opt-in, never in CI: its runs take minutes to hours).
 //!
 //! ```text
-//! cargo xtask quality [--preset short|headline|ablation] [--only SET,SET]
+//! cargo xtask quality [--preset short|medium|headline|ablation] [--only SET,SET]
 //!                     [--opts SPEC;SPEC] [--seeds N] [--tune-on mean|first]
-//!                     [--out DIR] [--report]
+//!                     [--tune-lr auto|LR,LR] [--out DIR] [--report]
 //! ```
 //!
 //! For every data set of the preset and every optimizer, one
@@ -29,9 +29,17 @@
 //! - `short` (iteration): the FM/DeepFM sets of docs/RESULTS.md with their
 //!   protocol (3 epochs) and the one-pass `criteo-synth --stream` with DeepFM
 //!   and DLRM default towers, sharded over 2 ranks, 5·10^4 examples.
+//! - `medium`: only the two stream sets, at 10^6 examples (issue 26's grid
+//!   between the short preset and the 10^7 headline: about 20× a short
+//!   stream run each).
 //! - `headline`: the same sets with the stream at 10^7 examples.
 //! - `ablation`: issue 26 item 3's diagnosis on the short DeepFM set
 //!   (docs/BASIS.md).
+//!
+//! `--tune-lr` (default `auto`) is passed to every cell; a list of rates
+//! (`0.001,0.003`) bounds a cell's CPU on the long stream presets, where
+//! `auto`'s 9–12 rates × 3 seeds do not fit a session. A cell's JSON keeps
+//! its search, so the tables show which rates were tried.
 //!
 //! Wall time is not measured here (the runs share the machine); AUCs are
 //! deterministic per seed.
@@ -71,6 +79,16 @@ const OPTIMIZERS: &[&str] = &[
     "basis:mode=own,ratio=1000,scalar-lr=0",
     // and the smallest change to the default: `rowscaled` with an EMA of g².
     "basis:accumulate=ema",
+];
+
+/// The `medium` preset's optimizers: the bar's two references, the default
+/// and the accumulations that decide it on the one-pass stream (issue 26).
+const STREAM_OPTIMIZERS: &[&str] = &[
+    "adam",
+    "rowwise-adagrad",
+    "basis",
+    "basis:accumulate=sum",
+    "basis:accumulate=ema,beta=0.999",
 ];
 
 /// The DeepFM diagnosis (issue 26 item 3): what separates Adam from BASIS.
@@ -211,9 +229,10 @@ fn preset(name: &str) -> Result<(Vec<Set>, Vec<String>), String> {
             sets.extend(fm_sets());
             Ok((sets, all(OPTIMIZERS)))
         }
+        "medium" => Ok((stream_sets("1000000"), all(STREAM_OPTIMIZERS))),
         "ablation" => Ok((vec![deepfm_synthetic()], all(ABLATION))),
         other => Err(format!(
-            "unknown preset `{other}` (short, headline, ablation)"
+            "unknown preset `{other}` (short, medium, headline, ablation)"
         )),
     }
 }
@@ -226,6 +245,8 @@ struct Args {
     seeds: u32,
     /// `--tune-on` of every cell: `mean` (default) or `first`.
     tune_on: String,
+    /// `--tune-lr` of every cell: `auto` (default) or a list of rates.
+    tune_lr: String,
     out: Option<PathBuf>,
     report_only: bool,
 }
@@ -237,6 +258,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
         opts: None,
         seeds: 3,
         tune_on: "mean".into(),
+        tune_lr: "auto".into(),
         out: None,
         report_only: false,
     };
@@ -265,6 +287,19 @@ fn parse(args: &[String]) -> Result<Args, String> {
                     return Err(format!(
                         "--tune-on takes mean or first, not `{}`",
                         a.tune_on
+                    ));
+                }
+            }
+            "--tune-lr" => {
+                a.tune_lr = value()?;
+                let rate_list = a
+                    .tune_lr
+                    .split(',')
+                    .all(|x| x.parse::<f64>().is_ok_and(|r| r.is_finite() && r > 0.0));
+                if a.tune_lr != "auto" && !rate_list {
+                    return Err(format!(
+                        "--tune-lr takes auto or rates > 0 separated by commas, not `{}`",
+                        a.tune_lr
                     ));
                 }
             }
@@ -319,7 +354,7 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
                 continue;
             }
             for opt in &opts {
-                cell(&bin, &out, set, opt, a.seeds, &a.tune_on)?;
+                cell(&bin, &out, set, opt, a.seeds, (&a.tune_lr, &a.tune_on))?;
             }
         }
     }
@@ -327,14 +362,16 @@ pub(crate) fn run(args: &[String]) -> Result<(), String> {
 }
 
 /// The `basis compare` argument list of one cell (without the binary).
-fn cell_args(set: &Set, opt: &str, seeds: u32, tune_on: &str, json: &Path) -> Vec<String> {
+/// `tune` is (`--tune-lr`, `--tune-on`).
+fn cell_args(set: &Set, opt: &str, seeds: u32, tune: (&str, &str), json: &Path) -> Vec<String> {
+    let (tune_lr, tune_on) = tune;
     let mut v: Vec<String> = ["-q", "compare"].iter().map(|s| (*s).into()).collect();
     v.extend(set.args.iter().map(|s| (*s).to_string()));
     v.extend([
         "--opt".into(),
         opt.into(),
         "--tune-lr".into(),
-        "auto".into(),
+        tune_lr.into(),
         "--tune-on".into(),
         tune_on.into(),
         "--seeds".into(),
@@ -352,8 +389,9 @@ fn cell(
     set: &Set,
     opt: &str,
     seeds: u32,
-    tune_on: &str,
+    tune: (&str, &str),
 ) -> Result<(), String> {
+    let tune_on = tune.1;
     let dir = out.join(set.key);
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let done = dir.join(format!("{}.json", safe(opt)));
@@ -371,7 +409,7 @@ fn cell(
     let table = dir.join(format!("{}.txt", safe(opt)));
     let stdout = std::fs::File::create(&table).map_err(|e| e.to_string())?;
     let status = Command::new(bin)
-        .args(cell_args(set, opt, seeds, tune_on, &tmp))
+        .args(cell_args(set, opt, seeds, tune, &tmp))
         .current_dir(root())
         .stdout(Stdio::from(stdout))
         .status()
@@ -490,8 +528,9 @@ fn report(
         let _ = writeln!(md, "### {} (`{}`)\n", set.title, set.key);
         let _ = writeln!(
             md,
-            "```text\nbasis {} --opt SPEC --tune-lr auto --tune-on {tune_on} --seeds {seeds} --json {}/SPEC.json\n```\n",
-            cell_args(set, "X", seeds, tune_on, Path::new("-"))[..2 + set.args.len()].join(" "),
+            "```text\nbasis {} --opt SPEC --tune-lr auto|LIST --tune-on {tune_on} --seeds {seeds} --json {}/SPEC.json\n```\n",
+            cell_args(set, "X", seeds, ("auto", tune_on), Path::new("-"))[..2 + set.args.len()]
+                .join(" "),
             set.key
         );
         let _ = writeln!(md, "{} table rows (first seed's run).\n", rows[0].rows);
@@ -595,6 +634,25 @@ mod tests {
         let stream = h.iter().find(|s| s.key == "stream-deepfm").unwrap();
         assert!(stream.args.contains(&"10000000"));
         assert!(preset("nope").is_err());
+        let (m, mo) = preset("medium").unwrap();
+        assert_eq!(
+            m.iter().map(|s| s.key).collect::<Vec<_>>(),
+            ["stream-deepfm", "stream-dlrm"]
+        );
+        assert!(m.iter().all(|s| s.args.contains(&"1000000")));
+        assert!(mo.iter().any(|o| o == "basis:accumulate=sum"));
+        let list = ["--tune-lr".to_string(), "0.001,0.003".into()];
+        assert_eq!(
+            parse(&list).map(|a| a.tune_lr).ok().as_deref(),
+            Some("0.001,0.003")
+        );
+        assert_eq!(parse(&[]).map(|a| a.tune_lr).ok().as_deref(), Some("auto"));
+        for bad in ["0.001,x", "-1", "0", ""] {
+            assert!(
+                parse(&["--tune-lr".to_string(), bad.into()]).is_err(),
+                "{bad}"
+            );
+        }
         let a = parse(&[]).map_err(|e| e.to_string()).unwrap();
         assert_eq!(a.tune_on, "mean", "the quality benchmark tunes on the mean");
         let first = ["--tune-on".to_string(), "first".into()];
@@ -607,7 +665,13 @@ mod tests {
             safe("basis:mode=own,ratio=1000"),
             "basis_mode_own_ratio_1000"
         );
-        let args = cell_args(&deepfm_synthetic(), "adam", 3, "mean", Path::new("x.json"));
+        let args = cell_args(
+            &deepfm_synthetic(),
+            "adam",
+            3,
+            ("auto", "mean"),
+            Path::new("x.json"),
+        );
         assert_eq!(
             &args[args.len() - 10..],
             [
