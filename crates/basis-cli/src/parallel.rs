@@ -183,48 +183,13 @@ impl<'a> Replica<'a> {
 }
 
 impl Ranks<'_> {
-    /// All-gather every rank's `(row id, gradient)` list (counts first,
-    /// then the lists padded to the longest) into `ids` and `rows`.
+    /// All-gather every rank's `(row id, gradient)` list into `ids` and
+    /// `rows` (`basis_shard::route::all_gather_rows`).
     fn gather(&mut self, grads: &Grads, d: usize) -> Result<(), String> {
-        let (rank, p) = (self.comm.rank(), self.comm.size());
-        let comm_err = |e: comm_traits::CommError| format!("rank {rank}: {e}");
-        let row_bytes = 8 + 4 * d;
-        let mut count = [0u8; 8];
-        count.copy_from_slice(&(grads.ids.len() as u64).to_le_bytes());
-        let mut counts = vec![0u8; 8 * p];
-        self.comm
-            .all_gather(&count, &mut counts)
-            .map_err(comm_err)?;
-        let counts: Vec<usize> = counts
-            .chunks_exact(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as usize)
-            .collect();
-        let max = counts.iter().copied().max().unwrap_or(0);
-        let mut send = vec![0u8; max * row_bytes];
-        for (k, &id) in grads.ids.iter().enumerate() {
-            let at = k * row_bytes;
-            send[at..at + 8].copy_from_slice(&id.to_le_bytes());
-            for (j, g) in grads.rows[k * d..(k + 1) * d].iter().enumerate() {
-                send[at + 8 + 4 * j..at + 12 + 4 * j].copy_from_slice(&g.to_le_bytes());
-            }
-        }
-        let mut recv = vec![0u8; max * row_bytes * p];
-        self.comm.all_gather(&send, &mut recv).map_err(comm_err)?;
-        self.ids.clear();
-        self.rows.clear();
-        for (r, &c) in counts.iter().enumerate() {
-            for k in 0..c {
-                let rec = &recv[(r * max + k) * row_bytes..][..row_bytes];
-                self.ids
-                    .push(u64::from_le_bytes(rec[..8].try_into().unwrap_or([0; 8])));
-                self.rows.extend(
-                    rec[8..]
-                        .chunks_exact(4)
-                        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-                );
-            }
-        }
-        Ok(())
+        let rank = self.comm.rank();
+        let mine = (&grads.ids[..], &grads.rows[..], d);
+        basis_shard::route::all_gather_rows(&mut *self.comm, mine, &mut self.ids, &mut self.rows)
+            .map_err(|e| format!("rank {rank}: {e}"))
     }
 }
 

@@ -95,6 +95,20 @@ fn deepfm_trains_the_same_bits_on_one_and_three_threads() {
 }
 
 #[test]
+fn fm_trains_the_same_bits_on_one_and_three_threads() {
+    // `--opt adam`'s sparse step runs on the pool at 3 threads
+    // (`basis_rayon::par_exact_adam_step_dense`): the same model as at 1.
+    let with = |t: &'static str| {
+        let mut v = SMALL.to_vec();
+        v.extend(["--threads", t]);
+        run(&v)
+    };
+    let (one, three) = (with("1"), with("3"));
+    assert_eq!(one["model_crc32"], three["model_crc32"]);
+    assert_eq!(one["final_metrics"], three["final_metrics"]);
+}
+
+#[test]
 fn deepfm_beats_the_fm_on_criteo_synth() {
     // The hidden model has a ReLU teacher over 8 fields: beyond an FM.
     let args = |model| {

@@ -2,6 +2,7 @@
 //! (ids to owners, rows back, gradients to owners) in a fixed order, so every
 //! backend delivers the same bytes.
 
+use alloc::vec;
 use alloc::vec::Vec;
 use comm_traits::{CommError, Communicator};
 use core::mem::size_of;
@@ -95,6 +96,62 @@ pub fn exchange_f32(
         &mut out,
     )?;
     Ok(out)
+}
+
+/// Every rank's `(id, row)` list on every rank, concatenated in rank order
+/// into `out_ids` and `out_rows` (cleared first): the sparse exchange of
+/// replicated (data-parallel) training, where every rank then steps the
+/// same rows. `rows` holds `d` values per id. Two `all_gather`s: the
+/// counts, then the lists padded to the longest; little-endian on the
+/// wire, so MPI and in-process ranks deliver the same bits.
+///
+/// # Errors
+/// [`CommError::BadArgument`] when `rows` is not `ids.len() × d` values;
+/// what `all_gather` returns (a lost peer).
+pub fn all_gather_rows(
+    comm: &mut dyn Communicator,
+    (ids, rows, d): (&[u64], &[f32], usize),
+    out_ids: &mut Vec<u64>,
+    out_rows: &mut Vec<f32>,
+) -> Result<(), CommError> {
+    if Some(rows.len()) != ids.len().checked_mul(d) {
+        return Err(CommError::BadArgument("rows must hold d values per id"));
+    }
+    let p = comm.size();
+    let mut counts = vec![0u8; 8 * p];
+    comm.all_gather(&(ids.len() as u64).to_le_bytes(), &mut counts)?;
+    let counts: Vec<usize> = counts
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as usize)
+        .collect();
+    let max = counts.iter().copied().max().unwrap_or(0);
+    let row_bytes = 8 + 4 * d;
+    let mut send = vec![0u8; max * row_bytes];
+    for ((rec, &id), row) in send
+        .chunks_exact_mut(row_bytes)
+        .zip(ids)
+        .zip(rows.chunks(d.max(1)))
+    {
+        rec[..8].copy_from_slice(&id.to_le_bytes());
+        for (b, g) in rec[8..].chunks_exact_mut(4).zip(row) {
+            b.copy_from_slice(&g.to_le_bytes());
+        }
+    }
+    let mut recv = vec![0u8; max * row_bytes * p];
+    comm.all_gather(&send, &mut recv)?;
+    out_ids.clear();
+    out_rows.clear();
+    for (r, &c) in counts.iter().enumerate() {
+        for rec in recv[r * max * row_bytes..].chunks_exact(row_bytes).take(c) {
+            out_ids.push(u64::from_le_bytes(rec[..8].try_into().unwrap_or([0; 8])));
+            out_rows.extend(
+                rec[8..]
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// [`exchange_f32`] into `out` (cleared first), through `wire`'s buffers.
@@ -198,6 +255,43 @@ pub(crate) fn request(
 mod tests {
     use super::*;
     use basis_std::local::LocalComm;
+
+    /// Every rank gets the concatenation of every rank's list in rank
+    /// order (lists of different lengths, one empty), bit for bit; a
+    /// row list of the wrong length is refused.
+    #[test]
+    fn all_gather_rows_concatenates_every_ranks_list() {
+        let (p, d) = (3, 2);
+        let list = |r: usize| -> (Vec<u64>, Vec<f32>) {
+            let n = [4, 0, 2][r];
+            let ids = (0..n).map(|k| (r * 100 + k) as u64).collect();
+            let rows = (0..n * d).map(|k| -(k as f32) / 3.0 + r as f32).collect();
+            (ids, rows)
+        };
+        let out = LocalComm::run(p, |mut c| {
+            let (ids, rows) = list(c.rank());
+            let (mut got_ids, mut got_rows) = (vec![7], vec![7.0]);
+            all_gather_rows(&mut c, (&ids, &rows, d), &mut got_ids, &mut got_rows).unwrap();
+            (got_ids, got_rows)
+        });
+        let (want_ids, want_rows): (Vec<u64>, Vec<f32>) =
+            (0..p).fold((Vec::new(), Vec::new()), |(mut i, mut r), k| {
+                let (a, b) = list(k);
+                i.extend(a);
+                r.extend(b);
+                (i, r)
+            });
+        assert_eq!(want_ids.len(), 6);
+        for got in out {
+            let (ids, rows) = got.unwrap();
+            assert_eq!(ids, want_ids);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&rows), bits(&want_rows));
+        }
+        let mut one = comm_traits::SingleRank::default();
+        let e = all_gather_rows(&mut one, (&[1, 2], &[0.5; 3], 2), &mut vec![], &mut vec![]);
+        assert!(matches!(e, Err(CommError::BadArgument(_))));
+    }
 
     #[test]
     fn owners_receive_exactly_the_ids_they_own() {
