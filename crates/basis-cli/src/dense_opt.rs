@@ -21,12 +21,23 @@
 //! * 1-bit LAMB: one LAMB group per tower layer (`Tower::dense_layers`;
 //!   the whole dense vector for the FM), the warm-up as 1-bit Adam's
 //!   ([`onebit_adam::FreezePolicy`] from `--dense-warmup`).
+//! * f32 Adam (`adam`): no freeze at all ([`PLAIN_ADAM_FREEZE`]), so its
+//!   state carries no decided step and nothing derived from the run's
+//!   length: it resumes with another `--epochs` (to train longer) exactly.
+//!
+//! The 1-bit optimizers' schedules (the automatic warm-up's cap, a fixed
+//! fraction, 0/1 Adam's `var_freeze_step` and local-step scaler) are
+//! derived from the run's length `T` = batches per epoch × `--epochs`, and
+//! their state records store them: a checkpoint resumed with another
+//! `--epochs` would continue on another schedule than the saved run's, so
+//! its import is refused ([`ImportError::Epochs`], naming both runs'
+//! `--epochs`) instead of approximated.
 
 use crate::deep::{AUTO_MAX_FRACTION, DenseOpt, DensePolicy, DenseWarmup, LayerRole};
 use comm_traits::{Communicator, NonBlocking};
 use onebit_adam::{
-    GroupSpec, LambConfig, LambGroup, OneBitAdam, OneBitLamb, SplitStep, StateError, StepReport,
-    ZeroOneAdam, ZeroOneConfig, ZeroOneStage,
+    FreezePolicy, GroupSpec, LambConfig, LambGroup, OneBitAdam, OneBitLamb, SplitStep, StateError,
+    StepReport, ZeroOneAdam, ZeroOneConfig, ZeroOneStage,
 };
 
 /// `--dense-groups`: how 1-bit Adam (`adam`, `onebit-adam`) splits the
@@ -74,7 +85,7 @@ pub(crate) struct Begun(Option<SplitStep>);
 /// depend on the order).
 pub(crate) struct Hook<'a> {
     /// The optimizer whose groups are begun.
-    opt: &'a mut DenseOptimizer,
+    opt: &'a mut Opt,
     /// The communicator the groups' requests go to.
     comm: &'a mut dyn NonBlocking,
     /// The step in flight.
@@ -96,7 +107,7 @@ impl Hook<'_> {
     /// that lies inside `range`, highest first (the order the backward
     /// pass produces them).
     pub(crate) fn offer(&mut self, range: core::ops::Range<usize>, grad: &[f32]) {
-        let DenseOptimizer::OneBit(o) = &mut *self.opt else {
+        let Opt::OneBit(o) = &mut *self.opt else {
             return;
         };
         for gi in (0..self.ranges.len()).rev() {
@@ -125,13 +136,13 @@ impl Hook<'_> {
     /// a transport failure; a bad gradient fails in
     /// [`DenseOptimizer::complete`].
     pub(crate) fn begun(mut self, grad: &[f32]) -> Result<Begun, String> {
-        if !matches!(self.opt, DenseOptimizer::OneBit(_)) {
+        if !matches!(self.opt, Opt::OneBit(_)) {
             return Ok(Begun(None));
         }
         self.offer(0..grad.len(), grad);
         // Groups beyond a short gradient: an empty slice, so `finish`
         // reports the length on every rank.
-        let DenseOptimizer::OneBit(o) = &mut *self.opt else {
+        let Opt::OneBit(o) = &mut *self.opt else {
             return Ok(Begun(None));
         };
         for gi in (0..self.ranges.len()).rev() {
@@ -149,6 +160,96 @@ impl Hook<'_> {
     }
 }
 
+/// The freeze policy of `--dense-opt adam` (one full-precision group:
+/// nothing ever compresses): a fixed step no run reaches, the same for
+/// every run length. Built through [`DenseOpt::build`] it would get
+/// `--dense-warmup`'s policy, whose cap (a quarter of the run) and decided
+/// step would be stored in the state, tie plain Adam's checkpoints to
+/// `--epochs` and mean nothing.
+pub(crate) const PLAIN_ADAM_FREEZE: FreezePolicy = FreezePolicy::Fixed(u64::MAX);
+
+/// A run's length as the 1-bit schedules see it: `T` = batches per epoch
+/// × `--epochs` steps (module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RunLength {
+    /// Steps (batches) of one epoch.
+    pub(crate) batches_per_epoch: u64,
+    /// `--epochs`.
+    pub(crate) epochs: u32,
+}
+
+impl RunLength {
+    /// `T`, the run's steps.
+    pub(crate) fn steps(self) -> u64 {
+        self.batches_per_epoch
+            .saturating_mul(u64::from(self.epochs))
+    }
+}
+
+/// Why [`DenseOptimizer::import_state`] refused a record.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum ImportError {
+    /// The library's refusal (a damaged record, another optimizer or
+    /// layout).
+    State(StateError),
+    /// A 1-bit optimizer's record of a run of another length: its schedule
+    /// (`field` = `saved` steps, this run's `here`) is derived from
+    /// `--epochs` (module docs), which the resume fingerprint leaves out so
+    /// that `--dense-opt adam` can train longer. `saved_epochs` is the one
+    /// `--epochs` whose schedule gives `saved` at this run's batches per
+    /// epoch (`None`: none or several do).
+    Epochs {
+        /// The schedule's field (`onebit_adam::StateError::Schedule`).
+        field: &'static str,
+        /// Its value in the record.
+        saved: u64,
+        /// Its value in this run.
+        here: u64,
+        /// The saved run's `--epochs`, when one gives `saved`.
+        saved_epochs: Option<u32>,
+        /// This run's `--epochs`.
+        epochs: u32,
+    },
+}
+
+impl core::fmt::Display for ImportError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::State(e) => write!(f, "{e}"),
+            Self::Epochs {
+                field,
+                saved,
+                here,
+                saved_epochs,
+                epochs,
+            } => {
+                let theirs = match saved_epochs {
+                    Some(e) => format!("--epochs {e}"),
+                    None => "another --epochs".to_string(),
+                };
+                write!(
+                    f,
+                    "the saved run's 1-bit schedule ({field} {saved}) is that of {theirs}, this run has --epochs {epochs} ({field} {here}): the warm-up/freeze steps are derived from the run's length (batches per epoch × --epochs) and a 1-bit schedule cannot be stretched exactly; resume with {theirs} (`--dense-opt adam` can be resumed to train longer)"
+                )
+            }
+        }
+    }
+}
+
+impl core::error::Error for ImportError {}
+
+/// The plain-Adam optimizer of `built`'s groups (all full precision) with
+/// [`PLAIN_ADAM_FREEZE`].
+fn without_freeze(built: &OneBitAdam) -> Result<OneBitAdam, String> {
+    let groups: Vec<GroupSpec> = built
+        .group_ranges()
+        .into_iter()
+        .map(|r| GroupSpec::full_precision(r.len()))
+        .collect();
+    OneBitAdam::with_groups(&groups, built.config().with_freeze(PLAIN_ADAM_FREEZE))
+        .map_err(|e| format!("--dense-opt: {e}"))
+}
+
 /// 0/1 Adam's local-step interval doubles every `T / LOCAL_STEP_DIVISOR`
 /// steps after the freeze (module docs).
 const LOCAL_STEP_DIVISOR: u64 = 20;
@@ -162,9 +263,31 @@ const LOCAL_STEP_DIVISOR: u64 = 20;
 /// the variance steps', so the syncs cost little.
 const LOCAL_STEP_CLIPPER: u64 = 4;
 
-/// One of the dense optimizers (module docs).
+/// One of the dense optimizers (module docs), with what its schedule was
+/// derived from.
 #[derive(Debug, Clone)]
-pub(crate) enum DenseOptimizer {
+pub(crate) struct DenseOptimizer {
+    /// The optimizer.
+    opt: Opt,
+    /// How [`DenseOptimizer::build`] derived the 1-bit schedule (`None`:
+    /// built from a ready optimizer, [`DenseOptimizer::from`]), to name the
+    /// saved run's `--epochs` when a record's schedule differs.
+    schedule: Option<(DenseOpt, RunLength, DenseWarmup, f32)>,
+}
+
+impl From<OneBitAdam> for DenseOptimizer {
+    /// `opt` as it is (the single process's plain Adam): no run length.
+    fn from(opt: OneBitAdam) -> Self {
+        Self {
+            opt: Opt::OneBit(opt),
+            schedule: None,
+        }
+    }
+}
+
+/// The optimizers of [`DenseOptimizer`].
+#[derive(Debug, Clone)]
+enum Opt {
     /// `adam` (one full-precision group) or `onebit-adam`.
     OneBit(OneBitAdam),
     /// `zero-one-adam`, with `--dense-lr` (the base of its bias-corrected
@@ -271,7 +394,7 @@ pub(crate) fn bias_corrected_lr(c: &ZeroOneConfig, t: u64, lr: f32) -> f32 {
 
 impl DenseOptimizer {
     /// `kind`'s optimizer over `layers` (flat order, adding up to the dense
-    /// length) for a run of `steps_total` steps; `policy` splits 1-bit
+    /// length) for a run of length `run` (its schedule's `T`); `policy` splits 1-bit
     /// Adam's and 0/1 Adam's groups (`--dense-policy`).
     ///
     /// Fails when `onebit-adam` refuses the configuration (0/1 Adam takes
@@ -280,81 +403,150 @@ impl DenseOptimizer {
     pub(crate) fn build(
         kind: DenseOpt,
         layers: &[(usize, LayerRole)],
-        (policy, grouping): (DensePolicy, DenseGroups),
-        (lr, steps_total, warmup): (f32, u64, DenseWarmup),
+        groups: (DensePolicy, DenseGroups),
+        (lr, run, warmup): (f32, RunLength, DenseWarmup),
     ) -> Result<Self, String> {
-        let len = layers.iter().map(|l| l.0).sum();
-        let layered = policy != DensePolicy::default();
-        if grouping == DenseGroups::Layer
-            && matches!(kind, DenseOpt::ZeroOneAdam | DenseOpt::OnebitLamb)
-        {
-            return Err(format!(
-                "--dense-groups layer: for adam and onebit-adam (--dense-opt {kind:?} has its own groups)"
-            ));
+        build_opt(kind, layers, groups, (lr, run.steps(), warmup)).map(|opt| Self {
+            opt,
+            schedule: Some((kind, run, warmup, lr)),
+        })
+    }
+}
+
+/// Epochs [`epochs_of_schedule`] tries at most.
+const EPOCHS_SEARCHED: u32 = 1 << 20;
+
+/// The `--epochs` whose schedule, at `run`'s batches per epoch, gives the
+/// record's `field` = `value` for `kind` under `warmup` (the inverse of
+/// [`build_opt`]'s derivation, by trying each epoch count in turn: every
+/// field grows with the run's length); `None` when no or several epoch
+/// counts give it (a bound such as `AutoFreeze`'s `max_step` of 10 000
+/// makes every longer run's equal).
+fn epochs_of_schedule(
+    kind: DenseOpt,
+    (field, value): (&str, u64),
+    run: RunLength,
+    warmup: DenseWarmup,
+    lr: f32,
+) -> Option<u32> {
+    let field_at = |epochs: u32| -> Option<u64> {
+        let t = RunLength { epochs, ..run }.steps();
+        if kind == DenseOpt::ZeroOneAdam {
+            let c = zero_one_config(lr, t, warmup);
+            return match field {
+                "var_freeze_step" => Some(c.var_freeze_step),
+                "local_step_scaler" => Some(c.local_step_scaler),
+                _ => None,
+            };
         }
-        match kind {
-            DenseOpt::Adam | DenseOpt::OnebitAdam if grouping == DenseGroups::Layer => {
-                let base = kind.build(len, lr, steps_total, warmup)?;
-                // Unmerged: one group per non-empty layer, its policy's
-                // (`adam`: full precision everywhere).
-                let groups: Vec<GroupSpec> = policy
-                    .groups_per_layer(layers)
-                    .into_iter()
-                    .map(|g| {
-                        if kind == DenseOpt::Adam {
-                            GroupSpec::full_precision(g.len)
-                        } else {
-                            g
-                        }
-                    })
-                    .collect();
-                OneBitAdam::with_groups(&groups, *base.config())
-                    .map(Self::OneBit)
-                    .map_err(|e| format!("--dense-groups: {e}"))
+        match (field, warmup.policy(t)) {
+            ("freeze_step", FreezePolicy::Fixed(n)) => Some(n),
+            ("max_step", FreezePolicy::Auto(a) | FreezePolicy::Share(a)) => Some(a.max_step),
+            _ => None,
+        }
+    };
+    let mut found = None;
+    for epochs in 1..=EPOCHS_SEARCHED {
+        let v = field_at(epochs)?;
+        if v > value {
+            break;
+        }
+        if v == value {
+            if found.is_some() {
+                return None;
             }
-            DenseOpt::Adam | DenseOpt::OnebitAdam => {
-                let opt = if layered {
-                    kind.build_layered(layers, policy, lr, steps_total, warmup)?
-                } else {
-                    kind.build(len, lr, steps_total, warmup)?
-                };
-                Ok(Self::OneBit(opt))
-            }
-            DenseOpt::ZeroOneAdam => {
-                let config = zero_one_config(lr, steps_total, warmup);
-                let groups = if layered {
-                    policy.groups(layers)
-                } else {
-                    vec![GroupSpec::one_bit(len)]
-                };
-                let flag = if layered {
-                    "--dense-policy"
-                } else {
-                    "--dense-opt"
-                };
-                ZeroOneAdam::with_groups(&groups, config)
-                    .map(|o| Self::ZeroOne(o, lr))
-                    .map_err(|e| format!("{flag}: {e}"))
-            }
-            DenseOpt::OnebitLamb => {
-                if layered {
-                    return Err("--dense-policy: 1-bit LAMB compresses all its layers in one 1-bit buffer (a policy per layer is for onebit-adam and zero-one-adam)".into());
-                }
-                let config = LambConfig::default()
-                    .with_lr(lr)
-                    .with_freeze(warmup.policy(steps_total));
-                let groups: Vec<LambGroup> = layers
-                    .iter()
-                    .filter(|l| l.0 > 0)
-                    .map(|l| LambGroup::new(l.0))
-                    .collect();
-                OneBitLamb::new(&groups, config)
-                    .map(|o| Self::Lamb(Box::new(o), Vec::new()))
-                    .map_err(|e| format!("--dense-opt: {e}"))
-            }
+            found = Some(epochs);
         }
     }
+    found
+}
 
+/// [`DenseOptimizer::build`]'s optimizer for a run of `steps_total` steps.
+fn build_opt(
+    kind: DenseOpt,
+    layers: &[(usize, LayerRole)],
+    (policy, grouping): (DensePolicy, DenseGroups),
+    (lr, steps_total, warmup): (f32, u64, DenseWarmup),
+) -> Result<Opt, String> {
+    let len = layers.iter().map(|l| l.0).sum();
+    let layered = policy != DensePolicy::default();
+    if grouping == DenseGroups::Layer
+        && matches!(kind, DenseOpt::ZeroOneAdam | DenseOpt::OnebitLamb)
+    {
+        return Err(format!(
+            "--dense-groups layer: for adam and onebit-adam (--dense-opt {kind:?} has its own groups)"
+        ));
+    }
+    match kind {
+        DenseOpt::Adam | DenseOpt::OnebitAdam if grouping == DenseGroups::Layer => {
+            let base = kind.build(len, lr, steps_total, warmup)?;
+            // Unmerged: one group per non-empty layer, its policy's
+            // (`adam`: full precision everywhere).
+            let groups: Vec<GroupSpec> = policy
+                .groups_per_layer(layers)
+                .into_iter()
+                .map(|g| {
+                    if kind == DenseOpt::Adam {
+                        GroupSpec::full_precision(g.len)
+                    } else {
+                        g
+                    }
+                })
+                .collect();
+            let opt = OneBitAdam::with_groups(&groups, *base.config())
+                .map_err(|e| format!("--dense-groups: {e}"))?;
+            if kind == DenseOpt::Adam {
+                return without_freeze(&opt).map(Opt::OneBit);
+            }
+            Ok(Opt::OneBit(opt))
+        }
+        DenseOpt::Adam | DenseOpt::OnebitAdam => {
+            let opt = if layered {
+                kind.build_layered(layers, policy, lr, steps_total, warmup)?
+            } else {
+                kind.build(len, lr, steps_total, warmup)?
+            };
+            if kind == DenseOpt::Adam {
+                return without_freeze(&opt).map(Opt::OneBit);
+            }
+            Ok(Opt::OneBit(opt))
+        }
+        DenseOpt::ZeroOneAdam => {
+            let config = zero_one_config(lr, steps_total, warmup);
+            let groups = if layered {
+                policy.groups(layers)
+            } else {
+                vec![GroupSpec::one_bit(len)]
+            };
+            let flag = if layered {
+                "--dense-policy"
+            } else {
+                "--dense-opt"
+            };
+            ZeroOneAdam::with_groups(&groups, config)
+                .map(|o| Opt::ZeroOne(o, lr))
+                .map_err(|e| format!("{flag}: {e}"))
+        }
+        DenseOpt::OnebitLamb => {
+            if layered {
+                return Err("--dense-policy: 1-bit LAMB compresses all its layers in one 1-bit buffer (a policy per layer is for onebit-adam and zero-one-adam)".into());
+            }
+            let config = LambConfig::default()
+                .with_lr(lr)
+                .with_freeze(warmup.policy(steps_total));
+            let groups: Vec<LambGroup> = layers
+                .iter()
+                .filter(|l| l.0 > 0)
+                .map(|l| LambGroup::new(l.0))
+                .collect();
+            OneBitLamb::new(&groups, config)
+                .map(|o| Opt::Lamb(Box::new(o), Vec::new()))
+                .map_err(|e| format!("--dense-opt: {e}"))
+        }
+    }
+}
+
+impl DenseOptimizer {
     /// One step of `params` with this rank's gradient `grad` times `factor`
     /// (a data-parallel rank's share of the batch gradient times `P`).
     ///
@@ -367,14 +559,14 @@ impl DenseOptimizer {
         grad: &[f32],
         factor: f32,
     ) -> Result<DenseStep, String> {
-        match self {
-            Self::OneBit(o) => {
+        match &mut self.opt {
+            Opt::OneBit(o) => {
                 let r = o
                     .step_with_grad_scaled(comm, params, grad, factor)
                     .map_err(|e| e.to_string())?;
                 Ok(one_bit_step(r))
             }
-            Self::ZeroOne(o, base_lr) => {
+            Opt::ZeroOne(o, base_lr) => {
                 let lr = bias_corrected_lr(o.config(), o.steps() + 1, *base_lr);
                 o.set_lr(lr).map_err(|e| e.to_string())?;
                 let r = o
@@ -391,7 +583,7 @@ impl DenseOptimizer {
                     },
                 })
             }
-            Self::Lamb(o, scaled) => {
+            Opt::Lamb(o, scaled) => {
                 // The product `OneBitAdam`'s scaled step forms in its pass.
                 scaled.clear();
                 scaled.extend(grad.iter().map(|g| g * factor));
@@ -416,14 +608,14 @@ impl DenseOptimizer {
     /// Adam only (the other optimizers' hook begins nothing, and
     /// [`Hook::begun`] then leaves the blocking step to [`Self::complete`]).
     pub(crate) fn hook<'a>(&'a mut self, comm: &'a mut dyn NonBlocking, factor: f32) -> Hook<'a> {
-        let ranges = match self {
-            Self::OneBit(o) => o.group_ranges(),
+        let ranges = match &self.opt {
+            Opt::OneBit(o) => o.group_ranges(),
             _ => Vec::new(),
         };
         Hook {
             started: vec![false; ranges.len()],
             ranges,
-            opt: self,
+            opt: &mut self.opt,
             comm,
             split: SplitStep::default(),
             factor,
@@ -445,46 +637,58 @@ impl DenseOptimizer {
         params: &mut [f32],
         (grad, factor): (&[f32], f32),
     ) -> Result<DenseStep, String> {
-        match (self, begun.0) {
-            (Self::OneBit(o), Some(split)) => {
-                let r = o.finish(comm, split, params).map_err(|e| e.to_string())?;
-                Ok(one_bit_step(r))
-            }
-            (me, _) => me.step(comm, params, grad, factor),
+        if let (Opt::OneBit(o), Some(split)) = (&mut self.opt, begun.0) {
+            let r = o.finish(comm, split, params).map_err(|e| e.to_string())?;
+            return Ok(one_bit_step(r));
         }
+        self.step(comm, params, grad, factor)
     }
 
     /// The last full-precision (1-bit Adam, 1-bit LAMB) or `v`-updating
     /// (0/1 Adam) step, once the run has reached it; `None` for `adam`,
     /// whose group never compresses.
     pub(crate) fn freeze_step_reached(&self, kind: DenseOpt) -> Option<u64> {
-        let (t, steps) = match self {
-            Self::OneBit(o) => (o.frozen_at()?, o.steps()),
-            Self::ZeroOne(o, _) => (o.config().var_freeze_step, o.steps()),
-            Self::Lamb(o, _) => (o.frozen_at()?, o.steps()),
+        let (t, steps) = match &self.opt {
+            Opt::OneBit(o) => (o.frozen_at()?, o.steps()),
+            Opt::ZeroOne(o, _) => (o.config().var_freeze_step, o.steps()),
+            Opt::Lamb(o, _) => (o.frozen_at()?, o.steps()),
         };
         (kind != DenseOpt::Adam && t <= steps).then_some(t)
     }
 
     /// The optimizer's versioned, checksummed state record.
     pub(crate) fn export_state(&self) -> Vec<u8> {
-        match self {
-            Self::OneBit(o) => o.export_state(),
-            Self::ZeroOne(o, _) => o.export_state(),
-            Self::Lamb(o, _) => o.export_state(),
+        match &self.opt {
+            Opt::OneBit(o) => o.export_state(),
+            Opt::ZeroOne(o, _) => o.export_state(),
+            Opt::Lamb(o, _) => o.export_state(),
         }
     }
 
     /// Restore a record of [`Self::export_state`].
     ///
     /// Fails, with nothing changed, on a damaged record, one of another
-    /// optimizer or layout.
-    pub(crate) fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
-        match self {
-            Self::OneBit(o) => o.import_state(bytes),
-            Self::ZeroOne(o, _) => o.import_state(bytes),
-            Self::Lamb(o, _) => o.import_state(bytes),
-        }
+    /// optimizer or layout ([`ImportError::State`]), and on a 1-bit
+    /// optimizer's record whose schedule is another run length's
+    /// ([`ImportError::Epochs`]: resumed with another `--epochs`).
+    pub(crate) fn import_state(&mut self, bytes: &[u8]) -> Result<(), ImportError> {
+        let r = match &mut self.opt {
+            Opt::OneBit(o) => o.import_state(bytes),
+            Opt::ZeroOne(o, _) => o.import_state(bytes),
+            Opt::Lamb(o, _) => o.import_state(bytes),
+        };
+        r.map_err(|e| match (e, self.schedule) {
+            (StateError::Schedule { field, saved, here }, Some((kind, run, warmup, lr))) => {
+                ImportError::Epochs {
+                    field,
+                    saved,
+                    here,
+                    saved_epochs: epochs_of_schedule(kind, (field, saved), run, warmup, lr),
+                    epochs: run.epochs,
+                }
+            }
+            (e, _) => ImportError::State(e),
+        })
     }
 
     /// Release the state's rank binding so it can continue on another group
@@ -495,12 +699,12 @@ impl DenseOptimizer {
     /// always refused (their error feedback starts early, and 0/1 Adam's
     /// local steps make each rank's parameters its own).
     pub(crate) fn unbind(&mut self) -> Result<(), String> {
-        match self {
-            Self::OneBit(o) => o.unbind().map_err(|e| {
+        match &mut self.opt {
+            Opt::OneBit(o) => o.unbind().map_err(|e| {
                 format!("{e}: 1-bit Adam's error-feedback buffers are per rank and cannot move to another group size exactly")
             }),
-            Self::ZeroOne(..) => Err("0/1 Adam's state is per rank (error feedback, and parameters that differ between synchronisations) and cannot move to another group size exactly".into()),
-            Self::Lamb(..) => Err("1-bit LAMB's state (error feedback once compression has begun) is per rank and cannot move to another group size exactly".into()),
+            Opt::ZeroOne(..) => Err("0/1 Adam's state is per rank (error feedback, and parameters that differ between synchronisations) and cannot move to another group size exactly".into()),
+            Opt::Lamb(..) => Err("1-bit LAMB's state (error feedback once compression has begun) is per rank and cannot move to another group size exactly".into()),
         }
     }
 }
@@ -509,7 +713,7 @@ impl DenseOptimizer {
     /// Whether the ranks' dense parameters may differ (0/1 Adam's local
     /// steps), so that evaluation must use one rank's ([`rank0_dense`]).
     pub(crate) fn params_per_rank(&self) -> bool {
-        matches!(self, Self::ZeroOne(..))
+        matches!(self.opt, Opt::ZeroOne(..))
     }
 }
 
@@ -535,10 +739,18 @@ pub(crate) fn rank0_dense(
 
 #[cfg(test)]
 mod tests {
-    use super::{DenseOptimizer, bias_corrected_lr, zero_one_config};
+    use super::{DenseOptimizer, Opt, RunLength, bias_corrected_lr, zero_one_config};
     use crate::deep::{DenseOpt, DensePolicy, DenseWarmup, LayerRole};
     use onebit_adam::ZeroOneStage;
     use onebit_adam::reference_zero_one::ZeroOneSim;
+
+    /// A run of `steps` steps in one epoch.
+    fn one_epoch(steps: u64) -> RunLength {
+        RunLength {
+            batches_per_epoch: steps,
+            epochs: 1,
+        }
+    }
 
     /// The rate against its definition: `k` counted from the reference's
     /// stages, Adam's corrections in f64; step 1 is Adam's first step
@@ -641,10 +853,10 @@ mod tests {
                 DenseOpt::OnebitAdam,
                 &tower.dense_layers(),
                 (DensePolicy::default(), super::DenseGroups::Layer),
-                (1e-3, 10, DenseWarmup::Auto),
+                (1e-3, one_epoch(10), DenseWarmup::Auto),
             )
             .unwrap();
-            let DenseOptimizer::OneBit(o) = &layered else {
+            let Opt::OneBit(o) = &layered.opt else {
                 panic!("1-bit Adam")
             };
             let ranges = o.group_ranges();
@@ -661,6 +873,203 @@ mod tests {
         }
     }
 
+    /// `--dense-opt adam` carries no freeze decision and nothing from the
+    /// run's length: its state moves between runs of other lengths and
+    /// warm-up options, also past a quarter of the shorter run (where
+    /// `--dense-warmup`'s cap would have decided a step), and continues
+    /// with the same bits.
+    #[test]
+    fn plain_adam_resumes_with_another_run_length() {
+        use comm_traits::SingleRank;
+        let layers = [(6, LayerRole::First), (3, LayerRole::Last)];
+        let build = |steps: u64, warmup, groups| {
+            DenseOptimizer::build(
+                DenseOpt::Adam,
+                &layers,
+                (DensePolicy::default(), groups),
+                (1e-2, one_epoch(steps), warmup),
+            )
+            .unwrap()
+        };
+        let grad = |t: u64| -> Vec<f32> {
+            (0..9)
+                .map(|i| ((t * 7 + i) % 5) as f32 * 0.1 - 0.2)
+                .collect()
+        };
+        for groups in [super::DenseGroups::Tower, super::DenseGroups::Layer] {
+            let mut comm = SingleRank::default();
+            let mut a = build(40, DenseWarmup::Share, groups);
+            let mut x = vec![0.5f32; 9];
+            for t in 0..30 {
+                a.step(&mut comm, &mut x, &grad(t), 1.0).unwrap();
+            }
+            let Opt::OneBit(o) = &a.opt else {
+                panic!("adam is OneBitAdam's full-precision group")
+            };
+            assert_eq!(o.config().freeze, super::PLAIN_ADAM_FREEZE);
+            assert_eq!(a.freeze_step_reached(DenseOpt::Adam), None);
+            let saved = a.export_state();
+            for (steps, warmup) in [
+                (40, DenseWarmup::Auto),
+                (4000, DenseWarmup::Share),
+                (7, DenseWarmup::Fraction(0.2)),
+            ] {
+                let mut b = build(steps, warmup, groups);
+                b.import_state(&saved).unwrap();
+                let (mut xa, mut xb) = (x.clone(), x.clone());
+                let mut c = a.clone();
+                for t in 30..45 {
+                    c.step(&mut comm, &mut xa, &grad(t), 1.0).unwrap();
+                    b.step(&mut comm, &mut xb, &grad(t), 1.0).unwrap();
+                }
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&xa), bits(&xb), "{steps} steps, {warmup}");
+                assert_eq!(c.export_state(), b.export_state());
+            }
+        }
+    }
+
+    /// A 1-bit optimizer's record resumed into a run with another
+    /// `--epochs` (its schedule derived from the run's length) is refused
+    /// with [`super::ImportError::Epochs`] naming both epoch counts (the
+    /// saved one found from the record's schedule), nothing changed; the
+    /// same length imports. Every 1-bit optimizer and warm-up kind.
+    #[test]
+    fn a_one_bit_schedule_of_other_epochs_is_refused_naming_both() {
+        use comm_traits::SingleRank;
+        let layers = [(6, LayerRole::First), (3, LayerRole::Last)];
+        let run = |epochs| RunLength {
+            batches_per_epoch: 100,
+            epochs,
+        };
+        let build = |kind, epochs, warmup| {
+            DenseOptimizer::build(
+                kind,
+                &layers,
+                (DensePolicy::default(), super::DenseGroups::Tower),
+                (1e-2, run(epochs), warmup),
+            )
+            .unwrap()
+        };
+        for kind in [
+            DenseOpt::OnebitAdam,
+            DenseOpt::ZeroOneAdam,
+            DenseOpt::OnebitLamb,
+        ] {
+            for warmup in [
+                DenseWarmup::Auto,
+                DenseWarmup::Share,
+                DenseWarmup::Fraction(0.2),
+            ] {
+                let mut a = build(kind, 4, warmup);
+                let mut x = vec![0.5f32; 9];
+                let g: Vec<f32> = (0..9).map(|i| i as f32 * 0.01 - 0.04).collect();
+                for _ in 0..3 {
+                    a.step(&mut SingleRank::default(), &mut x, &g, 1.0).unwrap();
+                }
+                let saved = a.export_state();
+                build(kind, 4, warmup).import_state(&saved).unwrap();
+                for epochs in [2, 3, 8] {
+                    let mut b = build(kind, epochs, warmup);
+                    let before = b.export_state();
+                    let e = b.import_state(&saved).unwrap_err();
+                    let super::ImportError::Epochs {
+                        saved_epochs,
+                        epochs: here,
+                        ..
+                    } = e
+                    else {
+                        panic!("{kind:?} {warmup}: {e:?}")
+                    };
+                    assert_eq!((saved_epochs, here), (Some(4), epochs), "{kind:?} {warmup}");
+                    let text = e.to_string();
+                    assert!(
+                        text.contains("is that of --epochs 4,")
+                            && text.contains(&format!("this run has --epochs {epochs} (")),
+                        "{text}"
+                    );
+                    assert_eq!(b.export_state(), before, "{kind:?} {warmup}");
+                }
+            }
+        }
+    }
+
+    /// The saved run's `--epochs` against the forward derivation: every
+    /// field of every 1-bit kind, epochs 1..=40 at several batches per
+    /// epoch, is found back when one epoch count gives it; a value no
+    /// epoch count gives, and one many give (the `max_step` bound of
+    /// 10 000), give `None`.
+    #[test]
+    fn the_saved_epochs_are_the_schedules_inverse() {
+        use onebit_adam::FreezePolicy;
+        let kinds = [
+            (DenseOpt::OnebitAdam, DenseWarmup::Auto, "max_step"),
+            (DenseOpt::OnebitLamb, DenseWarmup::Share, "max_step"),
+            (
+                DenseOpt::OnebitAdam,
+                DenseWarmup::Fraction(0.15),
+                "freeze_step",
+            ),
+            (DenseOpt::ZeroOneAdam, DenseWarmup::Auto, "var_freeze_step"),
+            (
+                DenseOpt::ZeroOneAdam,
+                DenseWarmup::Fraction(0.1),
+                "local_step_scaler",
+            ),
+        ];
+        for (kind, warmup, field) in kinds {
+            for b in [1u64, 7, 100, 391] {
+                let forward = |e: u32| -> u64 {
+                    let t = b * u64::from(e);
+                    match (kind, warmup.policy(t)) {
+                        (DenseOpt::ZeroOneAdam, _) => {
+                            let c = zero_one_config(1e-3, t, warmup);
+                            if field == "var_freeze_step" {
+                                c.var_freeze_step
+                            } else {
+                                c.local_step_scaler
+                            }
+                        }
+                        (_, FreezePolicy::Fixed(n)) => n,
+                        (_, FreezePolicy::Auto(a) | FreezePolicy::Share(a)) => a.max_step,
+                        _ => unreachable!(),
+                    }
+                };
+                let run = RunLength {
+                    batches_per_epoch: b,
+                    epochs: 3,
+                };
+                for e in 1..=40u32 {
+                    let v = forward(e);
+                    let givers = (1..=200u32).filter(|&x| forward(x) == v).count();
+                    let want = (givers == 1).then_some(e);
+                    let got = super::epochs_of_schedule(kind, (field, v), run, warmup, 1e-3);
+                    assert_eq!(got, want, "{kind:?} {warmup} {field} b={b} e={e}");
+                }
+            }
+        }
+        // The bound: every run of 40 000 steps or more has max_step 10 000.
+        let big = RunLength {
+            batches_per_epoch: 100_000,
+            epochs: 2,
+        };
+        let f = ("max_step", 10_000);
+        assert_eq!(
+            super::epochs_of_schedule(DenseOpt::OnebitAdam, f, big, DenseWarmup::Auto, 1e-3),
+            None
+        );
+        // No epoch count gives 101 at 100 batches per epoch (25, 50, ...).
+        let r = RunLength {
+            batches_per_epoch: 100,
+            epochs: 2,
+        };
+        let f = ("max_step", 101);
+        assert_eq!(
+            super::epochs_of_schedule(DenseOpt::OnebitAdam, f, r, DenseWarmup::Auto, 1e-3),
+            None
+        );
+    }
+
     /// `--dense-policy` graded groups are 1-bit Adam's: 0/1 Adam's crate
     /// refusal reaches the user, and 1-bit LAMB refuses any policy; `full`
     /// layers are fine for 0/1 Adam.
@@ -671,7 +1080,7 @@ mod tests {
             (4, LayerRole::Rest),
             (2, LayerRole::Last),
         ];
-        let run = (1e-3, 100, DenseWarmup::Auto);
+        let run = (1e-3, one_epoch(100), DenseWarmup::Auto);
         let build = |kind, p: &str| {
             DenseOptimizer::build(
                 kind,

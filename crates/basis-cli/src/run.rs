@@ -477,7 +477,10 @@ pub(crate) fn dense_optimizer(
     tower: Option<&crate::deep::Tower>,
     n: usize,
 ) -> Result<DenseOptimizer, String> {
-    let steps_total = (n.div_ceil(m.batch) * m.epochs as usize) as u64;
+    let run = crate::dense_opt::RunLength {
+        batches_per_epoch: n.div_ceil(m.batch) as u64,
+        epochs: m.epochs,
+    };
     let layers = match tower {
         Some(t) => {
             let layers = t.dense_layers();
@@ -492,7 +495,7 @@ pub(crate) fn dense_optimizer(
         m.dense_opt,
         &layers,
         (m.dense_policy, m.dense_groups),
-        (m.dense_lr, steps_total, m.dense_warmup),
+        (m.dense_lr, run, m.dense_warmup),
     )
 }
 
@@ -513,7 +516,7 @@ pub(crate) fn single_dense_optimizer(m: &ModelArgs, len: usize) -> Result<DenseO
         .config()
         .with_freeze(onebit_adam::FreezePolicy::Fixed(u64::MAX));
     onebit_adam::OneBitAdam::with_groups(&[onebit_adam::GroupSpec::full_precision(len)], config)
-        .map(DenseOptimizer::OneBit)
+        .map(DenseOptimizer::from)
         .map_err(|e| format!("--dense-lr: {e}"))
 }
 

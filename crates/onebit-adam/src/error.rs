@@ -124,6 +124,22 @@ pub enum StateError {
         /// The policy of this optimizer's group.
         here: crate::Policy,
     },
+    /// The record was saved under the same kind of schedule with another
+    /// step: `field` (`"freeze_step"` of a fixed freeze, `"max_step"` of an
+    /// automatic one, 0/1 Adam's `"var_freeze_step"` or
+    /// `"local_step_scaler"`) is `saved` in the record and `here` in this
+    /// optimizer's configuration. Continuing would follow another schedule
+    /// than the saved run's, so it is refused; a caller that derives the
+    /// step from its run's length can name the lengths (the values are
+    /// given for that).
+    Schedule {
+        /// The configuration field that differs.
+        field: &'static str,
+        /// Its value in the record.
+        saved: u64,
+        /// Its value in this optimizer's configuration.
+        here: u64,
+    },
     /// A stored float is NaN or ±Inf.
     NonFinite,
     /// Bytes follow the end of the record its length fields announce.
@@ -152,6 +168,10 @@ impl fmt::Display for StateError {
                 "group {group} was saved as a {} group, this one is {}",
                 saved.name(),
                 here.name()
+            ),
+            Self::Schedule { field, saved, here } => write!(
+                f,
+                "state was saved under another schedule: {field} {saved}, this optimizer's is {here}"
             ),
             Self::NonFinite => write!(f, "state holds a non-finite value"),
             Self::TrailingBytes => write!(

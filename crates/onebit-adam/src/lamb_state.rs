@@ -86,7 +86,9 @@ impl OneBitLamb {
     /// more bytes than the record's length field announces, checked before
     /// the checksum), [`StateError::Checksum`], [`StateError::Shape`] (other
     /// parameter count, groups, rank, freeze policy, or a record whose
-    /// parts disagree about the stage), [`StateError::NonFinite`] (a
+    /// parts disagree about the stage), [`StateError::Schedule`] (the same
+    /// freeze rule with another fixed step or `max_step`),
+    /// [`StateError::NonFinite`] (a
     /// non-finite float, or a coefficient out of its range).
     pub fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
         let seen = bytes.len().min(MAGIC.len());

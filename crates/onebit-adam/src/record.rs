@@ -241,7 +241,23 @@ pub(crate) fn read_freeze(
     for f in &mut fields {
         *f = r.u64()?;
     }
-    if (kind, fields) != freeze_fields(policy) {
+    let (here_kind, here) = freeze_fields(policy);
+    if (kind, fields) != (here_kind, here) {
+        // The same rule with another step bound (a fixed step, or the
+        // automatic rule's `max_step`, which `min_step` may follow when it
+        // is lower): a schedule of another length, named with both values.
+        let step = match kind {
+            1 => Some(("freeze_step", 0)),
+            2 | 3 if fields[..2] == here[..2] && fields[3] != here[3] => Some(("max_step", 3)),
+            _ => None,
+        };
+        if let (true, Some((field, i))) = (kind == here_kind, step) {
+            return Err(StateError::Schedule {
+                field,
+                saved: fields[i],
+                here: here[i],
+            });
+        }
         return Err(StateError::Shape(
             "freeze policy (the record was saved under another FreezePolicy)",
         ));

@@ -237,8 +237,9 @@ impl OneBitAdam {
     /// [`StateError::Truncated`] / [`StateError::TrailingBytes`] (fewer or
     /// more bytes than the record's length fields announce, checked before
     /// the checksum), [`StateError::Checksum`], [`StateError::Shape`] (other
-    /// parameter count, groups, policies or variant),
-    /// [`StateError::NonFinite`].
+    /// parameter count, groups, policies, variant or freeze rule),
+    /// [`StateError::Schedule`] (the same freeze rule with another fixed
+    /// step or `max_step`), [`StateError::NonFinite`].
     pub fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
         let seen = bytes.len().min(MAGIC.len());
         if bytes.get(..4) == Some(&crate::zero_one_state::MAGIC[..]) {

@@ -145,7 +145,8 @@ impl ZeroOneAdam {
     /// more bytes than the length fields announce, checked before the
     /// checksum), [`StateError::Checksum`], [`StateError::Shape`] (another
     /// parameter count, group layout, schedule parameter, or inconsistent
-    /// counters), [`StateError::NonFinite`].
+    /// counters), [`StateError::Schedule`] (another `var_freeze_step` or
+    /// `local_step_scaler`), [`StateError::NonFinite`].
     pub fn import_state(&mut self, bytes: &[u8]) -> Result<(), StateError> {
         let seen = bytes.len().min(4);
         if bytes[..seen] == ONE_BIT_MAGIC[..seen] && seen == 4 {
@@ -187,14 +188,26 @@ impl ZeroOneAdam {
         next.step = r.u64()?;
         next.grad_count = r.u32()?;
         let c = self.config;
-        for (want, what) in [
-            (c.var_freeze_step, "var_freeze_step"),
-            (c.var_update_scaler, "var_update_scaler"),
-            (c.local_step_scaler, "local_step_scaler"),
-            (c.local_step_clipper, "local_step_clipper"),
+        // The two step counts a caller may derive from its run's length
+        // are a schedule (named with both values); the other two are the
+        // rule's shape.
+        for (want, what, schedule) in [
+            (c.var_freeze_step, "var_freeze_step", true),
+            (c.var_update_scaler, "var_update_scaler", false),
+            (c.local_step_scaler, "local_step_scaler", true),
+            (c.local_step_clipper, "local_step_clipper", false),
         ] {
-            if r.u64()? != want {
-                return Err(StateError::Shape(what));
+            let saved = r.u64()?;
+            if saved != want {
+                return Err(if schedule {
+                    StateError::Schedule {
+                        field: what,
+                        saved,
+                        here: want,
+                    }
+                } else {
+                    StateError::Shape(what)
+                });
             }
         }
         next.schedule = Schedule {

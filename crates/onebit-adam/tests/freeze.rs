@@ -252,17 +252,45 @@ fn import_refuses_another_freeze_policy_and_reads_version_1() {
         (v2, x, opt.export_state())
     });
     let (v2, x_after, state_after) = runs.remove(0).unwrap();
-    // Another policy: refused, naming it, the optimizer unchanged.
-    for other in [FreezePolicy::Fixed(5), FreezePolicy::default()] {
+    // Another policy: refused, naming it, the optimizer unchanged. Another
+    // fixed step, or the automatic rule with another `max_step` (a run of
+    // another length), is a schedule, named with both values.
+    let auto = |max: u64| FreezePolicy::Auto(AutoFreeze::default().with_max_step(max));
+    let schedule = |field, saved, here| StateError::Schedule { field, saved, here };
+    let mut auto_run = OneBitAdam::with_groups(&groups(d), config(auto(200))).unwrap();
+    let v_auto = auto_run.export_state();
+    for (other, record, want) in [
+        (
+            FreezePolicy::Fixed(5),
+            &v2,
+            Some(schedule("freeze_step", 4, 5)),
+        ),
+        (FreezePolicy::default(), &v2, None),
+        (auto(400), &v_auto, Some(schedule("max_step", 200, 400))),
+        (
+            FreezePolicy::Share(AutoFreeze::share().with_max_step(200)),
+            &v_auto,
+            None,
+        ),
+        (
+            FreezePolicy::Auto(AutoFreeze::default().with_max_step(200).with_window(5)),
+            &v_auto,
+            None,
+        ),
+    ] {
         let mut opt = OneBitAdam::with_groups(&groups(d), config(other)).unwrap();
         let before = opt.export_state();
-        let e = opt.import_state(&v2).unwrap_err();
-        assert!(
-            matches!(e, StateError::Shape(s) if s.starts_with("freeze policy")),
-            "{e}"
-        );
+        let e = opt.import_state(record).unwrap_err();
+        match want {
+            Some(w) => assert_eq!(e, w),
+            None => assert!(
+                matches!(e, StateError::Shape(s) if s.starts_with("freeze policy")),
+                "{e}"
+            ),
+        }
         assert_eq!(opt.export_state(), before);
     }
+    auto_run.import_state(&v_auto).unwrap();
     // The same record as version 1 wrote it: no freeze block (policy u8,
     // 7 u64, S u64 = 0), version 1, its own CRC.
     let tail = 12 * d + d.div_ceil(8) + 4;

@@ -429,8 +429,18 @@ fn import_refuses_bad_records_and_changes_nothing() {
         other(&[LambGroup::new(5), LambGroup::new(5)], cfg).import_state(&good),
         Err(StateError::Shape("group length"))
     );
-    assert!(matches!(
+    // Another fixed step: a schedule of another length, both values named;
+    // another rule: refused as a shape.
+    assert_eq!(
         other(&gs, cfg.with_freeze_step(2)).import_state(&good),
+        Err(StateError::Schedule {
+            field: "freeze_step",
+            saved: 1,
+            here: 2
+        })
+    );
+    assert!(matches!(
+        other(&gs, cfg.with_freeze(onebit_adam::FreezePolicy::default())).import_state(&good),
         Err(StateError::Shape(s)) if s.starts_with("freeze policy")
     ));
     // A NaN momentum (the record's first `m` float), re-sealed.

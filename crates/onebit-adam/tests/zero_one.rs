@@ -392,7 +392,34 @@ fn import_refuses_bad_records_and_changes_nothing() {
         ZeroOneAdam::with_groups(&groups, schedule().with_var_freeze_step(31)).unwrap();
     assert_eq!(
         other_schedule.import_state(&blob),
-        Err(StateError::Shape("var_freeze_step"))
+        Err(StateError::Schedule {
+            field: "var_freeze_step",
+            saved: schedule().var_freeze_step,
+            here: 31
+        })
+    );
+    let mut other_scaler = ZeroOneAdam::with_groups(
+        &groups,
+        schedule().with_local_step_scaler(schedule().local_step_scaler + 1),
+    )
+    .unwrap();
+    assert_eq!(
+        other_scaler.import_state(&blob),
+        Err(StateError::Schedule {
+            field: "local_step_scaler",
+            saved: schedule().local_step_scaler,
+            here: schedule().local_step_scaler + 1
+        })
+    );
+    // The rule's shape is not a schedule length.
+    let mut other_clipper = ZeroOneAdam::with_groups(
+        &groups,
+        schedule().with_local_step_clipper(schedule().local_step_clipper * 2),
+    )
+    .unwrap();
+    assert_eq!(
+        other_clipper.import_state(&blob),
+        Err(StateError::Shape("local_step_clipper"))
     );
     // Counters no run reaches (a var_interval of 3), resealed.
     let mut counters = blob.clone();

@@ -1,11 +1,12 @@
 //! `cargo xtask mpi --train-bench [--net 1gbit|10gbit|unlimited] [--np 2,4]
-//! [--batch B] [--examples N] [--warmup auto|share|F] [--rounds N] [--seeds 1,2,3]
+//! [--batch B] [--examples N | --steps S] [--warmup auto|share|F[,...]] [--rounds N] [--seeds 1,2,3]
 //! [--model deepfm|dlrm]`: end-to-end
 //! sharded training over TCP in the shaped network namespace of `--bench` (issue 13 item 7).
 //!
 //! The job: `basis train --shard rows` with DeepFM (tower `1024,512,256,1`
 //! over 39 fields × k = 16: 1 296 385 dense parameters), streamed
-//! criteo-synth data, global batch 1024 (`--batch`), 200 steps, one epoch, BASIS on the sparse
+//! criteo-synth data, global batch 1024 (`--batch`), 200 steps (`--steps`, or
+//! `--examples` = steps × batch), one epoch, BASIS on the sparse
 //! rows. For every P it runs `--dense-opt adam` (f32 all-reduce every step)
 //! and `--dense-opt onebit-adam` with the same data, steps and seed, reads
 //! each run's `--json` and prints one markdown table per P: wall and
@@ -13,7 +14,9 @@
 //! bytes sent per step (sparse all-to-all and dense all-reduce), per-rank
 //! peak RSS and the end-to-end speed-up. `--warmup auto|share|F` passes `--dense-warmup`
 //! (1-bit Adam's f32 warm-up: the CLI's default `auto`, the share rule, or a fraction)
-//! to the 1-bit runs. `--model dlrm` runs DLRM instead (top tower `--mlp` and bottom
+//! to the 1-bit runs; a list (`--warmup auto,share`) makes one 1-bit run per
+//! entry after each f32 run, all compared with that f32 run (one pair of tables
+//! per entry), so the warm-ups share the f32 runs instead of repeating them. `--model dlrm` runs DLRM instead (top tower `--mlp` and bottom
 //! tower at the CLI's defaults, 541 585 dense parameters at `--dim 16`), same data.
 //!
 //! `--rounds N` (default: one per seed) runs N interleaved rounds, each an
@@ -45,8 +48,11 @@ struct Opts {
     ranks: Vec<usize>,
     batch: usize,
     examples: usize,
-    /// `--dense-warmup` of the 1-bit Adam runs (`None`: the CLI's default).
-    warmup: Option<String>,
+    /// `--steps`: examples = steps × batch (0: not given).
+    steps: usize,
+    /// `--dense-warmup` of the 1-bit Adam runs, one 1-bit run per entry
+    /// in every round (empty: one run at the CLI's default).
+    warmups: Vec<String>,
     /// Interleaved (f32, 1-bit) rounds per rank count. Default: one per seed.
     rounds: usize,
     /// `--seed` of the runs, round `r` taking `seeds[r % seeds.len()]`.
@@ -62,7 +68,8 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
         ranks: vec![2, 4],
         batch: BATCH,
         examples: 0,
-        warmup: None,
+        steps: 0,
+        warmups: Vec::new(),
         rounds: 0,
         seeds: vec![1],
         model: "deepfm".into(),
@@ -100,6 +107,13 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
                     _ => return Err(format!("--examples: `{n}` is not a positive number")),
                 };
             }
+            "--steps" => {
+                let n = value("a number")?;
+                o.steps = match n.parse::<usize>() {
+                    Ok(n) if n > 0 => n,
+                    _ => return Err(format!("--steps: `{n}` is not a positive number")),
+                };
+            }
             "--batch" => {
                 let n = value("a number")?;
                 o.batch = match n.parse::<usize>() {
@@ -108,16 +122,19 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
                 };
             }
             "--warmup" => {
-                let w = value("`auto`, `share` or a fraction in [0, 1)")?;
-                match w.parse::<f64>() {
-                    _ if w == "auto" || w == "share" => o.warmup = Some(w),
-                    Ok(f) if (0.0..1.0).contains(&f) => o.warmup = Some(w),
-                    _ => {
-                        return Err(format!(
-                            "--warmup: `{w}` is neither `auto`, `share` nor a fraction in [0, 1)"
-                        ));
-                    }
-                }
+                o.warmups = value("`auto`, `share` or a fraction in [0, 1), or a list")?
+                    .split(',')
+                    .map(|w| {
+                        let w = w.trim();
+                        match w.parse::<f64>() {
+                            _ if w == "auto" || w == "share" => Ok(w.to_string()),
+                            Ok(f) if (0.0..1.0).contains(&f) => Ok(w.to_string()),
+                            _ => Err(format!(
+                                "--warmup: `{w}` is neither `auto`, `share` nor a fraction in [0, 1)"
+                            )),
+                        }
+                    })
+                    .collect::<Result<_, _>>()?;
             }
             "--model" => {
                 let m = value("`deepfm` or `dlrm`")?;
@@ -145,13 +162,16 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
             }
             other => {
                 return Err(format!(
-                    "unknown argument `{other}` (usage: mpi --train-bench [--net 1gbit|10gbit|unlimited] [--np 2,4] [--batch B] [--examples N] [--warmup auto|share|F] [--rounds N] [--seeds 1,2,3] [--model deepfm|dlrm])"
+                    "unknown argument `{other}` (usage: mpi --train-bench [--net 1gbit|10gbit|unlimited] [--np 2,4] [--batch B] [--examples N | --steps S] [--warmup auto|share|F[,...]] [--rounds N] [--seeds 1,2,3] [--model deepfm|dlrm])"
                 ));
             }
         }
     }
-    if o.examples == 0 {
-        o.examples = STEPS * o.batch;
+    match (o.examples, o.steps) {
+        (0, 0) => o.examples = STEPS * o.batch,
+        (0, s) => o.examples = s * o.batch,
+        (_, 0) => {}
+        _ => return Err("--steps and --examples both size the job: give one".into()),
     }
     if o.rounds == 0 {
         o.rounds = o.seeds.len();
@@ -183,33 +203,53 @@ pub(super) fn run(args: &[String]) -> Result<(), String> {
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let steps = o.examples.div_ceil(o.batch);
     let label = o.rate.as_deref().unwrap_or("unlimited");
+    // The 1-bit runs of a round: one per `--warmup` entry (`None`: the
+    // CLI's default, no `--dense-warmup`).
+    let warmups: Vec<Option<&str>> = if o.warmups.is_empty() {
+        vec![None]
+    } else {
+        o.warmups.iter().map(|w| Some(w.as_str())).collect()
+    };
     with_netns(rate.as_ref(), |mpirun_in_ns| {
         for &np in &o.ranks {
-            let mut rounds = Vec::new();
+            let mut rounds: Vec<Vec<Round>> = vec![Vec::new(); warmups.len()];
             for r in 0..o.rounds {
                 let seed = o.seeds[r % o.seeds.len()];
-                let mut runs = Vec::new();
-                for opt in ["adam", "onebit-adam"] {
-                    let json = dir.join(format!("np{np}-{opt}-r{r}.json"));
+                let job = |opt: &str, warmup: Option<&str>, name: &str| {
+                    let json = dir.join(format!("np{np}-{name}-r{r}.json"));
                     let mut cmd = mpirun_in_ns(np);
                     cmd.arg(&exe)
                         .args(job_args(&o.model, np, opt, o.batch, o.examples, seed))
                         .arg(&json);
-                    if let (Some(w), "onebit-adam") = (&o.warmup, opt) {
+                    if let Some(w) = warmup {
                         cmd.args(["--dense-warmup", w]);
                     }
                     util::run(&mut cmd)?;
-                    runs.push(read_run(&json)?);
+                    read_run(&json)
+                };
+                let f32 = job("adam", None, "adam")?;
+                for (i, &w) in warmups.iter().enumerate() {
+                    let onebit = job("onebit-adam", w, &format!("onebit-adam-w{i}"))?;
+                    rounds[i].push(Round {
+                        seed,
+                        f32: f32.clone(),
+                        onebit,
+                    });
                 }
-                let onebit = runs.pop().ok_or("no 1-bit run")?;
-                let f32 = runs.pop().ok_or("no f32 run")?;
-                rounds.push(Round { seed, f32, onebit });
             }
-            println!(
-                "{}",
-                table(label, np, o.batch, steps, &rounds[0].f32, &rounds[0].onebit)
-            );
-            println!("{}", rounds_table(steps, &rounds));
+            for (w, rounds) in warmups.iter().zip(&rounds) {
+                if warmups.len() > 1 {
+                    println!(
+                        "\n#### 1-bit Adam with --dense-warmup {}",
+                        w.unwrap_or("auto")
+                    );
+                }
+                println!(
+                    "{}",
+                    table(label, np, o.batch, steps, &rounds[0].f32, &rounds[0].onebit)
+                );
+                println!("{}", rounds_table(steps, rounds));
+            }
         }
         Ok(())
     })
@@ -483,22 +523,33 @@ mod tests {
         assert_eq!(d.rate.as_deref(), Some("1gbit"));
         assert_eq!(d.ranks, vec![2, 4]);
         assert_eq!((d.batch, d.examples), (BATCH, STEPS * BATCH));
-        assert_eq!(d.warmup, None);
+        assert!(d.warmups.is_empty());
         assert_eq!((d.rounds, d.seeds.clone()), (1, vec![1]));
         let w = parse_args(&args(&["--warmup", "0.05"])).unwrap();
-        assert_eq!(w.warmup.as_deref(), Some("0.05"));
+        assert_eq!(w.warmups, ["0.05"]);
         let w = parse_args(&args(&["--warmup", "auto"])).unwrap();
-        assert_eq!(w.warmup.as_deref(), Some("auto"));
+        assert_eq!(w.warmups, ["auto"]);
         assert!(parse_args(&args(&["--warmup", "1.5"])).is_err());
         assert!(parse_args(&args(&["--warmup", "Auto"])).is_err());
         let w = parse_args(&args(&["--warmup", "share"])).unwrap();
-        assert_eq!(w.warmup.as_deref(), Some("share"));
+        assert_eq!(w.warmups, ["share"]);
+        // A list: one 1-bit run per entry, in order; every entry checked.
+        let w = parse_args(&args(&["--warmup", "auto, share,0.1"])).unwrap();
+        assert_eq!(w.warmups, ["auto", "share", "0.1"]);
+        assert!(parse_args(&args(&["--warmup", "auto,1.5"])).is_err());
+        assert!(parse_args(&args(&["--warmup", "auto,"])).is_err());
         assert_eq!(d.model, "deepfm");
         let m = parse_args(&args(&["--model", "dlrm"])).unwrap();
         assert_eq!(m.model, "dlrm");
         assert!(parse_args(&args(&["--model", "fm"])).is_err());
         let r = parse_args(&args(&["--rounds", "5", "--seeds", "1, 2,3"])).unwrap();
         assert_eq!((r.rounds, r.seeds), (5, vec![1, 2, 3]));
+        // `--steps` sizes the job at the batch given; it and `--examples`
+        // exclude each other.
+        let s = parse_args(&args(&["--steps", "600", "--batch", "512"])).unwrap();
+        assert_eq!((s.examples, s.batch), (600 * 512, 512));
+        assert!(parse_args(&args(&["--steps", "0"])).is_err());
+        assert!(parse_args(&args(&["--steps", "6", "--examples", "60"])).is_err());
         // Without --rounds, one round per seed.
         let r = parse_args(&args(&["--seeds", "4,5"])).unwrap();
         assert_eq!((r.rounds, r.seeds), (2, vec![4, 5]));
@@ -520,7 +571,8 @@ mod tests {
                 ranks: vec![4],
                 batch: BATCH,
                 examples: 4096,
-                warmup: None,
+                steps: 0,
+                warmups: Vec::new(),
                 rounds: 1,
                 seeds: vec![1],
                 model: "deepfm".into(),
