@@ -40,8 +40,8 @@
 //! 10"): the step's buffers are kept (`lookup_into`, `LocalComm`'s message
 //! buffers): at 3·10^5 rows the compact run takes 48 k faults (was 260 k),
 //! hashbrown 31 k (was 61 k). `SlotIndex` reads records as two `u64`
-//! bit fields: whole run 7.83·10^9 instructions against hashbrown's
-//! 6.22·10^9 (1.26×; insertions with growth 1.42·10^9, lookups ≈ 176
+//! bit fields: whole run 7.96·10^9 instructions against hashbrown’s
+//! 6.22·10^9 (1.28×; insertions with growth 1.51·10^9, lookups ≈ 192
 //! instructions each against ≈ 47); paired whole-process wall time 1.18×.
 //! Still short of the bar (≤ 1.05× in instructions), so `Fast` stays the
 //! default: what remains is growth (≈ 9.7 re-insertions per new id) and
