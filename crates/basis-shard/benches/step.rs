@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use basis_core::{Basis, BasisConfig, OneChoice, RowIndex, Sgd, SparseOptimizer};
 use basis_shard::{
-    BoxedOptimizer, IndexKind, OwnerRule, RowInit, RowPrecision, ShardedTable, TableConfig,
+    Batch, BoxedOptimizer, IndexKind, OwnerRule, RowInit, RowPrecision, ShardedTable, TableConfig,
 };
 use basis_std::local::LocalComm;
 use comm_traits::Communicator;
@@ -54,10 +54,24 @@ fn rss() -> u64 {
         .map_or(0, |pages| pages * 4096)
 }
 
-fn step(t: &mut ShardedTable<BoxedOptimizer>, comm: &mut dyn Communicator, ids: &[u64]) {
-    let batch = t.lookup(comm, ids).unwrap();
-    let grads = vec![0.001f32; batch.ids.len() * DIM];
-    t.apply(comm, &batch, &grads).unwrap();
+/// A training loop's buffers, kept across steps (as a loop over
+/// `lookup_into` keeps them: no per-step allocation of ~1 MB blocks).
+#[derive(Default)]
+struct Buffers {
+    batch: Batch,
+    grads: Vec<f32>,
+}
+
+fn step(
+    t: &mut ShardedTable<BoxedOptimizer>,
+    comm: &mut dyn Communicator,
+    ids: &[u64],
+    b: &mut Buffers,
+) {
+    t.lookup_into(comm, ids, &mut b.batch).unwrap();
+    b.grads.clear();
+    b.grads.resize(b.batch.ids.len() * DIM, 0.001);
+    t.apply(comm, &b.batch, &b.grads).unwrap();
 }
 
 fn main() {
@@ -99,10 +113,11 @@ fn main() {
     let mut t = ShardedTable::new(config, BoxedOptimizer(opt)).unwrap();
     let id = |i: u64| mix(i ^ 0xBEEF);
     let mut next = 0u64;
+    let mut bufs = Buffers::default();
     while next < rows {
         let ids: Vec<u64> = (next..(next + BATCH as u64).min(rows)).map(id).collect();
         next += ids.len() as u64;
-        step(&mut t, &mut comm, &ids);
+        step(&mut t, &mut comm, &ids, &mut bufs);
     }
     let zipf = std::env::var("STEP_BENCH_ZIPF").is_ok_and(|v| v == "1");
     let mut r = 12345u64;
@@ -126,7 +141,7 @@ fn main() {
                 })
                 .collect();
             let t0 = Instant::now();
-            step(&mut t, &mut comm, &ids);
+            step(&mut t, &mut comm, &ids, &mut bufs);
             times.push(t0.elapsed().as_secs_f64() * 1e3);
         }
         times.sort_by(f64::total_cmp);

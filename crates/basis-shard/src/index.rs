@@ -34,9 +34,18 @@
 //!   than one segment (≈ 140 KiB), so each step maps and faults its
 //!   buffers in again. With the threshold pinned
 //!   (`MALLOC_MMAP_THRESHOLD_=33554432 MALLOC_TRIM_THRESHOLD_=1073741824`)
-//!   the compact run takes 49.6 k faults against 60.6 k. Reusing the
-//!   step's buffers (table and `LocalComm`, outside this file) would remove
-//!   that difference for every allocator.
+//!   the compact run takes 49.6 k faults against 60.6 k.
+//!
+//! Session 10 (2026-12-05, busy, load 8.6–14; docs/BENCHMARKS.md, "Session
+//! 10"): the step's buffers are kept (`lookup_into`, `LocalComm`'s message
+//! buffers): at 3·10^5 rows the compact run takes 48 k faults (was 260 k),
+//! hashbrown 31 k (was 61 k). `SlotIndex` reads records as two `u64`
+//! bit fields: whole run 7.96·10^9 instructions against hashbrown’s
+//! 6.22·10^9 (1.28×; insertions with growth 1.51·10^9, lookups ≈ 192
+//! instructions each against ≈ 47); paired whole-process wall time 1.18×.
+//! Still short of the bar (≤ 1.05× in instructions), so `Fast` stays the
+//! default: what remains is growth (≈ 9.7 re-insertions per new id) and
+//! the lookup's decode.
 //!
 //! Both give the same slots for the same insertions (slots are numbered in
 //! insertion order), so a table's results and checkpoints do not depend on

@@ -191,6 +191,10 @@ pub(crate) struct Rows {
     /// Keys the stochastic rounding.
     seed: u64,
     values: Values,
+    /// Narrow rows: a step's rows widened to f32, kept across steps (a
+    /// fresh ~1 MB buffer each step would be a fresh `mmap` and its page
+    /// faults); cleared, never shrunk. Empty for f32 rows.
+    wide: Vec<f32>,
 }
 
 impl Rows {
@@ -201,7 +205,17 @@ impl Rows {
             RowPrecision::Bf16 => Values::Bf16(Vec::new()),
             RowPrecision::F16 => Values::F16(Vec::new()),
         };
-        Self { dim, seed, values }
+        Self {
+            dim,
+            seed,
+            values,
+            wide: Vec::new(),
+        }
+    }
+
+    /// Bytes of the step's kept buffer (capacity).
+    pub(crate) fn scratch_bytes(&self) -> usize {
+        self.wide.capacity() * 4
     }
 
     pub(crate) fn precision(&self) -> RowPrecision {
@@ -345,15 +359,19 @@ impl Rows {
         let (dim, seed) = (self.dim, self.seed);
         match &mut self.values {
             Values::F32(v) => step(&mut InPlace { dim, values: v }),
-            Values::Bf16(v) => step_narrow(v, dim, seed, keys, slots, step_no, step),
-            Values::F16(v) => step_narrow(v, dim, seed, keys, slots, step_no, step),
+            Values::Bf16(v) => {
+                step_narrow(v, &mut self.wide, dim, seed, keys, slots, step_no, step)
+            }
+            Values::F16(v) => step_narrow(v, &mut self.wide, dim, seed, keys, slots, step_no, step),
         }
     }
 }
 
-/// [`Rows::step`] for a narrow width.
+/// [`Rows::step`] for a narrow width, the rows widened into `wide`.
+#[allow(clippy::too_many_arguments)]
 fn step_narrow<T: Elem, R>(
     v: &mut [T],
+    wide: &mut Vec<f32>,
     dim: usize,
     seed: u64,
     keys: &[u64],
@@ -361,10 +379,12 @@ fn step_narrow<T: Elem, R>(
     step_no: u64,
     step: impl FnOnce(&mut dyn RowAccess) -> R,
 ) -> R {
+    wide.clear();
+    wide.reserve(slots.len() * dim);
     let mut scratch = Scratch {
         dim,
         slots,
-        values: Vec::with_capacity(slots.len() * dim),
+        values: wide,
     };
     for &s in slots {
         let s = s as usize * dim;
@@ -404,7 +424,7 @@ impl RowAccess for InPlace<'_> {
 struct Scratch<'a> {
     dim: usize,
     slots: &'a [u64],
-    values: Vec<f32>,
+    values: &'a mut Vec<f32>,
 }
 
 impl RowAccess for Scratch<'_> {

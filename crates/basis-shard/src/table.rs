@@ -3,7 +3,6 @@
 //! evaluation (`lookup_eval`); admission and eviction of rows (the rules
 //! in `admission` and `eviction`, the bookkeeping here).
 
-use alloc::vec;
 use alloc::vec::Vec;
 use basis_core::{RowStateError, SparseOptimizer, StepReport};
 use comm_traits::Communicator;
@@ -65,7 +64,7 @@ impl TableConfig {
             eviction: None,
             precision: RowPrecision::F32,
             rounding_seed: 0,
-            index: IndexKind::Fast,
+            index: IndexKind::default(),
         }
     }
 
@@ -116,7 +115,10 @@ impl TableConfig {
 
 /// Rows fetched by [`ShardedTable::lookup`] / [`lookup_eval`](ShardedTable::lookup_eval):
 /// the sorted unique ids asked for and their rows, in that order.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// [`Batch::default`] is an empty batch that cannot be applied: the buffer
+/// [`lookup_into`](ShardedTable::lookup_into) fills step after step.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Batch {
     /// Sorted unique ids.
     pub ids: Vec<u64>,
@@ -185,11 +187,12 @@ pub(crate) struct Pending {
     generation: u64,
 }
 
-/// A step's buffers, kept across steps so that a step allocates only the
-/// [`Batch`] it returns: fresh ~1 MB buffers every step cost a fresh
-/// `mmap` and its page faults each time (glibc serves blocks that large
-/// with `mmap`). Cleared, never shrunk; counted in
-/// [`MemoryUse::scratch_bytes`].
+/// A step's buffers, kept across steps so that a step allocates nothing
+/// once they have grown (with [`ShardedTable::lookup_into`]; `lookup`
+/// allocates the [`Batch`] it returns): fresh ~1 MB buffers every step cost
+/// a fresh `mmap` and its page faults each time (glibc serves blocks that
+/// large with `mmap`, and trims its heap when they are freed). Cleared,
+/// never shrunk; counted in [`MemoryUse::scratch_bytes`].
 #[derive(Debug, Default)]
 pub(crate) struct Scratch {
     wire: Wire,
@@ -380,7 +383,7 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             row_bytes: self.rows.bytes(),
             state_bytes: m.total_bytes - m.scratch,
             bookkeeping_bytes: self.admit.bytes() + self.last_seen.capacity() * 4,
-            scratch_bytes: self.scratch.bytes() + m.scratch,
+            scratch_bytes: self.scratch.bytes() + self.rows.scratch_bytes() + m.scratch,
         }
     }
 
@@ -486,10 +489,37 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         comm: &mut dyn Communicator,
         ids: &[u64],
     ) -> Result<Batch, ShardError> {
+        let mut batch = Batch::default();
+        self.lookup_into(comm, ids, &mut batch)?;
+        Ok(batch)
+    }
+
+    /// [`lookup`](Self::lookup) into `batch`, reusing its buffers: a
+    /// training loop that keeps one `Batch` across steps allocates nothing
+    /// per step once the buffers have grown (a fresh ~1 MB `Batch` each
+    /// step is a fresh `mmap` and its page faults with glibc's allocator).
+    ///
+    /// # Errors
+    /// As [`lookup`](Self::lookup); `batch` is then empty and cannot be
+    /// applied.
+    pub fn lookup_into(
+        &mut self,
+        comm: &mut dyn Communicator,
+        ids: &[u64],
+        batch: &mut Batch,
+    ) -> Result<(), ShardError> {
+        batch.generation = 0;
+        batch.ids.clear();
+        batch.rows.clear();
         // The buffers go back whatever the outcome.
         let mut scratch = core::mem::take(&mut self.scratch);
-        let out = self.lookup_with(comm, ids, &mut scratch);
+        let out = self.lookup_with(comm, ids, &mut scratch, batch);
         self.scratch = scratch;
+        if out.is_err() {
+            batch.generation = 0;
+            batch.ids.clear();
+            batch.rows.clear();
+        }
         out
     }
 
@@ -498,7 +528,8 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         comm: &mut dyn Communicator,
         ids: &[u64],
         s: &mut Scratch,
-    ) -> Result<Batch, ShardError> {
+        batch: &mut Batch,
+    ) -> Result<(), ShardError> {
         self.check_group(comm)?;
         self.pending = None;
         let step = self.generation + 1;
@@ -535,17 +566,22 @@ impl<O: SparseOptimizer> ShardedTable<O> {
                 self.rows.extend_row(slot, out);
             }
         }
-        let rows = self.answer(comm, &s.req, &s.out, &mut s.wire, &mut s.got)?;
+        self.answer(
+            comm,
+            &s.req,
+            &s.out,
+            &mut s.wire,
+            &mut s.got,
+            &mut batch.rows,
+        )?;
         self.generation += 1;
         self.stats.bytes_sent += comm.stats().since(&before).bytes_sent;
         self.pending = Some(Pending {
             generation: self.generation,
         });
-        Ok(Batch {
-            ids: s.req.uniq.clone(),
-            rows,
-            generation: self.generation,
-        })
+        batch.ids.extend_from_slice(&s.req.uniq);
+        batch.generation = self.generation;
+        Ok(())
     }
 
     /// Evaluation, collective: like [`lookup`](Self::lookup) but read only.
@@ -564,9 +600,32 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         comm: &mut dyn Communicator,
         ids: &[u64],
     ) -> Result<Batch, ShardError> {
+        let mut batch = Batch::default();
+        self.lookup_eval_into(comm, ids, &mut batch)?;
+        Ok(batch)
+    }
+
+    /// [`lookup_eval`](Self::lookup_eval) into `batch`, reusing its buffers
+    /// (as [`lookup_into`](Self::lookup_into)).
+    ///
+    /// # Errors
+    /// As [`lookup_eval`](Self::lookup_eval); `batch` is then empty.
+    pub fn lookup_eval_into(
+        &mut self,
+        comm: &mut dyn Communicator,
+        ids: &[u64],
+        batch: &mut Batch,
+    ) -> Result<(), ShardError> {
+        batch.generation = 0;
+        batch.ids.clear();
+        batch.rows.clear();
         let mut scratch = core::mem::take(&mut self.scratch);
-        let out = self.lookup_eval_with(comm, ids, &mut scratch);
+        let out = self.lookup_eval_with(comm, ids, &mut scratch, batch);
         self.scratch = scratch;
+        if out.is_err() {
+            batch.ids.clear();
+            batch.rows.clear();
+        }
         out
     }
 
@@ -575,7 +634,8 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         comm: &mut dyn Communicator,
         ids: &[u64],
         s: &mut Scratch,
-    ) -> Result<Batch, ShardError> {
+        batch: &mut Batch,
+    ) -> Result<(), ShardError> {
         self.check_group(comm)?;
         let before = comm.stats();
         route::request(comm, &self.owner, ids, &mut s.wire, &mut s.eval)?;
@@ -596,17 +656,21 @@ impl<O: SparseOptimizer> ShardedTable<O> {
                 }
             }
         }
-        let rows = self.answer(comm, &s.eval, &s.out, &mut s.wire, &mut s.got)?;
+        self.answer(
+            comm,
+            &s.eval,
+            &s.out,
+            &mut s.wire,
+            &mut s.got,
+            &mut batch.rows,
+        )?;
         self.stats.bytes_sent += comm.stats().since(&before).bytes_sent;
-        Ok(Batch {
-            ids: s.eval.uniq.clone(),
-            rows,
-            generation: 0,
-        })
+        batch.ids.extend_from_slice(&s.eval.uniq);
+        Ok(())
     }
 
     /// Send `serve` (rows of `req.received`) back and lay the rows this rank
-    /// asked for out in `req.uniq` order.
+    /// asked for out in `req.uniq` order into `rows` (cleared first).
     fn answer(
         &self,
         comm: &mut dyn Communicator,
@@ -614,15 +678,17 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         serve: &[f32],
         wire: &mut Wire,
         got: &mut Vec<f32>,
-    ) -> Result<Vec<f32>, ShardError> {
+        rows: &mut Vec<f32>,
+    ) -> Result<(), ShardError> {
         let d = self.dim;
         route::exchange_f32_into(comm, wire, serve, &req.per_rank, &req.per_owner, d, got)?;
-        let mut rows = vec![0.0f32; req.uniq.len() * d];
+        rows.clear();
+        rows.resize(req.uniq.len() * d, 0.0);
         for (k, id) in req.sent.iter().enumerate() {
             let pos = req.uniq.binary_search(id).unwrap_or(0);
             rows[pos * d..(pos + 1) * d].copy_from_slice(&got[k * d..(k + 1) * d]);
         }
-        Ok(rows)
+        Ok(())
     }
 
     /// The slot of every id of `s.req.received` into `s.slots` (training

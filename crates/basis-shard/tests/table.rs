@@ -453,6 +453,66 @@ fn an_evaluation_between_a_lookup_and_its_apply_changes_nothing() {
     }
 }
 
+/// A loop that keeps one training `Batch` and one evaluation `Batch` across
+/// steps (`lookup_into`, `lookup_eval_into`: buffers reused, sizes going
+/// up and down) gets the batches `lookup` / `lookup_eval` return and ends
+/// at the single-process reference; a failed `lookup_into` leaves its
+/// batch empty and unappliable.
+#[test]
+fn batches_kept_across_steps_equal_fresh_ones() {
+    let steps = 10;
+    for p in [1, 3] {
+        let want = reference(Kind::Basis, p, steps);
+        let owner = owner_for(Kind::Basis, p);
+        let got = on_ranks(p, |mut c| {
+            let r = c.rank();
+            let mut t = table(Kind::Basis, &owner, r);
+            let mut twin = table(Kind::Basis, &owner, r);
+            let (mut batch, mut seen) =
+                (basis_shard::Batch::default(), basis_shard::Batch::default());
+            let mut grads = Vec::new();
+            for step in 0..steps {
+                let ids = ids_of(step, r);
+                t.lookup_into(&mut c, &ids, &mut batch).unwrap();
+                let fresh = twin.lookup(&mut c, &ids).unwrap();
+                assert_eq!(batch, fresh);
+                // Evaluation batches of 0..7 ids, in between.
+                let other: Vec<u64> = (0..step % 7).map(|k| mix(step << 8 | k)).collect();
+                t.lookup_eval_into(&mut c, &other, &mut seen).unwrap();
+                assert_eq!(seen, twin.lookup_eval(&mut c, &other).unwrap());
+                grads.clear();
+                grads.extend(batch.ids.iter().flat_map(|&id| grad_of(step, r, id)));
+                t.apply(&mut c, &batch, &grads).unwrap();
+                twin.apply(&mut c, &fresh, &grads).unwrap();
+            }
+            assert_eq!(t.checksum(), twin.checksum());
+            t.sorted_rows()
+        });
+        let got: BTreeMap<u64, Vec<f32>> = got.into_iter().flatten().collect();
+        assert_eq!(got, want, "P={p}");
+    }
+    // A failed lookup empties the batch it was given: it cannot be applied.
+    let owner = OwnerRule::hashed(2, 3).unwrap();
+    let mut t = table(Kind::Sgd, &owner, 0);
+    let mut one = group(1).pop().unwrap();
+    let mut mine = table(Kind::Sgd, &OwnerRule::hashed(1, 3).unwrap(), 0);
+    let mut batch = mine.lookup(&mut one, &[1, 2]).unwrap();
+    assert!(t.lookup_into(&mut one, &[1], &mut batch).is_err());
+    assert!(batch.ids.is_empty() && batch.rows.is_empty());
+    assert!(matches!(
+        mine.apply(&mut one, &batch, &[]),
+        Err(ShardError::StaleBatch)
+    ));
+}
+
+/// `TableConfig::new` takes the library's default index layout (what the
+/// CLI's `--row-index` falls back to when unset).
+#[test]
+fn a_new_config_uses_the_default_index() {
+    let config = TableConfig::new(DIM, OwnerRule::hashed(1, 3).unwrap(), 0);
+    assert_eq!(config.index, basis_shard::IndexKind::default());
+}
+
 #[test]
 fn stale_batches_and_wrong_lengths_are_refused_before_any_exchange() {
     let owner = OwnerRule::hashed(1, 3).unwrap();

@@ -74,6 +74,11 @@ struct Rendezvous {
     sealed: Option<Arc<Sealed>>,
     /// Set when a rank left: `Some(rank)`.
     lost: Option<usize>,
+    /// Each rank's byte buffer from a round that every rank has left,
+    /// handed back to that rank at its next deposit: a rank copies its
+    /// input into a buffer it owns, and a fresh ~1 MB `Vec` per collective
+    /// is a fresh `mmap` and its page faults with glibc's allocator.
+    spare: Vec<Option<Vec<u8>>>,
 }
 
 #[derive(Debug)]
@@ -106,6 +111,10 @@ impl Group {
 
 /// One rank of an in-process group; see the module docs.
 ///
+/// A rank keeps up to three byte buffers of its largest message (the one it
+/// fills, the one in the sealed round, one handed back): collectives over
+/// bytes allocate nothing per call once these have grown.
+///
 /// Create the ranks with [`LocalComm::group`] (or [`LocalComm::run`]) and move
 /// each into its own thread. Collectives follow MPI semantics: every rank calls
 /// the same collectives in the same order; `all_reduce_sum` adds the buffers
@@ -135,6 +144,8 @@ pub struct LocalComm {
     rank: usize,
     group: Arc<Group>,
     stats: CommStats,
+    /// A byte buffer for the next deposit (see `Rendezvous::spare`).
+    spare: Vec<u8>,
 }
 
 impl LocalComm {
@@ -160,6 +171,7 @@ impl LocalComm {
                 slots: (0..p).map(|_| None).collect(),
                 sealed: None,
                 lost: None,
+                spare: (0..p).map(|_| None).collect(),
             }),
             wake: Condvar::new(),
         });
@@ -168,6 +180,7 @@ impl LocalComm {
                 rank,
                 group: Arc::clone(&group),
                 stats: CommStats::default(),
+                spare: Vec::new(),
             })
             .collect()
     }
@@ -190,8 +203,16 @@ impl LocalComm {
         })
     }
 
+    /// A byte buffer holding a copy of `data`, reusing this rank's spare.
+    fn copied(&mut self, data: &[u8]) -> Vec<u8> {
+        let mut buf = core::mem::take(&mut self.spare);
+        buf.clear();
+        buf.extend_from_slice(data);
+        buf
+    }
+
     /// Deposit this rank's input, wait for the round to seal, return it.
-    fn rendezvous(&self, deposit: Deposit) -> Result<Arc<Sealed>, CommError> {
+    fn rendezvous(&mut self, deposit: Deposit) -> Result<Arc<Sealed>, CommError> {
         let g = &*self.group;
         let mut st = g.lock();
         if let Some(rank) = st.lost {
@@ -200,11 +221,25 @@ impl LocalComm {
         let my_generation = st.generation;
         st.slots[self.rank] = Some(deposit);
         st.arrived += 1;
+        if let Some(buf) = st.spare[self.rank].take() {
+            self.spare = buf;
+        }
         if st.arrived == g.size {
             let deposits: Vec<Deposit> = st.slots.iter_mut().filter_map(Option::take).collect();
             let sum = reduce_if_consistent(&deposits);
             let sealed = Arc::new(Sealed { deposits, sum });
-            st.sealed = Some(Arc::clone(&sealed));
+            // Every rank has left the previous round (each is in this
+            // one), so the rendezvous holds its only reference: its byte
+            // buffers go back to their ranks.
+            if let Some(old) = st.sealed.replace(Arc::clone(&sealed))
+                && let Ok(old) = Arc::try_unwrap(old)
+            {
+                for (spare, d) in st.spare.iter_mut().zip(old.deposits) {
+                    if let Payload::Bytes(buf) | Payload::Vary { bytes: buf, .. } = d.payload {
+                        *spare = Some(buf);
+                    }
+                }
+            }
             st.arrived = 0;
             st.generation += 1;
             drop(st);
@@ -392,9 +427,10 @@ impl Communicator for LocalComm {
 
     fn all_to_all(&mut self, send: &[u8], chunk: usize, recv: &mut [u8]) -> Result<(), CommError> {
         let op = Collective::AllToAll;
+        let bytes = self.copied(send);
         let sealed = self.rendezvous(Deposit {
             op,
-            payload: Payload::Bytes(send.to_vec()),
+            payload: Payload::Bytes(bytes),
             unit: chunk,
             recv_len: recv.len(),
         })?;
@@ -415,9 +451,10 @@ impl Communicator for LocalComm {
 
     fn all_gather(&mut self, send: &[u8], recv: &mut [u8]) -> Result<(), CommError> {
         let op = Collective::AllGather;
+        let bytes = self.copied(send);
         let sealed = self.rendezvous(Deposit {
             op,
-            payload: Payload::Bytes(send.to_vec()),
+            payload: Payload::Bytes(bytes),
             unit: send.len(),
             recv_len: recv.len(),
         })?;
@@ -467,10 +504,11 @@ impl Communicator for LocalComm {
         let p = self.group.size;
         let fits = comm_traits::counts_fit(p, send_counts, send.len())
             && comm_traits::counts_fit(p, recv_counts, recv.len());
+        let bytes = self.copied(send);
         let sealed = self.rendezvous(Deposit {
             op,
             payload: Payload::Vary {
-                bytes: send.to_vec(),
+                bytes,
                 send_counts: send_counts.to_vec(),
                 recv_counts: recv_counts.to_vec(),
                 fits,

@@ -75,6 +75,54 @@ proptest! {
         }
     }
 
+    /// Many rounds on one group, of varying sizes (a large one between small
+    /// ones) and mixed with `all_to_all_counts` and `all_gather`: each rank
+    /// fills byte buffers handed back from earlier rounds, and no stale byte
+    /// of an earlier, larger round may reach a later one.
+    #[test]
+    fn rounds_on_one_group_route_like_the_reference(
+        p in 1usize..5,
+        sizes in prop::collection::vec((0usize..300, any::<bool>()), 1..8),
+    ) {
+        // Round r's matrix: every chunk `i → j` of size n_r (scaled per pair).
+        let mat = |n: usize| -> Vec<Vec<usize>> {
+            (0..p).map(|i| (0..p).map(|j| (n * (i + 2 * j + 1)) % 301).collect()).collect()
+        };
+        let out = LocalComm::run(p, |mut c| {
+            let me = c.rank();
+            let mut got = Vec::new();
+            for &(n, gather) in &sizes {
+                let m = mat(n);
+                let (send, sc, rc) = args(&m, me);
+                let mut recv = vec![0xAAu8; rc.iter().sum()];
+                c.all_to_all_v(&send, &sc, &mut recv, &rc).unwrap();
+                got.push(recv);
+                if gather {
+                    let mut all = vec![0u8; p];
+                    c.all_gather(&[me as u8], &mut all).unwrap();
+                    got.push(all);
+                } else {
+                    let mut counts = vec![0u64; p];
+                    c.all_to_all_counts(&vec![n as u64; p], &mut counts).unwrap();
+                    got.push(counts.iter().map(|&x| x as u8).collect());
+                }
+            }
+            got
+        });
+        for (j, r) in out.into_iter().enumerate() {
+            let mut want = Vec::new();
+            for &(n, gather) in &sizes {
+                want.push(reference(&mat(n), j));
+                want.push(if gather {
+                    (0..p).map(|i| i as u8).collect()
+                } else {
+                    vec![n as u8; p]
+                });
+            }
+            prop_assert_eq!(r.unwrap(), want);
+        }
+    }
+
     #[test]
     fn counts_are_transposed(p in 1usize..6, seed in any::<u64>()) {
         let val = |i: usize, j: usize| seed ^ ((i as u64) << 32) ^ j as u64;
