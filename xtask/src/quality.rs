@@ -89,6 +89,9 @@ const STREAM_OPTIMIZERS: &[&str] = &[
     "basis",
     "basis:accumulate=sum",
     "basis:accumulate=ema,beta=0.999",
+    // The count-annealed accumulation (a decayed sum whose memory grows
+    // with the row's update count, 2 B/row more; docs/BASIS.md).
+    "basis:accumulate=anneal",
 ];
 
 /// The DeepFM diagnosis (issue 26 item 3): what separates Adam from BASIS.
@@ -641,6 +644,7 @@ mod tests {
         );
         assert!(m.iter().all(|s| s.args.contains(&"1000000")));
         assert!(mo.iter().any(|o| o == "basis:accumulate=sum"));
+        assert!(mo.iter().any(|o| o == "basis:accumulate=anneal"));
         let list = ["--tune-lr".to_string(), "0.001,0.003".into()];
         assert_eq!(
             parse(&list).map(|a| a.tune_lr).ok().as_deref(),

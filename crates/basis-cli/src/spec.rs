@@ -5,7 +5,7 @@
 //! | `adam` | `lr`, `beta1` (momentum β1, default 0.9; 0 = no momentum, for ablations) |
 //! | `rowwise-adagrad` | `lr` |
 //! | `sgd` | `lr` |
-//! | `basis` | `lr`, `mode`, `buckets` or `ratio`, `rule`, `storage`, `choices`, `scalar-lr`, `accumulate`, `beta`, `profile`, `lead`, `eps` |
+//! | `basis` | `lr`, `mode`, `buckets` or `ratio`, `rule`, `storage`, `choices`, `scalar-lr`, `accumulate`, `beta`, `power`, `profile`, `lead`, `eps` |
 //! | `countsketch` | as `basis`, with `mode=signed` fixed |
 //! | `partial-rowwise-adam` (`pra`) | `lr`, `beta1` |
 //! | `rowstep-adam` (`adam-rowstep`) | `lr`, `beta1` |
@@ -22,8 +22,10 @@
 //! `rule` is `normalized` (default) or `hypergradient`; `storage` is `f32`,
 //! `bf16` or `u8` (default `u8` for `rowscaled`, `f32` otherwise); `choices`
 //! is 1 (default) to 4 hash choices; `accumulate` is `sum`, `ema` (default,
-//! basis-core's) or `decay` (AdaGrad's sum with forgetting; both with `beta`,
-//! default 0.99) for `rowscaled`; `profile` (exponent in
+//! basis-core's), `decay` (AdaGrad's sum with forgetting; both with `beta`,
+//! default 0.99) or `anneal` (a decayed sum whose memory grows with the
+//! row's update count, `Accumulate::CountAnnealed`, with `power`, default
+//! 0.5; `power` alone means `anneal`) for `rowscaled`; `profile` (exponent in
 //! `[0, 1]`, default 1), `lead` (leading profile group, default 1: the FM's
 //! linear weight) and `eps` (`outside`, default, or `inside`) shape the
 //! `rowscaled` profile. A key the chosen mode never reads is an error
@@ -129,6 +131,9 @@ pub(crate) struct OptSpec {
     /// `RowScaled` accumulation β (`None` = the core default's β, else
     /// `Accumulate::DEFAULT_BETA`, 0.99).
     pub(crate) beta: Option<f32>,
+    /// `RowScaled` count-annealed exponent (`None` = the core default's, else
+    /// `Accumulate::DEFAULT_POWER`, 0.5).
+    pub(crate) power: Option<f32>,
     /// `RowScaled` profile exponent (`None` = the CLI default).
     pub(crate) profile: Option<f32>,
     /// `RowScaled` leading profile group (`None` = the CLI default).
@@ -169,11 +174,14 @@ pub(crate) enum AccumulateKind {
     Ema,
     /// `decay`: [`Accumulate::Decayed`].
     Decayed,
+    /// `anneal`: [`Accumulate::CountAnnealed`].
+    Annealed,
 }
 
 impl OptSpec {
     /// The `RowScaled` accumulation: the keys over `default` (basis-core's).
-    /// `beta` alone keeps the default's kind if it has a β, else means `ema`.
+    /// `beta` alone keeps the default's kind if it has a β, else means `ema`;
+    /// `power` alone means `anneal`.
     pub(crate) fn accumulate_over(&self, default: Accumulate) -> Accumulate {
         let default_beta = match default {
             Accumulate::Ema { beta } | Accumulate::Decayed { beta } => Some(beta),
@@ -183,8 +191,17 @@ impl OptSpec {
             .beta
             .or(default_beta)
             .unwrap_or(Accumulate::DEFAULT_BETA);
+        let power = self
+            .power
+            .or(match default {
+                Accumulate::CountAnnealed { power } => Some(power),
+                _ => None,
+            })
+            .unwrap_or(Accumulate::DEFAULT_POWER);
         let kind = self.accumulate.unwrap_or(match default {
+            _ if self.power.is_some() => AccumulateKind::Annealed,
             Accumulate::Decayed { .. } => AccumulateKind::Decayed,
+            Accumulate::CountAnnealed { .. } if self.beta.is_none() => AccumulateKind::Annealed,
             Accumulate::Sum if self.beta.is_none() => AccumulateKind::Sum,
             _ => AccumulateKind::Ema,
         });
@@ -192,6 +209,7 @@ impl OptSpec {
             AccumulateKind::Sum => Accumulate::Sum,
             AccumulateKind::Ema => Accumulate::Ema { beta },
             AccumulateKind::Decayed => Accumulate::Decayed { beta },
+            AccumulateKind::Annealed => Accumulate::CountAnnealed { power },
         }
     }
 }
@@ -295,6 +313,7 @@ impl core::str::FromStr for OptSpec {
             scalar_lr: None,
             accumulate: None,
             beta: None,
+            power: None,
             profile: None,
             lead: None,
             eps_inside: false,
@@ -437,7 +456,12 @@ impl core::str::FromStr for OptSpec {
                         "sum" => AccumulateKind::Sum,
                         "ema" => AccumulateKind::Ema,
                         "decay" => AccumulateKind::Decayed,
-                        _ => return Err(SpecError(format!("accumulate `{v}` (sum, ema, decay)"))),
+                        "anneal" => AccumulateKind::Annealed,
+                        _ => {
+                            return Err(SpecError(format!(
+                                "accumulate `{v}` (sum, ema, decay, anneal)"
+                            )));
+                        }
                     });
                 }
                 "beta" => {
@@ -446,6 +470,13 @@ impl core::str::FromStr for OptSpec {
                         return Err(SpecError("beta must be in [0, 1)".into()));
                     }
                     spec.beta = Some(b);
+                }
+                "power" => {
+                    let c: f32 = num(k, v)?;
+                    if !(c.is_finite() && c >= 0.0) {
+                        return Err(SpecError("power must be finite and >= 0".into()));
+                    }
+                    spec.power = Some(c);
                 }
                 "profile" => {
                     let x: f32 = num(k, v)?;
@@ -464,7 +495,7 @@ impl core::str::FromStr for OptSpec {
                 }
                 _ => {
                     return Err(SpecError(format!(
-                        "unknown key `{k}` for `{name}` (lr, mode, buckets, ratio, rule, storage, choices, scalar-lr, accumulate, beta, profile, lead, eps)"
+                        "unknown key `{k}` for `{name}` (lr, mode, buckets, ratio, rule, storage, choices, scalar-lr, accumulate, beta, power, profile, lead, eps)"
                     )));
                 }
             }
@@ -512,7 +543,7 @@ pub(crate) const DEFAULT_COMPARE: &[&str] = &[
 /// Keys read only by the learned-scalar modes (`shared`, `signed`, `own`).
 const SCALAR_KEYS: &[&str] = &["rule", "scalar-lr"];
 /// Keys read only by `rowscaled`.
-const ROW_SCALED_KEYS: &[&str] = &["accumulate", "beta", "profile", "lead", "eps"];
+const ROW_SCALED_KEYS: &[&str] = &["accumulate", "beta", "power", "profile", "lead", "eps"];
 
 /// Refuses the keys of `given` that `spec` (fully parsed) never reads.
 fn inert_keys(spec: &OptSpec, given: &[&str]) -> Result<(), SpecError> {
@@ -530,6 +561,17 @@ fn inert_keys(spec: &OptSpec, given: &[&str]) -> Result<(), SpecError> {
         }
         if k == "beta" && spec.accumulate == Some(AccumulateKind::Sum) {
             return Err(inert(k, "accumulate=sum has no β"));
+        }
+        let annealed = spec.accumulate == Some(AccumulateKind::Annealed)
+            || (spec.accumulate.is_none() && spec.power.is_some());
+        if k == "beta" && annealed {
+            return Err(inert(
+                k,
+                "accumulate=anneal has no β (its memory is set by `power`)",
+            ));
+        }
+        if k == "power" && !annealed {
+            return Err(inert(k, "only accumulate=anneal reads it"));
         }
     }
     if spec.mode == Mode::RowScaled && spec.profile == Some(0.0) && spec.lead.is_some() {
@@ -596,7 +638,54 @@ mod tests {
             );
         }
         let e = "basis:accumulate=adam".parse::<OptSpec>().unwrap_err();
-        assert!(e.0.contains("(sum, ema, decay)"), "{e}");
+        assert!(e.0.contains("(sum, ema, decay, anneal)"), "{e}");
+    }
+
+    /// `accumulate=anneal` / `power` (basis-core's `CountAnnealed`): the
+    /// kind and exponent over any core default, and the keys refused where
+    /// they would do nothing.
+    #[test]
+    fn anneal_keys_over_the_core_default() {
+        let annealed = |power| Accumulate::CountAnnealed { power };
+        let ema = Accumulate::Ema { beta: 0.95 };
+        let core_annealed = annealed(0.7);
+        for (text, over_ema, over_annealed) in [
+            ("basis", ema, core_annealed),
+            ("basis:accumulate=anneal", annealed(0.5), core_annealed),
+            ("basis:power=0.8", annealed(0.8), annealed(0.8)),
+            (
+                "basis:accumulate=anneal,power=1",
+                annealed(1.0),
+                annealed(1.0),
+            ),
+            ("basis:accumulate=ema", ema, Accumulate::Ema { beta: 0.99 }),
+            (
+                "basis:beta=0.9",
+                Accumulate::Ema { beta: 0.9 },
+                Accumulate::Ema { beta: 0.9 },
+            ),
+        ] {
+            let spec: OptSpec = text.parse().unwrap();
+            assert_eq!(spec.accumulate_over(ema), over_ema, "{text} over ema");
+            assert_eq!(
+                spec.accumulate_over(core_annealed),
+                over_annealed,
+                "{text} over anneal"
+            );
+        }
+        for (bad, why) in [
+            ("basis:accumulate=anneal,beta=0.9", "has no β"),
+            ("basis:power=0.5,beta=0.9", "has no β"),
+            ("basis:accumulate=ema,power=0.5", "only accumulate=anneal"),
+            ("basis:accumulate=sum,power=0.5", "only accumulate=anneal"),
+            ("basis:power=-1", "power must be finite"),
+            ("basis:power=nan", "power must be finite"),
+            ("basis:mode=shared,power=0.5", "only mode=rowscaled"),
+            ("adam:power=0.5", "takes"),
+        ] {
+            let e = bad.parse::<OptSpec>().unwrap_err();
+            assert!(e.0.contains(why), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -122,11 +122,14 @@ impl<H: Bucketer> Basis<H> {
             // The clip bounds themselves are codes, so a clipped scalar is exact.
             (1.0, LogCode::with_bounds(min, max, 1.0))
         };
-        let with_counts = config.scalar_learns()
+        // A frequency-aware scalar rate, or a count-annealed `G_i`, needs
+        // each row's update count.
+        let with_counts = (config.scalar_learns()
             && matches!(
                 config.scalar_lr_schedule,
                 ScalarLrSchedule::InverseFrequency { .. }
-            );
+            ))
+            || (row_scaled && config.row_scale.accumulate.counts_rows());
         // Frozen scalars (η_s = 0 outside RowScaled) are all 1: hold none.
         let stored = config.scalar_learns() || row_scaled;
         let index = if stored {
@@ -564,6 +567,7 @@ impl<H: Bucketer> Basis<H> {
                     Accumulate::Sum => 0,
                     Accumulate::Ema { beta } => (1 << 32) | u64::from(beta.to_bits()),
                     Accumulate::Decayed { beta } => (2 << 32) | u64::from(beta.to_bits()),
+                    Accumulate::CountAnnealed { power } => (3 << 32) | u64::from(power.to_bits()),
                 },
             ),
             (

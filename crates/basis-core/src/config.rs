@@ -128,6 +128,25 @@ pub enum Accumulate {
         /// Decay in `[0, 1)`.
         beta: f32,
     },
+    /// A decayed sum whose memory grows with the row's own update count
+    /// (issue 26: "keep the step of a rare row, anneal a frequent one"):
+    /// `G ← (1 − n^(−power))·G + x`, `n` = the row's updates including this
+    /// one, kept in a 2-byte saturating counter per row (so `G = x` at a
+    /// row's first update, as the EMA seeds it). Adafactor's `β_t = 1 −
+    /// t^(−c)`, with the row's `t` and without Adafactor's `(1 − β)` on `x`:
+    /// for gradients of one scale `G ≈ n^power·x`, so a row's step shrinks as
+    /// `n^(−power/2)` (AdaGrad's sum: `n^(−1/2)`; the EMA: not at all), while
+    /// `G` forgets updates older than about the last `n^power` (it follows
+    /// the current gradient scale, which the sum never does). The bucket
+    /// profile accumulates alike with the bucket's step count `t_b`.
+    ///
+    /// Costs 2 B/row beyond the 1-byte `G_i` (the counter saturates at
+    /// 65 535 updates, after which β stays `1 − 65535^(−power)`).
+    CountAnnealed {
+        /// The exponent `c` (finite, ≥ 0; 0 keeps only the last update,
+        /// larger values approach the sum).
+        power: f32,
+    },
 }
 
 impl Accumulate {
@@ -136,12 +155,24 @@ impl Accumulate {
     /// `accumulate=ema|decay` without `beta` means).
     pub const DEFAULT_BETA: f32 = 0.99;
 
+    /// The exponent of a [`CountAnnealed`](Self::CountAnnealed) accumulation
+    /// when none is named (0.5: steps shrink as `n^(−1/4)`, half way, in the
+    /// exponent, between the EMA's `n^0` and AdaGrad's `n^(−1/2)`; what the
+    /// CLI's `accumulate=anneal` without `power` means).
+    pub const DEFAULT_POWER: f32 = 0.5;
+
     /// The default accumulation: [`Accumulate::Ema`] with
     /// [`DEFAULT_BETA`](Self::DEFAULT_BETA) (see
     /// [`RowScaleConfig::accumulate`]).
     pub const DEFAULT: Self = Self::Ema {
         beta: Self::DEFAULT_BETA,
     };
+
+    /// Whether this accumulation keeps a per-row update counter
+    /// ([`CountAnnealed`](Self::CountAnnealed)).
+    pub const fn counts_rows(self) -> bool {
+        matches!(self, Self::CountAnnealed { .. })
+    }
 }
 
 impl Default for Accumulate {
@@ -166,7 +197,7 @@ impl Default for Accumulate {
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub struct RowScaleConfig {
-    /// Sum (AdaGrad), EMA, or decayed sum (default
+    /// Sum (AdaGrad), EMA, decayed sum, or count-annealed sum (default
     /// [`Accumulate::Ema`] with β = 0.99). Measured on the 8 sets of the
     /// short quality benchmark, every rate tuned on validation averaged over
     /// 3 seeds (docs/RESULTS.md, "Production-like quality benchmark"): the
@@ -569,6 +600,11 @@ impl BasisConfig {
             && !beta_ok(beta)
         {
             return Err(ConfigError::Beta);
+        }
+        if let Accumulate::CountAnnealed { power } = self.row_scale.accumulate
+            && !finite_nonneg(power)
+        {
+            return Err(ConfigError::AnnealPower);
         }
         let pr = self.row_scale.profile;
         if !(pr.power.is_finite() && (0.0..=1.0).contains(&pr.power)) || pr.lead > self.dim {

@@ -26,6 +26,9 @@ pub enum ConfigError {
     GradClip,
     /// The frequency exponent is negative or not finite.
     FrequencyPower,
+    /// The exponent of [`Accumulate::CountAnnealed`](crate::Accumulate::CountAnnealed)
+    /// is negative or not finite.
+    AnnealPower,
     /// The row-scale log₂ range is not finite with `min < max`.
     RowScaleRange,
     /// The row-scale profile power is outside `[0, 1]` or its `lead` exceeds `dim`.
@@ -78,6 +81,7 @@ impl fmt::Display for ConfigError {
             Self::ScalarClip => "scalar clip range must satisfy 0 < s_min <= 1 <= s_max (finite)",
             Self::GradClip => "gradient clip norm must be finite and > 0",
             Self::FrequencyPower => "frequency exponent must be finite and >= 0",
+            Self::AnnealPower => "count-annealed accumulation power must be finite and >= 0",
             Self::RowScaleRange => "row-scale log2 range must be finite with min < max",
             Self::Profile => "row-scale profile power must be in [0, 1] and lead <= dim",
             Self::NoBuckets => "the bucketer must have at least one bucket",

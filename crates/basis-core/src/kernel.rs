@@ -640,6 +640,13 @@ fn row_scaled(p: &KernelParams, c: &mut [f32], t: &mut u32, rows: &mut Rows<'_, 
                 }
             }
             Accumulate::Decayed { beta } => beta * old + x,
+            Accumulate::CountAnnealed { power } => {
+                // The row's updates including this one (the counter is
+                // there with this rule; a job without one counts every
+                // update as the row's first).
+                let n = rows.counts.get(k).map_or(1, |&c| c.saturating_add(1));
+                annealed_beta(u32::from(n), power) * old + x
+            }
         };
         if let Some(cnt) = rows.counts.get_mut(k) {
             *cnt = cnt.saturating_add(1);
@@ -659,11 +666,17 @@ fn row_scaled(p: &KernelParams, c: &mut [f32], t: &mut u32, rows: &mut Rows<'_, 
             }
         }
     }
+    // β of a count-annealed profile, once per bucket (not per dimension).
+    let bucket_beta = match p.accumulate {
+        Accumulate::CountAnnealed { power } => annealed_beta(t.saturating_add(1), power),
+        _ => 0.0,
+    };
     for (cj, &a) in c.iter_mut().zip(add.iter()) {
         *cj = match p.accumulate {
             Accumulate::Sum => *cj + a,
             Accumulate::Ema { beta } => beta * *cj + (1.0 - beta) * a,
             Accumulate::Decayed { beta } => beta * *cj + a,
+            Accumulate::CountAnnealed { .. } => bucket_beta * *cj + a,
         };
     }
     *t = t.saturating_add(1);
@@ -742,4 +755,11 @@ fn row_step(o: &mut [f32], g: &[f32], p: &KernelParams) {
     for (x, &gj) in o.iter_mut().zip(g) {
         *x = p.lr * (gj / *x);
     }
+}
+
+/// `β_n = 1 − n^(−power)` of [`Accumulate::CountAnnealed`] for the `n`-th
+/// update (`n ≥ 1`; 0 at the first, so `G = x` there).
+fn annealed_beta(n: u32, power: f32) -> f32 {
+    // n ≤ 65 535 for rows; a bucket's t_b beyond 2^24 rounds, harmlessly.
+    1.0 - crate::math::powf(n as f32, -power)
 }

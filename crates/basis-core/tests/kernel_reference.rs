@@ -69,6 +69,10 @@ fn reference_bucket(p: &KernelParams, job: BucketJob<'_>) {
                     }
                 }
                 Accumulate::Decayed { beta } => beta * old + x,
+                Accumulate::CountAnnealed { power } => {
+                    let n = counts.get(k).map_or(1, |&c| c.saturating_add(1));
+                    (1.0 - libm::powf(f32::from(n), -power)) * old + x
+                }
                 // The enum is non-exhaustive; a new rule needs a reference here.
                 other => unreachable!("no reference for {other:?}"),
             };
@@ -86,6 +90,10 @@ fn reference_bucket(p: &KernelParams, job: BucketJob<'_>) {
                 Accumulate::Sum => v[j] + add,
                 Accumulate::Ema { beta } => beta * v[j] + (1.0 - beta) * add,
                 Accumulate::Decayed { beta } => beta * v[j] + add,
+                Accumulate::CountAnnealed { power } => {
+                    let t = t.saturating_add(1) as f32;
+                    (1.0 - libm::powf(t, -power)) * v[j] + add
+                }
                 other => unreachable!("no reference for {other:?}"),
             };
         }
@@ -218,6 +226,7 @@ fn configs(dim: usize, rows: u64) -> Vec<BasisConfig> {
         Accumulate::Sum,
         Accumulate::Ema { beta: 0.9 },
         Accumulate::Decayed { beta: 0.9 },
+        Accumulate::CountAnnealed { power: 0.5 },
     ] {
         out.push(
             base.with_direction(Direction::RowScaled)

@@ -85,6 +85,8 @@ fn basis_variants() -> Vec<BasisConfig> {
     for accumulate in [
         basis_core::Accumulate::Ema { beta: 0.9 },
         basis_core::Accumulate::Decayed { beta: 0.9 },
+        // with a per-row update counter in the state
+        basis_core::Accumulate::CountAnnealed { power: 0.5 },
     ] {
         let c = BasisConfig::default().with_dim(DIM);
         out.push(c.with_row_scale(c.row_scale.with_accumulate(accumulate)));
