@@ -2,17 +2,13 @@
 //!
 //! CI order: install what a fresh machine lacks, then the cheap checks first
 //! (fmt, clippy), then tests, docs, `no_std`, loom, MPI and fuzzing, each
-//! timed so the total stays well under the 90-minute budget.
+//! timed so the total stays well under the 90-minute budget (the project
+//! keeps it under 45). The published packages' tests run once, inside
+//! `publish` (from the unpacked `.crate` files); `test` covers the rest.
 
+use crate::test_count;
 use crate::util::{self, cargo, ensure_apt};
-use std::io::{BufRead, BufReader};
-use std::process::Stdio;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
-
-/// Tests counted by `test()`, for `ci`'s closing line.
-static TESTS_PASSED: AtomicU64 = AtomicU64::new(0);
-static TESTS_FAILED: AtomicU64 = AtomicU64::new(0);
 
 /// Debian packages the suite needs: Open MPI and the clang that `mpi-sys`'s
 /// bindgen uses.
@@ -49,7 +45,7 @@ pub(crate) fn run(_args: &[String]) -> Result<(), String> {
     step("features", &mut || {
         util::run(cargo().args(["check", "--workspace", "--all-features", "--all-targets"]))
     })?;
-    step("test", &mut || test(&[]))?;
+    step("test", &mut test_unpublished)?;
     step("doc", &mut || {
         util::run(
             cargo()
@@ -69,11 +65,8 @@ pub(crate) fn run(_args: &[String]) -> Result<(), String> {
         eprintln!("  {name:<8} {secs:>7.1}s");
     }
     eprintln!("  total    {:>7.1}s", total.elapsed().as_secs_f64());
-    println!(
-        "ci: {} passed, {} failed",
-        TESTS_PASSED.load(Ordering::Relaxed),
-        TESTS_FAILED.load(Ordering::Relaxed)
-    );
+    let (passed, failed) = test_count::totals();
+    println!("ci: {passed} passed, {failed} failed");
     Ok(())
 }
 
@@ -88,49 +81,21 @@ fn install() -> Result<(), String> {
 /// test binary.
 pub(crate) fn test(args: &[String]) -> Result<(), String> {
     let mut cmd = cargo();
-    cmd.args(["test", "--workspace"])
-        .args(args)
-        .stdout(Stdio::piped());
-    eprintln!("$ cargo test --workspace {}", args.join(" "));
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start cargo test: {e}"))?;
-    let (mut passed, mut failed) = (0u64, 0u64);
-    if let Some(out) = child.stdout.take() {
-        for line in BufReader::new(out).lines().map_while(Result::ok) {
-            println!("{line}");
-            if let Some((p, f)) = parse_test_result(&line) {
-                passed += p;
-                failed += f;
-            }
-        }
-    }
-    let status = child.wait().map_err(|e| e.to_string())?;
-    println!("tests: {passed} passed, {failed} failed");
-    TESTS_PASSED.fetch_add(passed, Ordering::Relaxed);
-    TESTS_FAILED.fetch_add(failed, Ordering::Relaxed);
-    if status.success() {
-        Ok(())
-    } else {
-        Err(format!("cargo test failed: {status}"))
-    }
+    cmd.args(["test", "--workspace"]).args(args);
+    test_count::run(&mut cmd)
 }
 
-/// `(passed, failed)` of a libtest `test result: ok. 3 passed; 0 failed; …` line.
-fn parse_test_result(line: &str) -> Option<(u64, u64)> {
-    let rest = line.trim().strip_prefix("test result: ")?;
-    let count = |word: &str| {
-        rest.split(';').find_map(|part| {
-            part.trim()
-                .strip_suffix(word)?
-                .trim()
-                .rsplit(' ')
-                .next()?
-                .parse()
-                .ok()
-        })
-    };
-    Some((count(" passed")?, count(" failed")?))
+/// The CI's test step: the workspace's crates that are not published (the
+/// CLI, the workspace-level tests, xtask). The published packages' tests run
+/// once, in `publish-check`, from the unpacked `.crate` files, with the full
+/// property-test counts: running them here too compiled and ran the same
+/// sources twice (≈ 6 of the CI's 45 minutes).
+fn test_unpublished() -> Result<(), String> {
+    let mut args: Vec<String> = Vec::new();
+    for (_, package) in crate::publish::PACKAGES {
+        args.extend(["--exclude".to_string(), (*package).to_string()]);
+    }
+    test(&args)
 }
 
 /// `cargo xtask bench [crate] [filter…]`: criterion benches, one crate or all.
@@ -152,18 +117,4 @@ pub(crate) fn bench(args: &[String]) -> Result<(), String> {
         }
     }
     util::run(&mut cmd)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_test_result;
-
-    #[test]
-    fn reads_libtest_summaries() {
-        let ok = "test result: ok. 12 passed; 0 failed; 1 ignored; 0 measured; 0 filtered out; finished in 0.30s";
-        assert_eq!(parse_test_result(ok), Some((12, 0)));
-        let bad = "test result: FAILED. 2 passed; 3 failed; 0 ignored; 0 measured; 0 filtered out";
-        assert_eq!(parse_test_result(bad), Some((2, 3)));
-        assert_eq!(parse_test_result("running 3 tests"), None);
-    }
 }

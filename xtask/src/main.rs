@@ -38,6 +38,7 @@ mod publish;
 mod quality;
 mod quality_plot;
 mod stats;
+mod test_count;
 mod util;
 
 use std::process::ExitCode;

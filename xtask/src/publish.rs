@@ -10,16 +10,18 @@
 //!    workspace that knows nothing of this one: the packages' own manifests
 //!    (as published) name each other as crates.io dependencies, and
 //!    `[patch.crates-io]` resolves those to the unpacked directories.
-//! 3. There every target of every package builds (benches and examples
-//!    included: a file the package forgot fails here) and its tests run.
+//! 3. There every target of every package builds (benches are checked,
+//!    examples built: a file the package forgot fails here) and its tests
+//!    run, with the full property-test counts: this is the only place CI
+//!    runs the published packages' tests (`cargo xtask ci`'s `test` step
+//!    covers the unpublished crates).
 //! 4. `xtask/external/nostd-user`, a `no_std` crate written the way a user
 //!    would, depends on the packages by their published names; it is built
 //!    for `x86_64-unknown-none` (no `std` there at all) and tested on the host.
 //!
-//! Fast on purpose (it runs in CI next to the real test step): no separate
-//! verify build (step 3 is a superset of it), the workspace's target
-//! directory and profiles so external dependencies are not compiled again,
-//! and property tests with fewer cases (the full counts ran in `test`).
+//! Fast on purpose: no separate verify build (step 3 is a superset of it),
+//! and the workspace's target directory and profiles so external
+//! dependencies are not compiled again.
 
 use crate::util::{self, cargo, have, root};
 use std::fs;
@@ -45,9 +47,6 @@ pub(crate) const PACKAGES: &[(&str, &str)] = &[
 
 /// The package that needs Open MPI to build.
 const MPI_PACKAGE: &str = "basisopt-comm-mpi";
-
-/// Property-test cases per test in the unpacked run (proptest's `PROPTEST_CASES`).
-const PROPTEST_CASES: &str = "16";
 
 pub(crate) fn run(_args: &[String]) -> Result<(), String> {
     let start = Instant::now();
@@ -108,15 +107,16 @@ pub(crate) fn run(_args: &[String]) -> Result<(), String> {
         cmd.current_dir(&check)
             .args(args)
             .arg("--workspace")
-            .env("CARGO_TARGET_DIR", root.join("target"))
-            .env("PROPTEST_CASES", PROPTEST_CASES);
+            .env("CARGO_TARGET_DIR", root.join("target"));
         if !mpi {
             cmd.args(["--exclude", MPI_PACKAGE]);
         }
         cmd
     };
-    util::run(&mut in_check(&["test", "--all-targets", "--no-run"]))?;
-    util::run(&mut in_check(&["test"]))?;
+    // Benches only need to compile (a file the package forgot fails the
+    // check); building them optimized cost about a minute of CI for nothing.
+    util::run(&mut in_check(&["check", "--benches"]))?;
+    crate::test_count::run(&mut in_check(&["test"]))?;
 
     // 4. The user's `no_std` crate on a target without `std` (its host tests
     // ran in step 3).
@@ -193,6 +193,14 @@ fn mpi_free_docs(check: &Path, target: &Path) -> Result<(), String> {
 /// crates.io names patched to the unpacked directories, and this
 /// workspace's profiles (so the shared target directory is reused).
 fn write_workspace(dir: &Path, members: &[String], patch: &str) -> Result<(), String> {
+    let root_manifest = fs::read_to_string(root().join("Cargo.toml")).map_err(|e| e.to_string())?;
+    // The profiles are the root manifest's last sections (from the first
+    // `[profile.` on): copied whole, so the shared target directory's
+    // artifacts match and nothing external is compiled again.
+    let profiles = root_manifest
+        .find("\n[profile.")
+        .map(|at| &root_manifest[at + 1..])
+        .ok_or("the root Cargo.toml has no [profile.*] sections to copy")?;
     let members = members
         .iter()
         .map(|m| format!("    \"{m}\",\n"))
@@ -206,12 +214,7 @@ members = [
 
 [patch.crates-io]
 {patch}
-[profile.test]
-opt-level = 2
-
-[profile.dev.package."*"]
-opt-level = 2
-"#
+{profiles}"#
     );
     fs::write(dir.join("Cargo.toml"), manifest).map_err(|e| e.to_string())?;
     // The workspace's lock file: the same external versions, no new downloads.

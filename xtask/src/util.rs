@@ -122,7 +122,7 @@ pub(crate) fn ensure_cargo_tool(binary: &str, krate: &str) -> Result<(), String>
     run(cargo().args(["install", "--locked", krate]))
 }
 
-fn describe(cmd: &Command) -> String {
+pub(crate) fn describe(cmd: &Command) -> String {
     let mut s = cmd.get_program().to_string_lossy().into_owned();
     for a in cmd.get_args() {
         s.push(' ');
