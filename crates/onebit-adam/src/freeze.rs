@@ -171,7 +171,8 @@ impl AutoFreeze {
     /// lost 0.0008–0.0020 test AUC (DLRM seed 3 at step 15: −0.0009, at
     /// step 20: +0.0001) while no freeze at 20 or later lost more than
     /// 0.00073 (`docs/ONEBIT_ADAM.md`, "The share rule on DLRM and its
-    /// minimum step"). A stationary gradient reads `≈ w/t`, so it settles at `t ≈ window/threshold` = 100 (`tests/freeze_share.rs`).
+    /// minimum step"). A stationary gradient reads `≈ w/t`, so it settles
+    /// at `t ≈ window/threshold` = 100 (`tests/freeze_share.rs`).
     ///
     /// ```
     /// use onebit_adam::AutoFreeze;
