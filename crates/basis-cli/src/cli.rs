@@ -194,7 +194,8 @@ pub(crate) struct ModelArgs {
     /// step is reported), a fraction fixes it to that share of the run's
     /// steps (at least one; DeepSpeed's guidance is 15–25 %); `share`
     /// ends it once the last 5 steps bring under 5 % of the accumulated
-    /// gradient energy (an early burst is over; same cap).
+    /// gradient energy (an early burst is over), not before step 20
+    /// (same cap). Default `auto`.
     #[arg(long, value_name = "auto|share|FRACTION", default_value_t = DenseWarmup::Auto, value_parser = DenseWarmup::parse)]
     pub(crate) dense_warmup: DenseWarmup,
     /// Communication policy per tower layer under `--dense-opt

@@ -161,25 +161,30 @@ onebit_codec::with_setters!(AutoFreeze {
 
 impl AutoFreeze {
     /// The defaults of [`FreezePolicy::Share`]: window 5, threshold 0.05,
-    /// `min_step` 10, `max_step` 10 000. Window and threshold from the
+    /// `min_step` 20, `max_step` 10 000. Window and threshold from the
     /// DeepFM harness trace (`docs/ONEBIT_ADAM.md`, "The automatic freeze on
     /// the harness job": the share of `Σg²` from the last 5 steps read
     /// 0.197, 0.079, 0.0072 at steps 10, 15, 20, so 0.05 separates "burst
-    /// still arriving" from "over" with a margin both sides); `min_step` one
-    /// window past the first measure. A stationary gradient reads `≈ w/t`,
-    /// so it settles at `t ≈ window/threshold` = 100 (`tests/freeze_share.rs`).
+    /// still arriving" from "over" with a margin both sides). `min_step` 20
+    /// (four windows; 10 until session 11): "the burst is over" is not "the
+    /// frozen `v` is good enough": 8 of 9 measured freezes at steps 10–15
+    /// lost 0.0008–0.0020 test AUC (DLRM seed 3 at step 15: −0.0009, at
+    /// step 20: +0.0001) while no freeze at 20 or later lost more than
+    /// 0.00073 (`docs/ONEBIT_ADAM.md`, "The share rule on DLRM and its
+    /// minimum step"). A stationary gradient reads `≈ w/t`, so it settles
+    /// at `t ≈ window/threshold` = 100 (`tests/freeze_share.rs`).
     ///
     /// ```
     /// use onebit_adam::AutoFreeze;
     ///
     /// let s = AutoFreeze::share();
-    /// assert_eq!((s.window, s.threshold, s.min_step, s.max_step), (5, 0.05, 10, 10_000));
+    /// assert_eq!((s.window, s.threshold, s.min_step, s.max_step), (5, 0.05, 20, 10_000));
     /// ```
     pub fn share() -> Self {
         Self {
             window: 5,
             threshold: 0.05,
-            min_step: 10,
+            min_step: 20,
             max_step: 10_000,
         }
     }

@@ -114,10 +114,12 @@ fn bursts_then_steady_noise_freeze_once_the_burst_is_over() {
 }
 
 #[test]
-fn a_pure_burst_freezes_one_window_after_it() {
+fn a_pure_burst_freezes_at_min_step_not_at_the_first_settled_measure() {
     // All the energy at step 1, nothing after: `v` only decays, the change
-    // is `(1 − β₂^w)/β₂^w ≈ 0.005` from the first measure on.
+    // is `(1 − β₂^w)/β₂^w ≈ 0.005` from the first measure on (step 10), so
+    // only `min_step` (20 by default) holds the warm-up open until step 20.
     let rule = AutoFreeze::share();
+    assert_eq!(rule.min_step, 20);
     let grad = |t: u64| if t == 1 { 1.0 } else { 0.0 };
     let cfg = config(rule);
     let beta2 = f64::from(cfg.beta2);
@@ -125,6 +127,15 @@ fn a_pure_burst_freezes_one_window_after_it() {
     assert_eq!(want, rule.min_step);
     let (frozen, changes) = run(cfg, 30, grad);
     assert_eq!(frozen, Some(want));
+    // The measures before `min_step` already read settled: without the
+    // bound the rule would have frozen at the first one.
+    for t in [10, 15] {
+        let got = changes[t - 1].unwrap();
+        assert!(got < rule.threshold, "t={t}: {got}");
+    }
+    let early = rule.with_min_step(10);
+    assert_eq!(expected(beta2, early, &grad), 10);
+    assert_eq!(run(config(early), 30, grad).0, Some(10));
     let got = changes[want as usize - 1].unwrap();
     // `|v_t − v_{t−5}| / v_t = (1 − β₂⁵)/β₂⁵`.
     let closed = (1.0 - beta2.powi(5)) / beta2.powi(5);
