@@ -1639,6 +1639,51 @@ mod tests {
         }
     }
 
+    /// A split's one pass over the old segment builds exactly the halves
+    /// that two filtered passes ([`Segment::build_from`], the reference)
+    /// build, both when the halves have room and when they are too small
+    /// for their entries (the one-pass build jams and falls back).
+    #[test]
+    fn one_pass_split_equals_two_filtered_passes() {
+        let (mut roomy, mut tight) = (0, 0);
+        for (n, seed) in [(300u64, 1u64), (2_000, 2), (20_000, 3)] {
+            let mut index = SlotIndex::with_seed(seed);
+            for i in 0..n {
+                index.try_insert(mix64(i ^ 0xABCD)).expect("fits");
+            }
+            for old in &index.segments {
+                let bit = 63 - old.depth;
+                let (d, p) = (old.depth + 1, old.prefix << 1);
+                let ones = old.hashed().filter(|&(h, _)| h >> bit & 1 == 1).count();
+                let zeros = old.len - ones;
+                for (nbs, tight_halves) in [
+                    ((buckets_for(zeros + 1), buckets_for(ones + 1)), false),
+                    (((zeros / 8).max(2), (ones / 8).max(2)), true),
+                ] {
+                    let one = Segment::split_from(d, p, nbs, old.slot_bits, old, bit);
+                    let lo = Segment::build_from(d, p, nbs.0, old.slot_bits, old, Some((bit, 0)));
+                    let hi =
+                        Segment::build_from(d, p | 1, nbs.1, old.slot_bits, old, Some((bit, 1)));
+                    let (Ok((l, h)), Ok(lo), Ok(hi)) = (one, lo, hi) else {
+                        panic!("a split of random ids failed");
+                    };
+                    for (a, b) in [(&l, &lo), (&h, &hi)] {
+                        assert_eq!((a.nb, a.len, a.prefix), (b.nb, b.len, b.prefix));
+                        assert!(a.data == b.data, "the halves' records differ");
+                    }
+                    assert_eq!(l.len + h.len, old.len);
+                    if tight_halves {
+                        tight += usize::from(l.nb > nbs.0 || h.nb > nbs.1);
+                    } else {
+                        roomy += 1;
+                    }
+                }
+            }
+        }
+        // Both paths ran: halves with room, and jammed halves that grew.
+        assert!(roomy > 0 && tight > 0, "roomy {roomy}, jammed {tight}");
+    }
+
     /// Bytes per id over a growth cycle (the table doubles from 2^18 to
     /// 2^19 ids, sampled every 1024 insertions): the mean stays at most 10,
     /// issue 27's bound for the index "including slack at steady state".
