@@ -92,6 +92,9 @@ const STREAM_OPTIMIZERS: &[&str] = &[
     // The count-annealed accumulation (a decayed sum whose memory grows
     // with the row's update count, 2 B/row more; docs/BASIS.md).
     "basis:accumulate=anneal",
+    // The EMA below 100 updates of a row, annealed beyond (3.07 B/row;
+    // docs/BASIS.md "The EMA annealed once a row is frequent").
+    "basis:accumulate=ema-anneal",
 ];
 
 /// The DeepFM diagnosis (issue 26 item 3): what separates Adam from BASIS.
@@ -645,6 +648,7 @@ mod tests {
         assert!(m.iter().all(|s| s.args.contains(&"1000000")));
         assert!(mo.iter().any(|o| o == "basis:accumulate=sum"));
         assert!(mo.iter().any(|o| o == "basis:accumulate=anneal"));
+        assert!(mo.iter().any(|o| o == "basis:accumulate=ema-anneal"));
         let list = ["--tune-lr".to_string(), "0.001,0.003".into()];
         assert_eq!(
             parse(&list).map(|a| a.tune_lr).ok().as_deref(),

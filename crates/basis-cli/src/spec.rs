@@ -25,7 +25,9 @@
 //! basis-core's), `decay` (AdaGrad's sum with forgetting; both with `beta`,
 //! default 0.99) or `anneal` (a decayed sum whose memory grows with the
 //! row's update count, `Accumulate::CountAnnealed`, with `power`, default
-//! 0.5; `power` alone means `anneal`) for `rowscaled`; `profile` (exponent in
+//! 0.5; `power` alone means `anneal`) or `ema-anneal` (the EMA while a row
+//! is rare, annealed once it is frequent, `Accumulate::EmaAnnealed`, with
+//! `beta`, default 0.99, and `power`, default 1) for `rowscaled`; `profile` (exponent in
 //! `[0, 1]`, default 1), `lead` (leading profile group, default 1: the FM's
 //! linear weight) and `eps` (`outside`, default, or `inside`) shape the
 //! `rowscaled` profile. A key the chosen mode never reads is an error
@@ -176,6 +178,9 @@ pub(crate) enum AccumulateKind {
     Decayed,
     /// `anneal`: [`Accumulate::CountAnnealed`].
     Annealed,
+    /// `ema-anneal`: [`Accumulate::EmaAnnealed`].
+    #[serde(rename = "ema-anneal")]
+    EmaAnnealed,
 }
 
 impl OptSpec {
@@ -184,32 +189,39 @@ impl OptSpec {
     /// `power` alone means `anneal`.
     pub(crate) fn accumulate_over(&self, default: Accumulate) -> Accumulate {
         let default_beta = match default {
-            Accumulate::Ema { beta } | Accumulate::Decayed { beta } => Some(beta),
+            Accumulate::Ema { beta }
+            | Accumulate::Decayed { beta }
+            | Accumulate::EmaAnnealed { beta, .. } => Some(beta),
             _ => None,
         };
         let beta = self
             .beta
             .or(default_beta)
             .unwrap_or(Accumulate::DEFAULT_BETA);
-        let power = self
-            .power
-            .or(match default {
-                Accumulate::CountAnnealed { power } => Some(power),
-                _ => None,
-            })
-            .unwrap_or(Accumulate::DEFAULT_POWER);
+        let default_power = match default {
+            Accumulate::CountAnnealed { power } | Accumulate::EmaAnnealed { power, .. } => {
+                Some(power)
+            }
+            _ => None,
+        };
         let kind = self.accumulate.unwrap_or(match default {
+            Accumulate::EmaAnnealed { .. } => AccumulateKind::EmaAnnealed,
             _ if self.power.is_some() => AccumulateKind::Annealed,
             Accumulate::Decayed { .. } => AccumulateKind::Decayed,
             Accumulate::CountAnnealed { .. } if self.beta.is_none() => AccumulateKind::Annealed,
             Accumulate::Sum if self.beta.is_none() => AccumulateKind::Sum,
             _ => AccumulateKind::Ema,
         });
+        let power = self.power.or(default_power).unwrap_or(match kind {
+            AccumulateKind::EmaAnnealed => Accumulate::DEFAULT_EMA_ANNEAL_POWER,
+            _ => Accumulate::DEFAULT_POWER,
+        });
         match kind {
             AccumulateKind::Sum => Accumulate::Sum,
             AccumulateKind::Ema => Accumulate::Ema { beta },
             AccumulateKind::Decayed => Accumulate::Decayed { beta },
             AccumulateKind::Annealed => Accumulate::CountAnnealed { power },
+            AccumulateKind::EmaAnnealed => Accumulate::EmaAnnealed { beta, power },
         }
     }
 }
@@ -457,9 +469,10 @@ impl core::str::FromStr for OptSpec {
                         "ema" => AccumulateKind::Ema,
                         "decay" => AccumulateKind::Decayed,
                         "anneal" => AccumulateKind::Annealed,
+                        "ema-anneal" => AccumulateKind::EmaAnnealed,
                         _ => {
                             return Err(SpecError(format!(
-                                "accumulate `{v}` (sum, ema, decay, anneal)"
+                                "accumulate `{v}` (sum, ema, decay, anneal, ema-anneal)"
                             )));
                         }
                     });
@@ -570,8 +583,9 @@ fn inert_keys(spec: &OptSpec, given: &[&str]) -> Result<(), SpecError> {
                 "accumulate=anneal has no β (its memory is set by `power`)",
             ));
         }
-        if k == "power" && !annealed {
-            return Err(inert(k, "only accumulate=anneal reads it"));
+        let ema_annealed = spec.accumulate == Some(AccumulateKind::EmaAnnealed);
+        if k == "power" && !annealed && !ema_annealed {
+            return Err(inert(k, "only accumulate=anneal|ema-anneal read it"));
         }
     }
     if spec.mode == Mode::RowScaled && spec.profile == Some(0.0) && spec.lead.is_some() {
@@ -638,7 +652,7 @@ mod tests {
             );
         }
         let e = "basis:accumulate=adam".parse::<OptSpec>().unwrap_err();
-        assert!(e.0.contains("(sum, ema, decay, anneal)"), "{e}");
+        assert!(e.0.contains("(sum, ema, decay, anneal, ema-anneal)"), "{e}");
     }
 
     /// `accumulate=anneal` / `power` (basis-core's `CountAnnealed`): the
@@ -686,6 +700,52 @@ mod tests {
             let e = bad.parse::<OptSpec>().unwrap_err();
             assert!(e.0.contains(why), "{bad}: {e}");
         }
+    }
+
+    /// `accumulate=ema-anneal` (basis-core's `EmaAnnealed`): `beta` and
+    /// `power` both read, defaults 0.99 and 1, over the EMA default and over
+    /// a core default of this kind (whose values the bare keys keep).
+    #[test]
+    fn ema_anneal_keys_over_the_core_default() {
+        let ea = |beta, power| Accumulate::EmaAnnealed { beta, power };
+        let ema = Accumulate::Ema { beta: 0.95 };
+        let core = ea(0.98, 0.7);
+        for (text, over_ema, over_core) in [
+            ("basis", ema, core),
+            (
+                "basis:accumulate=ema-anneal",
+                ea(0.95, Accumulate::DEFAULT_EMA_ANNEAL_POWER),
+                core,
+            ),
+            (
+                "basis:accumulate=ema-anneal,beta=0.9,power=0.5",
+                ea(0.9, 0.5),
+                ea(0.9, 0.5),
+            ),
+            (
+                "basis:power=0.8",
+                Accumulate::CountAnnealed { power: 0.8 },
+                ea(0.98, 0.8),
+            ),
+            (
+                "basis:beta=0.9",
+                Accumulate::Ema { beta: 0.9 },
+                ea(0.9, 0.7),
+            ),
+        ] {
+            let spec: OptSpec = text.parse().unwrap();
+            assert_eq!(spec.accumulate_over(ema), over_ema, "{text} over ema");
+            assert_eq!(spec.accumulate_over(core), over_core, "{text} over core");
+        }
+        assert_eq!(Accumulate::DEFAULT_EMA_ANNEAL_POWER, 1.0);
+        let e = "basis:accumulate=ema-anneal,beta=1"
+            .parse::<OptSpec>()
+            .unwrap_err();
+        assert!(e.0.contains("beta must be in [0, 1)"), "{e}");
+        let e = "basis:mode=own,accumulate=ema-anneal"
+            .parse::<OptSpec>()
+            .unwrap_err();
+        assert!(e.0.contains("only mode=rowscaled"), "{e}");
     }
 
     #[test]

@@ -568,6 +568,10 @@ impl<H: Bucketer> Basis<H> {
                     Accumulate::Ema { beta } => (1 << 32) | u64::from(beta.to_bits()),
                     Accumulate::Decayed { beta } => (2 << 32) | u64::from(beta.to_bits()),
                     Accumulate::CountAnnealed { power } => (3 << 32) | u64::from(power.to_bits()),
+                    // Both f32s, losslessly: β ∈ [0, 1) and power ≥ 0 have
+                    // a clear sign bit, so bit 63 marks this rule apart
+                    // from the tags 0–3 above.
+                    Accumulate::EmaAnnealed { beta, power } => (1 << 63) | pair(beta, power),
                 },
             ),
             (

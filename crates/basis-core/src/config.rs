@@ -147,6 +147,28 @@ pub enum Accumulate {
         /// larger values approach the sum).
         power: f32,
     },
+    /// The EMA while a row is rare, annealed once it is frequent (issue 26,
+    /// session 11): `G ← β_n·G + (1 − β)·x` with `β_n = max(β, 1 −
+    /// n^(−power))`, `n` the row's updates including this one (a 2-byte
+    /// saturating counter per row, as [`CountAnnealed`](Self::CountAnnealed)),
+    /// and `G = x` at a row's first update (the EMA's seeding).
+    ///
+    /// While `n < (1 − β)^(−1/power)` (100 for β 0.99, `power` 1) this is
+    /// [`Ema { beta }`](Self::Ema) exactly. Beyond it the weight on `G` grows
+    /// but the weight on `x` stays `1 − β`, so for gradients of one scale
+    /// `G ≈ (1 − β)·n^power·x` (`power` < 1; half that at 1): a frequent
+    /// row's step shrinks as `n^(−power/2)`, continuously from the EMA's at
+    /// the switch. (Weighting `x` by `1 − β_n` instead, Adafactor's form,
+    /// would make `G` a running *mean*: a longer memory but no annealing.)
+    /// The bucket profile accumulates alike with the bucket's step count.
+    ///
+    /// Costs 2 B/row beyond the 1-byte `G_i`.
+    EmaAnnealed {
+        /// The EMA's decay β in `[0, 1)` (the floor of `β_n`).
+        beta: f32,
+        /// The annealing exponent `c` (finite, ≥ 0; 0 is the EMA).
+        power: f32,
+    },
 }
 
 impl Accumulate {
@@ -161,6 +183,12 @@ impl Accumulate {
     /// CLI's `accumulate=anneal` without `power` means).
     pub const DEFAULT_POWER: f32 = 0.5;
 
+    /// The exponent of an [`EmaAnnealed`](Self::EmaAnnealed) accumulation
+    /// when none is named (1: beyond the switch at `n = 1/(1 − β)` a
+    /// frequent row's `G` grows as the sum's, half of `(1 − β)·n·x`; what the
+    /// CLI's `accumulate=ema-anneal` without `power` means).
+    pub const DEFAULT_EMA_ANNEAL_POWER: f32 = 1.0;
+
     /// The default accumulation: [`Accumulate::Ema`] with
     /// [`DEFAULT_BETA`](Self::DEFAULT_BETA) (see
     /// [`RowScaleConfig::accumulate`]).
@@ -169,9 +197,10 @@ impl Accumulate {
     };
 
     /// Whether this accumulation keeps a per-row update counter
-    /// ([`CountAnnealed`](Self::CountAnnealed)).
+    /// ([`CountAnnealed`](Self::CountAnnealed),
+    /// [`EmaAnnealed`](Self::EmaAnnealed)).
     pub const fn counts_rows(self) -> bool {
-        matches!(self, Self::CountAnnealed { .. })
+        matches!(self, Self::CountAnnealed { .. } | Self::EmaAnnealed { .. })
     }
 }
 
@@ -596,12 +625,15 @@ impl BasisConfig {
         {
             return Err(ConfigError::FrequencyPower);
         }
-        if let Accumulate::Ema { beta } | Accumulate::Decayed { beta } = self.row_scale.accumulate
+        if let Accumulate::Ema { beta }
+        | Accumulate::Decayed { beta }
+        | Accumulate::EmaAnnealed { beta, .. } = self.row_scale.accumulate
             && !beta_ok(beta)
         {
             return Err(ConfigError::Beta);
         }
-        if let Accumulate::CountAnnealed { power } = self.row_scale.accumulate
+        if let Accumulate::CountAnnealed { power } | Accumulate::EmaAnnealed { power, .. } =
+            self.row_scale.accumulate
             && !finite_nonneg(power)
         {
             return Err(ConfigError::AnnealPower);

@@ -647,6 +647,14 @@ fn row_scaled(p: &KernelParams, c: &mut [f32], t: &mut u32, rows: &mut Rows<'_, 
                 let n = rows.counts.get(k).map_or(1, |&c| c.saturating_add(1));
                 annealed_beta(u32::from(n), power) * old + x
             }
+            Accumulate::EmaAnnealed { beta, power } => {
+                if old == 0.0 {
+                    x
+                } else {
+                    let n = rows.counts.get(k).map_or(1, |&c| c.saturating_add(1));
+                    annealed_beta(u32::from(n), power).max(beta) * old + (1.0 - beta) * x
+                }
+            }
         };
         if let Some(cnt) = rows.counts.get_mut(k) {
             *cnt = cnt.saturating_add(1);
@@ -669,6 +677,9 @@ fn row_scaled(p: &KernelParams, c: &mut [f32], t: &mut u32, rows: &mut Rows<'_, 
     // β of a count-annealed profile, once per bucket (not per dimension).
     let bucket_beta = match p.accumulate {
         Accumulate::CountAnnealed { power } => annealed_beta(t.saturating_add(1), power),
+        Accumulate::EmaAnnealed { beta, power } => {
+            annealed_beta(t.saturating_add(1), power).max(beta)
+        }
         _ => 0.0,
     };
     for (cj, &a) in c.iter_mut().zip(add.iter()) {
@@ -677,6 +688,7 @@ fn row_scaled(p: &KernelParams, c: &mut [f32], t: &mut u32, rows: &mut Rows<'_, 
             Accumulate::Ema { beta } => beta * *cj + (1.0 - beta) * a,
             Accumulate::Decayed { beta } => beta * *cj + a,
             Accumulate::CountAnnealed { .. } => bucket_beta * *cj + a,
+            Accumulate::EmaAnnealed { beta, .. } => bucket_beta * *cj + (1.0 - beta) * a,
         };
     }
     *t = t.saturating_add(1);

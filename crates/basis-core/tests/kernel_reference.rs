@@ -73,6 +73,15 @@ fn reference_bucket(p: &KernelParams, job: BucketJob<'_>) {
                     let n = counts.get(k).map_or(1, |&c| c.saturating_add(1));
                     (1.0 - libm::powf(f32::from(n), -power)) * old + x
                 }
+                Accumulate::EmaAnnealed { beta, power } => {
+                    if old == 0.0 {
+                        x
+                    } else {
+                        let n = counts.get(k).map_or(1, |&c| c.saturating_add(1));
+                        let beta_n = (1.0 - libm::powf(f32::from(n), -power)).max(beta);
+                        beta_n * old + (1.0 - beta) * x
+                    }
+                }
                 // The enum is non-exhaustive; a new rule needs a reference here.
                 other => unreachable!("no reference for {other:?}"),
             };
@@ -93,6 +102,10 @@ fn reference_bucket(p: &KernelParams, job: BucketJob<'_>) {
                 Accumulate::CountAnnealed { power } => {
                     let t = t.saturating_add(1) as f32;
                     (1.0 - libm::powf(t, -power)) * v[j] + add
+                }
+                Accumulate::EmaAnnealed { beta, power } => {
+                    let t = t.saturating_add(1) as f32;
+                    (1.0 - libm::powf(t, -power)).max(beta) * v[j] + (1.0 - beta) * add
                 }
                 other => unreachable!("no reference for {other:?}"),
             };
@@ -227,6 +240,10 @@ fn configs(dim: usize, rows: u64) -> Vec<BasisConfig> {
         Accumulate::Ema { beta: 0.9 },
         Accumulate::Decayed { beta: 0.9 },
         Accumulate::CountAnnealed { power: 0.5 },
+        Accumulate::EmaAnnealed {
+            beta: 0.5,
+            power: 1.0,
+        },
     ] {
         out.push(
             base.with_direction(Direction::RowScaled)

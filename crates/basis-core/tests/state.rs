@@ -87,6 +87,10 @@ fn basis_variants() -> Vec<BasisConfig> {
         basis_core::Accumulate::Decayed { beta: 0.9 },
         // with a per-row update counter in the state
         basis_core::Accumulate::CountAnnealed { power: 0.5 },
+        basis_core::Accumulate::EmaAnnealed {
+            beta: 0.9,
+            power: 1.0,
+        },
     ] {
         let c = BasisConfig::default().with_dim(DIM);
         out.push(c.with_row_scale(c.row_scale.with_accumulate(accumulate)));
