@@ -322,27 +322,34 @@ fn count_annealed_closed_forms_for_a_constant_gradient() {
 /// large step) while a row seen every step anneals.
 #[test]
 fn a_rare_row_keeps_its_step_and_a_frequent_one_anneals() {
+    // G_100 ≈ 100^0.5 = 10 (× x = 1): the frequent row's step is about η/√10.
+    let (_, ratio) = frequent_and_rare_steps(annealed(0.5), 99);
+    assert!((0.25..0.4).contains(&ratio), "frequent/rare step {ratio}");
+}
+
+/// Row 0 updated `before` times with `g = (1, 1)`, then once more beside
+/// row 1's first update with the same gradient: checks the rare row took
+/// the full step `η` and returns the optimizer and the frequent/rare step
+/// ratio.
+fn frequent_and_rare_steps(rule: Accumulate, before: usize) -> (Basis<Identity>, f64) {
     let dim = 2;
-    let mut opt = Basis::new(config(dim, 4, annealed(0.5)), Identity(4)).unwrap();
+    let mut opt = Basis::new(config(dim, 4, rule), Identity(4)).unwrap();
     let mut w = vec![0.0f32; 4 * dim];
     let g = [1.0f32, 1.0];
-    for _ in 0..99 {
+    for _ in 0..before {
         opt.step(&[0], &g, &mut DenseTable::new(&mut w, dim).unwrap())
             .unwrap();
     }
-    let before = (w[0], w[2]);
-    // Row 0's 100th update and row 1's first, same gradient.
+    let was = (w[0], w[2]);
     opt.step(
         &[0, 1],
         &[1.0, 1.0, 1.0, 1.0],
         &mut DenseTable::new(&mut w, dim).unwrap(),
     )
     .unwrap();
-    let (frequent, rare) = (before.0 - w[0], before.1 - w[2]);
-    // G_100 ≈ 100^0.5 = 10 (× x = 1): the step is about η/√10.
+    let (frequent, rare) = (was.0 - w[0], was.1 - w[2]);
     assert!(close(f64::from(rare), 0.003, 1e-4, 0.0), "{rare}");
-    let ratio = f64::from(frequent / rare);
-    assert!((0.25..0.4).contains(&ratio), "frequent/rare step {ratio}");
+    (opt, f64::from(frequent / rare))
 }
 
 /// `memory()` counts the counter exactly: 2 bytes per row of a dense range
@@ -533,24 +540,7 @@ fn a_frequent_row_anneals_as_the_closed_form() {
 /// 49.5/n` ≈ 2.13·x at n = 400, so its step is ≈ 0.69 of the EMA's).
 #[test]
 fn a_rare_row_keeps_the_ema_step_and_a_frequent_one_anneals() {
-    let dim = 2;
-    let mut opt = Basis::new(config(dim, 4, ema_annealed(0.99, 1.0)), Identity(4)).unwrap();
-    let mut w = vec![0.0f32; 4 * dim];
-    let g = [1.0f32, 1.0];
-    for _ in 0..399 {
-        opt.step(&[0], &g, &mut DenseTable::new(&mut w, dim).unwrap())
-            .unwrap();
-    }
-    let before = (w[0], w[2]);
-    opt.step(
-        &[0, 1],
-        &[1.0, 1.0, 1.0, 1.0],
-        &mut DenseTable::new(&mut w, dim).unwrap(),
-    )
-    .unwrap();
-    let (frequent, rare) = (before.0 - w[0], before.1 - w[2]);
-    assert!(close(f64::from(rare), 0.003, 1e-4, 0.0), "{rare}");
-    let ratio = f64::from(frequent / rare);
+    let (opt, ratio) = frequent_and_rare_steps(ema_annealed(0.99, 1.0), 399);
     assert!((0.6..0.85).contains(&ratio), "frequent/rare step {ratio}");
     assert!(opt.scalar(0) > 1.5, "{}", opt.scalar(0));
 }
