@@ -94,9 +94,10 @@ use crate::optimizer::Stage;
 
 /// Hyper-parameters of [`OneBitLamb`]; `Default` holds DeepSpeed's
 /// `OnebitLamb` values except the freeze (DeepSpeed's `freeze_step` 100000
-/// never compresses a short run, so the default is [`FreezePolicy::Auto`],
-/// as for [`crate::Config`]). `#[non_exhaustive]`: build it from
-/// [`Default`] with the `with_*` setters.
+/// never compresses a short run, so the default is
+/// [`FreezePolicy::default`], the share rule, as for [`crate::Config`]).
+/// `#[non_exhaustive]`: build it from [`Default`] with the `with_*`
+/// setters.
 ///
 /// ```
 /// use onebit_adam::{FreezePolicy, LambConfig};
@@ -121,7 +122,16 @@ pub struct LambConfig {
     /// may override it). Finite, ≥ 0. Default 0.
     pub weight_decay: f32,
     /// When the warm-up ends (the last full-precision step). Default
-    /// [`FreezePolicy::Auto`] with [`crate::AutoFreeze::default`].
+    /// [`FreezePolicy::default`] = [`FreezePolicy::Share`] with
+    /// [`crate::AutoFreeze::share`], the same as [`crate::Config`]'s (one
+    /// default for both, and the CLI's one `--dense-warmup` default):
+    /// measured on 1-bit Adam only (`docs/ONEBIT_ADAM.md`, "The share rule
+    /// on DLRM and its minimum step"). Why it carries over: 1-bit LAMB has
+    /// no bias correction, so `Auto` here already measured the raw `v` and
+    /// the two rules differ only in window (5 against 25) and `min_step`
+    /// (20 against 50); `min_step` 20 is twice the `1/(1−γ)` = 10 steps of
+    /// the trust-ratio average frozen with `v` at the default `coeff_beta`
+    /// 0.9 (DeepSpeed: at most the warm-up length).
     pub freeze: FreezePolicy,
     /// Upper clip of the warm-up trust ratio. Default 10.0.
     pub max_coeff: f64,

@@ -33,7 +33,8 @@
 //! is. Version 1 (no freeze block) is still read: its run had a fixed freeze
 //! step, which it did not store, so it imports into an optimizer configured
 //! with [`FreezePolicy::Fixed`] (the step is the config's, as before) and is
-//! refused by one configured with [`FreezePolicy::Auto`].
+//! refused by one configured with an automatic rule ([`FreezePolicy::Share`],
+//! the default, or [`FreezePolicy::Auto`]).
 
 use alloc::vec;
 use alloc::vec::Vec;

@@ -14,7 +14,7 @@
 )]
 
 use basis_std::local::LocalComm;
-use onebit_adam::{AutoFreeze, Config, FreezePolicy, OneBitAdam};
+use onebit_adam::{AutoFreeze, Config, FreezePolicy, LambConfig, OneBitAdam};
 
 const LEN: usize = 8;
 
@@ -203,4 +203,33 @@ fn state_round_trips_mid_warmup_and_another_rule_is_refused() {
         assert_eq!(straight.export_state(), fresh.export_state());
     });
     out.into_iter().next().unwrap().unwrap();
+}
+
+/// The share rule is the library's default (1-bit Adam and 1-bit LAMB):
+/// `Config::default()` as it is (no bias correction, so `v̂` is the raw `v`
+/// under either rule) decides the slow reference's step under
+/// [`AutoFreeze::share`] on the burst trace, and the former default
+/// (`Auto` with [`AutoFreeze::default`]: window 25, `min_step` 50) decides
+/// the reference's step under its own parameters, a later one: a default
+/// switched back fails here.
+#[test]
+fn the_default_policy_is_the_share_rule() {
+    let d = Config::default();
+    assert_eq!(d.freeze, FreezePolicy::Share(AutoFreeze::share()));
+    assert_eq!(FreezePolicy::default(), d.freeze);
+    assert_eq!(LambConfig::default().freeze, d.freeze);
+    assert!(!d.bias_correction);
+    let beta2 = f64::from(d.beta2);
+    let want = expected(beta2, AutoFreeze::share(), &bursty);
+    assert_eq!(want, 20);
+    let (frozen, changes) = run(d, 40, bursty);
+    assert_eq!(frozen, Some(want));
+    let got = changes[want as usize - 1].unwrap();
+    let exp = change(beta2, want, 5, &bursty);
+    assert!((got - exp).abs() < 1e-5, "{got} vs {exp}");
+    let old = AutoFreeze::default();
+    let old_want = expected(beta2, old, &bursty);
+    assert_eq!(old_want, 50);
+    let (old_frozen, _) = run(d.with_freeze(FreezePolicy::Auto(old)), 60, bursty);
+    assert_eq!(old_frozen, Some(old_want));
 }
