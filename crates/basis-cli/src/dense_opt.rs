@@ -160,6 +160,24 @@ impl Hook<'_> {
     }
 }
 
+/// `--dense-warmup`'s default: the variant of `onebit-adam`'s own default
+/// ([`FreezePolicy::default`], the share rule since issue 28 item 5), so
+/// the CLI keeps no second copy of it: `share` for
+/// [`FreezePolicy::Share`], `auto` for [`FreezePolicy::Auto`]. Both take
+/// their parameters from the library ([`DenseWarmup::policy`]: the same
+/// rule, capped at a quarter of the run), so for a run long enough for the
+/// cap not to bind the CLI's default policy *is* the library's (the test
+/// `the_default_warmup_is_the_library_default`).
+pub(crate) fn default_warmup() -> DenseWarmup {
+    match FreezePolicy::default() {
+        FreezePolicy::Share(_) => DenseWarmup::Share,
+        // `Auto`, and a fixed step (or a future rule), which `--dense-warmup`
+        // can only say as a fraction of the run: the `v̂` rule then, and the
+        // test above fails on the difference.
+        _ => DenseWarmup::Auto,
+    }
+}
+
 /// The freeze policy of `--dense-opt adam` (one full-precision group:
 /// nothing ever compresses): a fixed step no run reaches, the same for
 /// every run length. Built through [`DenseOpt::build`] it would get
@@ -749,6 +767,57 @@ mod tests {
         RunLength {
             batches_per_epoch: steps,
             epochs: 1,
+        }
+    }
+
+    /// `--dense-warmup`'s default is `onebit-adam`'s: an argv without the
+    /// option parses to [`super::default_warmup`], and the optimizers it
+    /// builds (1-bit Adam and 1-bit LAMB) carry exactly
+    /// [`onebit_adam::FreezePolicy::default`] once the run is long enough
+    /// for the quarter-of-the-run cap not to bind, and that rule with the
+    /// cap below it.
+    #[test]
+    fn the_default_warmup_is_the_library_default() {
+        use crate::cli::{Cli, Command};
+        use clap::Parser;
+        use onebit_adam::FreezePolicy;
+        let argv = ["basis", "train", "--model", "deepfm", "--workers", "2"];
+        let parsed = match Cli::try_parse_from(argv).unwrap().command {
+            Command::Train(a) => a.model.dense_warmup,
+            _ => unreachable!("a train command"),
+        };
+        assert_eq!(parsed, super::default_warmup());
+        let library = FreezePolicy::default();
+        let rule = match library {
+            FreezePolicy::Auto(a) | FreezePolicy::Share(a) => a,
+            other => panic!("{other:?}: not a rule --dense-warmup can name"),
+        };
+        let built = |steps: u64| {
+            let layers = [(30, LayerRole::First), (10, LayerRole::Last)];
+            let groups = (DensePolicy::default(), super::DenseGroups::Tower);
+            let warm = (1e-3, one_epoch(steps), parsed);
+            let adam = DenseOptimizer::build(DenseOpt::OnebitAdam, &layers, groups, warm);
+            let lamb = DenseOptimizer::build(DenseOpt::OnebitLamb, &layers, groups, warm);
+            match (adam.unwrap().opt, lamb.unwrap().opt) {
+                (Opt::OneBit(a), Opt::Lamb(l, _)) => (a.config().freeze, l.config().freeze),
+                _ => unreachable!("1-bit Adam and 1-bit LAMB"),
+            }
+        };
+        // The cap (a quarter of the run) reaches `max_step` at 4·max_step.
+        for steps in [4 * rule.max_step, 4 * rule.max_step + 3, 10_000_000] {
+            assert_eq!(built(steps), (library, library), "{steps} steps");
+        }
+        // Shorter runs: the same rule, its bounds capped at a quarter.
+        for steps in [40, 200, 4 * rule.max_step - 4] {
+            let (adam, lamb) = built(steps);
+            assert_eq!(adam, lamb);
+            assert_eq!(adam, parsed.policy(steps));
+            assert_eq!(
+                core::mem::discriminant(&adam),
+                core::mem::discriminant(&library),
+                "{steps} steps"
+            );
+            assert_ne!(adam, library, "{steps} steps: the cap binds");
         }
     }
 

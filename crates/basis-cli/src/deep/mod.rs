@@ -343,11 +343,12 @@ impl core::fmt::Display for DensePolicy {
 pub(crate) enum DenseWarmup {
     /// Until the second moment has settled ([`FreezePolicy::Auto`] with
     /// the library's rule), at the latest after [`AUTO_MAX_FRACTION`] of
-    /// the run. The default.
+    /// the run. The default until issue 28 item 5.
     Auto,
     /// Until the early burst of gradient energy is over
     /// ([`FreezePolicy::Share`] with [`AutoFreeze::share`]), at the latest
-    /// after [`AUTO_MAX_FRACTION`] of the run. Opt-in (`share`).
+    /// after [`AUTO_MAX_FRACTION`] of the run. The default, as the
+    /// library's (`crate::dense_opt::default_warmup`).
     Share,
     /// This fraction of the run's steps (at least one step).
     Fraction(f64),
@@ -715,7 +716,8 @@ mod tests {
                 Err(e) => Err(e),
             }
         };
-        assert_eq!(parse(&[]).unwrap(), DenseWarmup::Auto);
+        // The default is the library's (`dense_opt::default_warmup`).
+        assert_eq!(parse(&[]).unwrap(), DenseWarmup::Share);
         assert_eq!(
             parse(&["--dense-warmup", "auto"]).unwrap(),
             DenseWarmup::Auto
