@@ -8,7 +8,7 @@
 use alloc::vec::Vec;
 
 use crate::StateError;
-use crate::freeze::{FreezePolicy, FreezeTracker};
+use crate::freeze::{AutoFreeze, FreezePolicy, FreezeTracker};
 
 /// The rank binding of an unbound state (both fields).
 const UNBOUND: u32 = u32::MAX;
@@ -257,6 +257,14 @@ pub(crate) fn read_freeze(
                 saved: fields[i],
                 here: here[i],
             });
+        }
+        // The former default (before `FreezePolicy::Share`): say which, so
+        // that a record of a run that never named its policy can be read.
+        if (kind, fields) == freeze_fields(FreezePolicy::Auto(AutoFreeze::default())) {
+            return Err(StateError::Shape(
+                "freeze policy (the record was saved under FreezePolicy::Auto(AutoFreeze::default()), \
+                 the default before FreezePolicy::Share; build the optimizer with that policy to import it)",
+            ));
         }
         return Err(StateError::Shape(
             "freeze policy (the record was saved under another FreezePolicy)",

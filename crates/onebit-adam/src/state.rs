@@ -35,6 +35,15 @@
 //! with [`FreezePolicy::Fixed`] (the step is the config's, as before) and is
 //! refused by one configured with an automatic rule ([`FreezePolicy::Share`],
 //! the default, or [`FreezePolicy::Auto`]).
+//!
+//! The record stores its freeze rule, and an import under another rule is
+//! refused ([`StateError::Shape`], "freeze policy …"; the same rule with
+//! another step bound is [`StateError::Schedule`]). So a record written
+//! under the former default, `FreezePolicy::Auto(AutoFreeze::default())`,
+//! is refused by an optimizer on today's default with a message naming that
+//! policy, and imports exactly into one built with it
+//! (`tests/freeze_restore.rs`,
+//! `a_record_of_the_former_default_is_refused_by_the_new_one_and_imports_under_auto`).
 
 use alloc::vec;
 use alloc::vec::Vec;

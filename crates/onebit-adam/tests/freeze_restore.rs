@@ -27,7 +27,7 @@ use comm_traits::Communicator;
 use onebit_adam::testing::{LogisticProblem, bits, run_steps};
 use onebit_adam::{
     AutoFreeze, Config, FreezePolicy, GroupSpec, LambConfig, LambGroup, OneBitAdam, OneBitLamb,
-    StepReport, Variant,
+    StateError, StepReport, Variant,
 };
 
 const RANKS: usize = 2;
@@ -46,14 +46,19 @@ fn groups(d: usize) -> [GroupSpec; 3] {
     ]
 }
 
-/// The configuration `basis train --dense-opt onebit-adam` builds.
-fn cli_like(freeze: FreezePolicy) -> Config {
+/// The configuration `basis train --dense-opt onebit-adam` builds, with
+/// the library's default freeze.
+fn cli_like_default() -> Config {
     Config::default()
         .with_lr(0.01)
         .with_bias_correction(true)
         .with_variant(Variant::PreconditionedMomentum)
         .with_telemetry(true)
-        .with_freeze(freeze)
+}
+
+/// [`cli_like_default`] under `freeze`.
+fn cli_like(freeze: FreezePolicy) -> Config {
+    cli_like_default().with_freeze(freeze)
 }
 
 /// Per rank, after every step `k = 0..=total`: the parameters' bits and the
@@ -120,15 +125,17 @@ fn resume(cfg: Config, k: u64, total: u64, state: &[Vec<u8>], x: &[Vec<u32>]) ->
     .collect()
 }
 
-/// The property of the module docs for one policy; returns the freeze step.
-fn every_step_resumes_exactly(freeze: FreezePolicy, window: u64, max_step: u64) -> u64 {
-    let cfg = cli_like(freeze);
+/// The property of the module docs for one configuration whose rule
+/// decides within `probe_len` steps (below its `max_step`); returns the
+/// freeze step.
+fn every_step_resumes_exactly(cfg: Config, window: u64, probe_len: u64) -> u64 {
+    let freeze = cfg.freeze;
     // A first look at where this run freezes, then a run a window past it.
-    let probe = straight(cfg, max_step + 1).frozen_at.unwrap();
+    let probe = straight(cfg, probe_len + 1).frozen_at.unwrap();
     // The measure decided, not the bound: the snapshot carried across a
     // resume is what the decision depends on.
     assert!(
-        probe < max_step && probe >= 3 * window,
+        probe < probe_len && probe >= 3 * window,
         "{freeze:?} froze at {probe}: not a measured decision"
     );
     let total = probe + window + 2;
@@ -165,14 +172,106 @@ fn auto_freeze_resumes_exactly_from_every_warmup_step() {
         .with_threshold(0.08)
         .with_min_step(10)
         .with_max_step(200);
-    every_step_resumes_exactly(FreezePolicy::Auto(rule), 5, 200);
+    every_step_resumes_exactly(cli_like(FreezePolicy::Auto(rule)), 5, 200);
 }
 
 #[test]
 fn share_freeze_resumes_exactly_from_every_warmup_step() {
     // The library's share rule, capped as the CLI caps it for a 600-step run.
     let rule = AutoFreeze::share().with_max_step(150);
-    every_step_resumes_exactly(FreezePolicy::Share(rule), rule.window, rule.max_step);
+    every_step_resumes_exactly(
+        cli_like(FreezePolicy::Share(rule)),
+        rule.window,
+        rule.max_step,
+    );
+}
+
+/// The library's default rule as it is (uncapped: `max_step` 10 000), in
+/// the CLI's configuration and in `Config::default()` itself (no bias
+/// correction, plain momentum, lr 1e-3): exact from every step of the
+/// warm-up and a window past the freeze.
+#[test]
+fn the_default_freeze_resumes_exactly_from_every_warmup_step() {
+    let share = AutoFreeze::share();
+    for cfg in [cli_like_default(), Config::default()] {
+        assert_eq!(cfg.freeze, FreezePolicy::Share(share));
+        let at = every_step_resumes_exactly(cfg, share.window, 150);
+        assert!(at >= share.min_step, "{at}");
+    }
+}
+
+/// `needle` occurs exactly once in `hay`.
+fn once(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).filter(|w| *w == needle).count() == 1
+}
+
+/// A freeze block's policy as the record format writes it (`record.rs`:
+/// kind u8, then window, threshold bits, `min_step`, `max_step` as u64).
+fn policy_bytes(kind: u8, a: AutoFreeze) -> Vec<u8> {
+    let mut b = vec![kind];
+    for x in [a.window, a.threshold.to_bits(), a.min_step, a.max_step] {
+        b.extend_from_slice(&x.to_le_bytes());
+    }
+    b
+}
+
+/// A record written under the former default (`FreezePolicy::Auto` with
+/// `AutoFreeze::default()`, what `Config::default()` was before the share
+/// rule) carries its rule in its freeze block, so the format's rule
+/// applies: the new default refuses it with a typed error naming that
+/// rule, changing nothing, and an optimizer built with the former default
+/// stated explicitly imports it and continues bit for bit — mid-warm-up
+/// (its snapshot in the record) and past its freeze.
+#[test]
+fn a_record_of_the_former_default_is_refused_by_the_new_one_and_imports_under_auto() {
+    let old = Config::default().with_freeze(FreezePolicy::Auto(AutoFreeze::default()));
+    let new = Config::default();
+    // Where it freezes (the measure, every 25 steps from `min_step` 50),
+    // then a run a few steps past it.
+    // (350 on this problem: without bias correction the raw `v` grows like
+    // `t` for ~1000 steps, the `v̂` rule's blind spot, `src/freeze.rs`.)
+    let frozen = straight(old, 601).frozen_at.unwrap();
+    assert!((50..600).contains(&frozen), "{frozen}");
+    let (cut_early, total) = (30u64, frozen + 5);
+    let s = straight(old, total);
+    assert_eq!(s.frozen_at, Some(frozen));
+    let new_record = straight(new, 1).state[0][1].clone();
+    assert!(once(&new_record, &policy_bytes(3, AutoFreeze::share())));
+    let d = problem().params();
+    for k in [cut_early, frozen, frozen + 3] {
+        for r in 0..RANKS {
+            let record = &s.state[r][k as usize];
+            assert!(
+                once(record, &policy_bytes(2, AutoFreeze::default())),
+                "k={k}"
+            );
+            let mut o = OneBitAdam::with_groups(&groups(d), new).unwrap();
+            let before = o.export_state();
+            match o.import_state(record) {
+                Err(StateError::Shape(m)) => {
+                    assert!(m.starts_with("freeze policy"), "{m}");
+                    assert!(
+                        m.contains("FreezePolicy::Auto(AutoFreeze::default())"),
+                        "{m}"
+                    );
+                }
+                other => panic!("k={k}: {other:?}"),
+            }
+            assert_eq!(
+                o.export_state(),
+                before,
+                "k={k}: changed by a refused import"
+            );
+        }
+        let state: Vec<Vec<u8>> = s.state.iter().map(|r| r[k as usize].clone()).collect();
+        let x: Vec<Vec<u32>> = s.x.iter().map(|r| r[k as usize].clone()).collect();
+        for (r, (reports, p, end, f)) in resume(old, k, total, &state, &x).into_iter().enumerate() {
+            assert_eq!(f, Some(frozen), "k={k}, rank {r}");
+            assert_eq!(reports[..], s.reports[r][k as usize..], "k={k}, rank {r}");
+            assert_eq!(p, s.x[r][total as usize], "k={k}, rank {r}");
+            assert_eq!(end, s.state[r][total as usize], "k={k}, rank {r}");
+        }
+    }
 }
 
 /// The control: the record's `v̂` snapshot scaled by 2 (its CRC redone)
