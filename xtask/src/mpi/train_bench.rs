@@ -13,7 +13,8 @@
 //! training seconds, ms per step, test AUC and its difference, per-rank
 //! bytes sent per step (sparse all-to-all and dense all-reduce), per-rank
 //! peak RSS and the end-to-end speed-up. `--warmup auto|share|F` passes `--dense-warmup`
-//! (1-bit Adam's f32 warm-up: the CLI's default `auto`, the share rule, or a fraction)
+//! (1-bit Adam's f32 warm-up: the `auto` rule, the share rule — the CLI's default, which is
+//! `onebit-adam`'s `FreezePolicy::default()` — or a fraction; without `--warmup` the CLI's default)
 //! to the 1-bit runs; a list (`--warmup auto,share`) makes one 1-bit run per
 //! entry after each f32 run, all compared with that f32 run (one pair of tables
 //! per entry), so the warm-ups share the f32 runs instead of repeating them. `--model dlrm` runs DLRM instead (top tower `--mlp` and bottom
@@ -241,7 +242,7 @@ pub(super) fn run(args: &[String]) -> Result<(), String> {
                 if warmups.len() > 1 {
                     println!(
                         "\n#### 1-bit Adam with --dense-warmup {}",
-                        w.unwrap_or("auto")
+                        w.unwrap_or("(the CLI's default)")
                     );
                 }
                 println!(
