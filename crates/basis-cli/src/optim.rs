@@ -213,6 +213,7 @@ pub(crate) fn basis_config(
             defaults
                 .row_scale
                 .with_accumulate(spec.accumulate_over(defaults.row_scale.accumulate))
+                .with_counter(spec.counter_over(defaults.row_scale.counter))
                 .with_profile(profile_of(spec))
         } else {
             defaults.row_scale

@@ -5,7 +5,7 @@
 //! | `adam` | `lr`, `beta1` (momentum β1, default 0.9; 0 = no momentum, for ablations) |
 //! | `rowwise-adagrad` | `lr` |
 //! | `sgd` | `lr` |
-//! | `basis` | `lr`, `mode`, `buckets` or `ratio`, `rule`, `storage`, `choices`, `scalar-lr`, `accumulate`, `beta`, `power`, `profile`, `lead`, `eps` |
+//! | `basis` | `lr`, `mode`, `buckets` or `ratio`, `rule`, `storage`, `choices`, `scalar-lr`, `accumulate`, `beta`, `power`, `counter`, `profile`, `lead`, `eps` |
 //! | `countsketch` | as `basis`, with `mode=signed` fixed |
 //! | `partial-rowwise-adam` (`pra`) | `lr`, `beta1` |
 //! | `rowstep-adam` (`adam-rowstep`) | `lr`, `beta1` |
@@ -27,13 +27,16 @@
 //! row's update count, `Accumulate::CountAnnealed`, with `power`, default
 //! 0.5; `power` alone means `anneal`) or `ema-anneal` (the EMA while a row
 //! is rare, annealed once it is frequent, `Accumulate::EmaAnnealed`, with
-//! `beta`, default 0.99, and `power`, default 1) for `rowscaled`; `profile` (exponent in
+//! `beta`, default 0.99, and `power`, default 1) for `rowscaled`; `counter`
+//! (`exact`, basis-core's default, 2 B/row; `log4`, 0.5 B/row; `log3`,
+//! 0.38 B/row: `RowCounter`) keeps the row counts of `anneal` and
+//! `ema-anneal`; `profile` (exponent in
 //! `[0, 1]`, default 1), `lead` (leading profile group, default 1: the FM's
 //! linear weight) and `eps` (`outside`, default, or `inside`) shape the
 //! `rowscaled` profile. A key the chosen mode never reads is an error
 //! ([`inert_keys`]: a typo in an experiment cannot pass for a result).
 
-use basis_core::{Accumulate, BasisConfig, Direction, Profile, ScalarStorage};
+use basis_core::{Accumulate, BasisConfig, Direction, Profile, RowCounter, ScalarStorage};
 use core::fmt;
 use serde::Serialize;
 
@@ -136,6 +139,13 @@ pub(crate) struct OptSpec {
     /// `RowScaled` count-annealed exponent (`None` = the core default's, else
     /// `Accumulate::DEFAULT_POWER`, 0.5).
     pub(crate) power: Option<f32>,
+    /// `RowScaled` row counter of `anneal`/`ema-anneal` (`None` = the core
+    /// default's).
+    #[serde(
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "counter_name"
+    )]
+    pub(crate) counter: Option<RowCounter>,
     /// `RowScaled` profile exponent (`None` = the CLI default).
     pub(crate) profile: Option<f32>,
     /// `RowScaled` leading profile group (`None` = the CLI default).
@@ -224,6 +234,23 @@ impl OptSpec {
             AccumulateKind::EmaAnnealed => Accumulate::EmaAnnealed { beta, power },
         }
     }
+}
+
+impl OptSpec {
+    /// The `RowScaled` row counter: the `counter` key over `default`
+    /// (basis-core's).
+    pub(crate) fn counter_over(&self, default: RowCounter) -> RowCounter {
+        self.counter.unwrap_or(default)
+    }
+}
+
+/// `counter`'s spec value (`exact`, `log4`, `log3`) in the JSON output.
+fn counter_name<S: serde::Serializer>(c: &Option<RowCounter>, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(match c {
+        Some(RowCounter::Log4) => "log4",
+        Some(RowCounter::Log3) => "log3",
+        _ => "exact",
+    })
 }
 
 impl OptSpec {
@@ -326,6 +353,7 @@ impl core::str::FromStr for OptSpec {
             accumulate: None,
             beta: None,
             power: None,
+            counter: None,
             profile: None,
             lead: None,
             eps_inside: false,
@@ -491,6 +519,14 @@ impl core::str::FromStr for OptSpec {
                     }
                     spec.power = Some(c);
                 }
+                "counter" => {
+                    spec.counter = Some(match v {
+                        "exact" => RowCounter::Exact,
+                        "log4" => RowCounter::Log4,
+                        "log3" => RowCounter::Log3,
+                        _ => return Err(SpecError(format!("counter `{v}` (exact, log4, log3)"))),
+                    });
+                }
                 "profile" => {
                     let x: f32 = num(k, v)?;
                     if !(0.0..=1.0).contains(&x) {
@@ -508,7 +544,7 @@ impl core::str::FromStr for OptSpec {
                 }
                 _ => {
                     return Err(SpecError(format!(
-                        "unknown key `{k}` for `{name}` (lr, mode, buckets, ratio, rule, storage, choices, scalar-lr, accumulate, beta, power, profile, lead, eps)"
+                        "unknown key `{k}` for `{name}` (lr, mode, buckets, ratio, rule, storage, choices, scalar-lr, accumulate, beta, power, counter, profile, lead, eps)"
                     )));
                 }
             }
@@ -556,7 +592,15 @@ pub(crate) const DEFAULT_COMPARE: &[&str] = &[
 /// Keys read only by the learned-scalar modes (`shared`, `signed`, `own`).
 const SCALAR_KEYS: &[&str] = &["rule", "scalar-lr"];
 /// Keys read only by `rowscaled`.
-const ROW_SCALED_KEYS: &[&str] = &["accumulate", "beta", "power", "profile", "lead", "eps"];
+const ROW_SCALED_KEYS: &[&str] = &[
+    "accumulate",
+    "beta",
+    "power",
+    "counter",
+    "profile",
+    "lead",
+    "eps",
+];
 
 /// Refuses the keys of `given` that `spec` (fully parsed) never reads.
 fn inert_keys(spec: &OptSpec, given: &[&str]) -> Result<(), SpecError> {
@@ -586,6 +630,15 @@ fn inert_keys(spec: &OptSpec, given: &[&str]) -> Result<(), SpecError> {
         let ema_annealed = spec.accumulate == Some(AccumulateKind::EmaAnnealed);
         if k == "power" && !annealed && !ema_annealed {
             return Err(inert(k, "only accumulate=anneal|ema-anneal read it"));
+        }
+        let counts = spec
+            .accumulate_over(spec.mode.core_defaults().row_scale.accumulate)
+            .counts_rows();
+        if k == "counter" && !counts {
+            return Err(inert(
+                k,
+                "only accumulate=anneal|ema-anneal keep a row count",
+            ));
         }
     }
     if spec.mode == Mode::RowScaled && spec.profile == Some(0.0) && spec.lead.is_some() {
@@ -653,6 +706,44 @@ mod tests {
         }
         let e = "basis:accumulate=adam".parse::<OptSpec>().unwrap_err();
         assert!(e.0.contains("(sum, ema, decay, anneal, ema-anneal)"), "{e}");
+    }
+
+    /// `counter` (basis-core's `RowCounter`) reaches the configuration the
+    /// CLI builds; an unset key keeps the core default's; a counter that
+    /// nothing reads (an accumulation without a count, a learned-scalar
+    /// mode) or an unknown one is refused with the reason.
+    #[test]
+    fn counter_key_reaches_the_row_scale() {
+        use basis_core::RowIndex;
+        for (text, counter) in [
+            ("basis:accumulate=ema-anneal,counter=log4", RowCounter::Log4),
+            ("basis:accumulate=ema-anneal,counter=log3", RowCounter::Log3),
+            ("basis:accumulate=anneal,counter=log4", RowCounter::Log4),
+            (
+                "basis:accumulate=ema-anneal,counter=exact",
+                RowCounter::Exact,
+            ),
+            ("basis:accumulate=ema-anneal", RowCounter::Exact),
+        ] {
+            let spec: OptSpec = text.parse().unwrap();
+            let c = crate::optim::basis_config(&spec, RowIndex::Dense { rows: 5000 }, 17, 3);
+            assert_eq!(c.row_scale.counter, counter, "{text}");
+            assert_eq!(c.validate(), Ok(()), "{text}");
+        }
+        let unset: OptSpec = "basis:accumulate=ema-anneal".parse().unwrap();
+        assert_eq!(unset.counter_over(RowCounter::Log3), RowCounter::Log3);
+        for (text, why) in [
+            ("basis:accumulate=ema,counter=log4", "keep a row count"),
+            ("basis:accumulate=sum,counter=exact", "keep a row count"),
+            ("basis:mode=own,counter=log4", "only mode=rowscaled"),
+            (
+                "basis:accumulate=ema-anneal,counter=log5",
+                "(exact, log4, log3)",
+            ),
+        ] {
+            let e = text.parse::<OptSpec>().unwrap_err();
+            assert!(e.0.contains(why), "{text}: {e}");
+        }
     }
 
     /// `accumulate=anneal` / `power` (basis-core's `CountAnnealed`): the

@@ -121,7 +121,7 @@ impl RowwiseAdagrad {
             ScalarStorage::F32,
             0.0,
             LogCode::new(-1.0, 1.0, 0.0), // unused: f32 storage
-            false,
+            None,
         )?;
         Ok(Self {
             config,
@@ -183,7 +183,7 @@ impl SparseOptimizer for RowwiseAdagrad {
                 sq += x * x;
             }
             let sum = self.sums.get(id).0 + sq * inv_d;
-            self.sums.set(id, sum, 0, 0);
+            self.sums.set(id, sum, 0, 0, 0);
             let multiplier = c.lr / (Float::sqrt(sum) + c.eps);
             g.iter_mut().for_each(|x| *x *= multiplier);
             apply_row(row, g, 0.0);

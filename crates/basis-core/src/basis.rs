@@ -10,6 +10,7 @@ use crate::batch::{MergeRules, Merged, apply_row, clip_row, merge_with, resize_f
 use crate::config::{
     Accumulate, BasisConfig, Direction, ScalarLrSchedule, ScalarStorage, TablePrecision,
 };
+use crate::counter::Counts;
 use crate::error::{
     ConfigError, GrowError, RowStateError, RowStateUnsupported, StateError, StateField, StepError,
 };
@@ -27,6 +28,8 @@ use crate::table::RowAccess;
 
 /// Domain separator of the scalar store's stochastic rounding.
 const SCALAR_DOMAIN: u64 = 0x5CA1_A55E_ED00_0002;
+/// Domain of a compact row counter's increment bits.
+const COUNTER_DOMAIN: u64 = 0x5CA1_A55E_ED00_0003;
 
 /// The count-sketch sign `σ(id) ∈ {−1, +1}` BASIS uses under `seed`
 /// ([`balanced_hash::SignHash`], independent of the bucket hash).
@@ -124,12 +127,18 @@ impl<H: Bucketer> Basis<H> {
         };
         // A frequency-aware scalar rate, or a count-annealed `G_i`, needs
         // each row's update count.
-        let with_counts = (config.scalar_learns()
+        let counter = if row_scaled && config.row_scale.accumulate.counts_rows() {
+            Some(config.row_scale.counter)
+        } else if config.scalar_learns()
             && matches!(
                 config.scalar_lr_schedule,
                 ScalarLrSchedule::InverseFrequency { .. }
-            ))
-            || (row_scaled && config.row_scale.accumulate.counts_rows());
+            )
+        {
+            Some(crate::counter::RowCounter::Exact)
+        } else {
+            None
+        };
         // Frozen scalars (η_s = 0 outside RowScaled) are all 1: hold none.
         let stored = config.scalar_learns() || row_scaled;
         let index = if stored {
@@ -137,7 +146,7 @@ impl<H: Bucketer> Basis<H> {
         } else {
             crate::config::RowIndex::Sparse
         };
-        let scalars = ScalarStore::new(index, config.scalar_storage, initial, code, with_counts)?;
+        let scalars = ScalarStore::new(index, config.scalar_storage, initial, code, counter)?;
         let frozen_rows = match config.row_index {
             crate::config::RowIndex::Dense { rows } if !stored => Some(rows),
             _ => None,
@@ -404,6 +413,7 @@ impl<H: Bucketer> Basis<H> {
             self.config.scalar_learns() || self.config.direction == Direction::RowScaled;
         let decay = self.config.lr * self.config.weight_decay;
         let rounds = self.scalars.rounds();
+        let counter_rounds = self.scalars.counter_rounds();
         // Id order: the caller's table and the row state are walked forward.
         for &pos in &plan.by_id {
             let k = pos as usize;
@@ -415,7 +425,15 @@ impl<H: Bucketer> Basis<H> {
                 } else {
                     0
                 };
-                self.scalars.set(id, plan.scalars[k], count, bits);
+                // A compact counter's increments: their own stream, apart
+                // from the scalar's rounding bits.
+                let count_bits = if counter_rounds {
+                    random_bits(self.config.seed ^ COUNTER_DOMAIN, plan.step, plan.keys[k])
+                } else {
+                    0
+                };
+                self.scalars
+                    .set(id, plan.scalars[k], count, bits, count_bits);
             }
             if let Some(row) = table.row_mut(id) {
                 apply_row(row, &plan.updates[k * d..(k + 1) * d], decay);
@@ -551,7 +569,7 @@ impl<H: Bucketer> Basis<H> {
             (StateField::FirstMoment, u64::from(needs_first_moment(c))),
             (
                 StateField::RowCounters,
-                u64::from(self.scalars.counts.is_some()),
+                self.scalars.counts.as_ref().map_or(0, Counts::fingerprint),
             ),
             (StateField::Rows, rows),
             (StateField::Seed, c.seed),

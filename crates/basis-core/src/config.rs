@@ -1,6 +1,7 @@
 //! Hyper-parameters of BASIS ([`BasisConfig`]) and the mode enums.
 
 pub use crate::config_option::{ConfigOption, Direction};
+pub use crate::counter::RowCounter;
 use crate::error::ConfigError;
 
 /// How the learned scalar `s_i` moves (Shared, Signed, OwnGradient modes).
@@ -243,21 +244,29 @@ pub struct RowScaleConfig {
     /// How the bucket profile shapes a row's step across its dimensions
     /// (default [`Profile::DEFAULT`]).
     pub profile: Profile,
+    /// How a row's update count is kept when the accumulation reads one
+    /// ([`Accumulate::counts_rows`]; default [`RowCounter::Exact`], 2 B/row;
+    /// [`RowCounter::Log4`] 0.5 B/row, [`RowCounter::Log3`] 0.38 B/row,
+    /// unbiased log-scale estimates). Any other value under an accumulation
+    /// without a counter is [`ConfigError::Ignored`].
+    pub counter: RowCounter,
 }
 
 with_setters!(RowScaleConfig {
     with_accumulate => accumulate: Accumulate,
     with_log2_range => log2_range: (f32, f32),
     with_profile => profile: Profile,
+    with_counter => counter: RowCounter,
 });
 
 impl RowScaleConfig {
     /// The default: an EMA with β = 0.99, log₂ range `(−48, 24)`,
-    /// [`Profile::DEFAULT`].
+    /// [`Profile::DEFAULT`], [`RowCounter::Exact`] (read by no default rule).
     pub const DEFAULT: Self = Self {
         accumulate: Accumulate::DEFAULT,
         log2_range: (-48.0, 24.0),
         profile: Profile::DEFAULT,
+        counter: RowCounter::Exact,
     };
 }
 
@@ -693,9 +702,15 @@ impl BasisConfig {
                 O::ProfileLead,
                 self.row_scale.profile.power != 0.0 || self.row_scale.profile.lead == 0,
             )];
+            let counter = [(
+                O::RowCounter,
+                self.row_scale.accumulate.counts_rows()
+                    || self.row_scale.counter == d.row_scale.counter,
+            )];
             return first_set(&scalar)
                 .or_else(|| first_set(&moments))
-                .or_else(|| first_set(&lead));
+                .or_else(|| first_set(&lead))
+                .or_else(|| first_set(&counter));
         }
         let r = self.row_scale;
         let dr = d.row_scale;
@@ -703,6 +718,7 @@ impl BasisConfig {
             (O::Accumulate, r.accumulate == dr.accumulate),
             (O::Log2Range, r.log2_range == dr.log2_range),
             (O::Profile, r.profile == dr.profile),
+            (O::RowCounter, r.counter == dr.counter),
         ];
         if let Some(o) = first_set(&row_scale) {
             return Some(o);

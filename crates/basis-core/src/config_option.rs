@@ -58,6 +58,8 @@ pub enum ConfigOption {
     Log2Range,
     /// [`RowScaleConfig::profile`](crate::config::RowScaleConfig::profile).
     Profile,
+    /// [`RowScaleConfig::counter`](crate::config::RowScaleConfig::counter).
+    RowCounter,
     /// [`Profile::lead`](crate::config::Profile::lead).
     ProfileLead,
     /// [`BasisConfig::bf16_eps_floor`](crate::BasisConfig::bf16_eps_floor) (read only with
@@ -79,6 +81,7 @@ impl ConfigOption {
             Self::ScalarStorage => "scalar_storage",
             Self::Accumulate => "row_scale.accumulate",
             Self::Log2Range => "row_scale.log2_range",
+            Self::RowCounter => "row_scale.counter",
             Self::Profile => "row_scale.profile",
             Self::ProfileLead => "row_scale.profile.lead",
             Self::Bf16EpsFloor => "bf16_eps_floor",

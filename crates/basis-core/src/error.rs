@@ -98,11 +98,14 @@ fn ignored_because(option: ConfigOption, direction: Direction) -> &'static str {
     match (direction, option) {
         (_, O::Bf16EpsFloor) => "the floor raises epsilon only for bf16 tables",
         (Direction::RowScaled, O::ProfileLead) => "a profile of power 0 has no groups",
+        (Direction::RowScaled, O::RowCounter) => {
+            "only an accumulation that counts rows (anneal, ema-anneal) reads it"
+        }
         (Direction::RowScaled, O::Beta1 | O::Beta2 | O::BiasCorrection) => {
             "the RowScaled direction keeps no Adam moments"
         }
         (Direction::RowScaled, _) => "the RowScaled direction has no learned row scalar",
-        (_, O::Accumulate | O::Log2Range | O::Profile | O::ProfileLead) => {
+        (_, O::Accumulate | O::Log2Range | O::Profile | O::ProfileLead | O::RowCounter) => {
             "only the RowScaled direction reads it"
         }
         (_, O::Beta1) => {

@@ -60,6 +60,7 @@ mod builder;
 mod checks;
 pub mod config;
 mod config_option;
+mod counter;
 mod error;
 pub mod exec;
 mod ftrl;
@@ -98,7 +99,7 @@ pub use batch::MAX_GRAD_ABS;
 pub use builder::{LearnedScalarBuilder, RowScaledBuilder};
 pub use config::{
     Accumulate, BasisConfig, ConfigOption, Direction, LEARNED_SCALAR_ROWS_PER_BUCKET,
-    NonFinitePolicy, Profile, ROW_SCALED_ROWS_PER_BUCKET, RowIndex, RowScaleConfig,
+    NonFinitePolicy, Profile, ROW_SCALED_ROWS_PER_BUCKET, RowCounter, RowIndex, RowScaleConfig,
     ScalarLrSchedule, ScalarRule, ScalarStorage, TablePrecision,
 };
 pub use error::{

@@ -9,6 +9,7 @@ use half::bf16;
 use hashbrown::HashMap;
 
 use crate::config::{RowIndex, ScalarStorage};
+use crate::counter::{Counts, RowCounter};
 use crate::error::{
     ConfigError, GrowError, RowStateError, RowStateUnsupported, StepError, try_grow,
 };
@@ -248,7 +249,7 @@ pub(crate) enum Codes {
 pub(crate) struct ScalarStore {
     pub(crate) index: Slots,
     pub(crate) codes: Codes,
-    pub(crate) counts: Option<Vec<u16>>,
+    pub(crate) counts: Option<Counts>,
     /// The value of a row never written.
     pub(crate) initial: f32,
     len: usize,
@@ -261,7 +262,7 @@ impl ScalarStore {
         storage: ScalarStorage,
         initial: f32,
         code: LogCode,
-        with_counts: bool,
+        counter: Option<RowCounter>,
     ) -> Result<Self, ConfigError> {
         let rows = match index {
             RowIndex::Dense { rows } => rows,
@@ -272,10 +273,9 @@ impl ScalarStore {
             ScalarStorage::Bf16 => Codes::Bf16(try_filled(rows, 1, bf16::from_f32(initial))?),
             ScalarStorage::LogU8 => Codes::LogU8(try_filled(rows, 1, 0u8)?, code),
         };
-        let counts = if with_counts {
-            Some(try_filled(rows, 1, 0u16)?)
-        } else {
-            None
+        let counts = match counter {
+            Some(kind) => Some(Counts::new(kind, rows)?),
+            None => None,
         };
         let index = Slots::new(index);
         // The allocations above succeeded, so `rows` fits a usize.
@@ -307,7 +307,7 @@ impl ScalarStore {
         match self.index.get(id) {
             Some(slot) => (
                 self.value_at(slot),
-                self.counts.as_ref().map_or(0, |c| c[slot]),
+                self.counts.as_ref().map_or(0, |c| c.get(slot)),
             ),
             None => (self.initial, 0),
         }
@@ -322,7 +322,7 @@ impl ScalarStore {
             Codes::LogU8(v, _) => try_grow(v, n, 0, rows)?,
         }
         if let Some(c) = &mut self.counts {
-            try_grow(c, n, 0, rows)?;
+            c.grow(n, rows)?;
         }
         self.index.set_dense_rows(rows);
         self.len = n;
@@ -335,8 +335,15 @@ impl ScalarStore {
         !matches!(self.codes, Codes::F32(_))
     }
 
-    /// Stores `value` (rounded with `bits` when compact) and `count` for `id`.
-    pub(crate) fn set(&mut self, id: u64, value: f32, count: u16, bits: u64) {
+    /// Whether [`set`](Self::set) reads its counter bits (a compact counter
+    /// rounds stochastically; the exact one stores the count).
+    pub(crate) fn counter_rounds(&self) -> bool {
+        self.counts.as_ref().is_some_and(Counts::rounds)
+    }
+
+    /// Stores `value` (rounded with `bits` when compact) and `count`
+    /// (rounded with `count_bits` when the counter is compact) for `id`.
+    pub(crate) fn set(&mut self, id: u64, value: f32, count: u16, bits: u64, count_bits: u64) {
         let (slot, created) = self.index.get_or_insert(id, self.len);
         if created {
             self.len += 1;
@@ -346,7 +353,7 @@ impl ScalarStore {
                 Codes::LogU8(v, _) => v.push(0),
             }
             if let Some(c) = &mut self.counts {
-                c.push(0);
+                c.push_zero();
             }
         }
         match &mut self.codes {
@@ -355,7 +362,7 @@ impl ScalarStore {
             Codes::LogU8(v, code) => v[slot] = code.encode(value, bits),
         }
         if let Some(c) = &mut self.counts {
-            c[slot] = count;
+            c.store(slot, count, count_bits);
         }
     }
 
@@ -379,9 +386,7 @@ impl ScalarStore {
 
     /// Bytes of the update counters.
     pub(crate) fn count_bytes(&self) -> usize {
-        self.counts
-            .as_ref()
-            .map_or(0, |c| c.capacity() * size_of::<u16>())
+        self.counts.as_ref().map_or(0, Counts::bytes)
     }
 
     /// Calls `f(id, value)` for every row with a slot, in id order.
@@ -399,7 +404,7 @@ impl ScalarStore {
             Codes::LogU8(v, _) => w.u8(v[slot]),
         }
         if let Some(c) = &self.counts {
-            w.u16(c[slot]);
+            c.write(w, slot);
         }
     }
 
@@ -428,7 +433,7 @@ impl ScalarStore {
             Codes::F32(_) => 4,
             Codes::Bf16(_) => 2,
             Codes::LogU8(..) => 1,
-        } + if self.counts.is_some() { 2 } else { 0 };
+        } + self.counts.as_ref().map_or(0, Counts::blob_bytes);
         let dense = self.index.is_dense();
         if dense && n != self.index.dense_rows() {
             return Err(StateError::ConfigMismatch {
@@ -450,7 +455,7 @@ impl ScalarStore {
                 Codes::Bf16(_) => Codes::Bf16(Vec::with_capacity(n)),
                 Codes::LogU8(_, code) => Codes::LogU8(Vec::with_capacity(n), code.clone()),
             },
-            counts: self.counts.as_ref().map(|_| Vec::with_capacity(n)),
+            counts: self.counts.as_ref().map(|c| c.empty_like(n)),
             initial: self.initial,
             len: n,
         };
@@ -476,7 +481,9 @@ impl ScalarStore {
                 Codes::LogU8(v, _) => v.push(r.u8()?),
             }
             if let Some(c) = &mut out.counts {
-                c.push(r.u16()?);
+                let raw = c.read(r)?;
+                c.push_zero();
+                c.set_raw(slot, raw);
             }
         }
         Ok(out)
@@ -484,7 +491,8 @@ impl ScalarStore {
 }
 
 /// One row's stored scalar as read from a row blob: the raw code (f32 or
-/// bf16 bits, or the 1-byte code) and its update count.
+/// bf16 bits, or the 1-byte code) and its update count (a compact
+/// counter's level).
 pub(crate) type RawScalar = (u32, u16);
 
 impl ScalarStore {
@@ -548,7 +556,10 @@ impl ScalarStore {
             }
             Codes::LogU8(..) => u32::from(r.u8()?),
         };
-        let count = if self.counts.is_some() { r.u16()? } else { 0 };
+        let count = match &self.counts {
+            Some(c) => c.read(r)?,
+            None => 0,
+        };
         Ok(Some((raw, count)))
     }
 
@@ -567,7 +578,7 @@ impl ScalarStore {
             Codes::LogU8(v, _) => v.try_reserve(extra).map_err(|_| ())?,
         }
         if let Some(c) = &mut self.counts {
-            c.try_reserve(extra).map_err(|_| ())?;
+            c.try_reserve(extra)?;
         }
         Ok(())
     }
@@ -589,7 +600,7 @@ impl ScalarStore {
                     Codes::LogU8(v, _) => v.push(0),
                 }
                 if let Some(c) = &mut self.counts {
-                    c.push(0);
+                    c.push_zero();
                 }
                 slot
             }
@@ -606,7 +617,7 @@ impl ScalarStore {
             Codes::LogU8(v, _) => v[slot] = raw as u8,
         }
         if let Some(c) = &mut self.counts {
-            c[slot] = count;
+            c.set_raw(slot, count);
         }
     }
 
@@ -625,7 +636,7 @@ impl ScalarStore {
             Codes::LogU8(v, _) => swap_remove_slot(v, 1, s, l),
         }
         if let Some(c) = &mut self.counts {
-            swap_remove_slot(c, 1, s, l);
+            c.swap_remove(s, l);
         }
         self.index.set_dense_rows(last);
         self.len = l;
