@@ -491,13 +491,12 @@ impl Segment {
     /// records are read — in `u64`, no record reassembled: a flagged
     /// record's key part (≤ 56 bits at a shift below 8) is one 8-byte
     /// load, its slot (≤ 32 bits) another.
-    #[inline(always)]
+    #[inline]
     fn find_key(&self, b: usize, tag: u8, key: u64) -> Option<(usize, u32)> {
-        // The header as one slice: one bounds check for its count and tags.
-        let head = &self.data[b * HEAD..(b + 1) * HEAD];
+        let at = b * HEAD;
         let mut w = [0u8; 8];
-        w.copy_from_slice(&head[1..]);
-        let n = usize::from(head[0]);
+        w.copy_from_slice(&self.data[at + 1..at + HEAD]);
+        let n = usize::from(self.data[at]);
         let x = u64::from_le_bytes(w) ^ (u64::from(tag) * ONES);
         let mut m = x.wrapping_sub(ONES) & !x & HIGHS;
         if n < BUCKET {
