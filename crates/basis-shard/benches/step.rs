@@ -13,7 +13,9 @@
 //! precision (default f32), `STEP_BENCH_OPT=sgd|basis` the optimizer
 //! (default SGD; `basis`: BASIS over 4096 one-choice buckets, for its
 //! per-row state), `STEP_BENCH_INDEX=fast|compact` the id → slot index
-//! (`IndexKind`, default fast).
+//! (`IndexKind`, default fast). `STEP_BENCH_NEW=0` makes every id of
+//! the timed steps a held one (the steady state of a table that has all its
+//! ids: lookups only, no growth); the default is one new id in ten.
 //!
 //! This is the step-level figure the id index is judged by: build it once
 //! per index variant and run the binaries in turns (interleaved A/B; the
@@ -120,6 +122,7 @@ fn main() {
         step(&mut t, &mut comm, &ids, &mut bufs);
     }
     let zipf = std::env::var("STEP_BENCH_ZIPF").is_ok_and(|v| v == "1");
+    let growing = std::env::var("STEP_BENCH_NEW").map_or(true, |v| v != "0");
     let mut r = 12345u64;
     let mut medians = Vec::new();
     for _ in 0..5 {
@@ -128,7 +131,7 @@ fn main() {
             let ids: Vec<u64> = (0..BATCH)
                 .map(|k| {
                     r = mix(r);
-                    if k % 10 == 0 {
+                    if growing && k % 10 == 0 {
                         next += 1;
                         id(next - 1)
                     } else if zipf {
@@ -150,9 +153,10 @@ fn main() {
     let m = t.memory();
     let n = m.rows as f64;
     println!(
-        "{precision} rows {}{} | step ms (median per round) {:?} | index {:.2} B/row, rows {:.1} B/row, state {:.2} B/row, scratch {:.0} KiB, process RSS {:.1} B/row | load {}",
+        "{precision} rows {}{}{} | step ms (median per round) {:?} | index {:.2} B/row, rows {:.1} B/row, state {:.2} B/row, scratch {:.0} KiB, process RSS {:.1} B/row | load {}",
         m.rows,
         if zipf { " (zipf)" } else { "" },
+        if growing { "" } else { " (no new ids)" },
         medians
             .iter()
             .map(|x| (x * 100.0).round() / 100.0)
