@@ -189,13 +189,13 @@ pub(crate) struct ModelArgs {
     /// Dense-parameter optimizer of data-parallel runs (`--workers P`).
     #[arg(long, value_enum, default_value_t = DenseOpt::OnebitAdam)]
     pub(crate) dense_opt: DenseOpt,
-    /// 1-bit Adam's (and 1-bit LAMB's) full-precision warm-up: `auto` ends it when the second
-    /// moment has settled (at the latest after a quarter of the run; the
-    /// step is reported), a fraction fixes it to that share of the run's
-    /// steps (at least one; DeepSpeed's guidance is 15–25 %); `share`
-    /// ends it once the last 5 steps bring under 5 % of the accumulated
-    /// gradient energy (an early burst is over), not before step 20
-    /// (same cap). Default: `onebit-adam`'s own rule
+    /// 1-bit Adam's (and 1-bit LAMB's) full-precision warm-up: `auto` ends
+    /// it when the second moment has settled (at the latest after a
+    /// quarter of the run; the step is reported), a fraction fixes it to
+    /// that share of the run's steps (at least one; DeepSpeed's guidance is
+    /// 15–25 %); `share` ends it once the last 5 steps bring under 5 % of
+    /// the accumulated gradient energy (an early burst is over), not
+    /// before step 20 (same cap). Default: `onebit-adam`'s own rule
     /// (`FreezePolicy::default()`), `share`: within 0.001 test AUC of f32
     /// Adam on DeepFM and DLRM, 3 seeds, and earlier than `auto` on every
     /// run measured (docs/ONEBIT_ADAM.md); `auto` was the default before.

@@ -172,8 +172,9 @@ pub(crate) fn default_warmup() -> DenseWarmup {
     match FreezePolicy::default() {
         FreezePolicy::Share(_) => DenseWarmup::Share,
         // `Auto`, and a fixed step (or a future rule), which `--dense-warmup`
-        // can only say as a fraction of the run: the `v̂` rule then, and the
-        // test above fails on the difference.
+        // can only say as a fraction of the run: the `v̂` rule then, and
+        // `the_default_warmup_is_the_library_default` fails on the
+        // difference.
         _ => DenseWarmup::Auto,
     }
 }

@@ -618,8 +618,9 @@ impl OneBitAdam {
     }
 
     /// The stage step `t` (1-based) runs in. Under an automatic rule
-    /// ([`FreezePolicy::Share`], [`FreezePolicy::Auto`]) every step after the last completed one is `Warmup` until the
-    /// freeze is decided (it is decided at the end of a warm-up step).
+    /// ([`FreezePolicy::Share`], [`FreezePolicy::Auto`]) every step after
+    /// the last completed one is `Warmup` until the freeze is decided (it
+    /// is decided at the end of a warm-up step).
     pub fn stage_of(&self, t: u64) -> Stage {
         if self.freeze.is_warmup(t) {
             Stage::Warmup
