@@ -382,6 +382,15 @@ impl DenseWarmup {
         }
     }
 
+    /// The warm-up whose [`DenseWarmup::to_bits`] is `bits`.
+    pub(crate) fn from_bits(bits: u64) -> Self {
+        match bits {
+            u64::MAX => Self::Auto,
+            b if b == u64::MAX - 1 => Self::Share,
+            b => Self::Fraction(f64::from_bits(b)),
+        }
+    }
+
     /// The freeze policy for a run of `steps_total` steps.
     pub(crate) fn policy(self, steps_total: u64) -> FreezePolicy {
         // Truncation, so 0.2 reproduces the former `steps_total / 5`.

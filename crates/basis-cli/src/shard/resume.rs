@@ -102,11 +102,42 @@ pub(super) fn restore(
                     restore_resharded(base, at, opts, (ds, run), me, dense_opt)
                         .map(|progress| (progress, p_old))
                 }
-                None => Err(e.to_string()),
+                None => Err(readable(e).to_string()),
             };
         }
     };
     restore_own(&path, c, me, dense_opt).map(|progress| (progress, p))
+}
+
+/// `e` with the differing option's values as a user writes them: the
+/// fingerprint's lines keep floats as their bits and `--dense-warmup` as
+/// its code (`super::options`), which would tell a user resuming a file
+/// of another `--dense-lr` or warm-up nothing.
+fn readable(e: CheckpointError) -> CheckpointError {
+    let CheckpointError::Mismatch {
+        path,
+        differs: Some((option, theirs, ours)),
+    } = e
+    else {
+        return e;
+    };
+    let shown = |value: String| {
+        let bits = value.parse::<u64>().ok();
+        let float = || bits.and_then(|b| u32::try_from(b).ok()).map(f32::from_bits);
+        match option.as_str() {
+            "learning rate" | "--init-std" | "--l2" | "--dense-lr" => {
+                float().map(|x| x.to_string())
+            }
+            "--dense-warmup" => bits.map(|b| crate::deep::DenseWarmup::from_bits(b).to_string()),
+            _ => None,
+        }
+        .unwrap_or(value)
+    };
+    let (theirs, ours) = (shown(theirs), shown(ours));
+    CheckpointError::Mismatch {
+        path,
+        differs: Some((option, theirs, ours)),
+    }
 }
 
 /// The group size rank 0's file was written with, when it is not `p` and

@@ -627,6 +627,21 @@ fn resume_is_bit_identical_and_bad_files_fail_every_rank() {
             &out,
             &["resume failed on rank 1", "it has rank 0, this run rank 1"],
         );
+        // Another warm-up or dense rate: the refusal names both values as
+        // they are written on the command line, not their fingerprint bits.
+        restore();
+        let auto = sharded(
+            3,
+            &["--epochs", "2", "--opt", opt, "--dense-warmup", "auto"],
+        );
+        let out = with_checkpoint(&ds, &auto, &base, true, None);
+        all_fail_with(
+            &out,
+            &["it has --dense-warmup share, this run --dense-warmup auto"],
+        );
+        let lr = sharded(3, &["--epochs", "2", "--opt", opt, "--dense-lr", "0.002"]);
+        let out = with_checkpoint(&ds, &lr, &base, true, None);
+        all_fail_with(&out, &["it has --dense-lr 0.01, this run --dense-lr 0.002"]);
         // Written with P = 3, resumed with P = 2: the rows would move, but
         // 1-bit Adam's per-rank error feedback cannot.
         restore();
