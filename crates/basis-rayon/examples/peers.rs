@@ -150,7 +150,7 @@ fn main() -> Result<(), Box<dyn core::error::Error>> {
     let mut comp = Compressor::new(n);
     let pool = thread_pool(2)?;
     // The default config but a freeze that never comes: every call is a
-    // warm-up step (measure every 25th, as the default window).
+    // warm-up step (measure every 25th, as `auto`'s default window).
     let never = u64::MAX / 2;
     let auto = AutoFreeze::default()
         .with_min_step(never)

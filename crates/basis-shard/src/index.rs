@@ -16,7 +16,7 @@
 //!   segment growth, see `SlotIndex`'s module docs). Memory for speed: the
 //!   user's choice; the default stays hashbrown until the step is as fast.
 //!
-//! Where the compact index's step loses (session 9, 2026-12-05; busy
+//! Where the compact index's step loses (2026-12-05; busy
 //! machine, load 9–16; details in docs/BENCHMARKS.md, "The compact index in
 //! the table's step"):
 //! - **Instructions** (callgrind, the step bench at `STEP_BENCH_ROWS=300000`,

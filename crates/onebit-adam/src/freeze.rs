@@ -47,7 +47,7 @@ use crate::OneBitError;
 /// When the warm-up ends (see the module docs of `src/freeze.rs`).
 ///
 /// The default is [`FreezePolicy::Share`] with [`AutoFreeze::share`]
-/// (since session 12; [`FreezePolicy::Auto`] with [`AutoFreeze::default`]
+/// (since 2026-12-06; [`FreezePolicy::Auto`] with [`AutoFreeze::default`]
 /// before). Measured reason (`docs/ONEBIT_ADAM.md`, "The share rule on DLRM
 /// and its minimum step", and the DeepFM table of "`auto` against `share`
 /// at the default batch"): on the harness job (batch 1024, 4 ranks) it
@@ -80,7 +80,7 @@ pub enum FreezePolicy {
     Fixed(u64),
     /// The warm-up ends when `v̂` has settled ([`AutoFreeze`]; its
     /// `Default` holds this rule's measured parameters). The default until
-    /// session 12: it can settle only near `t ≈ window·(1 + 1/threshold)`
+    /// 2026-12-06: it can settle only near `t ≈ window·(1 + 1/threshold)`
     /// after an early burst (module docs), so on the harness job its
     /// `max_step` decided every run.
     Auto(AutoFreeze),
@@ -192,7 +192,7 @@ impl AutoFreeze {
     /// the harness job": the share of `Σg²` from the last 5 steps read
     /// 0.197, 0.079, 0.0072 at steps 10, 15, 20, so 0.05 separates "burst
     /// still arriving" from "over" with a margin both sides). `min_step` 20
-    /// (four windows; 10 until session 11): "the burst is over" is not "the
+    /// (four windows; 10 before 2026-12-06): "the burst is over" is not "the
     /// frozen `v` is good enough": 8 of 9 measured freezes at steps 10–15
     /// lost 0.0008–0.0020 test AUC (DLRM seed 3 at step 15: −0.0009, at
     /// step 20: +0.0001) while no freeze at 20 or later lost more than

@@ -122,7 +122,7 @@ pub struct Config {
     /// harness run measured, DeepFM and DLRM, 3 seeds, 200 and 600 steps,
     /// freezing earlier than [`FreezePolicy::Auto`] on each
     /// (`docs/ONEBIT_ADAM.md`, "The share rule on DLRM and its minimum
-    /// step"); `Auto` was the default until session 12.
+    /// step"); `Auto` was the default before 2026-12-06.
     /// [`Config::with_freeze_step`] sets a fixed step.
     pub freeze: FreezePolicy,
     /// Divide by `1−β₁ᵗ` and `1−β₂^{t_v}` (off in the reference).
