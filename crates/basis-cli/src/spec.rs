@@ -21,16 +21,18 @@
 //! for `rowscaled`, 100 otherwise: [`BasisConfig::rows_per_bucket`]);
 //! `rule` is `normalized` (default) or `hypergradient`; `storage` is `f32`,
 //! `bf16` or `u8` (default `u8` for `rowscaled`, `f32` otherwise); `choices`
-//! is 1 (default) to 4 hash choices; `accumulate` is `sum`, `ema` (default,
-//! basis-core's), `decay` (AdaGrad's sum with forgetting; both with `beta`,
-//! default 0.99) or `anneal` (a decayed sum whose memory grows with the
-//! row's update count, `Accumulate::CountAnnealed`, with `power`, default
-//! 0.5; `power` alone means `anneal`) or `ema-anneal` (the EMA while a row
-//! is rare, annealed once it is frequent, `Accumulate::EmaAnnealed`, with
-//! `beta`, default 0.99, and `power`, default 1) for `rowscaled`; `counter`
-//! (`exact`, basis-core's default, 2 B/row; `log4`, 0.5 B/row; `log3`,
-//! 0.38 B/row: `RowCounter`) keeps the row counts of `anneal` and
-//! `ema-anneal`; `profile` (exponent in
+//! is 1 (default) to 4 hash choices; `accumulate` is `sum`, `ema`,
+//! `decay` (AdaGrad's sum with forgetting; both with `beta`, default 0.99)
+//! or `anneal` (a decayed sum whose memory grows with the row's update
+//! count, `Accumulate::CountAnnealed`, with `power`, default 0.5) or
+//! `ema-anneal` (default, basis-core's `Accumulate::DEFAULT`: the EMA while
+//! a row is rare, annealed once it is frequent, `Accumulate::EmaAnnealed`,
+//! with `beta`, default 0.99, and `power`, default 1) for `rowscaled`; a
+//! `beta` or `power` alone keeps the default's kind when it reads that key
+//! (`ema-anneal` reads both), else means `ema` (`beta`) or `anneal`
+//! (`power`); `counter` (`log3`, basis-core's default, 0.38 B/row; `log4`,
+//! 0.5 B/row; `exact`, 2 B/row: `RowCounter`) keeps the row counts of
+//! `anneal` and `ema-anneal`; `profile` (exponent in
 //! `[0, 1]`, default 1), `lead` (leading profile group, default 1: the FM's
 //! linear weight) and `eps` (`outside`, default, or `inside`) shape the
 //! `rowscaled` profile. A key the chosen mode never reads is an error
@@ -196,7 +198,8 @@ pub(crate) enum AccumulateKind {
 impl OptSpec {
     /// The `RowScaled` accumulation: the keys over `default` (basis-core's).
     /// `beta` alone keeps the default's kind if it has a β, else means `ema`;
-    /// `power` alone means `anneal`.
+    /// `power` alone keeps the default's kind if it has a power (`anneal`,
+    /// `ema-anneal`: basis-core's default), else means `anneal`.
     pub(crate) fn accumulate_over(&self, default: Accumulate) -> Accumulate {
         let default_beta = match default {
             Accumulate::Ema { beta }
@@ -616,24 +619,22 @@ fn inert_keys(spec: &OptSpec, given: &[&str]) -> Result<(), SpecError> {
         if frozen && (k == "rule" || k == "storage") {
             return Err(inert(k, "scalar-lr=0 freezes (and stores no) row scalars"));
         }
-        if k == "beta" && spec.accumulate == Some(AccumulateKind::Sum) {
+        // What the keys build over basis-core's default (so a new default
+        // changes what an unset `accumulate` means here too).
+        let effective = spec.accumulate_over(spec.mode.core_defaults().row_scale.accumulate);
+        if k == "beta" && effective == Accumulate::Sum {
             return Err(inert(k, "accumulate=sum has no β"));
         }
-        let annealed = spec.accumulate == Some(AccumulateKind::Annealed)
-            || (spec.accumulate.is_none() && spec.power.is_some());
-        if k == "beta" && annealed {
+        if k == "beta" && matches!(effective, Accumulate::CountAnnealed { .. }) {
             return Err(inert(
                 k,
                 "accumulate=anneal has no β (its memory is set by `power`)",
             ));
         }
-        let ema_annealed = spec.accumulate == Some(AccumulateKind::EmaAnnealed);
-        if k == "power" && !annealed && !ema_annealed {
+        let counts = effective.counts_rows();
+        if k == "power" && !counts {
             return Err(inert(k, "only accumulate=anneal|ema-anneal read it"));
         }
-        let counts = spec
-            .accumulate_over(spec.mode.core_defaults().row_scale.accumulate)
-            .counts_rows();
         if k == "counter" && !counts {
             return Err(inert(
                 k,
@@ -652,14 +653,22 @@ mod tests {
     use super::*;
 
     /// One source of truth: the plain `basis` spec builds basis-core's
-    /// `BasisConfig::default()` (the EMA with β = 0.99, η = 0.003, 1-byte
-    /// `G_i`, docs/BASIS.md) except for what the CLI sets from its model:
-    /// the FM's `lead` 1 and the run's seed mixed into the core's.
+    /// `BasisConfig::default()` (the EMA with β = 0.99 annealed past 100
+    /// updates of a row, a 3-bit row counter, η = 0.003, 1-byte `G_i`,
+    /// docs/BASIS.md) except for what the CLI sets from its model: the FM's
+    /// `lead` 1 and the run's seed mixed into the core's.
     #[test]
     fn the_basis_spec_is_the_core_default() {
         use basis_core::RowIndex;
         let core = BasisConfig::default();
-        assert_eq!(core.row_scale.accumulate, Accumulate::Ema { beta: 0.99 });
+        assert_eq!(
+            core.row_scale.accumulate,
+            Accumulate::EmaAnnealed {
+                beta: 0.99,
+                power: 1.0
+            }
+        );
+        assert_eq!(core.row_scale.counter, RowCounter::Log3);
         assert_eq!(core.lr, 0.003);
         let spec: OptSpec = "basis".parse().unwrap();
         let built = crate::optim::basis_config(&spec, RowIndex::Sparse, core.dim, 0);
@@ -670,7 +679,46 @@ mod tests {
         assert_eq!(spec.lr(), core.lr);
         // `accumulate=ema` without `beta` is the default's β too.
         let ema: OptSpec = "basis:accumulate=ema".parse().unwrap();
-        assert_eq!(ema.accumulate_over(Accumulate::Sum), Accumulate::DEFAULT);
+        assert_eq!(
+            ema.accumulate_over(Accumulate::Sum),
+            Accumulate::Ema {
+                beta: Accumulate::DEFAULT_BETA
+            }
+        );
+        // `beta` or `power` alone keep the default rule and set its key;
+        // `ema-anneal` with `counter` alone keeps the default's counter.
+        for (text, accumulate) in [
+            (
+                "basis:beta=0.9",
+                Accumulate::EmaAnnealed {
+                    beta: 0.9,
+                    power: 1.0,
+                },
+            ),
+            (
+                "basis:power=2",
+                Accumulate::EmaAnnealed {
+                    beta: 0.99,
+                    power: 2.0,
+                },
+            ),
+            (
+                "basis:beta=0.9,power=0.5",
+                Accumulate::EmaAnnealed {
+                    beta: 0.9,
+                    power: 0.5,
+                },
+            ),
+        ] {
+            let spec: OptSpec = text.parse().unwrap();
+            let built = crate::optim::basis_config(&spec, RowIndex::Sparse, core.dim, 0);
+            assert_eq!(built.row_scale.accumulate, accumulate, "{text}");
+            assert_eq!(built.row_scale.counter, RowCounter::Log3, "{text}");
+        }
+        let exact: OptSpec = "basis:counter=exact".parse().unwrap();
+        let built = crate::optim::basis_config(&exact, RowIndex::Sparse, core.dim, 0);
+        assert_eq!(built.row_scale.counter, RowCounter::Exact);
+        assert_eq!(built.validate(), Ok(()));
     }
 
     /// `accumulate`/`beta` over basis-core's default: an unset key keeps the
@@ -723,7 +771,10 @@ mod tests {
                 "basis:accumulate=ema-anneal,counter=exact",
                 RowCounter::Exact,
             ),
-            ("basis:accumulate=ema-anneal", RowCounter::Exact),
+            (
+                "basis:accumulate=ema-anneal",
+                BasisConfig::default().row_scale.counter,
+            ),
         ] {
             let spec: OptSpec = text.parse().unwrap();
             let c = crate::optim::basis_config(&spec, RowIndex::Dense { rows: 5000 }, 17, 3);
@@ -780,7 +831,6 @@ mod tests {
         }
         for (bad, why) in [
             ("basis:accumulate=anneal,beta=0.9", "has no β"),
-            ("basis:power=0.5,beta=0.9", "has no β"),
             ("basis:accumulate=ema,power=0.5", "only accumulate=anneal"),
             ("basis:accumulate=sum,power=0.5", "only accumulate=anneal"),
             ("basis:power=-1", "power must be finite"),

@@ -31,15 +31,16 @@ use crate::store::try_filled;
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[non_exhaustive]
 pub enum RowCounter {
-    /// The exact count, 2 bytes per row, saturating at 65 535 (the default).
-    #[default]
+    /// The exact count, 2 bytes per row, saturating at 65 535.
     Exact,
     /// A 4-bit log-scale counter (0.5 B/row): levels `0, 1, 2, 4, …,
     /// 16 384`, stochastic increments, unbiased up to 16 384 updates.
     Log4,
-    /// A 3-bit log-scale counter (8 rows in 3 bytes, stored 21 to a 64-bit
-    /// word: 0.38 B/row): levels `0, 1, 4, 16, …, 4 096`, stochastic
-    /// increments, unbiased up to 4 096 updates.
+    /// A 3-bit log-scale counter (stored 21 to a 64-bit word: 0.38 B/row):
+    /// levels `0, 1, 4, 16, …, 4 096`, stochastic increments, unbiased up to
+    /// 4 096 updates (the default: it met every cell the exact count did,
+    /// docs/RESULTS.md).
+    #[default]
     Log3,
 }
 

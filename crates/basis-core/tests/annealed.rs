@@ -25,8 +25,8 @@ mod common;
 use alloc::collections::BTreeMap;
 
 use basis_core::{
-    Accumulate, Basis, BasisConfig, ConfigError, ConfigOption, DenseTable, Direction, RowIndex,
-    RowScaleConfig, ScalarStorage, SparseOptimizer, StateError, StateField,
+    Accumulate, Basis, BasisConfig, ConfigError, ConfigOption, DenseTable, Direction, RowCounter,
+    RowIndex, RowScaleConfig, ScalarStorage, SparseOptimizer, StateError, StateField,
 };
 use common::{Identity, Rng};
 use proptest::prelude::*;
@@ -40,6 +40,24 @@ fn ema_annealed(beta: f32, power: f32) -> Accumulate {
     Accumulate::EmaAnnealed { beta, power }
 }
 
+/// `a` with the exact 2-byte counter when it keeps one: this file's
+/// subject (the compact counters, the default since session 12, are
+/// `tests/compact_counter.rs`'s).
+fn exact(a: Accumulate) -> RowScaleConfig {
+    let r = RowScaleConfig::default().with_accumulate(a);
+    if a.counts_rows() {
+        r.with_counter(RowCounter::Exact)
+    } else {
+        r
+    }
+}
+
+/// The plain EMA (β 0.99, the default before session 12), which keeps no
+/// counter: every state made before these rules.
+fn ema_scale() -> RowScaleConfig {
+    exact(Accumulate::Ema { beta: 0.99 })
+}
+
 /// `RowScaled` with f32 `G_i` (so the reference compares values, not
 /// stochastically rounded codes) over a dense range of `rows`.
 fn config(dim: usize, rows: u64, accumulate: Accumulate) -> BasisConfig {
@@ -47,7 +65,7 @@ fn config(dim: usize, rows: u64, accumulate: Accumulate) -> BasisConfig {
         .with_dim(dim)
         .with_row_index(RowIndex::Dense { rows })
         .with_scalar_storage(ScalarStorage::F32)
-        .with_row_scale(RowScaleConfig::default().with_accumulate(accumulate))
+        .with_row_scale(exact(accumulate))
 }
 
 /// Both rules in f64, one map entry per row and per bucket: the memory
@@ -360,10 +378,10 @@ fn memory_counts_the_counter() {
     let with = BasisConfig::default()
         .with_dim(8)
         .with_row_index(RowIndex::Dense { rows })
-        .with_row_scale(RowScaleConfig::default().with_accumulate(annealed(0.5)));
+        .with_row_scale(exact(annealed(0.5)));
     let m = Basis::new(with, Identity(2)).unwrap().memory();
     assert_eq!((m.scalars, m.row_counters), (1000, 2000));
-    let without = with.with_row_scale(RowScaleConfig::default());
+    let without = with.with_row_scale(ema_scale());
     let m = Basis::new(without, Identity(2)).unwrap().memory();
     assert_eq!((m.scalars, m.row_counters), (1000, 0));
     // Sparse: the counters grow with the rows seen, and are counted.
@@ -388,9 +406,9 @@ fn the_counter_is_exported_and_imported() {
     let dim = 3;
     let c = BasisConfig::default()
         .with_dim(dim)
-        .with_row_scale(RowScaleConfig::default().with_accumulate(annealed(0.8)));
+        .with_row_scale(exact(annealed(0.8)));
     round_trip(c);
-    let ema = c.with_row_scale(RowScaleConfig::default());
+    let ema = c.with_row_scale(ema_scale());
     let mut e = Basis::new(ema, Identity(3)).unwrap();
     let mut we = vec![0.0f32; 10 * dim];
     let ids: Vec<u64> = (0..10).collect();
@@ -408,8 +426,10 @@ fn the_counter_is_exported_and_imported() {
 /// exponent's; a state of this rule is refused by the other rules.
 #[test]
 fn other_states_are_refused_with_a_typed_error() {
-    let c = BasisConfig::default().with_dim(4);
-    let with = |a: Accumulate| c.with_row_scale(c.row_scale.with_accumulate(a));
+    let c = BasisConfig::default()
+        .with_dim(4)
+        .with_row_scale(ema_scale());
+    let with = |a: Accumulate| c.with_row_scale(exact(a));
     let old = Basis::new(c, Identity(2)).unwrap().export_state();
     let mut new = Basis::new(with(annealed(0.5)), Identity(2)).unwrap();
     assert_eq!(
@@ -441,20 +461,22 @@ fn other_states_are_refused_with_a_typed_error() {
 
 #[test]
 fn bad_exponents_and_other_directions_are_refused() {
-    let c = BasisConfig::default().with_dim(4);
+    let c = BasisConfig::default()
+        .with_dim(4)
+        .with_row_scale(ema_scale());
     for bad in [-0.1f32, f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
-        let config = c.with_row_scale(c.row_scale.with_accumulate(annealed(bad)));
+        let config = c.with_row_scale(exact(annealed(bad)));
         assert_eq!(config.validate(), Err(ConfigError::AnnealPower), "{bad}");
         assert!(Basis::new(config, Identity(1)).is_err());
     }
     for ok in [0.0f32, 0.5, 1.0, 3.0] {
-        let config = c.with_row_scale(c.row_scale.with_accumulate(annealed(ok)));
+        let config = c.with_row_scale(exact(annealed(ok)));
         assert_eq!(config.validate(), Ok(()), "{ok}");
     }
     // Only RowScaled accumulates `G_i`.
     let shared = c
         .with_direction(Direction::Shared)
-        .with_row_scale(c.row_scale.with_accumulate(annealed(0.5)));
+        .with_row_scale(exact(annealed(0.5)));
     assert!(matches!(
         shared.validate(),
         Err(ConfigError::Ignored {
@@ -462,7 +484,7 @@ fn bad_exponents_and_other_directions_are_refused() {
             ..
         })
     ));
-    assert!(annealed(0.5).counts_rows() && !Accumulate::DEFAULT.counts_rows());
+    assert!(annealed(0.5).counts_rows() && !Accumulate::Ema { beta: 0.99 }.counts_rows());
 }
 
 /// Below the switch (`n < (1 − β)^(−1/c)`, 100 for β 0.99 and c 1) the
@@ -551,7 +573,7 @@ fn ema_annealed_memory_counts_the_counter() {
     let with = BasisConfig::default()
         .with_dim(8)
         .with_row_index(RowIndex::Dense { rows: 1000 })
-        .with_row_scale(RowScaleConfig::default().with_accumulate(ema_annealed(0.99, 1.0)));
+        .with_row_scale(exact(ema_annealed(0.99, 1.0)));
     let m = Basis::new(with, Identity(2)).unwrap().memory();
     assert_eq!((m.scalars, m.row_counters), (1000, 2000));
 }
@@ -561,8 +583,10 @@ fn ema_annealed_memory_counts_the_counter() {
 /// exponent are refused with a typed error naming what differs.
 #[test]
 fn ema_annealed_state_round_trips_and_other_states_are_refused() {
-    let c = BasisConfig::default().with_dim(3);
-    let with = |a: Accumulate| c.with_row_scale(c.row_scale.with_accumulate(a));
+    let c = BasisConfig::default()
+        .with_dim(3)
+        .with_row_scale(ema_scale());
+    let with = |a: Accumulate| c.with_row_scale(exact(a));
     let (a, mut b) = round_trip(with(ema_annealed(0.9, 1.0)));
     let old = Basis::new(c, Identity(3)).unwrap().export_state();
     assert_eq!(
@@ -596,8 +620,10 @@ fn ema_annealed_state_round_trips_and_other_states_are_refused() {
 
 #[test]
 fn bad_floors_and_exponents_are_refused() {
-    let c = BasisConfig::default().with_dim(4);
-    let with = |a: Accumulate| c.with_row_scale(c.row_scale.with_accumulate(a));
+    let c = BasisConfig::default()
+        .with_dim(4)
+        .with_row_scale(ema_scale());
+    let with = |a: Accumulate| c.with_row_scale(exact(a));
     for bad in [-0.1f32, 1.0, f32::NAN] {
         assert_eq!(
             with(ema_annealed(bad, 1.0)).validate(),

@@ -120,7 +120,9 @@ fn compact_states_round_trip() {
 #[test]
 fn other_counters_states_are_refused_with_a_typed_error() {
     let kinds = [RowCounter::Exact, RowCounter::Log4, RowCounter::Log3];
-    let ema = BasisConfig::default().with_dim(3);
+    let ema = BasisConfig::default()
+        .with_dim(3)
+        .with_row_scale(RowScaleConfig::default().with_accumulate(Accumulate::Ema { beta: 0.99 }));
     let blob = |c: BasisConfig| Basis::new(c, Identity(3)).unwrap().export_state();
     for a in kinds {
         let mut opt = Basis::new(config(3, a), Identity(3)).unwrap();
@@ -237,13 +239,16 @@ fn the_rule_anneals_with_a_compact_counter() {
     }
 }
 
-/// A compact counter under a rule that keeps no count, or outside
-/// `RowScaled`, is refused as an ignored option.
+/// A counter other than the default (`Log3`) under a rule that keeps no
+/// count, or outside `RowScaled`, is refused as an ignored option; the
+/// default counter is not (it is every configuration's, read or not).
 #[test]
 fn a_counter_nothing_reads_is_refused() {
-    let ema = BasisConfig::default()
-        .with_dim(4)
-        .with_row_scale(RowScaleConfig::default().with_counter(RowCounter::Log4));
+    let ema = BasisConfig::default().with_dim(4).with_row_scale(
+        RowScaleConfig::default()
+            .with_accumulate(Accumulate::Ema { beta: 0.99 })
+            .with_counter(RowCounter::Log4),
+    );
     assert_eq!(
         ema.validate(),
         Err(ConfigError::Ignored {
@@ -253,7 +258,7 @@ fn a_counter_nothing_reads_is_refused() {
     );
     let shared = BasisConfig::defaults_for(Direction::Shared)
         .with_dim(4)
-        .with_row_scale(RowScaleConfig::default().with_counter(RowCounter::Log3));
+        .with_row_scale(RowScaleConfig::default().with_counter(RowCounter::Exact));
     assert_eq!(
         shared.validate(),
         Err(ConfigError::Ignored {
@@ -262,6 +267,11 @@ fn a_counter_nothing_reads_is_refused() {
         })
     );
     assert_eq!(config(4, RowCounter::Log3).validate(), Ok(()));
+    let sum = BasisConfig::default()
+        .with_dim(4)
+        .with_row_scale(RowScaleConfig::default().with_accumulate(Accumulate::Sum));
+    assert_eq!(sum.row_scale.counter, RowCounter::Log3);
+    assert_eq!(sum.validate(), Ok(()));
     assert_eq!(
         BasisConfig::default()
             .with_dim(4)

@@ -5,8 +5,8 @@
 
 use basis_core::{
     Accumulate, Basis, BasisConfig, Bucketer, ConfigError, ConfigOption, Direction,
-    LEARNED_SCALAR_ROWS_PER_BUCKET, NonFinitePolicy, ROW_SCALED_ROWS_PER_BUCKET, RowIndex,
-    ScalarLrSchedule, ScalarRule, ScalarStorage, TablePrecision,
+    LEARNED_SCALAR_ROWS_PER_BUCKET, NonFinitePolicy, ROW_SCALED_ROWS_PER_BUCKET, RowCounter,
+    RowIndex, ScalarLrSchedule, ScalarRule, ScalarStorage, TablePrecision,
 };
 
 /// Every field of `BasisConfig::default()`, as its docs name it.
@@ -28,7 +28,25 @@ fn default_is_the_documented_measured_configuration() {
     assert_eq!(c.bf16_eps_floor, 1e-6);
     assert_eq!(c.nonfinite, NonFinitePolicy::Skip);
     assert_eq!(c.grad_clip, None);
-    assert_eq!(c.row_scale.accumulate, Accumulate::Ema { beta: 0.99 });
+    // The EMA (β 0.99) annealed past 100 updates of a row (session 12),
+    // its count in a 3-bit log-scale counter.
+    assert_eq!(
+        c.row_scale.accumulate,
+        Accumulate::EmaAnnealed {
+            beta: 0.99,
+            power: 1.0
+        }
+    );
+    assert_eq!(Accumulate::DEFAULT, c.row_scale.accumulate);
+    assert_eq!(
+        (
+            Accumulate::DEFAULT_BETA,
+            Accumulate::DEFAULT_EMA_ANNEAL_POWER
+        ),
+        (0.99, 1.0)
+    );
+    assert_eq!(c.row_scale.counter, RowCounter::Log3);
+    assert_eq!(RowCounter::default(), RowCounter::Log3);
     assert_eq!(c.row_scale.log2_range, (-48.0, 24.0));
     assert_eq!(c.row_scale.profile.power, 1.0);
     assert_eq!(c.row_scale.profile.lead, 0);
@@ -144,7 +162,8 @@ fn buckets_for_matches_the_formula() {
 }
 
 /// `Basis::for_rows` builds a one-choice bucketer of `buckets_for` buckets,
-/// and its default state is about a byte per row over a dense index.
+/// and its default state is under 1.5 bytes per row over a dense index
+/// (1-byte `G_i`, a 3-bit row counter, the buckets).
 #[test]
 fn for_rows_sizes_the_bucketer_and_stays_near_a_byte_per_row() {
     let rows = 20_000u64;
@@ -157,9 +176,11 @@ fn for_rows_sizes_the_bucketer_and_stays_near_a_byte_per_row() {
     let opt = Basis::for_rows(config, rows).unwrap();
     assert_eq!(opt.bucketer().buckets(), 20);
     let mem = opt.memory();
-    // 1-byte G_i per row + a B × d f32 profile + step counts.
+    // 1-byte G_i per row + 3 bits of counter (21 to an 8-byte word) + a
+    // B × d f32 profile + step counts.
+    assert_eq!(mem.row_counters, 20_000usize.div_ceil(21) * 8);
     let per_row = mem.total_bytes as f64 / rows as f64;
-    assert!((1.0..1.2).contains(&per_row), "{per_row} B/row");
+    assert!((1.38..1.5).contains(&per_row), "{per_row} B/row");
     // Same seed, same buckets: the bucketer is a function of the config.
     let again = Basis::for_rows(config, rows).unwrap();
     for id in 0..100u64 {

@@ -338,7 +338,9 @@ fn a_blob_of_another_seed_bucketer_or_accumulation_names_the_field() {
         })
     );
     // RowScaled: sums and an EMA are different state.
-    let rs = BasisConfig::default().with_dim(DIM);
+    let rs = BasisConfig::default().with_dim(DIM).with_row_scale(
+        basis_core::RowScaleConfig::default().with_accumulate(basis_core::Accumulate::Sum),
+    );
     let sum = Basis::new(rs, one(1)).unwrap();
     let mut ema = Basis::new(
         rs.with_row_scale(
