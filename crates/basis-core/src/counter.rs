@@ -1,6 +1,6 @@
 //! Per-row update counters: the exact 2-byte saturating counter, or a
 //! compact log-scale (Morris-style) counter of 3 or 4 bits packed into
-//! 64-bit words (issue 26, session 12).
+//! 64-bit words (issue 26, 2026-12-06).
 //!
 //! A compact counter stores a level `L` whose estimate is `v_L` from a fixed
 //! table (`0, 1, 2, 4, …` for [`RowCounter::Log4`]). The kernel adds 1 to the

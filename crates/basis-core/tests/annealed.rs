@@ -4,7 +4,7 @@
 //!
 //! - `Accumulate::CountAnnealed { power: c }`: `G_i ← (1 − n_i^(−c))·G_i +
 //!   x_i`, a memory that grows with the row's own count;
-//! - `Accumulate::EmaAnnealed { beta: β, power: c }` (session 11): the EMA
+//! - `Accumulate::EmaAnnealed { beta: β, power: c }` (2026-12-06): the EMA
 //!   while a row is rare, annealed once it is frequent, `G_i ← max(β, 1 −
 //!   n_i^(−c))·G_i + (1 − β)·x_i`;
 //!
@@ -41,7 +41,7 @@ fn ema_annealed(beta: f32, power: f32) -> Accumulate {
 }
 
 /// `a` with the exact 2-byte counter when it keeps one: this file's
-/// subject (the compact counters, the default since session 12, are
+/// subject (the compact counters, the default since 2026-12-06, are
 /// `tests/compact_counter.rs`'s).
 fn exact(a: Accumulate) -> RowScaleConfig {
     let r = RowScaleConfig::default().with_accumulate(a);
@@ -52,7 +52,7 @@ fn exact(a: Accumulate) -> RowScaleConfig {
     }
 }
 
-/// The plain EMA (β 0.99, the default before session 12), which keeps no
+/// The plain EMA (β 0.99, the default before 2026-12-06), which keeps no
 /// counter: every state made before these rules.
 fn ema_scale() -> RowScaleConfig {
     exact(Accumulate::Ema { beta: 0.99 })

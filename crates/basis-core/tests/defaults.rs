@@ -28,7 +28,7 @@ fn default_is_the_documented_measured_configuration() {
     assert_eq!(c.bf16_eps_floor, 1e-6);
     assert_eq!(c.nonfinite, NonFinitePolicy::Skip);
     assert_eq!(c.grad_clip, None);
-    // The EMA (β 0.99) annealed past 100 updates of a row (session 12),
+    // The EMA (β 0.99) annealed past 100 updates of a row (since 2026-12-06),
     // its count in a 3-bit log-scale counter.
     assert_eq!(
         c.row_scale.accumulate,

@@ -435,7 +435,7 @@ fn memory_report_matches_closed_form() {
         assert_eq!(m.scalars, rows as usize * scalar_bytes);
         assert_eq!(m.row_index, 0);
         // RowScaled's default accumulation keeps a 3-bit row count, 21 to
-        // an 8-byte word (session 12); the learned-scalar modes none.
+        // an 8-byte word (since 2026-12-06); the learned-scalar modes none.
         let counters = if direction == Direction::RowScaled {
             (rows as usize).div_ceil(21) * 8
         } else {

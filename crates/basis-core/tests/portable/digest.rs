@@ -31,7 +31,7 @@ pub(crate) const BUCKETER_DIGEST: u32 = 0xadb2_f5f8;
 // RowScaled cases pin sums and η 0.03 as before. Not yet checked on wasm32
 // (`cargo xtask nostd`). Re-pinned (0xe778_c983 -> 0x1db4_0d26) when the
 // default accumulation became the EMA annealed past 100 updates
-// (`EmaAnnealed`, session 12), for the same reason: the learned-scalar
+// (`EmaAnnealed`, 2026-12-06), for the same reason: the learned-scalar
 // modes' headers record it. Not yet checked on wasm32 either.
 pub(crate) const BASIS_DIGEST_HOST: u32 = 0x1db4_0d26;
 /// The digest of the other optimizers' blobs and tables (exact Adam,
