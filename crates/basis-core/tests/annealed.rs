@@ -263,35 +263,12 @@ proptest! {
 /// runs both 10 more batches: the same bits and the same state (a lost
 /// counter would restart every row's memory at `n = 1`). Returns both.
 fn round_trip(c: BasisConfig) -> (Basis<Identity>, Basis<Identity>) {
-    let dim = c.dim;
-    let mut a = Basis::new(c, Identity(3)).unwrap();
-    let mut rng = Rng(5);
-    let mut w = vec![0.0f32; 10 * dim];
-    let batch = |rng: &mut Rng| {
+    let hot = |rng: &mut Rng| {
         let mut ids: Vec<u64> = (0..4).map(|_| rng.below(10)).collect();
         ids.push(0);
-        let grads = common::grads(rng, ids.len(), dim, 0.3);
-        (ids, grads)
+        ids
     };
-    for _ in 0..30 {
-        let (ids, grads) = batch(&mut rng);
-        a.step(&ids, &grads, &mut DenseTable::new(&mut w, dim).unwrap())
-            .unwrap();
-    }
-    let mut b = Basis::new(c, Identity(3)).unwrap();
-    b.import_state(&a.export_state()).unwrap();
-    let mut wb = w.clone();
-    for _ in 0..10 {
-        let (ids, grads) = batch(&mut rng);
-        a.step(&ids, &grads, &mut DenseTable::new(&mut w, dim).unwrap())
-            .unwrap();
-        b.step(&ids, &grads, &mut DenseTable::new(&mut wb, dim).unwrap())
-            .unwrap();
-    }
-    let bits = |w: &[f32]| w.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    assert_eq!(bits(&w), bits(&wb));
-    assert_eq!(a.export_state(), b.export_state());
-    (a, b)
+    common::continues_after_round_trip(c, 10, (30, 10), Rng(5), hot)
 }
 
 /// One row with the same gradient every step: the closed forms of the rule.

@@ -1,5 +1,5 @@
-//! The compact row counters of `Accumulate::EmaAnnealed` (issue 26, session
-//! 12): `RowCounter::Log4` (4 bits) and `RowCounter::Log3` (3 bits), packed
+//! The compact row counters of `Accumulate::EmaAnnealed` (issue 26,
+//! 2026-12-06): `RowCounter::Log4` (4 bits) and `RowCounter::Log3` (3 bits), packed
 //! log-scale counters with seeded stochastic increments, through the public
 //! optimizer: their exact bytes in `memory()`, a bit-identical continuation
 //! after export/import (state and row blobs), the typed refusals of states
@@ -34,38 +34,16 @@ fn config(dim: usize, counter: RowCounter) -> BasisConfig {
 
 /// Trains 300 batches with a hot row 0 (past the switch at 100 updates, so
 /// its count is read), exports, imports into a fresh optimizer, and runs
-/// both 50 more batches: the same table bits and the same state.
+/// both 50 more batches: the same table bits and the same state. Returns
+/// the state at the end.
 fn round_trip(c: BasisConfig) -> Vec<u8> {
-    let dim = c.dim;
-    let mut a = Basis::new(c, Identity(3)).unwrap();
-    let mut rng = Rng(11);
-    let mut w = vec![0.0f32; 40 * dim];
-    let batch = |rng: &mut Rng| {
+    let hot = |rng: &mut Rng| {
         let mut ids: Vec<u64> = (0..6).map(|_| 1 + rng.below(39)).collect();
         ids.push(0);
-        let grads = common::grads(rng, ids.len(), dim, 0.3);
-        (ids, grads)
+        ids
     };
-    for _ in 0..300 {
-        let (ids, grads) = batch(&mut rng);
-        a.step(&ids, &grads, &mut DenseTable::new(&mut w, dim).unwrap())
-            .unwrap();
-    }
-    let blob = a.export_state();
-    let mut b = Basis::new(c, Identity(3)).unwrap();
-    b.import_state(&blob).unwrap();
-    let mut wb = w.clone();
-    for _ in 0..50 {
-        let (ids, grads) = batch(&mut rng);
-        a.step(&ids, &grads, &mut DenseTable::new(&mut w, dim).unwrap())
-            .unwrap();
-        b.step(&ids, &grads, &mut DenseTable::new(&mut wb, dim).unwrap())
-            .unwrap();
-    }
-    let bits = |w: &[f32]| w.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-    assert_eq!(bits(&w), bits(&wb));
-    assert_eq!(a.export_state(), b.export_state());
-    blob
+    let (_, b) = common::continues_after_round_trip(c, 40, (300, 50), Rng(11), hot);
+    b.export_state()
 }
 
 /// `memory()` counts the packed words exactly: 16 four-bit (21 three-bit)

@@ -2,6 +2,7 @@
 #![allow(dead_code, unreachable_pub)] // each test file uses a different subset
 
 use balanced_hash::Bucketer;
+use basis_core::{Basis, BasisConfig, DenseTable, SparseOptimizer};
 
 /// SplitMix64 (with `unit`, `normal`, `below`): the crate's bench workload
 /// generator, one copy for tests, benches and the basis-rayon benches.
@@ -67,4 +68,46 @@ pub fn crc32(data: &[u8]) -> u32 {
         }
     }
     !crc
+}
+
+/// Trains `c` for `before` batches (`ids(rng)` each, with random
+/// gradients), exports, imports into a fresh optimizer and runs both
+/// `after` more batches: asserts the same table bits and the same state,
+/// and returns both optimizers. A table of `rows` rows; a batch whose ids
+/// repeat a hot row makes counting rules read their counters.
+#[allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+pub fn continues_after_round_trip(
+    c: BasisConfig,
+    rows: usize,
+    (before, after): (usize, usize),
+    mut rng: Rng,
+    ids: impl Fn(&mut Rng) -> Vec<u64>,
+) -> (Basis<Identity>, Basis<Identity>) {
+    let dim = c.dim;
+    let mut a = Basis::new(c, Identity(3)).unwrap();
+    let mut w = vec![0.0f32; rows * dim];
+    let batch = |rng: &mut Rng| {
+        let ids = ids(rng);
+        let grads = grads(rng, ids.len(), dim, 0.3);
+        (ids, grads)
+    };
+    for _ in 0..before {
+        let (ids, grads) = batch(&mut rng);
+        a.step(&ids, &grads, &mut DenseTable::new(&mut w, dim).unwrap())
+            .unwrap();
+    }
+    let mut b = Basis::new(c, Identity(3)).unwrap();
+    b.import_state(&a.export_state()).unwrap();
+    let mut wb = w.clone();
+    for _ in 0..after {
+        let (ids, grads) = batch(&mut rng);
+        a.step(&ids, &grads, &mut DenseTable::new(&mut w, dim).unwrap())
+            .unwrap();
+        b.step(&ids, &grads, &mut DenseTable::new(&mut wb, dim).unwrap())
+            .unwrap();
+    }
+    let bits = |w: &[f32]| w.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(&w), bits(&wb));
+    assert_eq!(a.export_state(), b.export_state());
+    (a, b)
 }
