@@ -8,6 +8,7 @@ use num_traits::Float;
 use crate::batch::{MergeRules, Merged, apply_row, merge, merge_with};
 use crate::checks;
 use crate::config::{NonFinitePolicy, RowIndex};
+use crate::error::try_filled;
 use crate::error::{ConfigError, GrowError, RowStateError, StateError, StateField, StepError};
 use crate::exec::{Executor, ROWS_PER_ITEM};
 use crate::kernel::bias_corrections;
@@ -15,7 +16,7 @@ use crate::optimizer::SparseOptimizer;
 use crate::report::{MemoryReport, StepReport};
 use crate::row_move;
 use crate::state::{Reader, Writer, kind};
-use crate::store::{Slots, try_filled};
+use crate::store::Slots;
 use crate::table::{DenseTable, RowAccess};
 
 /// Hyper-parameters of [`ExactAdam`] (PyTorch's defaults);

@@ -11,6 +11,7 @@ use crate::config::{
     Accumulate, BasisConfig, Direction, ScalarLrSchedule, ScalarStorage, TablePrecision,
 };
 use crate::counter::Counts;
+use crate::error::try_filled;
 use crate::error::{
     ConfigError, GrowError, RowStateError, RowStateUnsupported, StateError, StateField, StepError,
 };
@@ -23,7 +24,7 @@ use crate::quant::{LogCode, random_bits};
 use crate::report::{Diagnostics, HISTOGRAM_BINS, MemoryReport, StepReport};
 use crate::row_move;
 use crate::state::{Reader, Writer, kind};
-use crate::store::{ScalarStore, Slots, try_filled};
+use crate::store::{ScalarStore, Slots};
 use crate::table::RowAccess;
 
 /// Domain separator of the scalar store's stochastic rounding.

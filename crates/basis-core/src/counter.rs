@@ -21,8 +21,7 @@
 
 use alloc::vec::Vec;
 
-use crate::error::{ConfigError, GrowError, StateError};
-use crate::store::try_filled;
+use crate::error::{ConfigError, GrowError, StateError, try_filled};
 
 /// How a row's update count is kept (the rules that read one:
 /// [`Accumulate::CountAnnealed`](crate::Accumulate::CountAnnealed) and

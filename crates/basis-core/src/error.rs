@@ -1,6 +1,8 @@
 //! Error types: configuration, step, table and exported-state errors.
 
+use alloc::vec::Vec;
 use core::fmt;
+use core::mem::size_of;
 
 use crate::config_option::{ConfigOption, Direction};
 
@@ -464,6 +466,30 @@ impl fmt::Display for GrowError {
 }
 
 impl core::error::Error for GrowError {}
+
+/// `rows × per_row` copies of `value`, allocated fallibly.
+///
+/// Dense state is sized by the caller's row count, which can be anything up
+/// to `u64::MAX`: an overflowing size or a refused allocation must come back
+/// as an error, not as the allocator's abort (`vec!` would abort).
+///
+/// # Errors
+/// [`ConfigError::AllocationFailed`] with the bytes asked for.
+pub(crate) fn try_filled<T: Clone>(
+    rows: u64,
+    per_row: usize,
+    value: T,
+) -> Result<Vec<T>, ConfigError> {
+    let count = u128::from(rows) * per_row as u128;
+    let fail = ConfigError::AllocationFailed {
+        bytes: count * size_of::<T>() as u128,
+    };
+    let n = usize::try_from(count).map_err(|_| fail)?;
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| fail)?;
+    v.resize(n, value);
+    Ok(v)
+}
 
 /// `v.len()` grows to `len` with `fill`, fallibly: nothing changes on error.
 pub(crate) fn try_grow<T: Clone>(

@@ -19,11 +19,12 @@ use core::mem::size_of;
 
 use crate::batch::{Merged, merge};
 use crate::config::{NonFinitePolicy, RowIndex};
+use crate::error::try_filled;
 use crate::error::{ConfigError, GrowError, RowStateError, StateError, StateField, StepError};
 use crate::report::{MemoryReport, StepReport};
 use crate::row_move;
 use crate::state::{Reader, Writer};
-use crate::store::{Slots, try_filled};
+use crate::store::Slots;
 use crate::table::RowAccess;
 
 /// A value a lane holds, with its blob encoding.

@@ -11,7 +11,7 @@ use hashbrown::HashMap;
 use crate::config::{RowIndex, ScalarStorage};
 use crate::counter::{Counts, RowCounter};
 use crate::error::{
-    ConfigError, GrowError, RowStateError, RowStateUnsupported, StepError, try_grow,
+    ConfigError, GrowError, RowStateError, RowStateUnsupported, StepError, try_filled, try_grow,
 };
 use crate::quant::{LogCode, bf16_stochastic};
 use crate::row_move;
@@ -64,30 +64,6 @@ impl BuildHasher for IdBuildHasher {
 /// Exact bytes a hashbrown map holds (its one allocation).
 pub(crate) fn map_bytes(map: &HashMap<u64, u32, IdBuildHasher>) -> usize {
     map.allocation_size()
-}
-
-/// `rows × per_row` copies of `value`, allocated fallibly.
-///
-/// Dense state is sized by the caller's row count, which can be anything up
-/// to `u64::MAX`: an overflowing size or a refused allocation must come back
-/// as an error, not as the allocator's abort (`vec!` would abort).
-///
-/// # Errors
-/// [`ConfigError::AllocationFailed`] with the bytes asked for.
-pub(crate) fn try_filled<T: Clone>(
-    rows: u64,
-    per_row: usize,
-    value: T,
-) -> Result<Vec<T>, ConfigError> {
-    let count = u128::from(rows) * per_row as u128;
-    let fail = ConfigError::AllocationFailed {
-        bytes: count * size_of::<T>() as u128,
-    };
-    let n = usize::try_from(count).map_err(|_| fail)?;
-    let mut v = Vec::new();
-    v.try_reserve_exact(n).map_err(|_| fail)?;
-    v.resize(n, value);
-    Ok(v)
 }
 
 /// Id → slot.
