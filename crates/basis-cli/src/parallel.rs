@@ -324,13 +324,13 @@ impl Strategy for Replica<'_> {
         if let Some(r) = &dense.report {
             ranks.dense_groups.observe(r);
         }
-        let mut loss = [g.loss as f32];
-        comm.all_reduce_sum(&mut loss)
+        // Summed in f64 as the single process sums it (one rank: its bits).
+        let loss = comm_traits::sum_f64_in_rank_order(comm, g.loss)
             .map_err(|e| format!("rank {rank}: {e}"))?;
         // The summed loss is the same on every rank: all stop together.
-        crate::validate::finite_loss(f64::from(loss[0]), at.epoch, at.step, label)?;
+        crate::validate::finite_loss(loss, at.epoch, at.step, label)?;
         Ok(Step {
-            loss: f64::from(loss[0]),
+            loss,
             nonfinite: rep.rows_skipped_nonfinite as u64,
             dense: m.progress_dense.then(|| dense.progress_field()),
         })

@@ -4,13 +4,16 @@
 #![no_std]
 #![forbid(unsafe_code)]
 
-// `Vec` for the owned buffers of non-blocking requests ([`nonblocking`]).
+// `Vec` for the owned buffers of non-blocking requests ([`nonblocking`])
+// and the gathered values of [`sum_f64_in_rank_order`].
 extern crate alloc;
 
 use core::fmt;
 
 pub mod nonblocking;
 pub use nonblocking::{Completed, NonBlocking, Request};
+mod scalar;
+pub use scalar::sum_f64_in_rank_order;
 
 /// Why a collective failed. Every variant is reported on every rank that can
 /// observe it; none of them leaves a rank waiting forever.

@@ -293,10 +293,10 @@ impl Rank {
         // The batch loss first, on every rank: a non-finite one stops the
         // job everywhere before any optimizer has seen its gradients (as
         // the single process stops), with the same message on every rank.
-        let mut loss = [grads.loss as f32];
-        comm.all_reduce_sum(&mut loss)
+        // Summed in f64 as the single process sums it (one rank: its bits).
+        let loss = comm_traits::sum_f64_in_rank_order(comm, grads.loss)
             .map_err(|e| format!("rank {rank}: {e}"))?;
-        crate::validate::finite_loss(f64::from(loss[0]), at.epoch, at.step, &self.label)?;
+        crate::validate::finite_loss(loss, at.epoch, at.step, &self.label)?;
         let nonfinite = self.scatter(comm, &batch, grads)?;
         let before = comm.stats();
         // The dense optimizer averages over ranks; the shares sum to the
@@ -317,7 +317,7 @@ impl Rank {
             self.dense_groups.observe(r);
         }
         Ok(Step {
-            loss: f64::from(loss[0]),
+            loss,
             nonfinite,
             dense: self.progress_dense.then(|| report.progress_field()),
         })
