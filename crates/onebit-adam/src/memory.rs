@@ -91,7 +91,7 @@ impl OneBitAdam {
             error_feedback,
             freeze_snapshot: self.freeze.snapshot.len() * f,
             scratch: self.scratch_bytes() + frozen,
-            telemetry: self.negative.len() * size_of::<u64>(),
+            telemetry: self.negative.iter().map(|s| s.len()).sum(),
         }
     }
 }

@@ -480,9 +480,10 @@ pub struct OneBitAdam {
     scratch_packed: Vec<f32>,
     /// Where the run is in its [`FreezePolicy`].
     pub(crate) freeze: FreezeTracker,
-    /// [`Config::telemetry`]: bit `i` = `m[i] < 0` after the previous step
-    /// (allocated at the first step with telemetry).
-    pub(crate) negative: Vec<u64>,
+    /// [`Config::telemetry`]: per group, the signs of its `m` after the
+    /// previous step, packed as `numpy.packbits(~(m < 0))` (the codec's
+    /// SIMD packing; allocated at the first step with telemetry).
+    pub(crate) negative: Vec<Vec<u8>>,
 }
 
 impl OneBitAdam {
@@ -655,33 +656,55 @@ impl OneBitAdam {
     }
 
     /// Rebuild [`Self::negative`] from `m` (after an import): with
-    /// telemetry on, every step stores `m < 0` of every coordinate, so the
-    /// bits are a function of the restored `m` and the first resumed step
+    /// telemetry on, every step stores the signs of every coordinate, so the
+    /// bits are a function of the restored `m` and the next step's [`GroupTelemetry::sign_flips`] then
     /// reports the sign flips the uninterrupted run reports. Empty without
     /// telemetry, as in a fresh optimizer.
     pub(crate) fn rebuild_negative(&mut self) {
         self.negative = Vec::new();
         if self.config.telemetry {
-            self.negative = vec![0; self.len.div_ceil(64)];
-            for (i, &m) in self.m.iter().enumerate() {
-                self.negative[i / 64] |= u64::from(m < 0.0) << (i % 64);
+            for g in &self.groups {
+                let mut signs = vec![0; g.range.len().div_ceil(8)];
+                let packed = onebit_codec::pack_signs_into(&self.m[g.range.clone()], &mut signs);
+                debug_assert!(packed.is_ok(), "one sign byte per 8 coordinates");
+                self.negative.push(signs);
             }
         }
     }
 
     /// Fraction of group `gi`'s coordinates whose `m < 0` differs from the
-    /// stored bit, and store the new bits (one read of `m`).
+    /// stored bit, and store the new bits: one read of `m` through the
+    /// codec's sign packing, in blocks that stay in L1, then a popcount of
+    /// the changed bits (the per-coordinate loop it replaces cost 7 % of a
+    /// 1-bit step's CPU on the DeepFM harness).
     fn sign_flips(&mut self, gi: usize) -> Option<f64> {
+        /// Coordinates per packed block (512 sign bytes on the stack).
+        const BLOCK: usize = 4096;
         let range = self.groups[gi].range.clone();
-        if self.negative.len() != self.len.div_ceil(64) {
-            self.negative = vec![0; self.len.div_ceil(64)];
+        if self.negative.len() != self.groups.len() {
+            // Before the first step every `m` is 0: no sign is negative.
+            self.negative = self
+                .groups
+                .iter()
+                .map(|g| all_non_negative(g.range.len()))
+                .collect();
         }
+        let signs = &mut self.negative[gi];
+        let mut packed = [0u8; BLOCK / 8];
         let mut flips = 0u64;
-        for i in range.clone() {
-            let (w, b) = (i / 64, i % 64);
-            let neg = u64::from(self.m[i] < 0.0);
-            flips += ((self.negative[w] >> b) & 1) ^ neg;
-            self.negative[w] = (self.negative[w] & !(1 << b)) | (neg << b);
+        for (m, old) in self.m[range.clone()]
+            .chunks(BLOCK)
+            .zip(signs.chunks_mut(BLOCK / 8))
+        {
+            let new = &mut packed[..old.len()];
+            let packed_ok = onebit_codec::pack_signs_into(m, new).is_ok();
+            debug_assert!(packed_ok, "one sign byte per 8 coordinates");
+            flips += old
+                .iter()
+                .zip(new.iter())
+                .map(|(a, b)| u64::from((a ^ b).count_ones()))
+                .sum::<u64>();
+            old.copy_from_slice(new);
         }
         (!range.is_empty()).then(|| flips as f64 / range.len() as f64)
     }
@@ -1660,6 +1683,16 @@ fn gather_mean(
             .map_err(|_| OneBitError::Config("internal buffer size"))?;
     }
     Ok(alpha)
+}
+
+/// Packed signs (`numpy.packbits(~(m < 0))`) of `n` coordinates that are all
+/// `0`: every bit 1, the padding bits of the last byte 0.
+fn all_non_negative(n: usize) -> Vec<u8> {
+    let mut signs = vec![0xFF; n.div_ceil(8)];
+    if let (Some(last), 1..) = (signs.last_mut(), n % 8) {
+        *last = 0xFF << (8 - n % 8);
+    }
+    signs
 }
 
 #[cfg(test)]

@@ -168,9 +168,57 @@ fn scales_norms_and_flips_match_direct_computations() {
             }
             before = opt.momentum().to_vec();
         }
-        // One sign bit per parameter, in u64 words.
-        assert_eq!(opt.memory().telemetry, 8 * n.div_ceil(64));
+        // One sign bit per parameter, in bytes.
+        assert_eq!(opt.memory().telemetry, n.div_ceil(8));
     }
+}
+
+/// Groups of lengths that start and end off byte boundaries and span
+/// several of the packing's blocks, over warm-up and compressed steps and
+/// an export/import in the middle: every group's flips are the count of
+/// coordinates whose `m < 0` changed (the slow reference), including the
+/// step right after the import.
+#[test]
+fn sign_flips_count_every_group_across_blocks_and_an_import() {
+    let specs = [
+        GroupSpec::one_bit(4099),
+        GroupSpec::full_precision(13),
+        GroupSpec::one_bit(8195),
+        GroupSpec::one_bit(1),
+    ];
+    let n: usize = specs.iter().map(|g| g.len).sum();
+    let mut opt = OneBitAdam::with_groups(&specs, config()).unwrap();
+    let mut comm = SingleRank::default();
+    let mut x = vec![0.25f32; n];
+    let mut before = vec![0.0f32; n];
+    for t in 0..6 {
+        if t == 3 {
+            let state = opt.export_state();
+            opt = OneBitAdam::with_groups(&specs, config()).unwrap();
+            opt.import_state(&state).unwrap();
+        }
+        let g = input(0, t, n);
+        let rep = opt.step_with_grad(&mut comm, &mut x, &g).unwrap();
+        let after = opt.momentum();
+        let mut at = 0;
+        for (spec, gt) in specs.iter().zip(&rep.groups) {
+            let range = at..at + spec.len;
+            at += spec.len;
+            let flips = range
+                .clone()
+                .filter(|&i| (before[i] < 0.0) != (after[i] < 0.0))
+                .count();
+            assert_eq!(
+                gt.sign_flips,
+                Some(flips as f64 / spec.len as f64),
+                "step {t}, group at {}",
+                range.start
+            );
+        }
+        before = after.to_vec();
+    }
+    let bytes: usize = specs.iter().map(|g| g.len.div_ceil(8)).sum();
+    assert_eq!(opt.memory().telemetry, bytes);
 }
 
 #[test]
