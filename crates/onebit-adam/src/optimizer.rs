@@ -657,9 +657,9 @@ impl OneBitAdam {
 
     /// Rebuild [`Self::negative`] from `m` (after an import): with
     /// telemetry on, every step stores the signs of every coordinate, so the
-    /// bits are a function of the restored `m` and the next step's [`GroupTelemetry::sign_flips`] then
-    /// reports the sign flips the uninterrupted run reports. Empty without
-    /// telemetry, as in a fresh optimizer.
+    /// bits are a function of the restored `m`, and the next step's
+    /// [`GroupTelemetry::sign_flips`] reports the flips the uninterrupted run
+    /// reports. Empty without telemetry, as in a fresh optimizer.
     pub(crate) fn rebuild_negative(&mut self) {
         self.negative = Vec::new();
         if self.config.telemetry {
