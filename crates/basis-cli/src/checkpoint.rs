@@ -132,11 +132,15 @@ impl fmt::Display for CheckpointError {
             Self::Mismatch {
                 path,
                 differs: Some((option, theirs, ours)),
-            } => write!(
-                f,
-                "checkpoint {} belongs to a run with other data or options: it has {option} {theirs}, this run {option} {ours} (resume with the same options, or use another --checkpoint DIR)",
-                path.display()
-            ),
+            } => {
+                let shown = |v: &str| if v.is_empty() { "unset" } else { v }.to_string();
+                let (theirs, ours) = (shown(theirs), shown(ours));
+                write!(
+                    f,
+                    "checkpoint {} belongs to a run with other data or options: it has {option} {theirs}, this run {option} {ours} (resume with the same options, or use another --checkpoint DIR)",
+                    path.display()
+                )
+            }
             Self::Mismatch {
                 path,
                 differs: None,
@@ -327,20 +331,42 @@ pub(crate) fn load(
     Ok(c)
 }
 
-/// The first `option=value` line of `ours` whose value differs in `theirs`
-/// (`None` when `theirs` has no such list, or no line differs).
+/// The first `option=value` line of `ours` whose value differs in `theirs`,
+/// else the first option only one side lists (its value on the other side
+/// empty: options listed only when set, such as `--admit-prob`); `None`
+/// when `theirs` has no such list, or no line differs.
 fn first_difference(theirs: &str, ours: &str) -> Option<(String, String, String)> {
+    if theirs.is_empty() {
+        return None;
+    }
     let pairs = |text: &str| -> Vec<(String, String)> {
         text.lines()
             .filter_map(|l| l.split_once('='))
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
     };
-    let theirs = pairs(theirs);
-    pairs(ours).into_iter().find_map(|(k, v)| {
-        let t = theirs.iter().find(|(tk, _)| *tk == k)?;
-        (t.1 != v).then(|| (k, t.1.clone(), v))
-    })
+    let (theirs, ours) = (pairs(theirs), pairs(ours));
+    let value = |list: &[(String, String)], k: &str| {
+        list.iter()
+            .find(|(key, _)| key == k)
+            .map(|(_, v)| v.clone())
+    };
+    let changed = ours.iter().find_map(|(k, v)| {
+        let t = value(&theirs, k)?;
+        (t != *v).then(|| (k.clone(), t, v.clone()))
+    });
+    changed
+        .or_else(|| {
+            ours.iter()
+                .find(|(k, _)| value(&theirs, k).is_none())
+                .map(|(k, v)| (k.clone(), String::new(), v.clone()))
+        })
+        .or_else(|| {
+            theirs
+                .iter()
+                .find(|(k, _)| value(&ours, k).is_none())
+                .map(|(k, v)| (k.clone(), v.clone(), String::new()))
+        })
 }
 
 /// Delete the temp files an interrupted save (e.g. a SIGKILLed run) left in

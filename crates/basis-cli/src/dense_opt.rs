@@ -37,7 +37,7 @@ use crate::deep::{AUTO_MAX_FRACTION, DenseOpt, DensePolicy, DenseWarmup, LayerRo
 use comm_traits::{Communicator, NonBlocking};
 use onebit_adam::{
     FreezePolicy, GroupSpec, LambConfig, LambGroup, OneBitAdam, OneBitLamb, SplitStep, StateError,
-    StepReport, ZeroOneAdam, ZeroOneConfig, ZeroOneStage,
+    StepReport, WarmupReduce, ZeroOneAdam, ZeroOneConfig, ZeroOneStage,
 };
 
 /// `--dense-groups`: how 1-bit Adam (`adam`, `onebit-adam`) splits the
@@ -53,6 +53,27 @@ pub(crate) enum DenseGroups {
     /// layer's exchange starts as soon as the backward pass has finished
     /// that layer, [`Hook`]).
     Layer,
+}
+
+/// `--dense-warmup-reduce`: how 1-bit Adam's warm-up all-reduces the
+/// gradients ([`WarmupReduce`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub(crate) enum DenseWarmupReduce {
+    /// `f32` sums: DeepSpeed's full-precision stage exactly.
+    F32,
+    /// bfloat16 gradients, `f32` sums, bfloat16 means: half the bytes.
+    #[default]
+    Bf16,
+}
+
+impl DenseWarmupReduce {
+    /// `onebit-adam`'s value.
+    pub(crate) fn library(self) -> WarmupReduce {
+        match self {
+            Self::F32 => WarmupReduce::F32,
+            Self::Bf16 => WarmupReduce::Bf16,
+        }
+    }
 }
 
 /// `--dense-overlap`: whether the dense step of a `--workers P` run starts
@@ -265,8 +286,13 @@ fn without_freeze(built: &OneBitAdam) -> Result<OneBitAdam, String> {
         .into_iter()
         .map(|r| GroupSpec::full_precision(r.len()))
         .collect();
-    OneBitAdam::with_groups(&groups, built.config().with_freeze(PLAIN_ADAM_FREEZE))
-        .map_err(|e| format!("--dense-opt: {e}"))
+    // f32 Adam's gradients are all-reduced in f32 at every step (its steps
+    // all count as warm-up under the never-reached freeze).
+    let config = built
+        .config()
+        .with_freeze(PLAIN_ADAM_FREEZE)
+        .with_warmup_reduce(WarmupReduce::F32);
+    OneBitAdam::with_groups(&groups, config).map_err(|e| format!("--dense-opt: {e}"))
 }
 
 /// 0/1 Adam's local-step interval doubles every `T / LOCAL_STEP_DIVISOR`
@@ -422,7 +448,7 @@ impl DenseOptimizer {
     pub(crate) fn build(
         kind: DenseOpt,
         layers: &[(usize, LayerRole)],
-        groups: (DensePolicy, DenseGroups),
+        groups: (DensePolicy, DenseGroups, DenseWarmupReduce),
         (lr, run, warmup): (f32, RunLength, DenseWarmup),
     ) -> Result<Self, String> {
         build_opt(kind, layers, groups, (lr, run.steps(), warmup)).map(|opt| Self {
@@ -484,9 +510,10 @@ fn epochs_of_schedule(
 fn build_opt(
     kind: DenseOpt,
     layers: &[(usize, LayerRole)],
-    (policy, grouping): (DensePolicy, DenseGroups),
+    (policy, grouping, reduce): (DensePolicy, DenseGroups, DenseWarmupReduce),
     (lr, steps_total, warmup): (f32, u64, DenseWarmup),
 ) -> Result<Opt, String> {
+    let reduce = reduce.library();
     let len = layers.iter().map(|l| l.0).sum();
     let layered = policy != DensePolicy::default();
     if grouping == DenseGroups::Layer
@@ -498,7 +525,7 @@ fn build_opt(
     }
     match kind {
         DenseOpt::Adam | DenseOpt::OnebitAdam if grouping == DenseGroups::Layer => {
-            let base = kind.build(len, lr, steps_total, warmup)?;
+            let base = kind.build(len, lr, (steps_total, warmup), reduce)?;
             // Unmerged: one group per non-empty layer, its policy's
             // (`adam`: full precision everywhere).
             let groups: Vec<GroupSpec> = policy
@@ -521,9 +548,9 @@ fn build_opt(
         }
         DenseOpt::Adam | DenseOpt::OnebitAdam => {
             let opt = if layered {
-                kind.build_layered(layers, policy, lr, steps_total, warmup)?
+                kind.build_layered(layers, policy, lr, (steps_total, warmup), reduce)?
             } else {
-                kind.build(len, lr, steps_total, warmup)?
+                kind.build(len, lr, (steps_total, warmup), reduce)?
             };
             if kind == DenseOpt::Adam {
                 return without_freeze(&opt).map(Opt::OneBit);
@@ -771,6 +798,59 @@ mod tests {
         }
     }
 
+    /// `--dense-warmup-reduce`: `bf16` by default and as parsed, `f32` when
+    /// named; `onebit-adam` gets it in its config, in every grouping, and
+    /// `adam` (the f32 baseline) reduces in f32 whatever it says.
+    #[test]
+    fn the_warmup_reduce_reaches_one_bit_adam_only() {
+        use crate::cli::{Cli, Command};
+        use clap::Parser;
+        use onebit_adam::WarmupReduce;
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["basis", "train", "--model", "deepfm", "--workers", "2"];
+            argv.extend_from_slice(extra);
+            match Cli::try_parse_from(argv).map(|c| c.command) {
+                Ok(Command::Train(a)) => Ok(a.model.dense_warmup_reduce),
+                Ok(_) => unreachable!("a train command"),
+                Err(e) => Err(e.to_string()),
+            }
+        };
+        assert_eq!(parse(&[]), Ok(super::DenseWarmupReduce::Bf16));
+        assert_eq!(
+            parse(&["--dense-warmup-reduce", "f32"]),
+            Ok(super::DenseWarmupReduce::F32)
+        );
+        assert!(parse(&["--dense-warmup-reduce", "fp16"]).is_err());
+        let layers = [(30, LayerRole::First), (10, LayerRole::Last)];
+        for (reduce, want) in [
+            (super::DenseWarmupReduce::Bf16, WarmupReduce::Bf16),
+            (super::DenseWarmupReduce::F32, WarmupReduce::F32),
+        ] {
+            for grouping in [super::DenseGroups::Tower, super::DenseGroups::Layer] {
+                for (kind, expect) in [
+                    (DenseOpt::OnebitAdam, want),
+                    (DenseOpt::Adam, WarmupReduce::F32),
+                ] {
+                    let built = DenseOptimizer::build(
+                        kind,
+                        &layers,
+                        (DensePolicy::default(), grouping, reduce),
+                        (1e-3, one_epoch(100), DenseWarmup::Auto),
+                    )
+                    .unwrap();
+                    let Opt::OneBit(opt) = built.opt else {
+                        panic!("{kind:?}: not 1-bit Adam's optimizer")
+                    };
+                    assert_eq!(
+                        opt.config().warmup_reduce,
+                        expect,
+                        "{kind:?} {grouping:?} {reduce:?}"
+                    );
+                }
+            }
+        }
+    }
+
     /// `--dense-warmup`'s default is `onebit-adam`'s: an argv without the
     /// option parses to [`super::default_warmup`], and the optimizers it
     /// builds (1-bit Adam and 1-bit LAMB) carry exactly
@@ -795,7 +875,11 @@ mod tests {
         };
         let built = |steps: u64| {
             let layers = [(30, LayerRole::First), (10, LayerRole::Last)];
-            let groups = (DensePolicy::default(), super::DenseGroups::Tower);
+            let groups = (
+                DensePolicy::default(),
+                super::DenseGroups::Tower,
+                super::DenseWarmupReduce::default(),
+            );
             let warm = (1e-3, one_epoch(steps), parsed);
             let adam = DenseOptimizer::build(DenseOpt::OnebitAdam, &layers, groups, warm);
             let lamb = DenseOptimizer::build(DenseOpt::OnebitLamb, &layers, groups, warm);
@@ -922,7 +1006,11 @@ mod tests {
             let layered = DenseOptimizer::build(
                 DenseOpt::OnebitAdam,
                 &tower.dense_layers(),
-                (DensePolicy::default(), super::DenseGroups::Layer),
+                (
+                    DensePolicy::default(),
+                    super::DenseGroups::Layer,
+                    super::DenseWarmupReduce::default(),
+                ),
                 (1e-3, one_epoch(10), DenseWarmup::Auto),
             )
             .unwrap();
@@ -956,7 +1044,11 @@ mod tests {
             DenseOptimizer::build(
                 DenseOpt::Adam,
                 &layers,
-                (DensePolicy::default(), groups),
+                (
+                    DensePolicy::default(),
+                    groups,
+                    super::DenseWarmupReduce::default(),
+                ),
                 (1e-2, one_epoch(steps), warmup),
             )
             .unwrap()
@@ -1016,7 +1108,11 @@ mod tests {
             DenseOptimizer::build(
                 kind,
                 &layers,
-                (DensePolicy::default(), super::DenseGroups::Tower),
+                (
+                    DensePolicy::default(),
+                    super::DenseGroups::Tower,
+                    super::DenseWarmupReduce::default(),
+                ),
                 (1e-2, run(epochs), warmup),
             )
             .unwrap()
@@ -1155,7 +1251,11 @@ mod tests {
             DenseOptimizer::build(
                 kind,
                 &layers,
-                (DensePolicy::parse(p).unwrap(), super::DenseGroups::Tower),
+                (
+                    DensePolicy::parse(p).unwrap(),
+                    super::DenseGroups::Tower,
+                    super::DenseWarmupReduce::default(),
+                ),
                 run,
             )
         };

@@ -494,7 +494,7 @@ pub(crate) fn dense_optimizer(
     DenseOptimizer::build(
         m.dense_opt,
         &layers,
-        (m.dense_policy, m.dense_groups),
+        (m.dense_policy, m.dense_groups, m.dense_warmup_reduce),
         (m.dense_lr, run, m.dense_warmup),
     )
 }
@@ -511,7 +511,12 @@ pub(crate) fn dense_optimizer(
 /// Fails when `onebit-adam` refuses the configuration (it does not for a
 /// finite `--dense-lr`).
 pub(crate) fn single_dense_optimizer(m: &ModelArgs, len: usize) -> Result<DenseOptimizer, String> {
-    let adam = crate::deep::DenseOpt::Adam.build(len, m.dense_lr, 1, m.dense_warmup)?;
+    let adam = crate::deep::DenseOpt::Adam.build(
+        len,
+        m.dense_lr,
+        (1, m.dense_warmup),
+        onebit_adam::WarmupReduce::F32,
+    )?;
     let config = adam
         .config()
         .with_freeze(onebit_adam::FreezePolicy::Fixed(u64::MAX));

@@ -69,7 +69,7 @@ pub struct GradedState {
 
 /// Reused buffers (not state: never saved).
 #[derive(Debug, Clone, Default)]
-struct Scratch {
+pub(crate) struct Scratch {
     p: Vec<f32>,
     c: Vec<f32>,
     send: Vec<u8>,
@@ -77,6 +77,18 @@ struct Scratch {
     gather_send: Vec<u8>,
     gather_recv: Vec<u8>,
     out: Vec<f32>,
+}
+
+impl Scratch {
+    /// Bytes of the buffers' lengths.
+    pub(crate) fn bytes(&self) -> usize {
+        let f = core::mem::size_of::<f32>();
+        (self.p.len() + self.c.len() + self.out.len()) * f
+            + self.send.len()
+            + self.recv.len()
+            + self.gather_send.len()
+            + self.gather_recv.len()
+    }
 }
 
 impl GradedState {
@@ -273,24 +285,64 @@ fn reduce(
     grade: Grade,
     state: &mut GradedState,
 ) -> Result<(f32, f32), OneBitError> {
+    let GradedState {
+        worker,
+        server,
+        scratch,
+        ..
+    } = state;
+    reduce_with(comm, buf, grade, Some((worker, server)), scratch)
+}
+
+/// The mean of `buf` over all ranks through `grade`'s codec **without**
+/// error feedback (steps 1–4 with `e_w = e_s = 0`, nothing kept between
+/// calls): `buf` gets every rank's same decoded mean, or is unchanged on an
+/// error. 1-bit Adam's warm-up reduces its gradients this way under
+/// [`crate::WarmupReduce::Bf16`]: a gradient's rounding error is not
+/// carried into the next step, so no error buffers are kept or saved.
+/// No header: the caller's step has one. `scratch` is only reused memory.
+pub(crate) fn mean_without_feedback(
+    comm: &mut dyn Communicator,
+    buf: &mut [f32],
+    grade: Grade,
+    scratch: &mut Scratch,
+) -> Result<(), OneBitError> {
+    if buf.is_empty() {
+        return Ok(());
+    }
+    reduce_with(comm, buf, grade, None, scratch).map(|_| ())
+}
+
+/// Steps 1–4 on `buf`, with the worker and server error buffers when
+/// `errors` is given (updated only when the call succeeds), without error
+/// feedback otherwise.
+fn reduce_with(
+    comm: &mut dyn Communicator,
+    buf: &mut [f32],
+    grade: Grade,
+    mut errors: Option<(&mut [f32], &mut [f32])>,
+    s: &mut Scratch,
+) -> Result<(f32, f32), OneBitError> {
     let p = comm.size();
     let n = buf.len();
     let big_n = padded_len(n, p);
     let m = big_n / p;
     let f = grade.frame_len(m);
-    let GradedState {
-        worker,
-        server,
-        scratch: s,
-        ..
-    } = state;
 
     // 1. Worker: p = x ⊕ 0 + e_w, one frame per destination chunk; the
     // residual stays in `s.p` until the call has succeeded.
     s.p.clear();
-    s.p.extend(buf.iter().zip(worker.iter()).map(|(&x, &e)| x + e));
-    // The padding's `x` is `0.0`: `0.0 + e` (so a `−0.0` error reads `+0.0`).
-    s.p.extend(worker[n..].iter().map(|&e| 0.0 + e));
+    match &errors {
+        Some((worker, _)) => {
+            s.p.extend(buf.iter().zip(worker.iter()).map(|(&x, &e)| x + e));
+            // The padding's `x` is `0.0`: `0.0 + e` (so a `−0.0` error reads `+0.0`).
+            s.p.extend(worker[n..].iter().map(|&e| 0.0 + e));
+        }
+        None => {
+            s.p.extend_from_slice(buf);
+            s.p.resize(big_n, 0.0);
+        }
+    }
     s.send.resize(p * f, 0);
     let mut failed = None;
     let mut scale_sum = 0.0f64;
@@ -323,8 +375,13 @@ fn reduce(
         }
     }
     let pf = p as f32;
-    for (c, &e) in s.c.iter_mut().zip(server.iter()) {
-        *c = *c / pf + e;
+    match &errors {
+        Some((_, server)) => {
+            for (c, &e) in s.c.iter_mut().zip(server.iter()) {
+                *c = *c / pf + e;
+            }
+        }
+        None => s.c.iter_mut().for_each(|c| *c /= pf),
     }
     s.gather_send.resize(f, 0);
     let beta = match remote {
@@ -365,8 +422,10 @@ fn reduce(
         decode(grade, frame, o, false).map_err(|_| OneBitError::RemoteInput { rank: i })?;
     }
     buf.copy_from_slice(&out[..n]);
-    worker.copy_from_slice(&s.p);
-    server.copy_from_slice(&s.c);
+    if let Some((worker, server)) = errors.as_mut() {
+        worker.copy_from_slice(&s.p);
+        server.copy_from_slice(&s.c);
+    }
     Ok((alpha, beta))
 }
 

@@ -59,5 +59,5 @@ pub use optimizer::finite::FiniteCheck;
 pub use optimizer::split::SplitStep;
 pub use optimizer::{Config, GroupSpec, GroupTelemetry, OneBitAdam, Stage, StepReport, Variant};
 pub use overlap::overlapped_allreduce;
-pub use policy::Policy;
+pub use policy::{Policy, WarmupReduce};
 pub use zero_one::{ZeroOneAdam, ZeroOneConfig, ZeroOneMemory, ZeroOneReport, ZeroOneStage};

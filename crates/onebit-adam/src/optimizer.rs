@@ -36,7 +36,7 @@ use crate::freeze::{FreezePolicy, FreezeTracker};
 use crate::fused::{self, Measure, Scale};
 use crate::graded::{self, GradedState};
 use crate::header::{self, Op};
-use crate::policy::Policy;
+use crate::policy::{Policy, WarmupReduce};
 
 // The gradient's finiteness check and its switch.
 pub(crate) mod finite;
@@ -149,6 +149,11 @@ pub struct Config {
     /// what happens and what the check costs.
     #[cfg_attr(feature = "serde", serde(default))]
     pub finite_check: FiniteCheck,
+    /// How warm-up steps average the gradients over the ranks:
+    /// [`WarmupReduce::F32`] (the default, DeepSpeed's stage exactly) or
+    /// [`WarmupReduce::Bf16`] (half the bytes; see its docs).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub warmup_reduce: WarmupReduce,
 }
 
 // onebit-codec's macro, one copy per dependency chain.
@@ -165,6 +170,7 @@ onebit_codec::with_setters!(Config {
     with_error_reset_every => error_reset_every: Option<u64>,
     with_telemetry => telemetry: bool,
     with_finite_check => finite_check: FiniteCheck,
+    with_warmup_reduce => warmup_reduce: WarmupReduce,
 });
 
 impl Default for Config {
@@ -184,6 +190,7 @@ impl Default for Config {
             error_reset_every: None,
             telemetry: false,
             finite_check: FiniteCheck::On,
+            warmup_reduce: WarmupReduce::F32,
         }
     }
 }
@@ -478,6 +485,9 @@ pub struct OneBitAdam {
     scratch_bits: Vec<u8>,
     scratch_gather: Vec<u8>,
     scratch_packed: Vec<f32>,
+    /// [`WarmupReduce::Bf16`]'s buffers, shared by the groups (freed at
+    /// the first compressed step).
+    warm_scratch: Option<alloc::boxed::Box<graded::Scratch>>,
     /// Where the run is in its [`FreezePolicy`].
     pub(crate) freeze: FreezeTracker,
     /// [`Config::telemetry`]: per group, the signs of its `m` after the
@@ -548,6 +558,7 @@ impl OneBitAdam {
             scratch_bits: Vec::new(),
             scratch_gather: Vec::new(),
             scratch_packed: Vec::new(),
+            warm_scratch: None,
             freeze: FreezeTracker::new(config.freeze),
             negative: Vec::new(),
         })
@@ -564,6 +575,7 @@ impl OneBitAdam {
     /// Bytes of the per-step buffers (lengths).
     pub(crate) fn scratch_bytes(&self) -> usize {
         (self.scratch.len() + self.scratch_packed.len()) * core::mem::size_of::<f32>()
+            + self.warm_scratch.as_ref().map_or(0, |s| s.bytes())
             + self.scratch_bits.len()
             + self.scratch_gather.len()
     }
@@ -900,6 +912,10 @@ impl OneBitAdam {
             }
         }
         eat(self.freeze.frozen_at.unwrap_or(0));
+        // Only when not the default, so an `F32` layout stays what it was.
+        if self.config.warmup_reduce == WarmupReduce::Bf16 {
+            eat(16);
+        }
         h
     }
 
@@ -1117,6 +1133,7 @@ impl OneBitAdam {
             self.freeze.settle(&self.config.freeze, t, planned, sums);
         }
         if stage == Stage::Compressed {
+            self.warm_scratch = None;
             self.compressed_steps += 1;
             if let Some(k) = self.config.error_reset_every
                 && self.compressed_steps.is_multiple_of(k)
@@ -1223,6 +1240,11 @@ impl OneBitAdam {
         measure: Option<Lent<'_>>,
     ) -> Result<(), OneBitError> {
         let (g, scale) = match g {
+            Grad::Mean(g) if warmup && self.config.warmup_reduce == WarmupReduce::Bf16 => {
+                let scratch = self.warm_scratch.get_or_insert_with(Default::default);
+                graded::mean_without_feedback(comm, g, Grade::Bf16, scratch)?;
+                (&*g, Scale::Div(1.0))
+            }
             Grad::Mean(g) => {
                 comm.all_reduce_sum(g)?;
                 (&*g, Scale::Div(comm.size() as f32))

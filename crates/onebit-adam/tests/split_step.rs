@@ -18,7 +18,7 @@ use comm_traits::Communicator;
 use onebit_adam::testing::bits;
 use onebit_adam::{
     AutoFreeze, Config, FreezePolicy, Grade, GroupSpec, OneBitAdam, OneBitError, Policy, ScaleKind,
-    SplitStep, StepReport, Variant,
+    SplitStep, StepReport, Variant, WarmupReduce,
 };
 
 const STEPS: u64 = 9;
@@ -98,6 +98,18 @@ fn cases() -> Vec<Case> {
                 GroupSpec::full_precision(40),
                 GroupSpec::one_bit(0),
                 GroupSpec::one_bit(96).with_weight_decay(Some(0.0)),
+            ],
+        },
+        // The bf16 warm-up reduce (`finish` reduces the warm-up groups
+        // blocking), then 1-bit groups and a full-precision one in f32.
+        Case {
+            name: "bf16 warm-up, mixed policies",
+            config: pre.with_warmup_reduce(WarmupReduce::Bf16),
+            groups: vec![
+                GroupSpec::one_bit(300),
+                GroupSpec::full_precision(40),
+                GroupSpec::one_bit(0),
+                GroupSpec::one_bit(97),
             ],
         },
         // Groups `finish` runs blocking: graded, and the decayed gradient.

@@ -444,8 +444,8 @@ impl DenseOpt {
         self,
         len: usize,
         lr: f32,
-        steps_total: u64,
-        warmup: DenseWarmup,
+        (steps_total, warmup): (u64, DenseWarmup),
+        reduce: onebit_adam::WarmupReduce,
     ) -> Result<OneBitAdam, String> {
         // Plain `Momentum` gives every coordinate ±(scale of the raw
         // momentum); this tower's √v̂ spans 10⁻⁹..10⁻², so that step is
@@ -460,7 +460,8 @@ impl DenseOpt {
             .with_variant(Variant::PreconditionedMomentum)
             // Per-group error norms and sign flips for `--json`: one read of
             // the error buffers and of `m` per step.
-            .with_telemetry(true);
+            .with_telemetry(true)
+            .with_warmup_reduce(reduce);
         let group = match self {
             // Full precision at every step: Adam on the mean gradient.
             Self::Adam => GroupSpec::full_precision(len),
@@ -481,11 +482,11 @@ impl DenseOpt {
         layers: &[(usize, LayerRole)],
         policy: DensePolicy,
         lr: f32,
-        steps_total: u64,
-        warmup: DenseWarmup,
+        schedule: (u64, DenseWarmup),
+        reduce: onebit_adam::WarmupReduce,
     ) -> Result<OneBitAdam, String> {
         let len = layers.iter().map(|l| l.0).sum();
-        let mut opt = self.build(len, lr, steps_total, warmup)?;
+        let mut opt = self.build(len, lr, schedule, reduce)?;
         if self == Self::OnebitAdam && policy != DensePolicy::default() {
             opt = OneBitAdam::with_groups(&policy.groups(layers), *opt.config())
                 .map_err(|e| format!("--dense-policy: {e}"))?;
@@ -740,7 +741,7 @@ mod tests {
         }
         let policy = |steps, warmup| {
             let opt = super::DenseOpt::OnebitAdam
-                .build(10, 1e-3, steps, warmup)
+                .build(10, 1e-3, (steps, warmup), onebit_adam::WarmupReduce::F32)
                 .unwrap();
             opt.config().freeze
         };

@@ -119,6 +119,13 @@ fn options(ds: &Dataset, run: &Run<'_>, lens: [usize; 3]) -> Vec<(&'static str, 
         ("--evict-capacity", m.evict_capacity),
     ];
     opts.extend(admission.into_iter().filter_map(|(k, v)| Some((k, v?))));
+    // Only where it changes the run (1-bit Adam's bf16 warm-up): runs
+    // before the option reduced in f32 and keep their fingerprint.
+    if m.dense_opt == crate::deep::DenseOpt::OnebitAdam
+        && m.dense_warmup_reduce == crate::dense_opt::DenseWarmupReduce::Bf16
+    {
+        opts.push(("--dense-warmup-reduce", 1));
+    }
     // Only when narrow: f32 runs keep their checkpoints' fingerprint.
     if m.row_precision != basis_shard::RowPrecision::F32 {
         opts.push(("--row-precision", m.row_precision.code()));

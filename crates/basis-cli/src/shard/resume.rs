@@ -129,6 +129,9 @@ fn readable(e: CheckpointError) -> CheckpointError {
                 float().map(|x| x.to_string())
             }
             "--dense-warmup" => bits.map(|b| crate::deep::DenseWarmup::from_bits(b).to_string()),
+            // Listed only for bf16 (`super::options`): unlisted is f32.
+            "--dense-warmup-reduce" if bits == Some(1) => Some("bf16".to_string()),
+            "--dense-warmup-reduce" if value.is_empty() => Some("f32".to_string()),
             _ => None,
         }
         .unwrap_or(value)

@@ -646,6 +646,22 @@ fn resume_is_bit_identical_and_bad_files_fail_every_rank() {
             &out,
             &["it has --dense-warmup share, this run --dense-warmup auto"],
         );
+        let f32_warmup = sharded(
+            3,
+            &[
+                "--epochs",
+                "2",
+                "--opt",
+                opt,
+                "--dense-warmup-reduce",
+                "f32",
+            ],
+        );
+        let out = with_checkpoint(&ds, &f32_warmup, &base, true, None);
+        all_fail_with(
+            &out,
+            &["it has --dense-warmup-reduce bf16, this run --dense-warmup-reduce f32"],
+        );
         let lr = sharded(3, &["--epochs", "2", "--opt", opt, "--dense-lr", "0.002"]);
         let out = with_checkpoint(&ds, &lr, &base, true, None);
         all_fail_with(&out, &["it has --dense-lr 0.01, this run --dense-lr 0.002"]);

@@ -52,7 +52,7 @@ use super::{
 use crate::OneBitError;
 use crate::allreduce::{f32_at, non_finite, padded_len, recv_of};
 use crate::header::{self, Op};
-use crate::policy::Policy;
+use crate::policy::{Policy, WarmupReduce};
 
 /// One step in progress: what [`OneBitAdam::begin_group`] started, handed
 /// to [`OneBitAdam::finish`]. Build it with [`SplitStep::default`].
@@ -90,6 +90,9 @@ enum Slot {
         req: Option<Request>,
         buf: Vec<f32>,
         bytes: CommStats,
+        /// A warm-up under [`crate::WarmupReduce::Bf16`]: `buf` is the mean
+        /// copy, reduced blocking by `commit` (no request started).
+        reduce_in_commit: bool,
     },
     /// 1-bit, pipelined.
     OneBit(Box<Flight>),
@@ -245,15 +248,25 @@ impl OneBitAdam {
                 split.verdict.get_or_insert(e.clone());
             }
             let mut bytes = CommStats::default();
+            // The bf16 warm-up reduce has no non-blocking form: `commit`
+            // runs the blocking step's.
+            let reduce_in_commit = !started.direct
+                && started.stage == Stage::Warmup
+                && self.config.warmup_reduce == WarmupReduce::Bf16;
             // One rank in the direct case: the blocking step skips the
             // all-reduce (the identity) and so does this.
-            let (req, buf) = if started.direct {
+            let (req, buf) = if started.direct || reduce_in_commit {
                 (None, buf)
             } else {
                 bytes.record(Collective::AllReduceSum, comm.size(), 4 * n);
                 (Some(comm.start_all_reduce_sum(buf)?), Vec::new())
             };
-            Slot::Full { req, buf, bytes }
+            Slot::Full {
+                req,
+                buf,
+                bytes,
+                reduce_in_commit,
+            }
         };
         if let Err(e) = local {
             split.verdict.get_or_insert(e);
@@ -631,20 +644,25 @@ impl OneBitAdam {
                     bytes = comm.stats().since(&at);
                     r.map(|s| scales = s)
                 }
-                Some(Slot::Full { buf, bytes: b, .. }) => {
-                    bytes = b;
+                Some(Slot::Full {
+                    mut buf,
+                    bytes: b,
+                    reduce_in_commit,
+                    ..
+                }) => {
                     let warmup = stage == Stage::Warmup;
                     let lent = lend_snapshot(&mut measure, &mut at_snapshot, policy, range.len());
                     let comm: &mut dyn Communicator = &mut *comm;
-                    self.full_group(
-                        comm,
-                        gi,
-                        t,
-                        super::Grad::Reduced(&buf),
-                        &mut params[range],
-                        warmup,
-                        lent,
-                    )
+                    let at = comm.stats();
+                    let grad = if reduce_in_commit {
+                        super::Grad::Mean(&mut buf)
+                    } else {
+                        super::Grad::Reduced(&buf)
+                    };
+                    let r = self.full_group(comm, gi, t, grad, &mut params[range], warmup, lent);
+                    bytes = b;
+                    bytes += comm.stats().since(&at);
+                    r
                 }
                 None => Err(OneBitError::Config("finish: a group was not begun")),
             };
