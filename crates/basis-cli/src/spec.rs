@@ -247,11 +247,12 @@ impl OptSpec {
     }
 }
 
-/// `counter`'s spec value (`exact`, `log4`, `log3`) in the JSON output.
+/// `counter`'s spec value (`exact`, `log4`, `log3`, `log3-wide`) in the JSON output.
 fn counter_name<S: serde::Serializer>(c: &Option<RowCounter>, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_str(match c {
         Some(RowCounter::Log4) => "log4",
         Some(RowCounter::Log3) => "log3",
+        Some(RowCounter::Log3Wide) => "log3-wide",
         _ => "exact",
     })
 }
@@ -527,7 +528,12 @@ impl core::str::FromStr for OptSpec {
                         "exact" => RowCounter::Exact,
                         "log4" => RowCounter::Log4,
                         "log3" => RowCounter::Log3,
-                        _ => return Err(SpecError(format!("counter `{v}` (exact, log4, log3)"))),
+                        "log3-wide" => RowCounter::Log3Wide,
+                        _ => {
+                            return Err(SpecError(format!(
+                                "counter `{v}` (exact, log4, log3, log3-wide)"
+                            )));
+                        }
                     });
                 }
                 "profile" => {
@@ -766,6 +772,10 @@ mod tests {
         for (text, counter) in [
             ("basis:accumulate=ema-anneal,counter=log4", RowCounter::Log4),
             ("basis:accumulate=ema-anneal,counter=log3", RowCounter::Log3),
+            (
+                "basis:accumulate=ema-anneal,counter=log3-wide",
+                RowCounter::Log3Wide,
+            ),
             ("basis:accumulate=anneal,counter=log4", RowCounter::Log4),
             (
                 "basis:accumulate=ema-anneal,counter=exact",
@@ -789,7 +799,7 @@ mod tests {
             ("basis:mode=own,counter=log4", "only mode=rowscaled"),
             (
                 "basis:accumulate=ema-anneal,counter=log5",
-                "(exact, log4, log3)",
+                "(exact, log4, log3, log3-wide)",
             ),
         ] {
             let e = text.parse::<OptSpec>().unwrap_err();

@@ -41,6 +41,17 @@ pub enum RowCounter {
     /// docs/RESULTS.md).
     #[default]
     Log3,
+    /// A 3-bit log-scale counter over the exact counter's range (0.38 B/row,
+    /// as [`RowCounter::Log3`]): levels `0, 1, 64, 256, 1 024, 4 096,
+    /// 16 384, 65 535`, stochastic increments, unbiased up to 65 535
+    /// updates, where it saturates as the exact counter does. From 64 on these
+    /// are `Log3`'s levels (×4), and below 100 the default rule does not
+    /// read the count, so the levels 4 and 16 are traded for 16 384 and
+    /// 65 535: `Log3` saturates at 4 096 updates, which a hot row of a
+    /// 10^7-example stream at batch 256 (39 000 steps) passes early, and
+    /// from there its β stays `1 − 1/4 096` and its steps stop shrinking
+    /// (docs/RESULTS.md, "The row counter's range at 10^7").
+    Log3Wide,
 }
 
 /// [`RowCounter::Log4`]'s levels: doubling from 1 (Morris with base 2).
@@ -51,13 +62,16 @@ const LOG4: [u16; 16] = [
 /// [`RowCounter::Log3`]'s levels: ×4 from 1.
 const LOG3: [u16; 8] = [0, 1, 4, 16, 64, 256, 1024, 4096];
 
+/// [`RowCounter::Log3Wide`]'s levels: ×4 from 64, topped at `u16::MAX`.
+const LOG3_WIDE: [u16; 8] = [0, 1, 64, 256, 1024, 4096, 16384, 65535];
+
 impl RowCounter {
     /// Bits per row (16 for the exact counter).
     pub const fn bits(self) -> u32 {
         match self {
             Self::Exact => 16,
             Self::Log4 => 4,
-            Self::Log3 => 3,
+            Self::Log3 | Self::Log3Wide => 3,
         }
     }
 
@@ -68,6 +82,7 @@ impl RowCounter {
             Self::Exact => None,
             Self::Log4 => Some(&LOG4),
             Self::Log3 => Some(&LOG3),
+            Self::Log3Wide => Some(&LOG3_WIDE),
         }
     }
 
@@ -309,6 +324,7 @@ impl Counts {
             Self::Packed { kind, .. } => match kind {
                 RowCounter::Log4 => 2,
                 RowCounter::Log3 => 3,
+                RowCounter::Log3Wide => 4,
                 RowCounter::Exact => 1,
             },
         }
@@ -409,6 +425,7 @@ mod tests {
         for (kind, ns) in [
             (RowCounter::Log4, &[1u32, 3, 50, 100, 300, 1000][..]),
             (RowCounter::Log3, &[1u32, 5, 100, 400][..]),
+            (RowCounter::Log3Wide, &[1u32, 9, 100, 3000][..]),
         ] {
             for &n in ns {
                 let (p, lost) = distribution(kind, n);
@@ -446,7 +463,7 @@ mod tests {
     /// At the top level the counter saturates (as the exact one at 65 535).
     #[test]
     fn the_top_level_saturates() {
-        for kind in [RowCounter::Log4, RowCounter::Log3] {
+        for kind in [RowCounter::Log4, RowCounter::Log3, RowCounter::Log3Wide] {
             let levels = kind.levels().unwrap();
             let top = *levels.last().unwrap();
             for bits in [0u64, u64::MAX, 0x1234_5678_9ABC_DEF0] {
