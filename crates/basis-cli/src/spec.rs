@@ -30,8 +30,10 @@
 //! with `beta`, default 0.99, and `power`, default 1) for `rowscaled`; a
 //! `beta` or `power` alone keeps the default's kind when it reads that key
 //! (`ema-anneal` reads both), else means `ema` (`beta`) or `anneal`
-//! (`power`); `counter` (`log3`, basis-core's default, 0.38 B/row; `log4`,
-//! 0.5 B/row; `exact`, 2 B/row: `RowCounter`) keeps the row counts of
+//! (`power`); `counter` (`log3-wide`, basis-core's default: 3 bits,
+//! 0.38 B/row, up to 65 535 updates; `log3`, the same bits up to 4 096, the
+//! default before; `log4`, 0.5 B/row; `exact`, 2 B/row: `RowCounter`)
+//! keeps the row counts of
 //! `anneal` and `ema-anneal`; `profile` (exponent in
 //! `[0, 1]`, default 1), `lead` (leading profile group, default 1: the FM's
 //! linear weight) and `eps` (`outside`, default, or `inside`) shape the
@@ -674,7 +676,7 @@ mod tests {
                 power: 1.0
             }
         );
-        assert_eq!(core.row_scale.counter, RowCounter::Log3);
+        assert_eq!(core.row_scale.counter, RowCounter::Log3Wide);
         assert_eq!(core.lr, 0.003);
         let spec: OptSpec = "basis".parse().unwrap();
         let built = crate::optim::basis_config(&spec, RowIndex::Sparse, core.dim, 0);
@@ -719,7 +721,7 @@ mod tests {
             let spec: OptSpec = text.parse().unwrap();
             let built = crate::optim::basis_config(&spec, RowIndex::Sparse, core.dim, 0);
             assert_eq!(built.row_scale.accumulate, accumulate, "{text}");
-            assert_eq!(built.row_scale.counter, RowCounter::Log3, "{text}");
+            assert_eq!(built.row_scale.counter, RowCounter::Log3Wide, "{text}");
         }
         let exact: OptSpec = "basis:counter=exact".parse().unwrap();
         let built = crate::optim::basis_config(&exact, RowIndex::Sparse, core.dim, 0);

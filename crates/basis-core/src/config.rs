@@ -152,7 +152,7 @@ pub enum Accumulate {
     /// 2026-12-06): `G ← β_n·G + (1 − β)·x` with `β_n = max(β, 1 −
     /// n^(−power))`, `n` the row's updates including this one (kept by
     /// [`RowScaleConfig::counter`]: by default a 3-bit log-scale counter,
-    /// [`RowCounter::Log3`]; exact with [`RowCounter::Exact`]), and `G = x`
+    /// [`RowCounter::Log3Wide`]; exact with [`RowCounter::Exact`]), and `G = x`
     /// at a row's first update (the EMA's seeding).
     ///
     /// While `n < (1 − β)^(−1/power)` (100 for β 0.99, `power` 1) this is
@@ -198,7 +198,7 @@ impl Accumulate {
     /// [`DEFAULT_EMA_ANNEAL_POWER`](Self::DEFAULT_EMA_ANNEAL_POWER) (1): the
     /// EMA while a row has had at most 100 updates, annealed past that (see
     /// [`RowScaleConfig::accumulate`]). Its row count is kept by
-    /// [`RowScaleConfig::counter`] (default [`RowCounter::Log3`]).
+    /// [`RowScaleConfig::counter`] (default [`RowCounter::Log3Wide`]).
     pub const DEFAULT: Self = Self::EmaAnnealed {
         beta: Self::DEFAULT_BETA,
         power: Self::DEFAULT_EMA_ANNEAL_POWER,
@@ -254,7 +254,7 @@ pub struct RowScaleConfig {
     /// (default [`Profile::DEFAULT`]).
     pub profile: Profile,
     /// How a row's update count is kept when the accumulation reads one
-    /// ([`Accumulate::counts_rows`]; default [`RowCounter::Log3`], 3 bits,
+    /// ([`Accumulate::counts_rows`]; default [`RowCounter::Log3Wide`], 3 bits,
     /// 0.38 B/row, which met the same cells as the exact count:
     /// docs/RESULTS.md; [`RowCounter::Log4`] 0.5 B/row; [`RowCounter::Exact`]
     /// 2 B/row). A value other than the default under an accumulation
@@ -272,12 +272,12 @@ with_setters!(RowScaleConfig {
 impl RowScaleConfig {
     /// The default: [`Accumulate::DEFAULT`] (the EMA with β = 0.99,
     /// annealed past 100 updates of a row), log₂ range `(−48, 24)`,
-    /// [`Profile::DEFAULT`], the 3-bit [`RowCounter::Log3`].
+    /// [`Profile::DEFAULT`], the 3-bit [`RowCounter::Log3Wide`].
     pub const DEFAULT: Self = Self {
         accumulate: Accumulate::DEFAULT,
         log2_range: (-48.0, 24.0),
         profile: Profile::DEFAULT,
-        counter: RowCounter::Log3,
+        counter: RowCounter::Log3Wide,
     };
 }
 

@@ -37,9 +37,9 @@ pub enum RowCounter {
     Log4,
     /// A 3-bit log-scale counter (stored 21 to a 64-bit word: 0.38 B/row):
     /// levels `0, 1, 4, 16, …, 4 096`, stochastic increments, unbiased up to
-    /// 4 096 updates (the default: it met every cell the exact count did,
-    /// docs/RESULTS.md).
-    #[default]
+    /// 4 096 updates (the default from 2026-12-06 until
+    /// [`RowCounter::Log3Wide`] replaced it: it met every cell the exact
+    /// count did up to 10^6 examples, docs/RESULTS.md).
     Log3,
     /// A 3-bit log-scale counter over the exact counter's range (0.38 B/row,
     /// as [`RowCounter::Log3`]): levels `0, 1, 64, 256, 1 024, 4 096,
@@ -50,7 +50,10 @@ pub enum RowCounter {
     /// 65 535: `Log3` saturates at 4 096 updates, which a hot row of a
     /// 10^7-example stream at batch 256 (39 000 steps) passes early, and
     /// from there its β stays `1 − 1/4 096` and its steps stop shrinking
-    /// (docs/RESULTS.md, "The row counter's range at 10^7").
+    /// (docs/RESULTS.md, "The row counter's range at 10^7"). The default
+    /// (session 16): the same cells as `Log3` on the short benchmark and
+    /// the 10^6 stream, and the 10^7 stream's at the carried-over rate.
+    #[default]
     Log3Wide,
 }
 

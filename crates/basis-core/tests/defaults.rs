@@ -29,7 +29,8 @@ fn default_is_the_documented_measured_configuration() {
     assert_eq!(c.nonfinite, NonFinitePolicy::Skip);
     assert_eq!(c.grad_clip, None);
     // The EMA (β 0.99) annealed past 100 updates of a row (since 2026-12-06),
-    // its count in a 3-bit log-scale counter.
+    // its count in a 3-bit log-scale counter over the exact one's range
+    // (since session 16; `Log3` before, which stops at 4 096 updates).
     assert_eq!(
         c.row_scale.accumulate,
         Accumulate::EmaAnnealed {
@@ -45,8 +46,8 @@ fn default_is_the_documented_measured_configuration() {
         ),
         (0.99, 1.0)
     );
-    assert_eq!(c.row_scale.counter, RowCounter::Log3);
-    assert_eq!(RowCounter::default(), RowCounter::Log3);
+    assert_eq!(c.row_scale.counter, RowCounter::Log3Wide);
+    assert_eq!(RowCounter::default(), RowCounter::Log3Wide);
     assert_eq!(c.row_scale.log2_range, (-48.0, 24.0));
     assert_eq!(c.row_scale.profile.power, 1.0);
     assert_eq!(c.row_scale.profile.lead, 0);
