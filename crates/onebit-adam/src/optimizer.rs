@@ -1240,7 +1240,10 @@ impl OneBitAdam {
         measure: Option<Lent<'_>>,
     ) -> Result<(), OneBitError> {
         let (g, scale) = match g {
-            Grad::Mean(g) if warmup && self.config.warmup_reduce == WarmupReduce::Bf16 => {
+            // One rank reduces nothing (its f32 all-reduce is the identity).
+            Grad::Mean(g)
+                if warmup && self.config.warmup_reduce == WarmupReduce::Bf16 && comm.size() > 1 =>
+            {
                 let scratch = self.warm_scratch.get_or_insert_with(Default::default);
                 graded::mean_without_feedback(comm, g, Grade::Bf16, scratch)?;
                 (&*g, Scale::Div(1.0))

@@ -113,6 +113,9 @@ fn bf16_warmup_steps_equal_a_single_rank_step_on_the_reference_mean() {
     }
 }
 
+/// One rank: every path (the direct step, an accumulated sum, a gradient
+/// given after an accumulation: the mean path) steps alike under either
+/// reduce.
 #[test]
 fn one_rank_steps_alike_under_either_reduce() {
     let n: usize = groups().iter().map(|g| g.len).sum();
@@ -120,10 +123,22 @@ fn one_rank_steps_alike_under_either_reduce() {
         let mut opt =
             OneBitAdam::with_groups(&groups(), config().with_warmup_reduce(reduce)).unwrap();
         let mut x = init(n);
+        let mut comm = SingleRank::default();
         for t in 0..6 {
             let g = rank_input(0, t, n);
-            opt.step_with_grad(&mut SingleRank::default(), &mut x, &g)
-                .unwrap();
+            match t % 3 {
+                0 => {
+                    opt.step_with_grad(&mut comm, &mut x, &g).unwrap();
+                }
+                1 => {
+                    opt.accumulate(&g).unwrap();
+                    opt.step(&mut comm, &mut x).unwrap();
+                }
+                _ => {
+                    opt.accumulate(&g).unwrap();
+                    opt.step_with_grad(&mut comm, &mut x, &g).unwrap();
+                }
+            }
         }
         (bits(&x), opt.export_state())
     };

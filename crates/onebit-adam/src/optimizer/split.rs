@@ -251,6 +251,7 @@ impl OneBitAdam {
             // The bf16 warm-up reduce has no non-blocking form: `commit`
             // runs the blocking step's.
             let reduce_in_commit = !started.direct
+                && comm.size() > 1
                 && started.stage == Stage::Warmup
                 && self.config.warmup_reduce == WarmupReduce::Bf16;
             // One rank in the direct case: the blocking step skips the
