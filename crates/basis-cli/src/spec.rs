@@ -729,6 +729,22 @@ mod tests {
         assert_eq!(built.validate(), Ok(()));
     }
 
+    /// The one-pass configuration basis-core names is one spec away:
+    /// `basis:accumulate=sum,lr=0.01` builds `BasisConfig::one_pass()` with
+    /// the model's `lead` (docs/CLI.md).
+    #[test]
+    fn the_one_pass_spec_is_the_core_one_pass() {
+        use basis_core::RowIndex;
+        let core = BasisConfig::one_pass();
+        let spec: OptSpec = "basis:accumulate=sum,lr=0.01".parse().unwrap();
+        let built = crate::optim::basis_config(&spec, RowIndex::Sparse, core.dim, 0);
+        let lead1 = core
+            .row_scale
+            .with_profile(core.row_scale.profile.with_lead(DEFAULT_LEAD));
+        assert_eq!(built, core.with_row_scale(lead1));
+        assert_eq!(spec.lr(), core.lr);
+    }
+
     /// `accumulate`/`beta` over basis-core's default: an unset key keeps the
     /// default (so a new core default reaches the CLI), `beta` alone keeps a
     /// kind that has one and otherwise means `ema`.

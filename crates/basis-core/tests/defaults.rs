@@ -6,7 +6,7 @@
 use basis_core::{
     Accumulate, Basis, BasisConfig, Bucketer, ConfigError, ConfigOption, Direction,
     LEARNED_SCALAR_ROWS_PER_BUCKET, NonFinitePolicy, ROW_SCALED_ROWS_PER_BUCKET, RowCounter,
-    RowIndex, ScalarLrSchedule, ScalarRule, ScalarStorage, TablePrecision,
+    RowIndex, RowScaleConfig, ScalarLrSchedule, ScalarRule, ScalarStorage, TablePrecision,
 };
 
 /// Every field of `BasisConfig::default()`, as its docs name it.
@@ -187,4 +187,31 @@ fn for_rows_sizes_the_bucketer_and_stays_near_a_byte_per_row() {
     for id in 0..100u64 {
         assert_eq!(opt.bucketer().bucket(id), again.bucketer().bucket(id));
     }
+}
+
+/// `one_pass()` is `Default` with AdaGrad's sum in place of the annealed EMA
+/// and η 0.01, as its docs name it; it keeps no row counter, so its state is
+/// the default's less the counter's 3 bits per row.
+#[test]
+fn one_pass_is_the_default_with_the_sum() {
+    let c = BasisConfig::one_pass();
+    assert_eq!(c.row_scale.accumulate, Accumulate::Sum);
+    assert_eq!(c.row_scale, RowScaleConfig::ONE_PASS);
+    assert_eq!(c.lr, 0.01);
+    let expected = BasisConfig::default()
+        .with_lr(0.01)
+        .with_row_scale(RowScaleConfig::DEFAULT.with_accumulate(Accumulate::Sum));
+    assert_eq!(c, expected);
+    assert_eq!(c.validate(), Ok(()));
+
+    let rows = 20_000u64;
+    let index = RowIndex::Dense { rows };
+    let one_pass = Basis::for_rows(c.with_dim(17).with_row_index(index), rows).unwrap();
+    let default = BasisConfig::default().with_dim(17).with_row_index(index);
+    let default = Basis::for_rows(default, rows).unwrap();
+    let (a, b) = (one_pass.memory(), default.memory());
+    assert_eq!(a.row_counters, 0);
+    assert_eq!(a.total_bytes + b.row_counters, b.total_bytes);
+    let per_row = a.total_bytes as f64 / rows as f64;
+    assert!((1.0..1.15).contains(&per_row), "{per_row} B/row");
 }
