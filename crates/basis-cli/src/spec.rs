@@ -678,13 +678,7 @@ mod tests {
         );
         assert_eq!(core.row_scale.counter, RowCounter::Log3Wide);
         assert_eq!(core.lr, 0.003);
-        let spec: OptSpec = "basis".parse().unwrap();
-        let built = crate::optim::basis_config(&spec, RowIndex::Sparse, core.dim, 0);
-        let lead1 = core
-            .row_scale
-            .with_profile(core.row_scale.profile.with_lead(DEFAULT_LEAD));
-        assert_eq!(built, core.with_row_scale(lead1));
-        assert_eq!(spec.lr(), core.lr);
+        assert_spec_builds("basis", core);
         // `accumulate=ema` without `beta` is the default's β too.
         let ema: OptSpec = "basis:accumulate=ema".parse().unwrap();
         assert_eq!(
@@ -734,15 +728,18 @@ mod tests {
     /// the model's `lead` (docs/CLI.md).
     #[test]
     fn the_one_pass_spec_is_the_core_one_pass() {
-        use basis_core::RowIndex;
-        let core = BasisConfig::one_pass();
-        let spec: OptSpec = "basis:accumulate=sum,lr=0.01".parse().unwrap();
-        let built = crate::optim::basis_config(&spec, RowIndex::Sparse, core.dim, 0);
+        assert_spec_builds("basis:accumulate=sum,lr=0.01", BasisConfig::one_pass());
+    }
+
+    /// `text` builds `core` with the CLI's model `lead`, at `core`'s rate.
+    fn assert_spec_builds(text: &str, core: BasisConfig) {
+        let spec: OptSpec = text.parse().unwrap();
+        let built = crate::optim::basis_config(&spec, basis_core::RowIndex::Sparse, core.dim, 0);
         let lead1 = core
             .row_scale
             .with_profile(core.row_scale.profile.with_lead(DEFAULT_LEAD));
-        assert_eq!(built, core.with_row_scale(lead1));
-        assert_eq!(spec.lr(), core.lr);
+        assert_eq!(built, core.with_row_scale(lead1), "{text}");
+        assert_eq!(spec.lr(), core.lr, "{text}");
     }
 
     /// `accumulate`/`beta` over basis-core's default: an unset key keeps the
