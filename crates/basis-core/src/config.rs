@@ -585,8 +585,9 @@ impl BasisConfig {
     /// Measured (docs/RESULTS.md, session 17): on the sharded DeepFM stream
     /// it meets max(Adam, row-wise AdaGrad) − 0.001 test AUC at 5·10^4,
     /// 10^6 and 10^7 examples, and also on the DLRM stream at 5·10^4. At
-    /// 10^7 (seed 2) it scores 0.8433 against AdaGrad's 0.8428, where
-    /// [`Default`] is at best 0.8295, or 0.8380 with a bf16 `G_i`. η = 0.01
+    /// 10^7 it is above AdaGrad on seeds 1–3 (+0.0018, +0.0005, +0.0014);
+    /// on seed 2, where [`Default`] was tuned, that default is at best 0.8295
+    /// (0.8380 with a bf16 `G_i`) against AdaGrad's 0.8428. η = 0.01
     /// is the rate validation chose at 5·10^4 and 10^6. At 10^7 the rate
     /// was 0.03, AdaGrad's best there too: tune it as you would AdaGrad's.
     ///
