@@ -541,6 +541,11 @@ pub(crate) fn compare(args: &CompareArgs, progress: bool) -> Result<(), String> 
     } else {
         args.opts.clone()
     };
+    // Unset BASIS keys resolve against the run's passes (`--epochs 1`: one pass).
+    let specs: Vec<OptSpec> = specs
+        .iter()
+        .map(|s| s.for_epochs(args.model.epochs))
+        .collect();
     let entries = run_all(
         &ds,
         &specs,
@@ -590,17 +595,18 @@ pub(crate) fn train_one(args: &TrainArgs, progress: bool) -> Result<(), String> 
     check_outputs(&args.out, args.checkpoint.as_deref())?;
     let ds = crate::data::load(&args.data.options(progress)).map_err(|e| e.to_string())?;
     let ckpt = args.checkpoint.as_ref().map(|d| d.join("run.ckpt"));
+    let spec = args.opt.for_epochs(args.model.epochs);
     let r = train(
         &ds,
         &Run {
-            spec: &args.opt,
+            spec: &spec,
             model: &args.model,
             checkpoint: ckpt,
             resume: args.resume,
             progress,
         },
     )?;
-    let entries = [entry(&args.opt, Vec::new(), vec![r])];
+    let entries = [entry(&spec, Vec::new(), vec![r])];
     if !table_suppressed(&args.out) {
         print!("{}", train_text(&ds, &entries[0]));
     } else if crate::parallel::is_output_rank() {

@@ -192,7 +192,7 @@ pub(crate) fn basis_config(
     seed: u64,
 ) -> BasisConfig {
     // basis-core's measured defaults of the mode; the spec's keys over them.
-    let defaults = spec.mode.core_defaults();
+    let defaults = spec.core_defaults();
     defaults
         .with_dim(dim)
         .with_lr(spec.lr())

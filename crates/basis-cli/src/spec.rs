@@ -12,8 +12,11 @@
 //! | `ftrl` | `lr` (α), `beta` (β), `l1`, `l2` (defaults: `basis-core`'s `FtrlConfig`) |
 //! | `adam8bit` (`adam-8bit`) | `lr`, `beta1`, `block` (values per absmax, default 256) |
 //!
-//! Every `basis` default is `basis-core`'s ([`BasisConfig::defaults_for`]
-//! the mode), except `lead`, which the CLI sets from its models' rows.
+//! Every `basis` default is `basis-core`'s
+//! ([`BasisConfig::defaults_for_epochs`] the mode and the run's `--epochs`:
+//! plain `basis` on one pass is [`BasisConfig::one_pass`]; a spec naming
+//! the accumulation builds over the several-epoch default on every run),
+//! except `lead`, which the CLI sets from its models' rows.
 //!
 //! `mode` is `rowscaled` (default), `shared`, `signed` or `own`; `ratio` is
 //! rows per bucket `N/B` (default: basis-core's automatic `B` from the
@@ -25,7 +28,8 @@
 //! `decay` (AdaGrad's sum with forgetting; both with `beta`, default 0.99)
 //! or `anneal` (a decayed sum whose memory grows with the row's update
 //! count, `Accumulate::CountAnnealed`, with `power`, default 0.5) or
-//! `ema-anneal` (default, basis-core's `Accumulate::DEFAULT`: the EMA while
+//! `ema-anneal` (default over several epochs, `sum` on one pass;
+//! basis-core's `Accumulate::DEFAULT`: the EMA while
 //! a row is rare, annealed once it is frequent, `Accumulate::EmaAnnealed`,
 //! with `beta`, default 0.99, and `power`, default 1) for `rowscaled`; a
 //! `beta` or `power` alone keeps the default's kind when it reads that key
@@ -91,11 +95,6 @@ impl Mode {
             Self::Signed => Direction::Signed,
             Self::Own => Direction::OwnGradient,
         }
-    }
-
-    /// `basis-core`'s measured default configuration of this mode.
-    pub(crate) const fn core_defaults(self) -> BasisConfig {
-        BasisConfig::defaults_for(self.direction())
     }
 }
 
@@ -166,6 +165,9 @@ pub(crate) struct OptSpec {
     pub(crate) block: Option<usize>,
     /// The Adam family's β1 (`None` = `AdamConfig`'s default, 0.9).
     pub(crate) beta1: Option<f32>,
+    /// The run trains one pass over its data (`--epochs 1`): set from the
+    /// run, not the text ([`OptSpec::for_epochs`]).
+    pub(crate) one_pass: bool,
 }
 
 /// A bad specification.
@@ -242,6 +244,53 @@ impl OptSpec {
 }
 
 impl OptSpec {
+    /// This spec on a run of `epochs` passes over its training data.
+    pub(crate) fn for_epochs(&self, epochs: u32) -> Self {
+        Self {
+            one_pass: epochs <= 1,
+            ..self.clone()
+        }
+    }
+
+    /// Whether the text names the `RowScaled` accumulation (`accumulate`,
+    /// `beta`, `power` or `counter`).
+    fn names_accumulation(&self) -> bool {
+        self.accumulate.is_some()
+            || self.beta.is_some()
+            || self.power.is_some()
+            || self.counter.is_some()
+    }
+
+    /// `basis-core`'s measured configuration the keys build over:
+    /// [`BasisConfig::defaults_for_epochs`] the mode and the run's passes
+    /// (so plain `basis` on an `--epochs 1` run is
+    /// [`BasisConfig::one_pass`]) unless the text names the accumulation;
+    /// then the mode's multi-epoch default, so that `beta`, `power` and
+    /// `counter` mean the same on every run.
+    pub(crate) fn core_defaults(&self) -> BasisConfig {
+        let epochs = if self.one_pass && !self.names_accumulation() {
+            1
+        } else {
+            u32::MAX
+        };
+        BasisConfig::defaults_for_epochs(self.mode.direction(), epochs)
+    }
+
+    /// Whether the run's passes choose this spec's configuration: BASIS
+    /// `rowscaled` with no accumulation named (what a resumed run must
+    /// not change).
+    pub(crate) fn passes_choose_defaults(&self) -> bool {
+        self.kind == Kind::Basis && self.mode == Mode::RowScaled && !self.names_accumulation()
+    }
+
+    /// Whether this spec builds over [`BasisConfig::one_pass`] because
+    /// its run is one pass.
+    pub(crate) fn takes_one_pass_defaults(&self) -> bool {
+        self.one_pass && self.passes_choose_defaults()
+    }
+}
+
+impl OptSpec {
     /// The `RowScaled` row counter: the `counter` key over `default`
     /// (basis-core's).
     pub(crate) fn counter_over(&self, default: RowCounter) -> RowCounter {
@@ -274,7 +323,7 @@ impl OptSpec {
             Kind::Basis | Kind::Countsketch => match self.mode {
                 // One profile over the FM row's `w` and `v` steps larger on `v`.
                 Mode::RowScaled if self.lead == Some(0) => ONE_PROFILE_FM_LR,
-                mode => mode.core_defaults().lr,
+                _ => self.core_defaults().lr,
             },
         }
     }
@@ -287,7 +336,7 @@ impl OptSpec {
     /// Row-scalar storage in use.
     pub(crate) fn storage(&self) -> Storage {
         self.storage
-            .unwrap_or(match self.mode.core_defaults().scalar_storage {
+            .unwrap_or(match self.core_defaults().scalar_storage {
                 ScalarStorage::LogU8 => Storage::U8,
                 ScalarStorage::Bf16 => Storage::Bf16,
                 // F32, and any storage basis-core adds later.
@@ -302,7 +351,7 @@ impl OptSpec {
         match (self.buckets, self.ratio) {
             (Some(b), _) => b,
             (None, Some(r)) => ((rows as f64 / r).ceil() as u32).max(1),
-            (None, None) => self.mode.core_defaults().buckets_for(rows as u64),
+            (None, None) => self.core_defaults().buckets_for(rows as u64),
         }
     }
 
@@ -368,6 +417,7 @@ impl core::str::FromStr for OptSpec {
             l2: None,
             block: None,
             beta1: None,
+            one_pass: false,
         };
         let mut keys: Vec<&str> = Vec::new();
         let bucketed = matches!(kind, Kind::Basis | Kind::Countsketch);
@@ -629,7 +679,7 @@ fn inert_keys(spec: &OptSpec, given: &[&str]) -> Result<(), SpecError> {
         }
         // What the keys build over basis-core's default (so a new default
         // changes what an unset `accumulate` means here too).
-        let effective = spec.accumulate_over(spec.mode.core_defaults().row_scale.accumulate);
+        let effective = spec.accumulate_over(spec.core_defaults().row_scale.accumulate);
         if k == "beta" && effective == Accumulate::Sum {
             return Err(inert(k, "accumulate=sum has no β"));
         }
@@ -678,7 +728,7 @@ mod tests {
         );
         assert_eq!(core.row_scale.counter, RowCounter::Log3Wide);
         assert_eq!(core.lr, 0.003);
-        assert_spec_builds("basis", core);
+        assert_spec_builds("basis", 3, core);
         // `accumulate=ema` without `beta` is the default's β too.
         let ema: OptSpec = "basis:accumulate=ema".parse().unwrap();
         assert_eq!(
@@ -728,12 +778,54 @@ mod tests {
     /// the model's `lead` (docs/CLI.md).
     #[test]
     fn the_one_pass_spec_is_the_core_one_pass() {
-        assert_spec_builds("basis:accumulate=sum,lr=0.01", BasisConfig::one_pass());
+        assert_spec_builds("basis:accumulate=sum,lr=0.01", 3, BasisConfig::one_pass());
     }
 
-    /// `text` builds `core` with the CLI's model `lead`, at `core`'s rate.
-    fn assert_spec_builds(text: &str, core: BasisConfig) {
-        let spec: OptSpec = text.parse().unwrap();
+    /// The run's passes choose what plain `basis` means, through
+    /// basis-core's rule (`BasisConfig::defaults_for_epochs`): one pass is
+    /// `one_pass()`, several are `Default`. A named accumulation key builds
+    /// over `Default` on every run (so `beta`, `power` and `counter` keep
+    /// their meaning); keys that are not the accumulation's keep one pass.
+    #[test]
+    fn the_run_s_passes_choose_the_plain_basis_configuration() {
+        let one = BasisConfig::one_pass();
+        let default = BasisConfig::default();
+        assert_spec_builds("basis", 1, one);
+        assert_spec_builds("basis", 0, one);
+        assert_spec_builds("basis", 2, default);
+        assert_spec_builds(
+            "basis:storage=bf16",
+            1,
+            one.with_scalar_storage(ScalarStorage::Bf16),
+        );
+        assert_spec_builds("basis:lr=0.03", 1, one.with_lr(0.03));
+        let beta = Accumulate::EmaAnnealed {
+            beta: 0.9,
+            power: 1.0,
+        };
+        let ema = default.with_row_scale(default.row_scale.with_accumulate(beta));
+        assert_spec_builds("basis:beta=0.9", 1, ema);
+        assert_spec_builds("basis:accumulate=ema-anneal", 1, default);
+        // Only plain BASIS `rowscaled` is chosen by the passes.
+        for text in [
+            "basis:mode=own",
+            "countsketch",
+            "rowwise-adagrad",
+            "basis:power=1",
+        ] {
+            let spec: OptSpec = text.parse().unwrap();
+            assert!(!spec.for_epochs(1).takes_one_pass_defaults(), "{text}");
+            assert_eq!(spec.for_epochs(1).lr(), spec.for_epochs(3).lr(), "{text}");
+        }
+        let plain: OptSpec = "basis".parse().unwrap();
+        assert!(plain.for_epochs(1).takes_one_pass_defaults());
+        assert!(!plain.for_epochs(3).takes_one_pass_defaults());
+    }
+
+    /// `text` on a run of `epochs` builds `core` with the CLI's model
+    /// `lead`, at `core`'s rate.
+    fn assert_spec_builds(text: &str, epochs: u32, core: BasisConfig) {
+        let spec: OptSpec = text.parse::<OptSpec>().unwrap().for_epochs(epochs);
         let built = crate::optim::basis_config(&spec, basis_core::RowIndex::Sparse, core.dim, 0);
         let lead1 = core
             .row_scale

@@ -17,6 +17,7 @@ use std::time::Instant;
 /// fingerprint. The fingerprint hashes the values joined by `|` in this
 /// order, as before the lines were stored, so older checkpoints still match.
 fn fingerprint(ds: &Dataset, run: &Run<'_>) -> (u64, String) {
+    const PASSES: &str = "basis defaults";
     let m = run.model;
     let pairs: [(&str, String); 11] = [
         ("data", ds.name.clone()),
@@ -32,6 +33,22 @@ fn fingerprint(ds: &Dataset, run: &Run<'_>) -> (u64, String) {
         ("--seed", m.seed.to_string()),
     ];
     let mut pairs: Vec<(&str, String)> = pairs.into();
+    let mut hash_passes = false;
+    // Where the passes choose the optimizer (plain `basis`: one pass is
+    // `BasisConfig::one_pass`, more are `Default`), a one-pass checkpoint
+    // is not resumed as a multi-epoch run. Named before the rate it sets,
+    // so a refusal names it first; hashed only for one pass, so the
+    // multi-epoch checkpoints from before keep their fingerprint.
+    if run.spec.passes_choose_defaults() {
+        let one_pass = run.spec.takes_one_pass_defaults();
+        let value = if one_pass {
+            "one pass, BasisConfig::one_pass() (to train it on for more epochs, name it: --opt basis:accumulate=sum,lr=0.01)"
+        } else {
+            "several epochs, BasisConfig::default()"
+        };
+        pairs.insert(3, (PASSES, value.into()));
+        hash_passes = one_pass;
+    }
     // FM runs keep their old fingerprint (existing checkpoints stay valid).
     match m.model {
         crate::deep::ModelKind::Fm => {}
@@ -45,7 +62,11 @@ fn fingerprint(ds: &Dataset, run: &Run<'_>) -> (u64, String) {
             pairs.push(("--bottom-mlp", format!("{:?}", m.bottom_mlp)));
         }
     }
-    let text: Vec<&str> = pairs.iter().map(|(_, v)| v.as_str()).collect();
+    let text: Vec<&str> = pairs
+        .iter()
+        .filter(|&&(k, _)| k != PASSES || hash_passes)
+        .map(|(_, v)| v.as_str())
+        .collect();
     let lines: Vec<String> = pairs.iter().map(|(k, v)| format!("{k}={v}")).collect();
     (
         balanced_hash::murmur3::x64_128(text.join("|").as_bytes(), 0)[0],

@@ -325,3 +325,37 @@ fn a_refused_resume_names_the_option_that_differs() {
     );
     assert!(e.contains("--batch 128") && e.contains("--batch 64"), "{e}");
 }
+
+/// Plain `basis` on one pass is `BasisConfig::one_pass()`, on more epochs
+/// `Default`: a one-pass checkpoint resumed for more epochs would change
+/// the optimizer under its state, so it is refused, naming why and the
+/// spec that trains it on; that spec resumes.
+#[test]
+fn a_one_pass_basis_checkpoint_is_not_resumed_as_another_optimizer() {
+    let dir = Scratch::new("one-pass");
+    let d = dir.0.display().to_string();
+    let run = |opt: &str, epochs: &str, resume: bool| {
+        let mut extra = vec!["--opt", opt, "--epochs", epochs, "--checkpoint", &d];
+        if resume {
+            extra.push("--resume");
+        }
+        basis(&refs(&small("train", &extra)))
+    };
+    assert!(run("basis", "1", false).status.success());
+    let refused = run("basis", "2", true);
+    assert_eq!(refused.status.code(), Some(1));
+    let e = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        e.contains("basis defaults one pass") && e.contains("basis:accumulate=sum,lr=0.01"),
+        "{e}"
+    );
+    // Named, the one-pass configuration is the same on every run.
+    let named = "basis:accumulate=sum,lr=0.01";
+    assert!(run(named, "1", false).status.success());
+    let resumed = run(named, "2", true);
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+}

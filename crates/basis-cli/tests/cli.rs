@@ -404,7 +404,9 @@ fn resumed_run_equals_uninterrupted_run_bit_for_bit() {
             opt,
         ];
         let full = json(&[&base[..], &["--epochs", "3"]].concat());
-        json(&[&base[..], &["--epochs", "1", "--checkpoint", d]].concat());
+        // Two epochs, not one: plain `basis` on one pass is another
+        // configuration (`BasisConfig::one_pass`), refused on resume below.
+        json(&[&base[..], &["--epochs", "2", "--checkpoint", d]].concat());
         let resumed =
             json(&[&base[..], &["--epochs", "3", "--checkpoint", d, "--resume"]].concat());
         let (f, r) = (

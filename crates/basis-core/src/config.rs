@@ -279,18 +279,10 @@ impl RowScaleConfig {
         profile: Profile::DEFAULT,
         counter: RowCounter::Log3Wide,
     };
-}
 
-impl RowScaleConfig {
-    /// The measured configuration for **one pass over a stream**
-    /// ([`BasisConfig::one_pass`]): [`Accumulate::Sum`], AdaGrad's sum of a
-    /// row's `g²` (no row counter), with [`DEFAULT`](Self::DEFAULT)'s log₂
-    /// range and profile. On the one-pass DeepFM stream at 10^7 examples the
-    /// default's EMA misses row-wise AdaGrad by 0.005–0.013 with every rate
-    /// and storage tried, where this sum is level with it at 1.09 B/row
-    /// (docs/RESULTS.md, "`G_i` in bf16 and the accumulation rule at 10^7").
-    /// On the sets trained for several epochs it is the other way round
-    /// (it misses Adam on DeepFM by 0.010), so it is not [`DEFAULT`](Self::DEFAULT).
+    /// The measured configuration for **one pass over a stream**: [`DEFAULT`](Self::DEFAULT)
+    /// with [`Accumulate::Sum`], AdaGrad's sum of a row's `g²` (no row
+    /// counter). Why, and the figures: [`BasisConfig::one_pass`].
     pub const ONE_PASS: Self = Self {
         accumulate: Accumulate::Sum,
         ..Self::DEFAULT
@@ -591,7 +583,9 @@ impl BasisConfig {
     /// is the rate validation chose at 5·10^4 and 10^6. At 10^7 the rate
     /// was 0.03, AdaGrad's best there too: tune it as you would AdaGrad's.
     ///
-    /// Trained for several epochs, [`Default`] is the one to use. This sum
+    /// [`defaults_for_epochs`](Self::defaults_for_epochs) picks it from a
+    /// run's epoch count. Trained for several epochs, [`Default`] is the
+    /// one to use. This sum
     /// misses Adam on DeepFM by 0.010, and the synthetic hard FM set by
     /// 0.0017.
     ///
@@ -607,6 +601,31 @@ impl BasisConfig {
             lr: 0.01,
             row_scale: RowScaleConfig::ONE_PASS,
             ..Self::defaults_for(Direction::RowScaled)
+        }
+    }
+
+    /// The measured configuration of `direction` for a run of `epochs`
+    /// passes over its training data: the rule the library applies itself
+    /// when a caller knows how it will train. `RowScaled` over one pass
+    /// (`epochs` ≤ 1, a stream seen once) is [`one_pass`](Self::one_pass);
+    /// every other case is [`defaults_for`](Self::defaults_for)`(direction)`
+    /// (the multi-epoch default; the learned-scalar modes were not measured
+    /// apart in one pass). The CLI's `basis` spec resolves its unset
+    /// accumulation and rate through this with the run's `--epochs`.
+    ///
+    /// ```
+    /// use basis_core::{BasisConfig, Direction};
+    /// assert_eq!(BasisConfig::defaults_for_epochs(Direction::RowScaled, 1), BasisConfig::one_pass());
+    /// assert_eq!(BasisConfig::defaults_for_epochs(Direction::RowScaled, 3), BasisConfig::default());
+    /// assert_eq!(
+    ///     BasisConfig::defaults_for_epochs(Direction::OwnGradient, 1),
+    ///     BasisConfig::defaults_for(Direction::OwnGradient)
+    /// );
+    /// ```
+    pub const fn defaults_for_epochs(direction: Direction, epochs: u32) -> Self {
+        match direction {
+            Direction::RowScaled if epochs <= 1 => Self::one_pass(),
+            _ => Self::defaults_for(direction),
         }
     }
 

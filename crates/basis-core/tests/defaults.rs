@@ -215,3 +215,24 @@ fn one_pass_is_the_default_with_the_sum() {
     let per_row = a.total_bytes as f64 / rows as f64;
     assert!((1.0..1.15).contains(&per_row), "{per_row} B/row");
 }
+
+/// The epoch rule: `RowScaled` over one pass (or none) is `one_pass()`,
+/// over two or more passes `Default`; the learned-scalar modes keep their
+/// mode's defaults whatever the epochs.
+#[test]
+fn the_epoch_rule_picks_one_pass_only_for_row_scaled_single_passes() {
+    for epochs in [0, 1] {
+        let c = BasisConfig::defaults_for_epochs(Direction::RowScaled, epochs);
+        assert_eq!(c, BasisConfig::one_pass(), "{epochs} epochs");
+    }
+    for epochs in [2, 3, u32::MAX] {
+        let c = BasisConfig::defaults_for_epochs(Direction::RowScaled, epochs);
+        assert_eq!(c, BasisConfig::default(), "{epochs} epochs");
+    }
+    for d in [Direction::Shared, Direction::Signed, Direction::OwnGradient] {
+        for epochs in [1, 3] {
+            let c = BasisConfig::defaults_for_epochs(d, epochs);
+            assert_eq!(c, BasisConfig::defaults_for(d), "{d:?}, {epochs} epochs");
+        }
+    }
+}
