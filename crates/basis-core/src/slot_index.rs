@@ -500,15 +500,31 @@ impl Segment {
     /// load, its slot (≤ 32 bits) another.
     #[inline]
     fn find_key(&self, b: usize, tag: u8, key: u64) -> Option<(usize, u32)> {
+        self.find_in(b, self.tag_matches(b, tag), key)
+    }
+
+    /// The records of bucket `b` whose tag may be `tag`: the high bit of
+    /// byte `j` set for record `j` (SWAR zero-byte test, masked by the
+    /// bucket's count; see [`find_key`](Self::find_key)).
+    #[inline]
+    fn tag_matches(&self, b: usize, tag: u8) -> u64 {
         let at = b * HEAD;
         let mut w = [0u8; 8];
         w.copy_from_slice(&self.data[at + 1..at + HEAD]);
         let n = usize::from(self.data[at]);
         let x = u64::from_le_bytes(w) ^ (u64::from(tag) * ONES);
-        let mut m = x.wrapping_sub(ONES) & !x & HIGHS;
+        let m = x.wrapping_sub(ONES) & !x & HIGHS;
         if n < BUCKET {
-            m &= (1u64 << (8 * n)) - 1;
+            m & ((1u64 << (8 * n)) - 1)
+        } else {
+            m
         }
+    }
+
+    /// [`find_key`](Self::find_key) over the flagged records `m` of bucket
+    /// `b` ([`tag_matches`](Self::tag_matches)).
+    #[inline]
+    fn find_in(&self, b: usize, mut m: u64, key: u64) -> Option<(usize, u32)> {
         let bits = self.body_bits() as usize;
         let first = (self.body0 * 8) + b * (self.stride * 8);
         while m != 0 {
@@ -1241,7 +1257,7 @@ impl SlotIndex {
             return;
         }
         let first = &self.segments[0];
-        let mut at = [(first, Lookup::default()); BATCH];
+        let mut at = [(first, Lookup::default(), 0u64, 0u64); BATCH];
         let mut touched = 0u8;
         for (ks, os) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
             for (&k, a) in ks.iter().zip(at.iter_mut()) {
@@ -1249,18 +1265,21 @@ impl SlotIndex {
                 let s = &self.segments[self.dir[self.dir_of(h)] as usize];
                 let p = s.lookup(h);
                 let (b1, b2) = (p.b1 as usize, p.b2 as usize);
-                // Both buckets' headers (a miss reads them) and the middle
-                // of the first's bodies (where a hit mostly ends).
-                touched ^= s.data[b1 * HEAD]
-                    ^ s.data[b2 * HEAD]
-                    ^ s.data[s.body0 + b1 * s.stride + s.stride / 2];
-                *a = (s, p);
+                // Both buckets' tag matches (a miss ends here: no flagged
+                // record), and a touch of the middle of the first's bodies
+                // (where a hit mostly ends). The second pass reads bodies
+                // only: the headers were read once, not touched then read.
+                let (m1, m2) = (s.tag_matches(b1, p.tag), s.tag_matches(b2, p.tag));
+                touched ^= s.data[s.body0 + b1 * s.stride + s.stride / 2];
+                *a = (s, p, m1, m2);
             }
-            // Keeps the first pass's loads (their only purpose is to bring
-            // the lines in).
+            // Keeps the touch (its only purpose is to bring the line in).
             core::hint::black_box(touched);
-            for (&(s, p), o) in at.iter().zip(os.iter_mut()) {
-                *o = f(s.find_lookup(p).map(|(_, _, s)| s));
+            for (&(s, p, m1, m2), o) in at.iter().zip(os.iter_mut()) {
+                let hit = s
+                    .find_in(p.b1 as usize, m1, p.key)
+                    .or_else(|| s.find_in(p.b2 as usize, m2, p.key | 1));
+                *o = f(hit.map(|(_, s)| s));
             }
         }
     }
