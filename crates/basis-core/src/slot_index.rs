@@ -114,6 +114,12 @@
 //! in one fused loop (`refill_from`). The step bench at 3·10^5 rows is
 //! 1.21× hashbrown's instructions, growth 77 % of the extra, lookups 24 %
 //! (`docs/BENCHMARKS.md`, "The compact index in the table's step").
+//! Session 19 (same bytes): [`SlotIndex::try_insert_absent`] for ids the
+//! caller has just looked up, `kick_one` without per-record calls, tag
+//! matches in `get_many`'s first pass, and slot-width rebuilds that
+//! re-encode in place (`widen_from`). That is 1.18× growing (7.34 against
+//! 6.23·10^9) and 1.14× steady (6.91 against 6.05·10^9), step time
+//! ≈ 1.30× / 1.18× on a busy machine.
 //!
 //! Every allocation is fallible: growing returns [`IndexError::OutOfMemory`]
 //! and leaves the index as it was. [`SlotIndex::memory_bytes`] is the exact sum
@@ -1076,8 +1082,9 @@ impl Segment {
     /// buckets, each record in the same bucket and position, its slot field
     /// widened (headers copied, bodies re-encoded one by one). A segment
     /// must widen once per doubling of the index; re-inserting every entry
-    /// for it (as growth does) cost ≈ 130 instructions an entry, most of
-    /// them finding the entry's buckets again, which a widening keeps.
+    /// for it (as growth does) cost ≈ 150 instructions an entry in the
+    /// shard step bench, most of them finding the entry's buckets again,
+    /// which a widening keeps.
     fn widen_from(old: &Self, slot_bits: u32) -> Result<Self, IndexError> {
         debug_assert!(slot_bits >= old.slot_bits);
         let mut seg = Self::new(old.depth, old.prefix, old.nb, slot_bits)?;
