@@ -248,7 +248,8 @@ fn build(v: Variant) -> Box<dyn SparseOptimizer> {
 
 /// [`SlotIndex`](crate::SlotIndex) against a slow model (a key per slot
 /// and a `BTreeMap`): byte 0 picks the seed and a small segment size (so
-/// splits happen), then 3-byte ops: `op % 4` = insert (0, 1), remove (2),
+/// splits happen), then 3-byte ops: `op % 4` = insert (0, 1; 1 on an absent id
+/// through `try_insert_absent`), remove (2),
 /// get (3) of the id `b1 | b2 << 56` (256 × 256 ids, clustered in the low
 /// and spread in the high bits); `op = 0xFF` is a batch removal
 /// (`retain`) of the ids `≡ b1 (mod 4)`, checked against swap-removes in
@@ -293,7 +294,17 @@ pub fn slot_index(data: &[u8]) {
         }
         match op[0] % 4 {
             0 | 1 => {
-                let got = index.try_insert(key).expect("small tables always fit");
+                // Op 1 on an absent key: the caller-knows-absent insertion.
+                let got = if op[0] % 4 == 1 && !slots.contains_key(&key) {
+                    (
+                        index
+                            .try_insert_absent(key)
+                            .expect("small tables always fit"),
+                        true,
+                    )
+                } else {
+                    index.try_insert(key).expect("small tables always fit")
+                };
                 let want = match slots.get(&key) {
                     Some(&s) => (s, false),
                     None => {

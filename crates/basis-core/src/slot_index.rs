@@ -38,9 +38,10 @@
 //!   tag match, so a miss reads two bucket headers and almost never a
 //!   record (a false match is 1 in 256 per record), a hit one record more —
 //!   hashbrown's control bytes, without its extra byte per entry.
-//! - **Slot width** is per segment: a segment is rebuilt (same buckets,
-//!   one more slot bit) the first time it must hold a slot that does not
-//!   fit, so each segment is rebuilt once per doubling of the index.
+//! - **Slot width** is per segment: a segment is re-encoded (same buckets,
+//!   every record where it was, one more slot bit) the first time it must
+//!   hold a slot that does not fit, so each segment widens once per
+//!   doubling of the index.
 //!
 //! Slots are numbered densely `0..len` in insertion order; a removal moves
 //! the last slot into the hole (like `Vec::swap_remove`). Without a key
@@ -113,6 +114,12 @@
 //! in one fused loop (`refill_from`). The step bench at 3·10^5 rows is
 //! 1.21× hashbrown's instructions, growth 77 % of the extra, lookups 24 %
 //! (`docs/BENCHMARKS.md`, "The compact index in the table's step").
+//! Session 19 (same bytes): [`SlotIndex::try_insert_absent`] for ids the
+//! caller has just looked up, `kick_one` without per-record calls, tag
+//! matches in `get_many`'s first pass, and slot-width rebuilds that
+//! re-encode in place (`widen_from`). That is 1.18× growing (7.34 against
+//! 6.23·10^9) and 1.14× steady (6.91 against 6.05·10^9), step time
+//! ≈ 1.30× / 1.18× on a busy machine.
 //!
 //! Every allocation is fallible: growing returns [`IndexError::OutOfMemory`]
 //! and leaves the index as it was. [`SlotIndex::memory_bytes`] is the exact sum
@@ -500,15 +507,31 @@ impl Segment {
     /// load, its slot (≤ 32 bits) another.
     #[inline]
     fn find_key(&self, b: usize, tag: u8, key: u64) -> Option<(usize, u32)> {
+        self.find_in(b, self.tag_matches(b, tag), key)
+    }
+
+    /// The records of bucket `b` whose tag may be `tag`: the high bit of
+    /// byte `j` set for record `j` (SWAR zero-byte test, masked by the
+    /// bucket's count; see [`find_key`](Self::find_key)).
+    #[inline]
+    fn tag_matches(&self, b: usize, tag: u8) -> u64 {
         let at = b * HEAD;
         let mut w = [0u8; 8];
         w.copy_from_slice(&self.data[at + 1..at + HEAD]);
         let n = usize::from(self.data[at]);
         let x = u64::from_le_bytes(w) ^ (u64::from(tag) * ONES);
-        let mut m = x.wrapping_sub(ONES) & !x & HIGHS;
+        let m = x.wrapping_sub(ONES) & !x & HIGHS;
         if n < BUCKET {
-            m &= (1u64 << (8 * n)) - 1;
+            m & ((1u64 << (8 * n)) - 1)
+        } else {
+            m
         }
+    }
+
+    /// [`find_key`](Self::find_key) over the flagged records `m` of bucket
+    /// `b` ([`tag_matches`](Self::tag_matches)).
+    #[inline]
+    fn find_in(&self, b: usize, mut m: u64, key: u64) -> Option<(usize, u32)> {
         let bits = self.body_bits() as usize;
         let first = (self.body0 * 8) + b * (self.stride * 8);
         while m != 0 {
@@ -781,17 +804,27 @@ impl Segment {
     /// and [`put`](Self::put) do. `false` (nothing changed) when every
     /// record's other bucket is full.
     fn kick_one(&mut self, b: usize, tag: u8, key: u64, s1: u64) -> bool {
+        // `other_of` for each record, with the segment's constants and the
+        // bucket's 8 tags (one load) in locals: called out of line per
+        // record, it cost ≈ 66 instructions a record in the step bench.
         let bits = self.body_bits() as usize;
         let first = (self.body0 * 8) + b * (self.stride * 8);
+        let (sb, key_mask, rest_mask) =
+            (self.slot_bits as usize, self.key_mask(), self.rest_mask());
+        let nb = self.nb;
+        let tags = self.load8(b * HEAD + 1);
         for j in 0..BUCKET {
-            let o = self.other_of(b, j);
+            let kbit = first + j * bits + sb;
+            let kp = (self.load8(kbit / 8) >> (kbit % 8)) & key_mask;
+            let t = (tags >> (8 * j)) as u8;
+            let d = self.step(((kp >> 1) << 8 | u64::from(t)) & rest_mask);
+            let o = if kp & 1 == 0 { b + d } else { b + nb - d };
+            let o = if o >= nb { o - nb } else { o };
+            debug_assert_eq!(o, self.other_of(b, j));
             let n = self.count(o);
             if n < BUCKET {
-                let bit = first + j * bits;
-                let kbit = bit + self.slot_bits as usize;
-                let kp = (self.load8(kbit / 8) >> (kbit % 8)) & self.key_mask();
+                let bit = kbit - sb;
                 let old = (self.load8(bit / 8) >> (bit % 8)) & self.slot_mask();
-                let t = self.data[b * HEAD + 1 + j];
                 // Its choice bit flips: it is the other bucket's record now.
                 self.put(o, n, t, kp ^ 1, old);
                 self.add_count(o, 1);
@@ -1045,6 +1078,40 @@ impl Segment {
         true
     }
 
+    /// `old` with `slot_bits` (more than its own) slot bits: the same
+    /// buckets, each record in the same bucket and position, its slot field
+    /// widened (headers copied, bodies re-encoded one by one). A segment
+    /// must widen once per doubling of the index; re-inserting every entry
+    /// for it (as growth does) cost ≈ 150 instructions an entry in the
+    /// shard step bench, most of them finding the entry's buckets again,
+    /// which a widening keeps.
+    fn widen_from(old: &Self, slot_bits: u32) -> Result<Self, IndexError> {
+        debug_assert!(slot_bits >= old.slot_bits);
+        let mut seg = Self::new(old.depth, old.prefix, old.nb, slot_bits)?;
+        // Same bucket count: same `off_bits`, key part and tag; the counts
+        // and tags (the headers, `nb * HEAD` bytes first) are the same.
+        debug_assert_eq!(seg.body0, old.body0);
+        seg.data[..old.body0].copy_from_slice(&old.data[..old.body0]);
+        let (obits, oslot) = (old.body_bits() as usize, old.slot_bits as usize);
+        let (okey_mask, oslot_mask) = (old.key_mask(), old.slot_mask());
+        let (nbits, nslot) = (seg.body_bits() as usize, seg.slot_bits as usize);
+        for b in 0..old.nb {
+            let ofirst = (old.body0 * 8) + b * (old.stride * 8);
+            let nfirst = (seg.body0 * 8) + b * (seg.stride * 8);
+            for j in 0..old.count(b) {
+                let bit = ofirst + j * obits;
+                let kbit = bit + oslot;
+                let kp = (old.load8(kbit / 8) >> (kbit % 8)) & okey_mask;
+                let s1 = (old.load8(bit / 8) >> (bit % 8)) & oslot_mask;
+                let at = nfirst + j * nbits;
+                seg.or_bits(at, s1);
+                seg.or_bits(at + nslot, kp);
+            }
+        }
+        seg.len = old.len;
+        Ok(seg)
+    }
+
     /// The two halves of `old` split on hash bit `bit` (counted from the
     /// low end): segments `(depth, prefix)` and `(depth, prefix | 1)` of
     /// `nbs` buckets, filled in **one** pass over `old` (each entry's hash
@@ -1231,7 +1298,7 @@ impl SlotIndex {
             return;
         }
         let first = &self.segments[0];
-        let mut at = [(first, Lookup::default()); BATCH];
+        let mut at = [(first, Lookup::default(), 0u64, 0u64); BATCH];
         let mut touched = 0u8;
         for (ks, os) in keys.chunks(BATCH).zip(out.chunks_mut(BATCH)) {
             for (&k, a) in ks.iter().zip(at.iter_mut()) {
@@ -1239,18 +1306,21 @@ impl SlotIndex {
                 let s = &self.segments[self.dir[self.dir_of(h)] as usize];
                 let p = s.lookup(h);
                 let (b1, b2) = (p.b1 as usize, p.b2 as usize);
-                // Both buckets' headers (a miss reads them) and the middle
-                // of the first's bodies (where a hit mostly ends).
-                touched ^= s.data[b1 * HEAD]
-                    ^ s.data[b2 * HEAD]
-                    ^ s.data[s.body0 + b1 * s.stride + s.stride / 2];
-                *a = (s, p);
+                // Both buckets' tag matches (a miss ends here: no flagged
+                // record), and a touch of the middle of the first's bodies
+                // (where a hit mostly ends). The second pass reads bodies
+                // only: the headers were read once, not touched then read.
+                let (m1, m2) = (s.tag_matches(b1, p.tag), s.tag_matches(b2, p.tag));
+                touched ^= s.data[s.body0 + b1 * s.stride + s.stride / 2];
+                *a = (s, p, m1, m2);
             }
-            // Keeps the first pass's loads (their only purpose is to bring
-            // the lines in).
+            // Keeps the touch (its only purpose is to bring the line in).
             core::hint::black_box(touched);
-            for (&(s, p), o) in at.iter().zip(os.iter_mut()) {
-                *o = f(s.find_lookup(p).map(|(_, _, s)| s));
+            for (&(s, p, m1, m2), o) in at.iter().zip(os.iter_mut()) {
+                let hit = s
+                    .find_in(p.b1 as usize, m1, p.key)
+                    .or_else(|| s.find_in(p.b2 as usize, m2, p.key | 1));
+                *o = f(hit.map(|(_, s)| s));
             }
         }
     }
@@ -1320,6 +1390,28 @@ impl SlotIndex {
         if let Some((_, _, _, s)) = self.locate_hash(h) {
             return Ok((s, false));
         }
+        self.insert_hash(h, key).map(|s| (s, true))
+    }
+
+    /// [`try_insert`](Self::try_insert) of a `key` the caller knows is not
+    /// held (it has just looked it up, e.g. with
+    /// [`get_many_slots`](Self::get_many_slots), and inserted nothing
+    /// since): gives it slot `len` without looking it up again. A row
+    /// store's step looks every id up in one batch first; the miss lookup
+    /// inside `try_insert` was ≈ 175 instructions per new id in the shard
+    /// step bench (1 % of the run). Giving a held key is a logic error: the
+    /// index then holds it twice (debug builds panic), no memory is
+    /// unsafe.
+    ///
+    /// # Errors
+    /// As [`try_insert`](Self::try_insert); the index is then unchanged.
+    pub fn try_insert_absent(&mut self, key: u64) -> Result<u32, IndexError> {
+        debug_assert!(!self.contains_key(key), "try_insert_absent of a held key");
+        self.insert_hash(self.hash(key), key)
+    }
+
+    /// Gives hash `h` (of `key`, not held) slot `len`.
+    fn insert_hash(&mut self, h: u64, key: u64) -> Result<u32, IndexError> {
         let slot = u32::try_from(self.len)
             .ok()
             .filter(|&s| s < u32::MAX)
@@ -1352,7 +1444,7 @@ impl SlotIndex {
             growths += 1;
         }
         self.len += 1;
-        Ok((slot, true))
+        Ok(slot)
     }
 
     /// Rebuilds segment `seg` so that it can take slot `slot`: with slot
@@ -1373,7 +1465,12 @@ impl SlotIndex {
             BuildError::Oom(e) => e,
             BuildError::Stuck => IndexError::Clustered { key },
         };
-        if !more || nb * BUCKET <= self.segment_max || depth >= MAX_DEPTH {
+        if !more {
+            // Wider slots only: every record stays where it is, re-encoded.
+            self.segments[seg] = Segment::widen_from(old, bits)?;
+            return Ok(());
+        }
+        if nb * BUCKET <= self.segment_max || depth >= MAX_DEPTH {
             self.segments[seg] =
                 Segment::build_from(depth, prefix, nb, bits, old, None).map_err(err)?;
             return Ok(());
@@ -1762,6 +1859,47 @@ mod tests {
             }
         }
         assert!(compared > 40, "{compared} rebuilds compared");
+    }
+
+    /// A slot-width rebuild (`widen_from`) keeps every record in its
+    /// bucket and position with its slot: the same finds, the same
+    /// headers, wider slot fields that take a larger slot.
+    #[test]
+    fn widening_keeps_every_record_in_place() {
+        let mut widened = 0;
+        for (n, max) in [
+            (3_000u64, SEGMENT_MAX),
+            (20_000, 1 << 10),
+            (700, SEGMENT_MIN),
+        ] {
+            let mut index = SlotIndex::with_segment_max(n ^ 5, max);
+            for i in 0..n {
+                index.try_insert(mix64(i ^ 0x77)).expect("fits");
+            }
+            for old in &index.segments {
+                for more in [1, 3, 32 - old.slot_bits] {
+                    let bits = old.slot_bits + more;
+                    let mut wide = Segment::widen_from(old, bits).expect("small");
+                    assert_eq!((wide.nb, wide.len, wide.slot_bits), (old.nb, old.len, bits));
+                    assert_eq!(wide.data[..wide.body0], old.data[..old.body0]);
+                    for (h, slot) in old.hashed() {
+                        assert_eq!(wide.find(h), old.find(h));
+                        assert_eq!(wide.find(h).map(|f| f.2), Some(slot));
+                    }
+                    assert!(wide.hashed().eq(old.hashed()));
+                    // The widened field holds the largest slot it admits.
+                    let top = u32::try_from((1u64 << bits) - 2).expect("fits u32");
+                    let (b, j) = (0..wide.nb)
+                        .find_map(|b| (wide.count(b) > 0).then_some((b, 0)))
+                        .expect("an entry");
+                    let h = wide.hash_of(b, wide.rec(b, j));
+                    wide.set_slot(b, j, top);
+                    assert_eq!(wide.find(h), Some((b, j, top)));
+                    widened += 1;
+                }
+            }
+        }
+        assert!(widened > 20, "{widened} widenings");
     }
 
     fn colliding(n: usize) -> Vec<u64> {

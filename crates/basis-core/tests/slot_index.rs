@@ -85,6 +85,11 @@ fn run(ops: &[Op], index: &mut SlotIndex) -> Result<(), TestCaseError> {
     let mut model = Model::default();
     for op in ops {
         match *op {
+            // Every other new id goes through `try_insert_absent` (the
+            // caller knows it is not held): same slots as `try_insert`.
+            Op::Insert(k) if !model.slots.contains_key(&k) && model.keys.len() % 2 == 1 => {
+                prop_assert_eq!(index.try_insert_absent(k).unwrap(), model.insert(k).0);
+            }
             Op::Insert(k) => prop_assert_eq!(index.try_insert(k).unwrap(), model.insert(k)),
             // Odd ids go through `remove_swap` (the caller names the last
             // slot's id); a wrong last id is refused and changes nothing.

@@ -165,6 +165,27 @@ impl IdSlots {
         }
     }
 
+    /// Inserts `id`, which the caller knows is not held (it has just
+    /// looked it up and inserted nothing since), as slot `len()`: the
+    /// compact index then skips its miss lookup (`try_insert_absent`).
+    ///
+    /// # Errors
+    /// As [`get_or_insert`](Self::get_or_insert).
+    pub(crate) fn insert_absent(&mut self, id: u64) -> Result<u32, ShardError> {
+        let rows = self.len().saturating_add(1);
+        match self {
+            Self::Fast(m) => {
+                let next = m.len() as u32;
+                let slot = *m.entry(id).or_insert(next);
+                debug_assert_eq!(slot, next, "insert_absent of a held id");
+                Ok(slot)
+            }
+            Self::Compact(i) => i
+                .try_insert_absent(id)
+                .map_err(|_| ShardError::OutOfMemory { rows }),
+        }
+    }
+
     /// Insert `id` as the next slot; `false` when it was already held.
     ///
     /// # Errors

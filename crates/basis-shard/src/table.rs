@@ -205,6 +205,9 @@ pub(crate) struct Scratch {
     eval: Request,
     /// Distinct ids of a step that have no row yet.
     missing: Vec<u64>,
+    /// The slot given to each of `missing` in this step ([`NONE`]: not
+    /// yet), so that an id asked twice is inserted once, as known absent.
+    new_slots: Vec<u32>,
     /// Rows served (owner side), or gradients sent.
     out: Vec<f32>,
     /// Rows or gradients received.
@@ -224,7 +227,7 @@ impl Scratch {
         self.wire.bytes()
             + self.req.bytes()
             + self.eval.bytes()
-            + self.slots.capacity() * 4
+            + (self.slots.capacity() + self.new_slots.capacity()) * 4
             + (self.missing.capacity()
                 + self.keys.capacity()
                 + self.slot_ids.capacity()
@@ -704,6 +707,7 @@ impl<O: SparseOptimizer> ShardedTable<O> {
             req,
             slots: out,
             missing,
+            new_slots,
             row: fresh,
             ..
         } = s;
@@ -752,23 +756,37 @@ impl<O: SparseOptimizer> ShardedTable<O> {
         if !missing.is_empty() {
             fresh.clear();
             fresh.resize(self.dim, 0.0);
+            new_slots.clear();
+            new_slots
+                .try_reserve_exact(missing.len())
+                .map_err(|_| ShardError::OutOfMemory { rows: want })?;
+            new_slots.resize(missing.len(), NONE);
             for (slot, &id) in out.iter_mut().zip(ids) {
-                if *slot != NONE || missing.binary_search(&id).is_err() {
+                if *slot != NONE {
                     continue;
                 }
-                let (s, inserted) = match self.index.get_or_insert(id) {
-                    Ok(got) => got,
+                let Ok(k) = missing.binary_search(&id) else {
+                    continue;
+                };
+                if new_slots[k] != NONE {
+                    // Asked again in this step: inserted at its first ask.
+                    *slot = new_slots[k];
+                    continue;
+                }
+                // `get_many` above found no row for it and it was not
+                // inserted since: the index need not look it up again.
+                let s = match self.index.insert_absent(id) {
+                    Ok(s) => s,
                     Err(e) => {
                         self.undo_inserts(before, ids, out);
                         return Err(e);
                     }
                 };
-                if inserted {
-                    self.init.fill(id, fresh);
-                    self.rows.push(fresh);
-                    if evicting {
-                        self.last_seen.push(0);
-                    }
+                new_slots[k] = s;
+                self.init.fill(id, fresh);
+                self.rows.push(fresh);
+                if evicting {
+                    self.last_seen.push(0);
                 }
                 *slot = s;
             }
