@@ -1825,6 +1825,16 @@ mod tests {
         );
     }
 
+    /// An index of segment maximum `max` holding `keys`, for the rebuild
+    /// tests that compare segments laid out two ways.
+    fn filled(seed: u64, max: usize, keys: impl Iterator<Item = u64>) -> SlotIndex {
+        let mut index = SlotIndex::with_segment_max(seed, max);
+        for k in keys {
+            index.try_insert(k).expect("fits");
+        }
+        index
+    }
+
     /// A rebuild's fused loop (`refill_from`) lays out every segment as
     /// re-inserting each recovered hash does: same bytes, for growth by
     /// 1/8, by one bucket, with wider slots, at several depths.
@@ -1836,12 +1846,11 @@ mod tests {
             (20_000, 1 << 10),
             (5_000, SEGMENT_MIN),
         ] {
-            let mut index = SlotIndex::with_segment_max(n ^ 7, max);
-            for i in 0..n {
-                index
-                    .try_insert(i.wrapping_mul(0x2545_F491_4F6C_DD1D))
-                    .expect("fits");
-            }
+            let index = filled(
+                n ^ 7,
+                max,
+                (0..n).map(|i| i.wrapping_mul(0x2545_F491_4F6C_DD1D)),
+            );
             for old in &index.segments {
                 for (nb, bits) in [
                     (old.nb + old.nb / GROWTH + 1, old.slot_bits),
@@ -1872,10 +1881,7 @@ mod tests {
             (20_000, 1 << 10),
             (700, SEGMENT_MIN),
         ] {
-            let mut index = SlotIndex::with_segment_max(n ^ 5, max);
-            for i in 0..n {
-                index.try_insert(mix64(i ^ 0x77)).expect("fits");
-            }
+            let index = filled(n ^ 5, max, (0..n).map(|i| mix64(i ^ 0x77)));
             for old in &index.segments {
                 for more in [1, 3, 32 - old.slot_bits] {
                     let bits = old.slot_bits + more;
