@@ -501,8 +501,9 @@ impl Segment {
     /// `key` (choice bit included) in bucket `b`: the 8 tags are compared
     /// at once (SWAR zero-byte test on `tags ^ broadcast(tag)`; its rare
     /// false flags, in a byte above a true match, are weeded out by the key
-    /// compare), records past the count are masked off, and only flagged
-    /// records are read — in `u64`, no record reassembled: a flagged
+    /// compare; so are flags on records past the count, see
+    /// [`tag_matches`](Self::tag_matches)), and only flagged records are
+    /// read — in `u64`, no record reassembled: a flagged
     /// record's key part (≤ 56 bits at a shift below 8) is one 8-byte
     /// load, its slot (≤ 32 bits) another.
     #[inline]
@@ -511,21 +512,18 @@ impl Segment {
     }
 
     /// The records of bucket `b` whose tag may be `tag`: the high bit of
-    /// byte `j` set for record `j` (SWAR zero-byte test, masked by the
-    /// bucket's count; see [`find_key`](Self::find_key)).
+    /// byte `j` set for record `j` (SWAR zero-byte test; see
+    /// [`find_key`](Self::find_key)). Not masked by the bucket's count:
+    /// records past the count are all zero bits (tag 0, slot field 0), so a
+    /// flag on one (a query of tag 0) is weeded out by the key compare, or
+    /// ends the bucket's search at its empty slot field
+    /// ([`find_in`](Self::find_in)) after every record before it was
+    /// compared. The count's load and mask cost ≈ 8 instructions a bucket,
+    /// two buckets a lookup.
     #[inline]
     fn tag_matches(&self, b: usize, tag: u8) -> u64 {
-        let at = b * HEAD;
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&self.data[at + 1..at + HEAD]);
-        let n = usize::from(self.data[at]);
-        let x = u64::from_le_bytes(w) ^ (u64::from(tag) * ONES);
-        let m = x.wrapping_sub(ONES) & !x & HIGHS;
-        if n < BUCKET {
-            m & ((1u64 << (8 * n)) - 1)
-        } else {
-            m
-        }
+        let x = self.load8(b * HEAD + 1) ^ (u64::from(tag) * ONES);
+        x.wrapping_sub(ONES) & !x & HIGHS
     }
 
     /// [`find_key`](Self::find_key) over the flagged records `m` of bucket
@@ -1906,6 +1904,68 @@ mod tests {
             }
         }
         assert!(widened > 20, "{widened} widenings");
+    }
+
+    /// Lookups do not mask a bucket's tags by its count (`tag_matches`):
+    /// empty records are all zero bits, so queries of tag 0 flag them. Held
+    /// and absent ids of tag 0 (the hash's low 8 bits, `rest`'s low byte),
+    /// the id of hash 0 (key part all zero, the one an empty record's key
+    /// part equals) held and absent, through `get`, `get_many` and
+    /// `try_insert`, give the answers of a `HashMap` (the reference).
+    #[test]
+    fn tag_zero_queries_see_no_empty_record() {
+        extern crate std;
+        use std::collections::HashMap;
+        for (seed, n, max) in [
+            (3u64, 5_000u64, SEGMENT_MAX),
+            (9, 20_000, 1 << 10),
+            (17, 900, 64),
+        ] {
+            let mut index = SlotIndex::with_segment_max(seed, max);
+            let mut model: HashMap<u64, u32> = HashMap::new();
+            // Id `seed` has hash mix64(0) = 0: its key part is all zero.
+            let zero = seed;
+            assert_eq!(index.hash(zero), 0);
+            let tag0 = |id: u64| mix64(id ^ seed) & 0xFF == 0;
+            let ids = (1..)
+                .map(|i: u64| mix64(i ^ seed << 40))
+                .filter(|&id| id != zero);
+            let mut asked = Vec::new();
+            for (i, id) in ids.take(n as usize).enumerate() {
+                let want = model.len() as u32;
+                model.insert(id, want);
+                assert_eq!(index.try_insert(id), Ok((want, true)));
+                if i as u64 == n / 2 {
+                    // Absent, then held.
+                    assert_eq!(index.get(zero), None);
+                    let s = model.len() as u32;
+                    assert_eq!(index.try_insert(zero), Ok((s, true)));
+                    model.insert(zero, s);
+                }
+            }
+            let absent = (0..)
+                .map(|i: u64| mix64(i ^ 0xABC << 44))
+                .filter(|&id| tag0(id) && !model.contains_key(&id));
+            asked.extend(absent.take(2_000));
+            asked.extend(model.keys().copied().filter(|&id| tag0(id)));
+            asked.push(zero);
+            assert!(
+                asked.len() > 2_000 + n as usize / 512,
+                "{} asked",
+                asked.len()
+            );
+            let mut got = alloc::vec![Some(0u32); asked.len()];
+            index.get_many(&asked, &mut got);
+            for (&id, &g) in asked.iter().zip(&got) {
+                assert_eq!(g, model.get(&id).copied(), "id {id}");
+                assert_eq!(index.get(id), g, "id {id}");
+            }
+            index.check_invariants();
+            // An absent id of hash 0 in a fresh index with one held id.
+            let mut one = SlotIndex::with_seed(seed);
+            assert_eq!(one.try_insert(seed ^ 1), Ok((0, true)));
+            assert_eq!((one.get(zero), one.contains_key(zero)), (None, false));
+        }
     }
 
     fn colliding(n: usize) -> Vec<u64> {
