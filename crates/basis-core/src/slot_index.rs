@@ -786,6 +786,13 @@ impl Segment {
         {
             return true;
         }
+        // Then paths of two moves, in the search's order too (the first
+        // bucket's children, then the second's).
+        if self.kick_two(l.b1 as usize, l.tag, l.key, s1)
+            || self.kick_two(l.b2 as usize, l.tag, l.key | 1, s1)
+        {
+            return true;
+        }
         let p = self.probe(h);
         let rec = p.want | u128::from(slot + 1);
         // Most paths are short: a search over a few buckets first (its
@@ -830,6 +837,69 @@ impl Segment {
                 self.put(b, j, tag, key, s1);
                 self.len += 1;
                 return true;
+            }
+        }
+        false
+    }
+
+    /// The bucket record `j` of bucket `b` reads as its other one (as
+    /// [`other_of`](Self::other_of)), with its key part and tag: `kick_one`'s
+    /// and `kick_two`'s step, the segment's constants passed in.
+    #[inline]
+    fn other_in(&self, b: usize, j: usize, tags: u64) -> (usize, u64, u8) {
+        let kbit = (self.body0 * 8)
+            + b * (self.stride * 8)
+            + j * self.body_bits() as usize
+            + self.slot_bits as usize;
+        let kp = (self.load8(kbit / 8) >> (kbit % 8)) & self.key_mask();
+        let t = (tags >> (8 * j)) as u8;
+        let d = self.step(((kp >> 1) << 8 | u64::from(t)) & self.rest_mask());
+        let o = if kp & 1 == 0 { b + d } else { b + self.nb - d };
+        let o = if o >= self.nb { o - self.nb } else { o };
+        debug_assert_eq!(o, self.other_of(b, j));
+        (o, kp, t)
+    }
+
+    /// The slot field (slot + 1) of record `j` of bucket `b`.
+    #[inline]
+    fn slot_field(&self, b: usize, j: usize) -> u64 {
+        let bit = (self.body0 * 8) + b * (self.stride * 8) + j * self.body_bits() as usize;
+        (self.load8(bit / 8) >> (bit % 8)) & self.slot_mask()
+    }
+
+    /// A cuckoo path of two moves from full bucket `b`, whose records'
+    /// other buckets are all full (`kick_one` found none with room): for
+    /// record `j` of `b` (in order) and record `k` of its other bucket `o`
+    /// (in order), the first whose other bucket `o2` has room. `k` moves to
+    /// `o2`, `j` into `k`'s place, and the new record (tag `tag`, body key
+    /// part `key` with its choice bit, slot field `s1`) into `j`'s: the
+    /// path the breadth-first search finds first among its second-level
+    /// nodes, so the same layout, without its node array and `u128`
+    /// records. `o2` has room, so it is neither `b` nor `o` (both full):
+    /// the path is simple, as the search requires. `false` (nothing
+    /// changed) when there is no such path.
+    fn kick_two(&mut self, b: usize, tag: u8, key: u64, s1: u64) -> bool {
+        let tags = self.load8(b * HEAD + 1);
+        for j in 0..BUCKET {
+            let (o, kp, t) = self.other_in(b, j, tags);
+            let otags = self.load8(o * HEAD + 1);
+            for k in 0..BUCKET {
+                let (o2, kp2, t2) = self.other_in(o, k, otags);
+                let n = self.count(o2);
+                if n < BUCKET {
+                    debug_assert!(o2 != b && o2 != o);
+                    // Each moved record's choice bit flips.
+                    let s2 = self.slot_field(o, k);
+                    self.put(o2, n, t2, kp2 ^ 1, s2);
+                    self.add_count(o2, 1);
+                    let s = self.slot_field(b, j);
+                    self.set_body(o, k, 0);
+                    self.put(o, k, t, kp ^ 1, s);
+                    self.set_body(b, j, 0);
+                    self.put(b, j, tag, key, s1);
+                    self.len += 1;
+                    return true;
+                }
             }
         }
         false
@@ -1779,17 +1849,18 @@ pub fn clustered_keys(seed: u64, n: usize) -> Vec<u64> {
 mod tests {
     use super::*;
 
-    /// The one-move path of `insert_cuckoo` (`kick_one`) leaves the bytes
-    /// the breadth-first search alone leaves: same layout, so memory and
-    /// every later rebuild are unchanged by the shortcut. Small segments
-    /// filled to 31/32 by direct insertion; each insertion that finds both
+    /// The one- and two-move paths of `insert_cuckoo` (`kick_one`,
+    /// `kick_two`) leave the bytes the breadth-first search alone leaves:
+    /// same layout, so memory and every later rebuild are unchanged by the
+    /// shortcuts. Small segments
+    /// filled until an insertion fails; each insertion that finds both
     /// buckets full is made both ways.
     #[test]
     fn one_move_kick_lays_out_as_the_path_search() {
-        let (mut kicks, mut searches) = (0, 0);
+        let (mut kicks, mut twos, mut searches) = (0, 0, 0);
         for seed in 0..40u64 {
             let mut seg = Segment::new(0, 0, 64, 20).expect("small");
-            for i in 0..(64 * BUCKET * 31 / 32) as u64 {
+            for i in 0..(64 * BUCKET) as u64 {
                 let h = mix64(i ^ seed << 32);
                 let l = seg.lookup(h);
                 if seg.count(l.b1 as usize) < BUCKET || seg.count(l.b2 as usize) < BUCKET {
@@ -1809,17 +1880,28 @@ mod tests {
                     assert_eq!((&kicked.data, kicked.len), (&bfs.data, bfs.len));
                     kicks += 1;
                 } else {
-                    searches += 1;
+                    let mut two = seg.clone();
+                    // `seg` has the record now: redo from `kicked`, which
+                    // is the segment before it (no one-move path changed it).
+                    two.clone_from(&kicked);
+                    let by_two = two.kick_two(l.b1 as usize, l.tag, l.key, i + 1)
+                        || two.kick_two(l.b2 as usize, l.tag, l.key | 1, i + 1);
+                    if by_two {
+                        assert_eq!((&two.data, two.len), (&bfs.data, bfs.len));
+                        twos += 1;
+                    } else {
+                        searches += 1;
+                    }
                 }
                 if !placed {
                     break;
                 }
             }
         }
-        // Both paths were taken (the kick is the common one).
+        // Every path was taken (the one-move kick is the common one).
         assert!(
-            kicks > 100 && searches > 0,
-            "{kicks} kicks, {searches} searches"
+            kicks > 100 && twos > 10 && searches > 0,
+            "{kicks} kicks, {twos} two-move kicks, {searches} searches"
         );
     }
 
