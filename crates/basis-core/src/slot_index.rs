@@ -2019,7 +2019,9 @@ mod tests {
                 assert_eq!(index.try_insert(id), Ok((want, true)));
                 if i as u64 == n / 2 {
                     // Absent, then held.
-                    assert_eq!(index.get(zero), None);
+                    let mut got = [Some(0)];
+                    index.get_many(&[zero], &mut got);
+                    assert_eq!((index.get(zero), got[0]), (None, None));
                     let s = model.len() as u32;
                     assert_eq!(index.try_insert(zero), Ok((s, true)));
                     model.insert(zero, s);
@@ -2047,6 +2049,9 @@ mod tests {
             let mut one = SlotIndex::with_seed(seed);
             assert_eq!(one.try_insert(seed ^ 1), Ok((0, true)));
             assert_eq!((one.get(zero), one.contains_key(zero)), (None, false));
+            let mut got = [Some(0), Some(0)];
+            one.get_many(&[zero, seed ^ 1], &mut got);
+            assert_eq!(got, [None, Some(0)]);
         }
     }
 
