@@ -47,6 +47,14 @@
 //! default: what remains is growth (≈ 9.7 re-insertions per new id) and
 //! the lookup's decode.
 //!
+//! Session 20 (2026-12-07, busy; docs/BENCHMARKS.md, "Session 20"):
+//! fuller segments (63/64, growth by 1/7), two-move cuckoo kicks, and tag
+//! matches not masked by the count. The compact run is 7.23·10^9
+//! instructions against hashbrown's 6.23 (1.16×) growing and 6.82 against
+//! 6.05 (1.13×) with no new ids, at 9.32 / 9.65 B/row (hashbrown 38.42 /
+//! 29.71). `Fast` stays the default; growth is still ≈ 1 800 instructions
+//! per new id against ≈ 130, and a lookup ≈ 178 against ≈ 47.
+//!
 //! Both give the same slots for the same insertions (slots are numbered in
 //! insertion order), so a table's results and checkpoints do not depend on
 //! the kind (tested). The compact index grows inside an insertion, so every
