@@ -199,6 +199,10 @@ pub(crate) struct ModelArgs {
     /// (`FreezePolicy::default()`), `share`: within 0.001 test AUC of f32
     /// Adam on DeepFM and DLRM, 3 seeds, and earlier than `auto` on every
     /// run measured (docs/ONEBIT_ADAM.md); `auto` was the default before.
+    /// Those runs were 200–600 steps long: on a 39 063-step DeepFM stream
+    /// it froze at step 35 and cost 0.014 test AUC against f32 Adam, 0.2
+    /// cost 0.011 (docs/RESULTS.md, session 20): on long runs compare with
+    /// `--dense-opt adam`.
     #[arg(long, value_name = "auto|share|FRACTION", default_value_t = crate::dense_opt::default_warmup(), value_parser = DenseWarmup::parse)]
     pub(crate) dense_warmup: DenseWarmup,
     /// Communication policy per tower layer under `--dense-opt
