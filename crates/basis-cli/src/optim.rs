@@ -96,7 +96,6 @@ fn profile_of(spec: &OptSpec) -> Profile {
         .with_power(power)
         .with_lead(spec.lead.unwrap_or(lead))
         .with_eps_inside(spec.eps_inside)
-        .with_lead_sum(spec.lead_sum)
 }
 
 /// Build the optimizer of `spec` for a table of `rows` rows of `dim` values.

@@ -5,7 +5,7 @@
 //! | `adam` | `lr`, `beta1` (momentum β1, default 0.9; 0 = no momentum, for ablations) |
 //! | `rowwise-adagrad` | `lr` |
 //! | `sgd` | `lr` |
-//! | `basis` | `lr`, `mode`, `buckets` or `ratio`, `rule`, `storage`, `choices`, `scalar-lr`, `accumulate`, `beta`, `power`, `counter`, `profile`, `lead`, `lead-sum`, `eps` |
+//! | `basis` | `lr`, `mode`, `buckets` or `ratio`, `rule`, `storage`, `choices`, `scalar-lr`, `accumulate`, `beta`, `power`, `counter`, `profile`, `lead`, `eps` |
 //! | `countsketch` | as `basis`, with `mode=signed` fixed |
 //! | `partial-rowwise-adam` (`pra`) | `lr`, `beta1` |
 //! | `rowstep-adam` (`adam-rowstep`) | `lr`, `beta1` |
@@ -40,10 +40,8 @@
 //! keeps the row counts of
 //! `anneal` and `ema-anneal`; `profile` (exponent in
 //! `[0, 1]`, default 1), `lead` (leading profile group, default 1: the FM's
-//! linear weight), `lead-sum` (`1`: the lead group steps with the sum
-//! `n·G_i` read from the row count, `Profile::lead_sum`, for `ema` and
-//! `ema-anneal`; default 0) and `eps` (`outside`, default, or `inside`)
-//! shape the `rowscaled` profile. A key the chosen mode never reads is an error
+//! linear weight) and `eps` (`outside`, default, or `inside`) shape the
+//! `rowscaled` profile. A key the chosen mode never reads is an error
 //! ([`inert_keys`]: a typo in an experiment cannot pass for a result).
 
 use basis_core::{Accumulate, BasisConfig, Direction, Profile, RowCounter, ScalarStorage};
@@ -157,9 +155,6 @@ pub(crate) struct OptSpec {
     pub(crate) lead: Option<usize>,
     /// `RowScaled`: ε inside the square root.
     pub(crate) eps_inside: bool,
-    /// `RowScaled`: the lead group steps with the sum `n·G_i`
-    /// (`Profile::lead_sum`).
-    pub(crate) lead_sum: bool,
     /// FTRL's β (`None` = the core default).
     pub(crate) ftrl_beta: Option<f32>,
     /// FTRL's λ1 (`None` = the core default).
@@ -417,7 +412,6 @@ impl core::str::FromStr for OptSpec {
             profile: None,
             lead: None,
             eps_inside: false,
-            lead_sum: false,
             ftrl_beta: None,
             l1: None,
             l2: None,
@@ -602,13 +596,6 @@ impl core::str::FromStr for OptSpec {
                     spec.profile = Some(x);
                 }
                 "lead" => spec.lead = Some(num(k, v)?),
-                "lead-sum" => {
-                    spec.lead_sum = match v {
-                        "1" | "true" => true,
-                        "0" | "false" => false,
-                        _ => return Err(SpecError(format!("lead-sum `{v}` (0, 1)"))),
-                    }
-                }
                 "eps" => {
                     spec.eps_inside = match v {
                         "inside" => true,
@@ -618,7 +605,7 @@ impl core::str::FromStr for OptSpec {
                 }
                 _ => {
                     return Err(SpecError(format!(
-                        "unknown key `{k}` for `{name}` (lr, mode, buckets, ratio, rule, storage, choices, scalar-lr, accumulate, beta, power, counter, profile, lead, lead-sum, eps)"
+                        "unknown key `{k}` for `{name}` (lr, mode, buckets, ratio, rule, storage, choices, scalar-lr, accumulate, beta, power, counter, profile, lead, eps)"
                     )));
                 }
             }
@@ -673,7 +660,6 @@ const ROW_SCALED_KEYS: &[&str] = &[
     "counter",
     "profile",
     "lead",
-    "lead-sum",
     "eps",
 ];
 
@@ -707,7 +693,7 @@ fn inert_keys(spec: &OptSpec, given: &[&str]) -> Result<(), SpecError> {
         if k == "power" && !counts {
             return Err(inert(k, "only accumulate=anneal|ema-anneal read it"));
         }
-        if k == "counter" && !(counts || spec.lead_sum) {
+        if k == "counter" && !counts {
             return Err(inert(
                 k,
                 "only accumulate=anneal|ema-anneal keep a row count",

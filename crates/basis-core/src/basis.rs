@@ -128,7 +128,7 @@ impl<H: Bucketer> Basis<H> {
         };
         // A frequency-aware scalar rate, or a count-annealed `G_i`, needs
         // each row's update count.
-        let counter = if row_scaled && config.row_scale.counts_rows() {
+        let counter = if row_scaled && config.row_scale.accumulate.counts_rows() {
             Some(config.row_scale.counter)
         } else if config.scalar_learns()
             && matches!(

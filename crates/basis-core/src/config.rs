@@ -270,13 +270,6 @@ with_setters!(RowScaleConfig {
 });
 
 impl RowScaleConfig {
-    /// Whether `RowScaled` keeps a per-row update counter: the accumulation
-    /// reads one ([`Accumulate::counts_rows`]) or the lead group's sum does
-    /// ([`Profile::lead_sum`]).
-    pub const fn counts_rows(&self) -> bool {
-        self.accumulate.counts_rows() || self.profile.lead_sum
-    }
-
     /// The default: [`Accumulate::DEFAULT`] (the EMA with β = 0.99,
     /// annealed past 100 updates of a row), log₂ range `(−48, 24)`,
     /// [`Profile::DEFAULT`], the 3-bit [`RowCounter::Log3Wide`].
@@ -336,27 +329,12 @@ pub struct Profile {
     /// `√(V̂+ε²)` instead of `√V̂+ε` (ε inside the root; default false,
     /// measured the same).
     pub eps_inside: bool,
-    /// The `lead` group steps with AdaGrad's sum of `g²`, read from the
-    /// row's mean as `n·G_i` (`n` the row's updates including this one,
-    /// from the row counter, which this option keeps even under
-    /// [`Accumulate::Ema`]): `V̂_ij = n·G_i·f_bj` for `j < lead`, `G_i·f_bj`
-    /// for the rest (default false). Only for the mean-type accumulations,
-    /// [`Accumulate::Ema`] and [`Accumulate::EmaAnnealed`] (whose `G_i` is a
-    /// mean of `x` while `n ≤ 1/(1 − β)`; past that it is annealed already
-    /// and `n·G_i` anneals the lead group twice). Needs `lead` ≥ 1.
-    ///
-    /// Why (issue 26, session 21): a factorization machine's linear weight
-    /// `w` is a logistic-regression weight on a hashed feature, AdaGrad's
-    /// and FTRL's home ground, while its embedding wants steps that do not
-    /// shrink with a row's count on a long stream (DLRM, which has no `w`).
-    pub lead_sum: bool,
 }
 
 with_setters!(Profile {
     with_power => power: f32,
     with_lead => lead: usize,
     with_eps_inside => eps_inside: bool,
-    with_lead_sum => lead_sum: bool,
 });
 
 impl Profile {
@@ -366,7 +344,6 @@ impl Profile {
         power: 1.0,
         lead: 0,
         eps_inside: false,
-        lead_sum: false,
     };
 }
 
@@ -765,16 +742,6 @@ impl BasisConfig {
         if !(pr.power.is_finite() && (0.0..=1.0).contains(&pr.power)) || pr.lead > self.dim {
             return Err(ConfigError::Profile);
         }
-        if pr.lead_sum
-            && (pr.lead == 0
-                || pr.power == 0.0
-                || !matches!(
-                    self.row_scale.accumulate,
-                    Accumulate::Ema { .. } | Accumulate::EmaAnnealed { .. }
-                ))
-        {
-            return Err(ConfigError::LeadSum);
-        }
         let (a, b) = self.row_scale.log2_range;
         if !(a.is_finite() && b.is_finite() && a < b && a > -126.0 && b < 127.0) {
             return Err(ConfigError::RowScaleRange);
@@ -828,7 +795,8 @@ impl BasisConfig {
             )];
             let counter = [(
                 O::RowCounter,
-                self.row_scale.counts_rows() || self.row_scale.counter == d.row_scale.counter,
+                self.row_scale.accumulate.counts_rows()
+                    || self.row_scale.counter == d.row_scale.counter,
             )];
             return first_set(&scalar)
                 .or_else(|| first_set(&moments))

@@ -35,11 +35,6 @@ pub enum ConfigError {
     RowScaleRange,
     /// The row-scale profile power is outside `[0, 1]` or its `lead` exceeds `dim`.
     Profile,
-    /// [`Profile::lead_sum`](crate::Profile::lead_sum) is set without a
-    /// `lead` group, under a flat profile, or under an accumulation that is
-    /// not a mean ([`Accumulate::Ema`](crate::Accumulate::Ema) or
-    /// [`Accumulate::EmaAnnealed`](crate::Accumulate::EmaAnnealed)).
-    LeadSum,
     /// The bucketer has zero buckets.
     NoBuckets,
     /// `option` differs from its [`Default`](crate::BasisConfig::default)
@@ -91,9 +86,6 @@ impl fmt::Display for ConfigError {
             Self::AnnealPower => "count-annealed accumulation power must be finite and >= 0",
             Self::RowScaleRange => "row-scale log2 range must be finite with min < max",
             Self::Profile => "row-scale profile power must be in [0, 1] and lead <= dim",
-            Self::LeadSum => {
-                "lead_sum needs lead >= 1, a profile power > 0 and an ema or ema-anneal accumulation"
-            }
             Self::NoBuckets => "the bucketer must have at least one bucket",
             Self::Ftrl => "FTRL needs beta finite and > 0, l1 and l2 finite and >= 0",
             Self::BlockSize => "the quantization block size must be at least 1",

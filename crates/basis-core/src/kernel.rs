@@ -696,14 +696,6 @@ fn row_scaled(p: &KernelParams, c: &mut [f32], t: &mut u32, rows: &mut Rows<'_, 
     // 1.. read them there, then row 0 overwrites them in place.
     let (first, rest) = rows.updates.split_at_mut(d);
     profile_factors(first, c, &p.profile);
-    // `Profile::lead_sum`: the lead group reads the sum `n·G_i` (the
-    // counts were incremented above, so `n` includes this update).
-    let lead_sum = if p.profile.lead_sum {
-        p.profile.lead.min(d)
-    } else {
-        0
-    };
-    let count_of = |k: usize| rows.counts.get(k).map_or(1.0, |&n| f32::from(n.max(1)));
     let f: &[f32] = first;
     for (k, (upd, g)) in rest
         .chunks_exact_mut(d)
@@ -714,23 +706,11 @@ fn row_scaled(p: &KernelParams, c: &mut [f32], t: &mut u32, rows: &mut Rows<'_, 
         for (o, &fj) in upd.iter_mut().zip(f) {
             *o = big_g * fj;
         }
-        if lead_sum > 0 {
-            let n = count_of(k + 1);
-            for o in &mut upd[..lead_sum] {
-                *o *= n;
-            }
-        }
         row_step(upd, g, p);
     }
     let big_g = rows.scalars[0];
     for o in first.iter_mut() {
         *o *= big_g;
-    }
-    if lead_sum > 0 {
-        let n = count_of(0);
-        for o in &mut first[..lead_sum] {
-            *o *= n;
-        }
     }
     row_step(first, &rows.grads[..d], p);
 }

@@ -25,8 +25,8 @@ mod common;
 use alloc::collections::BTreeMap;
 
 use basis_core::{
-    Accumulate, Basis, BasisConfig, ConfigError, ConfigOption, DenseTable, Direction, Profile,
-    RowCounter, RowIndex, RowScaleConfig, ScalarStorage, SparseOptimizer, StateError, StateField,
+    Accumulate, Basis, BasisConfig, ConfigError, ConfigOption, DenseTable, Direction, RowCounter,
+    RowIndex, RowScaleConfig, ScalarStorage, SparseOptimizer, StateError, StateField,
 };
 use common::{Identity, Rng};
 use proptest::prelude::*;
@@ -79,10 +79,6 @@ struct Reference {
     power: f64,
     lr: f64,
     eps: f64,
-    /// The profile's leading group (`Profile::lead`).
-    lead: usize,
-    /// `Profile::lead_sum`: the lead group steps with `n·G_i`.
-    lead_sum: bool,
     g: BTreeMap<u64, (f64, u32)>,
     c: BTreeMap<u32, (Vec<f64>, u32)>,
 }
@@ -94,11 +90,8 @@ impl Reference {
             Accumulate::EmaAnnealed { beta, power } => {
                 (f64::from(beta), 1.0 - f64::from(beta), power)
             }
-            // The EMA: floor β for every n.
-            Accumulate::Ema { beta } => (f64::from(beta), 1.0 - f64::from(beta), 0.0),
             other => panic!("no counting rule: {other:?}"),
         };
-        let profile = config.row_scale.profile;
         Self {
             dim,
             buckets,
@@ -107,8 +100,6 @@ impl Reference {
             power: f64::from(power),
             lr: f64::from(config.lr),
             eps: f64::from(config.effective_eps()),
-            lead: profile.lead.min(dim),
-            lead_sum: profile.lead_sum,
             g: BTreeMap::new(),
             c: BTreeMap::new(),
         }
@@ -162,26 +153,11 @@ impl Reference {
         for (&id, g) in &merged {
             let b = (id % u64::from(self.buckets)) as u32;
             let c = &self.c[&b].0;
-            // Each profile group normalised by its own mean.
-            let group_mean = |j: usize| {
-                let range = if j < self.lead {
-                    0..self.lead
-                } else {
-                    self.lead..d
-                };
-                let len = range.len() as f64;
-                c[range].iter().sum::<f64>() / len
-            };
-            let (big_g, n) = self.g[&id];
+            let mean = c.iter().sum::<f64>() / d as f64;
+            let big_g = self.g[&id].0;
             for j in 0..d {
-                let mean = group_mean(j);
                 let f = if mean > 0.0 { c[j] / mean } else { 1.0 };
-                let sum = if self.lead_sum && j < self.lead {
-                    f64::from(n)
-                } else {
-                    1.0
-                };
-                let v_hat = sum * big_g * f;
+                let v_hat = big_g * f;
                 table[id as usize * d + j] -= self.lr * g[j] / (v_hat.sqrt() + self.eps);
             }
         }
@@ -202,18 +178,8 @@ fn follows_the_reference(
     dim: usize,
     steps: usize,
 ) -> Result<(), TestCaseError> {
-    follows_the_reference_with(config(dim, 24, rule), rule, seed, steps)
-}
-
-/// [`follows_the_reference`] for a built configuration `c` (its profile's
-/// `lead` and `lead_sum` included) over 24 dense rows.
-fn follows_the_reference_with(
-    c: BasisConfig,
-    rule: Accumulate,
-    seed: u64,
-    steps: usize,
-) -> Result<(), TestCaseError> {
-    let (rows, buckets, dim) = (24u64, 5u32, c.dim);
+    let (rows, buckets) = (24u64, 5u32);
+    let c = config(dim, rows, rule);
     let mut opt = Basis::new(c, Identity(buckets)).unwrap();
     let mut reference = Reference::new(rule, &c, dim, buckets);
     let mut rng = Rng(seed);
@@ -290,104 +256,6 @@ proptest! {
     ) {
         follows_the_reference(ema_annealed(beta, power), seed, dim, steps)?;
     }
-
-    /// `Profile::lead_sum` (session 21): the lead group's `V̂` is `n·G_i`
-    /// (the row's exact count including this update), the rest `G_i`, each
-    /// group with its own profile, under the EMA (which keeps a counter for
-    /// it) and `EmaAnnealed`.
-    #[test]
-    fn lead_sum_matches_the_f64_reference(
-        seed in any::<u64>(),
-        beta in 0.0f32..0.995,
-        anneal in any::<bool>(),
-        lead in 1usize..4,
-        rest in 0usize..6,
-        steps in 1usize..30,
-    ) {
-        let rule = if anneal { ema_annealed(beta, 1.0) } else { Accumulate::Ema { beta } };
-        let dim = lead + rest;
-        let c = config(dim, 24, rule).with_row_scale(
-            exact(rule)
-                .with_counter(RowCounter::Exact)
-                .with_profile(Profile::default().with_lead(lead).with_lead_sum(true)),
-        );
-        follows_the_reference_with(c, rule, seed, steps)?;
-    }
-}
-
-/// One row, the same gradient every step, under the EMA with `lead_sum`:
-/// `G` stays `x` and the lead dimension's step shrinks as `1/√n` (AdaGrad's
-/// on a constant gradient) while the rest keep the EMA's step `η`.
-#[test]
-fn lead_sum_anneals_only_the_lead_group() {
-    let dim = 3;
-    let grad = [0.5f32, 0.5, -0.5];
-    let rule = Accumulate::Ema { beta: 0.9 };
-    let c = config(dim, 2, rule).with_row_scale(
-        exact(rule)
-            .with_counter(RowCounter::Exact)
-            .with_profile(Profile::default().with_lead(1).with_lead_sum(true)),
-    );
-    let mut opt = Basis::new(c, Identity(1)).unwrap();
-    let mut w = vec![0.0f32; 2 * dim];
-    let lr = f64::from(c.lr);
-    for n in 1..=64u32 {
-        let before: Vec<f32> = w[dim..].to_vec();
-        opt.step(&[1], &grad, &mut DenseTable::new(&mut w, dim).unwrap())
-            .unwrap();
-        let step: Vec<f64> = (0..dim)
-            .map(|j| f64::from(before[j] - w[dim + j]).abs())
-            .collect();
-        let want_lead = lr / f64::from(n).sqrt();
-        assert!(close(step[0], want_lead, 1e-4, 0.0), "n {n}: {step:?}");
-        assert!(close(step[1], lr, 1e-4, 0.0), "n {n}: {step:?}");
-    }
-}
-
-/// `lead_sum` without a lead group, with a flat profile, or under an
-/// accumulation that is not a mean is refused; under the EMA it keeps (and
-/// counts in `memory()`) a row counter the plain EMA does not.
-#[test]
-fn lead_sum_is_refused_where_it_means_nothing() {
-    let with = |a: Accumulate, p: Profile| {
-        BasisConfig::default()
-            .with_dim(4)
-            .with_row_scale(RowScaleConfig::default().with_accumulate(a).with_profile(p))
-    };
-    let lead1 = Profile::default().with_lead(1).with_lead_sum(true);
-    let ema = Accumulate::Ema { beta: 0.99 };
-    for bad in [
-        with(ema, Profile::default().with_lead_sum(true)),
-        with(ema, lead1.with_power(0.0)),
-        with(Accumulate::Sum, lead1),
-        with(Accumulate::Decayed { beta: 0.99 }, lead1),
-        with(annealed(0.5), lead1),
-    ] {
-        assert_eq!(bad.validate(), Err(ConfigError::LeadSum), "{bad:?}");
-    }
-    assert_eq!(with(ema, lead1).validate(), Ok(()));
-    assert_eq!(with(Accumulate::DEFAULT, lead1).validate(), Ok(()));
-    let rows = 1000u64;
-    let dense = |p: Profile| {
-        with(ema, p)
-            .with_row_index(RowIndex::Dense { rows })
-            .with_row_scale(
-                RowScaleConfig::default()
-                    .with_accumulate(ema)
-                    .with_profile(p)
-                    .with_counter(RowCounter::Exact),
-            )
-    };
-    // The counter option is read (not `Ignored`) once lead_sum keeps one.
-    assert_eq!(dense(lead1).validate(), Ok(()));
-    let plain = Basis::new(
-        with(ema, Profile::default().with_lead(1)).with_row_index(RowIndex::Dense { rows }),
-        Identity(4),
-    )
-    .unwrap()
-    .memory();
-    let summed = Basis::new(dense(lead1), Identity(4)).unwrap().memory();
-    assert_eq!((plain.row_counters, summed.row_counters), (0, 2000));
 }
 
 /// Trains `c` 30 batches (a hot row 0 in each: under `EmaAnnealed` its
