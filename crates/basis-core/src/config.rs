@@ -589,9 +589,15 @@ impl BasisConfig {
     /// so it meets the bar where AdaGrad is the better optimizer and trails
     /// by Adam's lead where Adam is. There, a sum that forgets past ≈ 100
     /// updates, [`Accumulate::Decayed`]` { beta: 0.99 }` at η = 0.055, meets
-    /// Adam (session 20: +0.0003 and −0.0006 on seeds 1–2, 1.09 B/row), but the same rule
-    /// loses 0.015 on the DeepFM stream at 10^7, whose rows also carry a
-    /// linear weight: choose it for models without one, and measure.
+    /// Adam (session 20: +0.0003 and −0.0006 on seeds 1–2, 1.09 B/row), as
+    /// does [`Accumulate::Ema`]` { beta: 0.99 }` at η = 5.48e-3 (+0.0005);
+    /// on the DeepFM stream at 10^7 the EMA at its own best rate, 5.48e-4,
+    /// misses AdaGrad by 0.0027 (session 21; not through the rows' linear
+    /// weight, which was tested and ruled out). So no single rule meets
+    /// both 10^7 cells, and the sum's rate carries between the models where
+    /// the EMA's does not (10× apart): keep this for an untuned run, and
+    /// for a model whose hot rows want steps that do not shrink, measure
+    /// the EMA over a rate grid (docs/RESULTS.md, session 21).
     ///
     /// [`defaults_for_epochs`](Self::defaults_for_epochs) picks it from a
     /// run's epoch count. Trained for several epochs, [`Default`] is the
