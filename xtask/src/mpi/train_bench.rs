@@ -1,6 +1,6 @@
 //! `cargo xtask mpi --train-bench [--net 1gbit|10gbit|unlimited] [--np 2,4]
 //! [--batch B] [--examples N | --steps S] [--warmup auto|share|F[,...]] [--rounds N] [--seeds 1,2,3]
-//! [--model deepfm|dlrm]`: end-to-end
+//! [--model deepfm|dlrm] [--compressed onebit-adam|zero-one-adam|onebit-lamb[,...]]`: end-to-end
 //! sharded training over TCP in the shaped network namespace of `--bench` (issue 13 item 7).
 //!
 //! The job: `basis train --shard rows` with DeepFM (tower `1024,512,256,1`
@@ -19,6 +19,10 @@
 //! entry after each f32 run, all compared with that f32 run (one pair of tables
 //! per entry), so the warm-ups share the f32 runs instead of repeating them. `--model dlrm` runs DLRM instead (top tower `--mlp` and bottom
 //! tower at the CLI's defaults, 541 585 dense parameters at `--dim 16`), same data.
+//! `--compressed` names the compressed tower optimizers (`--dense-opt`;
+//! default `onebit-adam`): a list makes one compressed run per optimizer
+//! and `--warmup` entry after each f32 run, so 1-bit Adam and 0/1 Adam are
+//! compared on the same f32 runs in the same rounds.
 //!
 //! `--rounds N` (default: one per seed) runs N interleaved rounds, each an
 //! f32 run then a 1-bit run, round `r` with seed `seeds[r % seeds.len()]`
@@ -61,6 +65,23 @@ struct Opts {
     seeds: Vec<u64>,
     /// `--model`: `deepfm` (default) or `dlrm`.
     model: String,
+    /// `--dense-opt` of the compressed runs (default `[onebit-adam]`).
+    compressed: Vec<String>,
+}
+
+/// The tower optimizers `--compressed` takes, with their table names.
+const COMPRESSED: [(&str, &str); 3] = [
+    ("onebit-adam", "1-bit Adam"),
+    ("zero-one-adam", "0/1 Adam"),
+    ("onebit-lamb", "1-bit LAMB"),
+];
+
+/// The table name of the compressed optimizer `opt`.
+fn display_name(opt: &str) -> &'static str {
+    COMPRESSED
+        .iter()
+        .find(|(k, _)| *k == opt)
+        .map_or("compressed", |(_, n)| n)
 }
 
 fn parse_args(args: &[String]) -> Result<Opts, String> {
@@ -74,6 +95,7 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
         rounds: 0,
         seeds: vec![1],
         model: "deepfm".into(),
+        compressed: vec!["onebit-adam".into()],
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -144,6 +166,21 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
                 }
                 o.model = m;
             }
+            "--compressed" => {
+                o.compressed = value("tower optimizers, e.g. onebit-adam,zero-one-adam")?
+                    .split(',')
+                    .map(|c| {
+                        let c = c.trim();
+                        if COMPRESSED.iter().any(|(k, _)| *k == c) {
+                            Ok(c.to_string())
+                        } else {
+                            Err(format!(
+                                "--compressed: `{c}` is none of onebit-adam, zero-one-adam, onebit-lamb"
+                            ))
+                        }
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
             "--rounds" => {
                 let n = value("a number")?;
                 o.rounds = match n.parse::<usize>() {
@@ -163,7 +200,7 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
             }
             other => {
                 return Err(format!(
-                    "unknown argument `{other}` (usage: mpi --train-bench [--net 1gbit|10gbit|unlimited] [--np 2,4] [--batch B] [--examples N | --steps S] [--warmup auto|share|F[,...]] [--rounds N] [--seeds 1,2,3] [--model deepfm|dlrm])"
+                    "unknown argument `{other}` (usage: mpi --train-bench [--net 1gbit|10gbit|unlimited] [--np 2,4] [--batch B] [--examples N | --steps S] [--warmup auto|share|F[,...]] [--rounds N] [--seeds 1,2,3] [--model deepfm|dlrm] [--compressed onebit-adam|zero-one-adam|onebit-lamb[,...]])"
                 ));
             }
         }
@@ -204,16 +241,21 @@ pub(super) fn run(args: &[String]) -> Result<(), String> {
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let steps = o.examples.div_ceil(o.batch);
     let label = o.rate.as_deref().unwrap_or("unlimited");
-    // The 1-bit runs of a round: one per `--warmup` entry (`None`: the
-    // CLI's default, no `--dense-warmup`).
+    // The compressed runs of a round: one per optimizer and `--warmup`
+    // entry (`None`: the CLI's default, no `--dense-warmup`).
     let warmups: Vec<Option<&str>> = if o.warmups.is_empty() {
         vec![None]
     } else {
         o.warmups.iter().map(|w| Some(w.as_str())).collect()
     };
+    let variants: Vec<(&str, Option<&str>)> = o
+        .compressed
+        .iter()
+        .flat_map(|c| warmups.iter().map(move |&w| (c.as_str(), w)))
+        .collect();
     with_netns(rate.as_ref(), |mpirun_in_ns| {
         for &np in &o.ranks {
-            let mut rounds: Vec<Vec<Round>> = vec![Vec::new(); warmups.len()];
+            let mut rounds: Vec<Vec<Round>> = vec![Vec::new(); variants.len()];
             for r in 0..o.rounds {
                 let seed = o.seeds[r % o.seeds.len()];
                 let job = |opt: &str, warmup: Option<&str>, name: &str| {
@@ -229,8 +271,8 @@ pub(super) fn run(args: &[String]) -> Result<(), String> {
                     read_run(&json)
                 };
                 let f32 = job("adam", None, "adam")?;
-                for (i, &w) in warmups.iter().enumerate() {
-                    let onebit = job("onebit-adam", w, &format!("onebit-adam-w{i}"))?;
+                for (i, &(c, w)) in variants.iter().enumerate() {
+                    let onebit = job(c, w, &format!("{c}-w{i}"))?;
                     rounds[i].push(Round {
                         seed,
                         f32: f32.clone(),
@@ -238,16 +280,25 @@ pub(super) fn run(args: &[String]) -> Result<(), String> {
                     });
                 }
             }
-            for (w, rounds) in warmups.iter().zip(&rounds) {
-                if warmups.len() > 1 {
+            for (&(c, w), rounds) in variants.iter().zip(&rounds) {
+                let name = display_name(c);
+                if variants.len() > 1 {
                     println!(
-                        "\n#### 1-bit Adam with --dense-warmup {}",
+                        "\n#### {name} with --dense-warmup {}",
                         w.unwrap_or("(the CLI's default)")
                     );
                 }
                 println!(
                     "{}",
-                    table(label, np, o.batch, steps, &rounds[0].f32, &rounds[0].onebit)
+                    table(
+                        label,
+                        np,
+                        o.batch,
+                        steps,
+                        name,
+                        &rounds[0].f32,
+                        &rounds[0].onebit
+                    )
                 );
                 println!("{}", rounds_table(steps, rounds));
             }
@@ -387,12 +438,14 @@ fn range(xs: &[f64], div: f64, digits: usize) -> String {
     }
 }
 
-/// The markdown table of one P: f32 Adam (`a`) against 1-bit Adam (`b`).
+/// The markdown table of one P: f32 Adam (`a`) against the compressed
+/// optimizer `name` (`b`).
 fn table(
     label: &str,
     np: usize,
     batch: usize,
     steps: usize,
+    name: &str,
     a: &RunFigures,
     b: &RunFigures,
 ) -> String {
@@ -406,7 +459,7 @@ fn table(
         "| dense opt | wall s | train s | ms/step | test AUC | ΔAUC | sparse MiB/step/rank | dense MiB/step/rank | peak RSS/rank MiB | speed-up (wall) | speed-up (train) |\n\
          |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
-    for (name, r) in [("Adam, f32 all-reduce", a), ("1-bit Adam", b)] {
+    for (name, r) in [("Adam, f32 all-reduce", a), (name, b)] {
         out.push_str(&format!(
             "| {name} | {:.1} | {:.1} | {:.1} | {:.5} | {:+.5} | {} | {} | {} | {:.2}× | {:.2}× |\n",
             r.wall_secs,
@@ -439,7 +492,7 @@ fn rounds_table(steps: usize, rounds: &[Round]) -> String {
     let st = steps as f64;
     let ms = |r: &RunFigures| 1000.0 * r.train_secs / st;
     let mut out = String::from(
-        "\n| round | seed | f32 ms/step | 1-bit ms/step | f32 wall s | 1-bit wall s | speed-up (wall) | speed-up (train) |\n\
+        "\n| round | seed | f32 ms/step | compressed ms/step | f32 wall s | compressed wall s | speed-up (wall) | speed-up (train) |\n\
          |---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     let (mut wall, mut train, mut ms_a, mut ms_b) = (vec![], vec![], vec![], vec![]);
@@ -478,7 +531,7 @@ fn rounds_table(steps: usize, rounds: &[Round]) -> String {
         spread(&train, "×", 2),
     ));
     out.push_str(
-        "\n| seed | 1-bit freeze step | valid AUC f32 / 1-bit | test AUC f32 / 1-bit | test ΔAUC |\n\
+        "\n| seed | compressed freeze step | valid AUC f32 / compressed | test AUC f32 / compressed | test ΔAUC |\n\
          |---:|---:|---:|---:|---:|\n",
     );
     let mut seen = Vec::new();
@@ -577,8 +630,12 @@ mod tests {
                 rounds: 1,
                 seeds: vec![1],
                 model: "deepfm".into(),
+                compressed: vec!["onebit-adam".into()],
             }
         );
+        let c = parse_args(&args(&["--compressed", "onebit-adam, zero-one-adam"])).unwrap();
+        assert_eq!(c.compressed, ["onebit-adam", "zero-one-adam"]);
+        assert_eq!(display_name("zero-one-adam"), "0/1 Adam");
         for bad in [
             &["--net"][..],
             &["--net", "fast"],
@@ -591,6 +648,8 @@ mod tests {
             &["--seeds", "1,x"],
             &["--seeds", ""],
             &["--rounds", "2", "--seeds", "1,2,3"],
+            &["--compressed", "adam"],
+            &["--compressed", "zero-one-adam,"],
             &["--bench"],
         ] {
             assert!(parse_args(&args(bad)).is_err(), "{bad:?} accepted");
@@ -645,7 +704,7 @@ mod tests {
         b.wall_secs = 2.5;
         b.train_secs = 2.0;
         b.test_auc = 0.7495;
-        let t = table("1gbit", 2, 1024, 10, &a, &b);
+        let t = table("1gbit", 2, 1024, 10, "1-bit Adam", &a, &b);
         let rows: Vec<&str> = t.lines().filter(|l| l.starts_with("| ")).collect();
         assert_eq!(rows.len(), 3, "{t}");
         // 1 MiB and 2 MiB over 10 steps; RSS 100–200 MiB.
