@@ -1,7 +1,9 @@
 //! A plain, single-threaded simulation of [`crate::ZeroOneAdam`] on `P`
 //! ranks: the slow path the tests compare against bit for bit. Every rank's
 //! parameters and moments are ordinary `Vec`s; the full-precision all-reduce
-//! is a rank-order sum, the 1-bit one is
+//! is a rank-order sum (under [`WarmupReduce::Bf16`] on a variance step,
+//! element by element `bf16(Σ_r bf16(g_r) / P)`, the sum in `f32` from
+//! `0.0` in rank order), the 1-bit one is
 //! [`crate::reference::simulate_allreduce`]; the schedules are not
 //! counters but the sets they describe, written out: `T_v` as "the next
 //! multiple of the interval, `κ` times per interval", `T_u` in closed form
@@ -14,9 +16,17 @@ use core::ops::Range;
 use num_traits::Float;
 
 use crate::optimizer::GroupSpec;
-use crate::policy::Policy;
+use crate::policy::{Policy, WarmupReduce};
 use crate::reference::{ReferenceState, simulate_allreduce};
 use crate::zero_one::{ZeroOneConfig, ZeroOneStage, clamped, preconditioned_caps};
+
+/// `x` rounded to bfloat16 (to nearest, ties to even) and back, for a
+/// finite `x` whose rounding stays finite (the simulation's gradients are
+/// far from `f32::MAX`).
+fn bf16(x: f32) -> f32 {
+    let b = x.to_bits();
+    f32::from_bits(b.wrapping_add(0x7fff + ((b >> 16) & 1)) & 0xffff_0000)
+}
 
 /// The state of all `P` simulated ranks.
 #[derive(Debug, Clone)]
@@ -130,16 +140,27 @@ impl ZeroOneSim {
         let pre = c.preconditioned;
         let (cap_g, cap_m) = preconditioned_caps(&c);
         let pf = p as f32;
+        // Every group's reduce on a variance step; one rank reduces nothing.
+        let half =
+            stage == ZeroOneStage::Variance && c.variance_reduce == WarmupReduce::Bf16 && p > 1;
         for (gi, (range, spec)) in self.groups.clone().into_iter().enumerate() {
             let wd = spec.weight_decay.unwrap_or(c.weight_decay);
             let full = spec.policy == Policy::FullPrecision;
             if full || stage == ZeroOneStage::Variance {
                 for i in range {
-                    let mut sum = grads[0][i];
-                    for r in 1..p {
-                        sum += grads[r][i];
-                    }
-                    let gm = sum / pf;
+                    let gm = if half {
+                        let mut sum = 0.0f32;
+                        for r in 0..p {
+                            sum += bf16(grads[r][i]);
+                        }
+                        bf16(sum / pf)
+                    } else {
+                        let mut sum = grads[0][i];
+                        for r in 1..p {
+                            sum += grads[r][i];
+                        }
+                        sum / pf
+                    };
                     if !full {
                         self.mask[i] = self.mask[i] && gm == 0.0;
                     }

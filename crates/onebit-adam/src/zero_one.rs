@@ -15,7 +15,8 @@
 //! rate of this step:
 //!
 //! * **Variance step** (`t ≤ var_freeze_step` and `t mod I_v = 0`):
-//!   `ḡ = Σ_r g_r / P` (full-precision all-reduce),
+//!   `ḡ = Σ_r g_r / P` (full-precision all-reduce: `f32` by default, or
+//!   bfloat16 at half the bytes, [`ZeroOneConfig::variance_reduce`]),
 //!   `v ← β₂v + (1−β₂)ḡ²`, `m ← β₁m + (1−β₁)ḡ`, `x ← x − η(m/d + λx)`.
 //!   A coordinate whose `ḡ` was exactly 0 at every variance step is *masked*
 //!   (DeepSpeed's `exp_avg_mask`, found automatically here): the 1-bit
@@ -53,7 +54,11 @@
 //!   quantises (as [`crate::compressed_allreduce`] does), so `P = 1` runs
 //!   the same algorithm as `P > 1`.
 //! * The full-precision mean gradient of a variance step is all-reduced by
-//!   the optimizer, not by the training engine's backward hook.
+//!   the optimizer, not by the training engine's backward hook, in `f32`
+//!   by default; [`WarmupReduce::Bf16`] in
+//!   [`ZeroOneConfig::variance_reduce`] rounds each rank's gradient and the
+//!   mean to bfloat16 (sums in `f32`, half the bytes), where DeepSpeed
+//!   reduces in the model's precision (fp16 in its published runs).
 //! * DeepSpeed accumulates `u` in a buffer of its own and returns to the
 //!   synchronised point as `x − u`, which is off by a few ulps that differ
 //!   from rank to rank: its ranks drift apart (the reference test of this
@@ -101,11 +106,14 @@ use core::ops::Range;
 use comm_traits::{CommStats, Communicator};
 use num_traits::Float;
 
+use onebit_codec::Grade;
+
 use crate::OneBitError;
 use crate::allreduce::{self, AllReduceState};
+use crate::graded;
 use crate::header::{self, Op};
 use crate::optimizer::GroupSpec;
-use crate::policy::Policy;
+use crate::policy::{Policy, WarmupReduce};
 
 /// Hyper-parameters of 0/1 Adam; `Default` holds DeepSpeed's
 /// `ZeroOneAdam` values. `#[non_exhaustive]`: build it from [`Default`]
@@ -153,6 +161,21 @@ pub struct ZeroOneConfig {
     /// and the parameter-space update instead of `g` and `u ⊙ d`, and clamp
     /// to Adam's own bounds. Default `false` (the paper's 0/1 Adam).
     pub preconditioned: bool,
+    /// How a variance step all-reduces the gradient (every group's, the
+    /// full-precision groups' too on that step, as 1-bit Adam's
+    /// [`crate::Config::warmup_reduce`] covers every group during its
+    /// warm-up; on the other steps those groups reduce in `f32`):
+    /// [`WarmupReduce::F32`] (an `f32` sum, then `/P`) or
+    /// [`WarmupReduce::Bf16`] (each rank's gradient rounded to bfloat16,
+    /// summed in `f32` in rank order, `/P`, rounded again: half the bytes,
+    /// no error feedback, so nothing of it enters the state; see its docs).
+    /// One rank skips the reduce either way. Default
+    /// [`WarmupReduce::F32`], the default of 1-bit Adam's
+    /// `warmup_reduce`, so the two optimizers built from their defaults
+    /// reduce their full-precision steps alike (and this one keeps the
+    /// bits it had before the field existed).
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub variance_reduce: WarmupReduce,
 }
 
 // onebit-codec's macro, one copy per dependency chain.
@@ -167,6 +190,7 @@ onebit_codec::with_setters!(ZeroOneConfig {
     with_local_step_scaler => local_step_scaler: u64,
     with_local_step_clipper => local_step_clipper: u64,
     with_preconditioned => preconditioned: bool,
+    with_variance_reduce => variance_reduce: WarmupReduce,
 });
 
 impl Default for ZeroOneConfig {
@@ -182,6 +206,7 @@ impl Default for ZeroOneConfig {
             local_step_scaler: 32_678,
             local_step_clipper: 16,
             preconditioned: false,
+            variance_reduce: WarmupReduce::F32,
         }
     }
 }
@@ -322,7 +347,10 @@ pub struct ZeroOneMemory {
     /// Error-feedback buffers: `4(N + N/P)` per 1-bit group, 0 before its
     /// first 1-bit all-reduce.
     pub error_feedback: usize,
-    /// The mean-gradient copy reused across steps: `4n` after the first step.
+    /// The mean-gradient copy reused across steps (`4n` after the first
+    /// step) and, under [`WarmupReduce::Bf16`] with more than one rank, the
+    /// bfloat16 reduce's buffers (about `8n` more, from the first variance
+    /// step to the end of step `var_freeze_step`, after which no step uses them).
     pub scratch: usize,
 }
 
@@ -386,6 +414,10 @@ pub struct ZeroOneAdam {
     /// Rank/size the state is bound to (set by the first step).
     pub(crate) bound: Option<(usize, usize)>,
     scratch: Vec<f32>,
+    /// [`WarmupReduce::Bf16`]'s buffers, shared by the groups: made at the
+    /// first bfloat16 variance step, reused by the next ones, freed after
+    /// step `var_freeze_step` (never saved: nothing in them outlives a call).
+    var_scratch: Option<alloc::boxed::Box<graded::Scratch>>,
 }
 
 impl ZeroOneAdam {
@@ -448,6 +480,7 @@ impl ZeroOneAdam {
             grad_count: 0,
             bound: None,
             scratch: Vec::new(),
+            var_scratch: None,
         })
     }
 
@@ -539,7 +572,7 @@ impl ZeroOneAdam {
                 .map(|g| g.errors.error_len())
                 .sum::<usize>()
                 * f,
-            scratch: self.scratch.len() * f,
+            scratch: self.scratch.len() * f + self.var_scratch.as_ref().map_or(0, |s| s.bytes()),
         }
     }
 
@@ -612,7 +645,11 @@ impl ZeroOneAdam {
     /// [`OneBitError::RemoteInput`] — or the ranks disagree on step, length
     /// or layout ([`OneBitError::Comm`]). On a local step only the rank
     /// with the bad input fails (nothing changed). Transport failures after
-    /// the header exchange are [`OneBitError::Comm`] (the group is broken).
+    /// the header exchange are [`OneBitError::Comm`] (the group is broken);
+    /// under [`WarmupReduce::Bf16`] a variance step whose `f32` sum of
+    /// bfloat16 gradients overflows fails every rank too
+    /// ([`OneBitError::NonFinite`] / [`OneBitError::RemoteInput`]), the
+    /// groups before it already stepped.
     pub fn step(
         &mut self,
         comm: &mut dyn Communicator,
@@ -621,7 +658,8 @@ impl ZeroOneAdam {
         self.step_inner(comm, params, None)
     }
 
-    /// FNV-1a over the group layout and the schedule's hyper-parameters.
+    /// FNV-1a over the group layout, the schedule's hyper-parameters, the
+    /// variant and (when bfloat16) the variance reduce.
     fn layout(&self) -> u64 {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
         let mut eat = |x: u64| {
@@ -642,6 +680,12 @@ impl ZeroOneAdam {
             u64::from(c.preconditioned),
         ] {
             eat(x);
+        }
+        // Only when not the default, so an `F32` layout stays what it was
+        // (as 1-bit Adam's `warmup_reduce`): ranks that disagree fail
+        // together at the header instead of in mismatched collectives.
+        if c.variance_reduce == WarmupReduce::Bf16 {
+            eat(16);
         }
         h
     }
@@ -741,6 +785,11 @@ impl ZeroOneAdam {
             self.grad_count = 0;
         }
         let t = self.step + 1;
+        // One rank reduces nothing (its `f32` all-reduce is the identity):
+        // both modes then run the same bits, as in 1-bit Adam.
+        let half = stage == ZeroOneStage::Variance
+            && self.config.variance_reduce == WarmupReduce::Bf16
+            && comm.size() > 1;
         let mut g = core::mem::take(&mut self.scratch);
         let mut result = Ok(());
         for gi in 0..self.groups.len() {
@@ -748,10 +797,14 @@ impl ZeroOneAdam {
             let x = &mut params[range.clone()];
             let gg = &mut g[range];
             result = match self.groups[gi].spec.policy {
-                Policy::FullPrecision => self.full_group(comm, gi, gg, x, true),
+                // On a variance step a full-precision group reduces as the
+                // 1-bit groups do (`half`), as 1-bit Adam's warm-up reduce
+                // covers its full-precision groups; on the other steps in
+                // `f32`, as 1-bit Adam's after its freeze.
+                Policy::FullPrecision => self.full_group(comm, gi, gg, x, true, half),
                 // `with_groups` refuses `Policy::Graded`.
                 Policy::OneBit | Policy::Graded(_) => match stage {
-                    ZeroOneStage::Variance => self.full_group(comm, gi, gg, x, false),
+                    ZeroOneStage::Variance => self.full_group(comm, gi, gg, x, false, half),
                     ZeroOneStage::OneBitGradient => self.one_bit_gradient(comm, gi, gg, x),
                     ZeroOneStage::Local => {
                         self.local_step(gi, gg, x);
@@ -772,6 +825,8 @@ impl ZeroOneAdam {
         self.advance(t, stage);
         if t == self.config.var_freeze_step {
             self.anchor.copy_from_slice(params);
+            // No variance step follows.
+            self.var_scratch = None;
         }
         Ok(ZeroOneReport {
             step: t,
@@ -820,8 +875,9 @@ impl ZeroOneAdam {
             .unwrap_or(self.config.weight_decay)
     }
 
-    /// Full-precision mean all-reduce of `g`, then Adam on `m`, `v`, `x`;
-    /// `always` (a full-precision group) leaves the mask alone.
+    /// Full-precision mean all-reduce of `g` (the bfloat16 one when
+    /// `half`), then Adam on `m`, `v`, `x`; `always` (a full-precision
+    /// group) leaves the mask alone.
     fn full_group(
         &mut self,
         comm: &mut dyn Communicator,
@@ -829,9 +885,18 @@ impl ZeroOneAdam {
         g: &mut [f32],
         x: &mut [f32],
         always: bool,
+        half: bool,
     ) -> Result<(), OneBitError> {
-        comm.all_reduce_sum(g)?;
-        let pf = comm.size() as f32;
+        // The divisor that turns `g` into the mean: the bfloat16 reduce
+        // returns the mean itself, and `y / 1.0` is `y` bit for bit.
+        let pf = if half {
+            let scratch = self.var_scratch.get_or_insert_with(Default::default);
+            graded::mean_without_feedback(comm, g, Grade::Bf16, scratch)?;
+            1.0
+        } else {
+            comm.all_reduce_sum(g)?;
+            comm.size() as f32
+        };
         let c = self.config;
         let wd = self.decay(gi);
         let range = self.groups[gi].range.clone();

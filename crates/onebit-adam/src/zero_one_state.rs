@@ -20,7 +20,16 @@
 //! | grad_sum f32×len
 //! crc32 u32 over everything before it
 //! ```
-//! The learning rate is not stored (the caller's schedule sets it).
+//! The learning rate is not stored (the caller's schedule sets it), nor
+//! is [`crate::ZeroOneConfig::variance_reduce`], on purpose: its bfloat16
+//! mean keeps nothing between steps (no error buffers, unlike the 1-bit
+//! all-reduce), so a record holds the same fields whichever reduce wrote
+//! it, and a run may go on under the other one (1-bit Adam's
+//! `warmup_reduce` is left out of its record the same way, and no
+//! `StateError` refuses a differing hyper-parameter that leaves no state
+//! behind, `preconditioned` neither). Ranks that disagree on it still fail
+//! together, at the header of the next step that communicates: its layout
+//! hashes it. So the record's version stays 1.
 
 use alloc::vec::Vec;
 

@@ -1,8 +1,10 @@
 //! 0/1 Adam: bit for bit against the single-threaded simulation on 1–4
 //! `LocalComm` ranks over a schedule with variance steps, 1-bit gradient
 //! steps, the freeze, local steps and synchronisations (and a learning-rate
-//! schedule); state round trips inside a local-step interval and inside the
-//! variance schedule; refused records; bytes per stage; input failures.
+//! schedule), with the variance steps reduced in `f32` and in bfloat16;
+//! state round trips inside a local-step interval and inside the
+//! variance schedule; refused records; bytes per stage (the bfloat16
+//! variance reduce's half); input failures.
 
 #![allow(
     clippy::unwrap_used,
@@ -10,13 +12,13 @@
 )]
 
 use basis_std::local::LocalComm;
-use comm_traits::{Communicator, SingleRank};
+use comm_traits::{CommStats, Communicator, SingleRank};
 use onebit_adam::reference_zero_one::ZeroOneSim;
 use onebit_adam::testing::LogisticProblem;
 use onebit_adam::testing::{bits, sleeper_run};
 use onebit_adam::{
-    Config, Grade, GroupSpec, OneBitAdam, OneBitError, Policy, StateError, ZeroOneAdam,
-    ZeroOneConfig, ZeroOneReport, ZeroOneStage,
+    Config, Grade, GroupSpec, OneBitAdam, OneBitError, Policy, StateError, WarmupReduce,
+    ZeroOneAdam, ZeroOneConfig, ZeroOneReport, ZeroOneStage, graded_allreduce_bytes,
 };
 
 /// A short schedule that reaches every stage: variance steps at 1..4, then
@@ -84,9 +86,21 @@ fn matches_the_reference_bit_for_bit_on_1_to_4_ranks() {
                 GroupSpec::full_precision(17),
             ],
         ];
-        // The paper's stages and the preconditioned, clamped variant.
-        for (groups, pre) in layouts.iter().flat_map(|g| [(g, false), (g, true)]) {
-            let config = schedule().with_preconditioned(pre);
+        // The paper's stages and the preconditioned, clamped variant, each
+        // with the variance steps reduced in f32 and in bfloat16.
+        let mut variants = Vec::new();
+        for pre in [false, true] {
+            for reduce in [WarmupReduce::F32, WarmupReduce::Bf16] {
+                variants.push((pre, reduce));
+            }
+        }
+        for (groups, (pre, reduce)) in layouts
+            .iter()
+            .flat_map(|g| variants.iter().map(move |&v| (g, v)))
+        {
+            let config = schedule()
+                .with_preconditioned(pre)
+                .with_variance_reduce(reduce);
             let out = run(&problem, groups, config, STEPS);
             let mut sim = ZeroOneSim::new(config, groups, &vec![0.1f32; n], p);
             for t in 1..=STEPS {
@@ -99,7 +113,7 @@ fn matches_the_reference_bit_for_bit_on_1_to_4_ranks() {
                     assert_eq!(
                         bits(&xs[t as usize - 1]),
                         bits(&sim.params[r]),
-                        "p={p} rank {r} step {t} groups {} preconditioned {pre}",
+                        "p={p} rank {r} step {t} groups {} preconditioned {pre} {reduce:?}",
                         groups.len()
                     );
                 }
@@ -184,6 +198,110 @@ fn bytes_per_stage_and_the_schedule() {
         ]
     );
     assert_eq!(out[0].2.intervals(), (8, 4));
+}
+
+/// The bfloat16 variance reduce on 4 ranks, a 1-bit and a full-precision
+/// group (lengths multiples of `8P`, so no padding): a variance step sends
+/// the step's header plus each group's bfloat16 reduce, exactly half the
+/// `f32` reduce's payload; every other step sends what the `f32` run sends.
+/// Its buffers are counted until the freeze and freed after it, and its
+/// records are the `f32` run's format (the mode is not in them).
+#[test]
+fn the_bf16_variance_reduce_sends_half_the_bytes() {
+    let p = 4;
+    let problem = LogisticProblem::generate(p, SAMPLES, 255, 6, 3);
+    let groups = [GroupSpec::one_bit(224), GroupSpec::full_precision(32)];
+    assert_eq!(problem.params(), 256);
+    let bf16 = schedule().with_variance_reduce(WarmupReduce::Bf16);
+    let (f32_run, bf16_run) = (
+        run(&problem, &groups, schedule(), 40),
+        run(&problem, &groups, bf16, 40),
+    );
+    let header = (p as u64 - 1) * 40;
+    // `graded_allreduce_bytes` counts a header of its own: the step has one.
+    let half: u64 = groups
+        .iter()
+        .map(|g| graded_allreduce_bytes(Grade::Bf16, g.len, p) - header)
+        .sum();
+    let full: u64 = groups
+        .iter()
+        .map(|g| CommStats::allreduce_f32_bytes(p, g.len))
+        .sum();
+    assert_eq!(2 * half, full);
+    let mut variance_steps = 0;
+    for (a, b) in f32_run[0].1.iter().zip(&bf16_run[0].1) {
+        assert_eq!(a.stage, b.stage, "step {}", a.step);
+        if a.stage == ZeroOneStage::Variance {
+            variance_steps += 1;
+            assert_eq!(a.bytes.bytes_sent, header + full, "step {}", a.step);
+            assert_eq!(b.bytes.bytes_sent, header + half, "step {}", b.step);
+        } else {
+            assert_eq!(a.bytes, b.bytes, "step {} {:?}", a.step, a.stage);
+        }
+    }
+    assert_eq!(variance_steps, 12);
+    // The reduce moved the run: the means were rounded.
+    assert_ne!(bits(&f32_run[0].0[0]), bits(&bf16_run[0].0[0]));
+    // Memory: the bfloat16 buffers exist before the freeze (step 20), not
+    // after it (step 40).
+    let scratch = |r: &Run| r[0].2.memory().scratch;
+    let early = (
+        run(&problem, &groups, schedule(), 20),
+        run(&problem, &groups, bf16, 20),
+    );
+    assert!(scratch(&early.1) > scratch(&early.0));
+    assert_eq!(scratch(&bf16_run), scratch(&f32_run));
+    // Either mode imports the other's record and writes it back unchanged.
+    for (from, into) in [(&bf16_run, schedule()), (&f32_run, bf16)] {
+        let blob = from[1].2.export_state();
+        let mut opt = ZeroOneAdam::with_groups(&groups, into).unwrap();
+        opt.import_state(&blob).unwrap();
+        assert_eq!(opt.export_state(), blob);
+    }
+}
+
+/// One rank reduces nothing: both variance reduces take the same steps,
+/// bit for bit, through every stage, and send and keep the same.
+#[test]
+fn one_rank_steps_alike_under_either_variance_reduce() {
+    let problem = LogisticProblem::generate(1, SAMPLES, 127, 6, 7);
+    let n = problem.params();
+    let groups = [GroupSpec::one_bit(n - 17), GroupSpec::full_precision(17)];
+    let bf16 = schedule().with_variance_reduce(WarmupReduce::Bf16);
+    for steps in [10, 50] {
+        let (a, b) = (
+            run(&problem, &groups, schedule(), steps),
+            run(&problem, &groups, bf16, steps),
+        );
+        let ((xa, ra, oa), (xb, rb, ob)) = (&a[0], &b[0]);
+        assert!(xa.iter().zip(xb).all(|(a, b)| bits(a) == bits(b)));
+        assert_eq!(ra, rb);
+        assert_eq!(oa.export_state(), ob.export_state());
+        assert_eq!(oa.memory(), ob.memory());
+    }
+}
+
+/// Ranks configured with different variance reduces fail together at the
+/// first step's header (its layout hashes the mode), nothing changed.
+#[test]
+fn ranks_that_disagree_on_the_variance_reduce_fail_together_at_the_header() {
+    let out = LocalComm::run(2, |mut c| {
+        let reduce = if c.rank() == 0 {
+            WarmupReduce::Bf16
+        } else {
+            WarmupReduce::F32
+        };
+        let mut opt = ZeroOneAdam::new(16, schedule().with_variance_reduce(reduce)).unwrap();
+        let mut x = vec![1.0f32; 16];
+        let before = opt.export_state();
+        let err = opt.step_with_grad(&mut c, &mut x, &[0.25; 16]).unwrap_err();
+        assert_eq!(x, vec![1.0f32; 16]);
+        assert_eq!(opt.export_state(), before);
+        err
+    });
+    for r in out {
+        assert!(matches!(r.unwrap(), OneBitError::Comm(_)));
+    }
 }
 
 /// Runs `steps` steps, with an extra accumulated micro-batch before step
