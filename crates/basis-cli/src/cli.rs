@@ -224,11 +224,11 @@ pub(crate) struct ModelArgs {
     /// them in place. Same bits either way.
     #[arg(long, value_enum, default_value_t = DenseOverlap::Off)]
     pub(crate) dense_overlap: DenseOverlap,
-    /// How `--dense-opt onebit-adam`'s warm-up all-reduces the gradients:
-    /// `bf16` (default: each rank's gradient and the mean rounded to
-    /// bfloat16, sums in f32, half the bytes of `f32`) or `f32`
-    /// (DeepSpeed's full-precision stage exactly). The other dense
-    /// optimizers reduce in f32.
+    /// How `--dense-opt onebit-adam`'s warm-up and `zero-one-adam`'s
+    /// variance steps all-reduce the gradients: `bf16` (default: each
+    /// rank's gradient and the mean rounded to bfloat16, sums in f32, half
+    /// the bytes of `f32`) or `f32` (DeepSpeed's full-precision stage
+    /// exactly). The other dense optimizers reduce in f32.
     #[arg(long, value_enum, default_value_t = DenseWarmupReduce::Bf16)]
     pub(crate) dense_warmup_reduce: DenseWarmupReduce,
     /// Show each dense group's telemetry on the progress line (policy,

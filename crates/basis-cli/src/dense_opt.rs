@@ -16,8 +16,13 @@
 //!   the learning-rate schedule, which is constant here: `T/20` is the
 //!   setting `examples/zero_one_bytes.rs` measured), `H = 4`
 //!   ([`LOCAL_STEP_CLIPPER`]; DeepSpeed's 16 lost 0.0013 test AUC on
-//!   DeepFM), and the
-//!   preconditioned, clamped variant (the paper's diverges on DeepFM).
+//!   DeepFM), the
+//!   preconditioned, clamped variant (the paper's diverges on DeepFM), and
+//!   `--dense-warmup-reduce` ([`DenseWarmupReduce`], `bf16` by default) as
+//!   the all-reduce of its variance steps, as of 1-bit Adam's warm-up: the
+//!   flag governs the full-precision steps of both (f32 variance steps made
+//!   0/1 Adam send more dense bytes than 1-bit Adam on the harness's DeepFM
+//!   tower, 265 MB against 231 MB per rank).
 //! * 1-bit LAMB: one LAMB group per tower layer (`Tower::dense_layers`;
 //!   the whole dense vector for the FM), the warm-up as 1-bit Adam's
 //!   ([`onebit_adam::FreezePolicy`] from `--dense-warmup`).
@@ -55,8 +60,9 @@ pub(crate) enum DenseGroups {
     Layer,
 }
 
-/// `--dense-warmup-reduce`: how 1-bit Adam's warm-up all-reduces the
-/// gradients ([`WarmupReduce`]).
+/// `--dense-warmup-reduce`: how 1-bit Adam's warm-up and 0/1 Adam's
+/// variance steps all-reduce the gradients ([`WarmupReduce`]:
+/// `Config::warmup_reduce`, `ZeroOneConfig::variance_reduce`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
 pub(crate) enum DenseWarmupReduce {
     /// `f32` sums: DeepSpeed's full-precision stage exactly.
@@ -379,9 +385,14 @@ fn one_bit_step(r: StepReport) -> DenseStep {
     }
 }
 
-/// 0/1 Adam's hyper-parameters for a run of `steps_total` steps (module
-/// docs).
-pub(crate) fn zero_one_config(lr: f32, steps_total: u64, warmup: DenseWarmup) -> ZeroOneConfig {
+/// 0/1 Adam's hyper-parameters for a run of `steps_total` steps, its
+/// variance steps reduced by `reduce` (module docs).
+pub(crate) fn zero_one_config(
+    lr: f32,
+    steps_total: u64,
+    warmup: DenseWarmup,
+    reduce: WarmupReduce,
+) -> ZeroOneConfig {
     let fraction = match warmup {
         DenseWarmup::Auto | DenseWarmup::Share => AUTO_MAX_FRACTION,
         DenseWarmup::Fraction(f) => f,
@@ -403,6 +414,7 @@ pub(crate) fn zero_one_config(lr: f32, steps_total: u64, warmup: DenseWarmup) ->
         // the freeze. The preconditioned, clamped variant keeps each step
         // Adam-sized (`onebit_adam::ZeroOneConfig::preconditioned`).
         .with_preconditioned(true)
+        .with_variance_reduce(reduce)
 }
 
 /// The learning rate of 0/1 Adam's step `t` (1-based) for `--dense-lr`
@@ -477,7 +489,8 @@ fn epochs_of_schedule(
     let field_at = |epochs: u32| -> Option<u64> {
         let t = RunLength { epochs, ..run }.steps();
         if kind == DenseOpt::ZeroOneAdam {
-            let c = zero_one_config(lr, t, warmup);
+            // The reduce sets none of the schedule's fields.
+            let c = zero_one_config(lr, t, warmup, WarmupReduce::F32);
             return match field {
                 "var_freeze_step" => Some(c.var_freeze_step),
                 "local_step_scaler" => Some(c.local_step_scaler),
@@ -558,7 +571,7 @@ fn build_opt(
             Ok(Opt::OneBit(opt))
         }
         DenseOpt::ZeroOneAdam => {
-            let config = zero_one_config(lr, steps_total, warmup);
+            let config = zero_one_config(lr, steps_total, warmup, reduce);
             let groups = if layered {
                 policy.groups(layers)
             } else {
@@ -800,9 +813,10 @@ mod tests {
 
     /// `--dense-warmup-reduce`: `bf16` by default and as parsed, `f32` when
     /// named; `onebit-adam` gets it in its config, in every grouping, and
-    /// `adam` (the f32 baseline) reduces in f32 whatever it says.
+    /// `zero-one-adam` as its variance steps' reduce; `adam` (the f32
+    /// baseline) reduces in f32 whatever it says.
     #[test]
-    fn the_warmup_reduce_reaches_one_bit_adam_only() {
+    fn the_warmup_reduce_reaches_one_bit_and_zero_one_adam() {
         use crate::cli::{Cli, Command};
         use clap::Parser;
         use onebit_adam::WarmupReduce;
@@ -847,6 +861,23 @@ mod tests {
                         "{kind:?} {grouping:?} {reduce:?}"
                     );
                 }
+            }
+            // 0/1 Adam has its own groups (`--dense-groups tower` only).
+            for policy in [
+                DensePolicy::default(),
+                DensePolicy::parse("last=full").unwrap(),
+            ] {
+                let built = DenseOptimizer::build(
+                    DenseOpt::ZeroOneAdam,
+                    &layers,
+                    (policy, super::DenseGroups::Tower, reduce),
+                    (1e-3, one_epoch(100), DenseWarmup::Auto),
+                )
+                .unwrap();
+                let Opt::ZeroOne(opt, _) = built.opt else {
+                    panic!("zero-one-adam: not 0/1 Adam's optimizer")
+                };
+                assert_eq!(opt.config().variance_reduce, want, "{policy:?} {reduce:?}");
             }
         }
     }
@@ -912,12 +943,18 @@ mod tests {
     /// frozen after the freeze.
     #[test]
     fn the_zero_one_rate_is_adams_bias_correction() {
-        let c = zero_one_config(1e-3, 400, DenseWarmup::Fraction(0.25));
+        let c = zero_one_config(
+            1e-3,
+            400,
+            DenseWarmup::Fraction(0.25),
+            onebit_adam::WarmupReduce::Bf16,
+        );
         assert_eq!(
             (c.var_freeze_step, c.local_step_scaler, c.local_step_clipper),
             (100, 20, 4)
         );
         assert!(c.preconditioned);
+        assert_eq!(c.variance_reduce, onebit_adam::WarmupReduce::Bf16);
         let sim = ZeroOneSim::new(c, &[onebit_adam::GroupSpec::one_bit(1)], &[0.0], 1);
         let mut k = 0;
         for t in 1..=400u64 {
@@ -1189,7 +1226,8 @@ mod tests {
                     let t = b * u64::from(e);
                     match (kind, warmup.policy(t)) {
                         (DenseOpt::ZeroOneAdam, _) => {
-                            let c = zero_one_config(1e-3, t, warmup);
+                            let reduce = onebit_adam::WarmupReduce::F32;
+                            let c = zero_one_config(1e-3, t, warmup, reduce);
                             if field == "var_freeze_step" {
                                 c.var_freeze_step
                             } else {

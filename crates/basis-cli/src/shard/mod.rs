@@ -119,10 +119,15 @@ fn options(ds: &Dataset, run: &Run<'_>, lens: [usize; 3]) -> Vec<(&'static str, 
         ("--evict-capacity", m.evict_capacity),
     ];
     opts.extend(admission.into_iter().filter_map(|(k, v)| Some((k, v?))));
-    // Only where it changes the run (1-bit Adam's bf16 warm-up): runs
-    // before the option reduced in f32 and keep their fingerprint.
-    if m.dense_opt == crate::deep::DenseOpt::OnebitAdam
-        && m.dense_warmup_reduce == crate::dense_opt::DenseWarmupReduce::Bf16
+    // Only where it changes the run (1-bit Adam's bf16 warm-up, 0/1 Adam's
+    // bf16 variance steps): runs before the option (and 0/1 Adam's before
+    // it reached that optimizer) reduced in f32 and keep their
+    // fingerprint, so such a checkpoint resumes under `f32` and is refused,
+    // naming the option, under the default `bf16`.
+    if matches!(
+        m.dense_opt,
+        crate::deep::DenseOpt::OnebitAdam | crate::deep::DenseOpt::ZeroOneAdam
+    ) && m.dense_warmup_reduce == crate::dense_opt::DenseWarmupReduce::Bf16
     {
         opts.push(("--dense-warmup-reduce", 1));
     }

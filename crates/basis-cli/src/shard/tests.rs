@@ -1067,8 +1067,9 @@ fn bf16_rows_halve_the_row_bytes_and_repeat_bit_for_bit() {
 /// 0/1 Adam and 1-bit LAMB on the DeepFM tower: a run checkpointed in
 /// epoch 1 (0/1 Adam past its freeze at step 39 of 158, inside a local
 /// interval; LAMB past its warm-up) and resumed ends bit-identical to the
-/// uninterrupted run; resuming with another `--dense-opt` or on another
-/// group size is refused on every rank, naming why.
+/// uninterrupted run; resuming with another `--dense-opt`, 0/1 Adam with
+/// another `--dense-warmup-reduce`, or on another group size is refused on
+/// every rank, naming why.
 #[test]
 fn resume_with_zero_one_adam_and_onebit_lamb_is_bit_identical() {
     for dopt in ["zero-one-adam", "onebit-lamb"] {
@@ -1097,6 +1098,17 @@ fn resume_with_zero_one_adam_and_onebit_lamb_is_bit_identical() {
         let other = sharded(2, &extra("onebit-adam"));
         let out = with_checkpoint(&ds, &other, &base, true, None);
         all_fail_with(&out, &["resume failed on rank 0", "--dense-opt"]);
+        // 0/1 Adam's variance steps reduce by `--dense-warmup-reduce`
+        // (bf16 here, the default): an f32 resume is refused, naming it.
+        if dopt == "zero-one-adam" {
+            let mut argv = extra(dopt).to_vec();
+            argv.extend(["--dense-warmup-reduce", "f32"]);
+            let out = with_checkpoint(&ds, &sharded(2, &argv), &base, true, None);
+            all_fail_with(
+                &out,
+                &["it has --dense-warmup-reduce bf16, this run --dense-warmup-reduce f32"],
+            );
+        }
         // Another group size: the per-rank state cannot move.
         for (f, b) in files.iter().zip(&saved) {
             std::fs::write(f, b).unwrap();
