@@ -349,8 +349,9 @@ pub struct ZeroOneMemory {
     pub error_feedback: usize,
     /// The mean-gradient copy reused across steps (`4n` after the first
     /// step) and, under [`WarmupReduce::Bf16`] with more than one rank, the
-    /// bfloat16 reduce's buffers (about `8n` more, from the first variance
-    /// step to the end of step `var_freeze_step`, after which no step uses them).
+    /// bfloat16 reduce's buffers, from the first variance step to the end of
+    /// step `var_freeze_step` (no later step uses them): `14N + 6N/P` for
+    /// the group it reduced last, `N` that group's length padded to `8P`.
     pub scratch: usize,
 }
 
