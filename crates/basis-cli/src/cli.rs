@@ -201,8 +201,10 @@ pub(crate) struct ModelArgs {
     /// run measured (docs/ONEBIT_ADAM.md); `auto` was the default before.
     /// Those runs were 200–600 steps long: on a 39 063-step DeepFM stream
     /// it froze at step 35 and cost 0.014 test AUC against f32 Adam, 0.2
-    /// cost 0.011 (docs/RESULTS.md, session 20): on long runs compare with
-    /// `--dense-opt adam`.
+    /// cost 0.011 (docs/RESULTS.md, session 20): on long runs use
+    /// `--dense-opt zero-one-adam` (it refreshes the second moment: 0.0007
+    /// below f32 Adam there, seed 1; on 200-step jobs it is 0.0012 below,
+    /// docs/BENCHMARKS.md, session 22) or compare with `--dense-opt adam`.
     #[arg(long, value_name = "auto|share|FRACTION", default_value_t = crate::dense_opt::default_warmup(), value_parser = DenseWarmup::parse)]
     pub(crate) dense_warmup: DenseWarmup,
     /// Communication policy per tower layer under `--dense-opt
