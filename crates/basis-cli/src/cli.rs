@@ -187,7 +187,14 @@ pub(crate) struct ModelArgs {
     )]
     pub(crate) bottom_mlp: Vec<usize>,
     /// Dense-parameter optimizer of data-parallel runs (`--workers P`).
-    #[arg(long, value_enum, default_value_t = DenseOpt::OnebitAdam)]
+    /// Default `zero-one-adam`: within 0.0001–0.0002 of f32 Adam's test AUC
+    /// on the harness's 200-step DeepFM and DLRM jobs (3 seeds) at 1.8× /
+    /// 1.2× fewer dense bytes than `onebit-adam`, and 0.0005 below f32
+    /// Adam on a 39 063-step DeepFM stream where `onebit-adam` is 0.014
+    /// below (docs/RESULTS.md, session 23); `onebit-adam` was the default
+    /// before, and keeps the overlapped step (`--dense-overlap`), graded
+    /// policies (`--dense-policy`) and per-group telemetry.
+    #[arg(long, value_enum, default_value_t = DenseOpt::ZeroOneAdam)]
     pub(crate) dense_opt: DenseOpt,
     /// 1-bit Adam's (and 1-bit LAMB's) full-precision warm-up: `auto` ends
     /// it when the second moment has settled (at the latest after a
@@ -201,10 +208,11 @@ pub(crate) struct ModelArgs {
     /// run measured (docs/ONEBIT_ADAM.md); `auto` was the default before.
     /// Those runs were 200–600 steps long: on a 39 063-step DeepFM stream
     /// it froze at step 35 and cost 0.014 test AUC against f32 Adam, 0.2
-    /// cost 0.011 (docs/RESULTS.md, session 20): on long runs use
-    /// `--dense-opt zero-one-adam` (it refreshes the second moment: 0.0007
-    /// below f32 Adam there, seed 1; on 200-step jobs it is 0.0012 below,
-    /// docs/BENCHMARKS.md, session 22) or compare with `--dense-opt adam`.
+    /// cost 0.011 (docs/RESULTS.md, session 20), which is why
+    /// `zero-one-adam` (it refreshes the second moment) is the default
+    /// `--dense-opt`. Under `zero-one-adam` this is the step after which
+    /// `v` stays frozen and local steps may begin (`auto` and `share`: a
+    /// quarter of the run).
     #[arg(long, value_name = "auto|share|FRACTION", default_value_t = crate::dense_opt::default_warmup(), value_parser = DenseWarmup::parse)]
     pub(crate) dense_warmup: DenseWarmup,
     /// Communication policy per tower layer under `--dense-opt

@@ -10,11 +10,12 @@
 //! `--dense-warmup` giving `W` steps, see [`zero_one_config`]):
 //! * 0/1 Adam: `var_freeze_step = W` (`auto`: [`AUTO_MAX_FRACTION`] of
 //!   `T`, since 0/1 Adam has no settled-`v` criterion; its `v` is refreshed
-//!   on the thinning schedule `T_v` anyway), `κ = 16` (DeepSpeed's),
-//!   `local_step_scaler = max(1, T/20)` (DeepSpeed's 32 678 would keep the
-//!   interval at 1 in any run this CLI makes, and the paper ties `T_u` to
-//!   the learning-rate schedule, which is constant here: `T/20` is the
-//!   setting `examples/zero_one_bytes.rs` measured), `H = 4`
+//!   on the thinning schedule `T_v` anyway), `κ = 8`
+//!   ([`VAR_UPDATE_SCALER`]; DeepSpeed's 16 spends most of a short run's
+//!   bytes on variance steps, 4 costs DLRM AUC), the local-step interval doubling every
+//!   [`LOCAL_STEP_SCALER`] steps after the freeze (a fixed count, as
+//!   DeepSpeed's 32 678: a short job synchronises every step, where local
+//!   steps cost it AUC, and a long one still takes them) up to `H = 4`
 //!   ([`LOCAL_STEP_CLIPPER`]; DeepSpeed's 16 lost 0.0013 test AUC on
 //!   DeepFM), the
 //!   preconditioned, clamped variant (the paper's diverges on DeepFM), and
@@ -301,9 +302,27 @@ fn without_freeze(built: &OneBitAdam) -> Result<OneBitAdam, String> {
     OneBitAdam::with_groups(&groups, config).map_err(|e| format!("--dense-opt: {e}"))
 }
 
-/// 0/1 Adam's local-step interval doubles every `T / LOCAL_STEP_DIVISOR`
-/// steps after the freeze (module docs).
-const LOCAL_STEP_DIVISOR: u64 = 20;
+/// 0/1 Adam's variance steps per doubling of their interval, `κ` (module
+/// docs). On the harness's jobs (`cargo xtask mpi --train-bench`: 200
+/// steps of 1 024, 4 ranks, the freeze at step 50), seeds 1–3, syncing
+/// every step, mean test AUC minus f32 Adam's and dense bytes against
+/// 1-bit Adam's: DeepFM `κ = 16` (DeepSpeed's) +0.0001 at 1.40× fewer,
+/// `κ = 8` +0.0001 at 1.79×, `κ = 4` −0.0000 at 2.23×; DLRM `κ = 16`
+/// +0.0002 at 0.91×, `κ = 8` −0.0001 at 1.17×, `κ = 4` −0.0007 at 1.46×
+/// (every seed below 1-bit Adam's, one by 0.0015). The bytes are almost
+/// all variance steps; DLRM's tower wants more of them than DeepFM's
+/// (docs/DISTRIBUTED.md, "0/1 Adam and 1-bit LAMB").
+const VAR_UPDATE_SCALER: u64 = 8;
+
+/// Steps after the freeze per doubling of 0/1 Adam's local-step interval
+/// (module docs). On the harness's DeepFM job above (`κ = 16`, seeds
+/// 1–3), doubling every `T/20` = 10 steps (the CLI's rule before) reached
+/// `H = 4` at step 70 and cost 0.0013 mean test AUC against syncing every
+/// step (`H = 2`: 0.0005); 1 000 keeps any job shorter than the freeze
+/// plus 1 000 steps free of local steps, and on the 39 063-step DeepFM
+/// stream of docs/RESULTS.md (`κ = 4`) 0/1 Adam stayed 0.0005 below f32
+/// Adam's test AUC (0.0007 with `T/20`).
+const LOCAL_STEP_SCALER: u64 = 1_000;
 
 /// 0/1 Adam's largest local-step interval `H` (module docs): one
 /// pass of 10^5 `criteo-synth` examples, DeepFM, 3 seeds, test AUC minus
@@ -407,7 +426,8 @@ pub(crate) fn zero_one_config(
     ZeroOneConfig::default()
         .with_lr(lr)
         .with_var_freeze_step(freeze)
-        .with_local_step_scaler((steps_total / LOCAL_STEP_DIVISOR).max(1))
+        .with_var_update_scaler(VAR_UPDATE_SCALER)
+        .with_local_step_scaler(LOCAL_STEP_SCALER)
         .with_local_step_clipper(LOCAL_STEP_CLIPPER)
         // The paper's stages divide 1-bit values by `d`: the DeepFM tower
         // diverged at step 215 of 391 (NaN loss, seed 1), 118 steps after
@@ -491,11 +511,8 @@ fn epochs_of_schedule(
         if kind == DenseOpt::ZeroOneAdam {
             // The reduce sets none of the schedule's fields.
             let c = zero_one_config(lr, t, warmup, WarmupReduce::F32);
-            return match field {
-                "var_freeze_step" => Some(c.var_freeze_step),
-                "local_step_scaler" => Some(c.local_step_scaler),
-                _ => None,
-            };
+            // `local_step_scaler` is a constant ([`LOCAL_STEP_SCALER`]).
+            return (field == "var_freeze_step").then_some(c.var_freeze_step);
         }
         match (field, warmup.policy(t)) {
             ("freeze_step", FreezePolicy::Fixed(n)) => Some(n),
@@ -951,8 +968,9 @@ mod tests {
         );
         assert_eq!(
             (c.var_freeze_step, c.local_step_scaler, c.local_step_clipper),
-            (100, 20, 4)
+            (100, super::LOCAL_STEP_SCALER, 4)
         );
+        assert_eq!(c.var_update_scaler, 8);
         assert!(c.preconditioned);
         assert_eq!(c.variance_reduce, onebit_adam::WarmupReduce::Bf16);
         let sim = ZeroOneSim::new(c, &[onebit_adam::GroupSpec::one_bit(1)], &[0.0], 1);
@@ -964,9 +982,9 @@ mod tests {
             let got = f64::from(bias_corrected_lr(&c, t, 1e-3));
             assert!((got - want).abs() <= 1e-6 * want, "t={t}: {got} vs {want}");
         }
-        // 16 + 16 + 13 variance steps up to step 100 (1..16, 18..48 by 2,
-        // 52..100 by 4).
-        assert_eq!(k, 45);
+        // 8 + 8 + 8 + 5 variance steps up to step 100 (1..8, 10..24 by 2,
+        // 28..56 by 4, 64..96 by 8).
+        assert_eq!(k, 29);
         // Step 1: m = 0.1·g, v = 0.001·g² (zero start).
         let g = 0.5f64;
         let first = f64::from(bias_corrected_lr(&c, 1, 1e-3)) * (0.1 * g) / (0.001 * g * g).sqrt();
@@ -1217,6 +1235,12 @@ mod tests {
             (
                 DenseOpt::ZeroOneAdam,
                 DenseWarmup::Fraction(0.1),
+                "var_freeze_step",
+            ),
+            // A constant ([`LOCAL_STEP_SCALER`]): many epoch counts give it.
+            (
+                DenseOpt::ZeroOneAdam,
+                DenseWarmup::Auto,
                 "local_step_scaler",
             ),
         ];

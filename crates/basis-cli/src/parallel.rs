@@ -14,11 +14,11 @@
 //!   sparse-optimizer step to the concatenation (duplicate ids are summed by
 //!   the optimizer), so the replicas stay bit-identical;
 //! - **dense parameters** (the global bias; with DeepFM also the tower):
-//!   `--dense-opt onebit-adam` (default) is 1-bit Adam (`onebit-adam`) —
-//!   full-precision warm-up for the first `--dense-warmup` of the steps
-//!   (default 20 %), then compressed
-//!   momentum all-reduce with error feedback; `--dense-opt adam` is f32 Adam
-//!   on the all-reduced gradient at every step (the baseline).
+//!   `--dense-opt zero-one-adam` (default) is 0/1 Adam, `onebit-adam`
+//!   1-bit Adam — full-precision warm-up (`--dense-warmup`), then
+//!   compressed momentum all-reduce with error feedback — and
+//!   `--dense-opt adam` f32 Adam on the all-reduced gradient at every step
+//!   (the baseline); `dense_opt.rs` holds all of them.
 //!
 //! The bytes each rank sends (logical collective bytes, `CommStats`) are
 //! reported, in total and split into the sparse exchange and the dense

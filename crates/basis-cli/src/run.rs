@@ -10,7 +10,7 @@
 
 use crate::cli::ModelArgs;
 use crate::data::Dataset;
-use crate::deep::{DeepFm, Dlrm, Tower};
+use crate::deep::{DeepFm, DenseOpt, Dlrm, Tower};
 use crate::dense_opt::DenseOptimizer;
 use crate::metrics::{auc, log_loss};
 use crate::model::Fm;
@@ -491,6 +491,19 @@ pub(crate) fn dense_optimizer(
         }
         None => vec![(len, crate::deep::LayerRole::Rest)],
     };
+    // Only 1-bit Adam's groups have a split step: under the others the
+    // flag would change nothing, silently.
+    if m.dense_overlap == crate::dense_opt::DenseOverlap::On
+        && !matches!(m.dense_opt, DenseOpt::Adam | DenseOpt::OnebitAdam)
+    {
+        let name = clap::ValueEnum::to_possible_value(&m.dense_opt).map_or_else(
+            || format!("{:?}", m.dense_opt),
+            |v| v.get_name().to_string(),
+        );
+        return Err(format!(
+            "--dense-overlap on: only --dense-opt adam and onebit-adam overlap their collectives, not {name}: add --dense-opt onebit-adam"
+        ));
+    }
     DenseOptimizer::build(
         m.dense_opt,
         &layers,

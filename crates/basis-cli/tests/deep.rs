@@ -227,6 +227,22 @@ fn dense_overlap_on_trains_the_bits_of_off() {
     ]));
     assert!(!e.status.success());
     assert!(String::from_utf8_lossy(&e.stderr).contains("--dense-groups layer"));
+    // The default (0/1 Adam) and 1-bit LAMB have no split step: asking
+    // them to overlap is refused, not run blocking in silence.
+    for opt in [None, Some("onebit-lamb")] {
+        let mut args = vec!["--workers", "2", "--dense-overlap", "on"];
+        if let Some(o) = opt {
+            args.extend(["--dense-opt", o]);
+        }
+        let e = basis(&deep(&args));
+        let err = String::from_utf8_lossy(&e.stderr);
+        assert!(!e.status.success(), "{opt:?}");
+        let name = opt.unwrap_or("zero-one-adam");
+        assert!(
+            err.contains(&format!("--dense-overlap on: only --dense-opt adam and onebit-adam overlap their collectives, not {name}")),
+            "{err}"
+        );
+    }
 }
 
 #[test]

@@ -601,10 +601,19 @@ fn stop_and_resume(
 
 #[test]
 fn resume_is_bit_identical_and_bad_files_fail_every_rank() {
-    // Default dense optimizer: 1-bit Adam, whose warm-up ends in epoch 1, so
-    // the checkpoint carries error-feedback buffers and the stage.
-    for opt in ["basis", "adam"] {
-        let a = sharded(3, &["--epochs", "2", "--opt", opt]);
+    // The default dense optimizer (0/1 Adam, with BASIS rows) and 1-bit
+    // Adam (with Adam rows), whose warm-up ends in epoch 1: both
+    // checkpoints carry error-feedback buffers and the stage.
+    for (opt, dense) in [("basis", "zero-one-adam"), ("adam", "onebit-adam")] {
+        let on = |p: usize, extra: &[&'static str]| {
+            let mut v = vec!["--epochs", "2", "--opt", opt];
+            if dense != "zero-one-adam" {
+                v.extend(["--dense-opt", dense]);
+            }
+            v.extend(extra);
+            sharded(p, &v)
+        };
+        let a = on(3, &[]);
         let ds = load(&a);
         let dir = temp_dir(opt);
         let base = dir.join("run.ckpt");
@@ -637,45 +646,37 @@ fn resume_is_bit_identical_and_bad_files_fail_every_rank() {
         // Another warm-up or dense rate: the refusal names both values as
         // they are written on the command line, not their fingerprint bits.
         restore();
-        let auto = sharded(
-            3,
-            &["--epochs", "2", "--opt", opt, "--dense-warmup", "auto"],
-        );
+        let auto = on(3, &["--dense-warmup", "auto"]);
         let out = with_checkpoint(&ds, &auto, &base, true, None);
         all_fail_with(
             &out,
             &["it has --dense-warmup share, this run --dense-warmup auto"],
         );
-        let f32_warmup = sharded(
-            3,
-            &[
-                "--epochs",
-                "2",
-                "--opt",
-                opt,
-                "--dense-warmup-reduce",
-                "f32",
-            ],
-        );
+        let f32_warmup = on(3, &["--dense-warmup-reduce", "f32"]);
         let out = with_checkpoint(&ds, &f32_warmup, &base, true, None);
         all_fail_with(
             &out,
             &["it has --dense-warmup-reduce bf16, this run --dense-warmup-reduce f32"],
         );
-        let lr = sharded(3, &["--epochs", "2", "--opt", opt, "--dense-lr", "0.002"]);
+        let lr = on(3, &["--dense-lr", "0.002"]);
         let out = with_checkpoint(&ds, &lr, &base, true, None);
         all_fail_with(&out, &["it has --dense-lr 0.01, this run --dense-lr 0.002"]);
         // Written with P = 3, resumed with P = 2: the rows would move, but
-        // 1-bit Adam's per-rank error feedback cannot.
+        // the per-rank error feedback (and 0/1 Adam's parameters) cannot.
         restore();
-        let two = sharded(2, &["--epochs", "2", "--opt", opt]);
+        let two = on(2, &[]);
         let out = with_checkpoint(&ds, &two, &base, true, None);
+        let why = if dense == "onebit-adam" {
+            "1-bit Adam's error-feedback buffers are per rank"
+        } else {
+            "0/1 Adam's state is per rank"
+        };
         all_fail_with(
             &out,
             &[
                 "resume failed on rank 0",
                 "resharding the 3 ranks' checkpoints",
-                "error-feedback buffers are per rank",
+                why,
             ],
         );
         // Files of different epochs (a run stopped between two ranks'
