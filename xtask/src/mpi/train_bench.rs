@@ -8,7 +8,7 @@
 //! criteo-synth data, global batch 1024 (`--batch`), 200 steps (`--steps`, or
 //! `--examples` = steps × batch), one epoch, BASIS on the sparse
 //! rows. For every P it runs `--dense-opt adam` (f32 all-reduce every step)
-//! and `--dense-opt onebit-adam` with the same data, steps and seed, reads
+//! and the compressed optimizer (`--compressed`, below) with the same data, steps and seed, reads
 //! each run's `--json` and prints one markdown table per P: wall and
 //! training seconds, ms per step, test AUC and its difference, per-rank
 //! bytes sent per step (sparse all-to-all and dense all-reduce), per-rank
@@ -20,7 +20,7 @@
 //! per entry), so the warm-ups share the f32 runs instead of repeating them. `--model dlrm` runs DLRM instead (top tower `--mlp` and bottom
 //! tower at the CLI's defaults, 541 585 dense parameters at `--dim 16`), same data.
 //! `--compressed` names the compressed tower optimizers (`--dense-opt`;
-//! default `onebit-adam`): a list makes one compressed run per optimizer
+//! default `zero-one-adam`, the CLI's default since session 23): a list makes one compressed run per optimizer
 //! and `--warmup` entry after each f32 run, so 1-bit Adam and 0/1 Adam are
 //! compared on the same f32 runs in the same rounds.
 //!
@@ -65,7 +65,7 @@ struct Opts {
     seeds: Vec<u64>,
     /// `--model`: `deepfm` (default) or `dlrm`.
     model: String,
-    /// `--dense-opt` of the compressed runs (default `[onebit-adam]`).
+    /// `--dense-opt` of the compressed runs (default `[zero-one-adam]`).
     compressed: Vec<String>,
 }
 
@@ -95,7 +95,7 @@ fn parse_args(args: &[String]) -> Result<Opts, String> {
         rounds: 0,
         seeds: vec![1],
         model: "deepfm".into(),
-        compressed: vec!["onebit-adam".into()],
+        compressed: vec!["zero-one-adam".into()],
     };
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -630,7 +630,7 @@ mod tests {
                 rounds: 1,
                 seeds: vec![1],
                 model: "deepfm".into(),
-                compressed: vec!["onebit-adam".into()],
+                compressed: vec!["zero-one-adam".into()],
             }
         );
         let c = parse_args(&args(&["--compressed", "onebit-adam, zero-one-adam"])).unwrap();
