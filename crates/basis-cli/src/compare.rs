@@ -642,9 +642,11 @@ pub(crate) fn train_text(ds: &Dataset, e: &Entry) -> String {
     if let Some(r) = e.runs.first() {
         let _ = writeln!(s, "model crc32: {:08x}", r.model_crc32);
         if let Some(t) = r.dense_freeze_step {
-            // 1-bit Adam / LAMB: the last warm-up step; 0/1 Adam: the
-            // variance freeze (`--dense-opt`).
-            let _ = writeln!(s, "dense optimizer: full precision until step {t}");
+            // 1-bit Adam / LAMB: the last warm-up step (full precision
+            // until then); 0/1 Adam: `var_freeze_step`, the last step that
+            // may refresh `v` (on its thinning schedule). Both freeze `v`
+            // there.
+            let _ = writeln!(s, "dense optimizer: second moment frozen after step {t}");
         }
     }
     if let Some(sh) = e.runs.first().and_then(|r| r.sharded.as_ref()) {
