@@ -187,11 +187,11 @@ pub(crate) struct ModelArgs {
     )]
     pub(crate) bottom_mlp: Vec<usize>,
     /// Dense-parameter optimizer of data-parallel runs (`--workers P`).
-    /// Default `zero-one-adam`: within 0.0001–0.0002 of f32 Adam's test AUC
+    /// Default `zero-one-adam`: within 0.0001 of f32 Adam's mean test AUC
     /// on the harness's 200-step DeepFM and DLRM jobs (3 seeds) at 1.8× /
-    /// 1.2× fewer dense bytes than `onebit-adam`, and 0.0005 below f32
-    /// Adam on a 39 063-step DeepFM stream where `onebit-adam` is 0.014
-    /// below (docs/RESULTS.md, session 23); `onebit-adam` was the default
+    /// 1.2× fewer dense bytes than `onebit-adam`, and 0.001 below f32 Adam
+    /// on a 39 063-step DeepFM stream where `onebit-adam` is 0.014 below
+    /// (seed 1; docs/DISTRIBUTED.md, session 23); `onebit-adam` was the default
     /// before, and keeps the overlapped step (`--dense-overlap`), graded
     /// policies (`--dense-policy`) and per-group telemetry.
     #[arg(long, value_enum, default_value_t = DenseOpt::ZeroOneAdam)]
