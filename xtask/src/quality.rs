@@ -155,8 +155,9 @@ fn stream_sets(examples: &'static str) -> Vec<Set> {
         Set {
             key: "stream-dlrm",
             title: "DLRM, criteo-synth stream, one pass, sharded P = 2, f32 Adam on the dense part",
-            // 1-bit Adam (the P > 1 default) diverged on DLRM in 5 of 8
-            // one-pass runs at --dense-lr 0.001-0.005 (docs/CLI.md); this set
+            // 1-bit Adam (the P > 1 default until session 23, now 0/1 Adam)
+            // diverged on DLRM in 5 of 8 one-pass runs at --dense-lr
+            // 0.001-0.005 (docs/CLI.md); this set
             // measures the sparse optimizers, so the towers take f32 Adam.
             args: {
                 let mut a = with("dlrm");
