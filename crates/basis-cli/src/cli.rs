@@ -191,7 +191,7 @@ pub(crate) struct ModelArgs {
     /// on the harness's 200-step DeepFM and DLRM jobs (3 seeds) at 1.8× /
     /// 1.2× fewer dense bytes than `onebit-adam`, and 0.001 below f32 Adam
     /// on a 39 063-step DeepFM stream where `onebit-adam` is 0.014 below
-    /// (seed 1; docs/DISTRIBUTED.md, session 23); `onebit-adam` was the default
+    /// (seeds 1–2; docs/DISTRIBUTED.md, session 23); `onebit-adam` was the default
     /// before, and keeps the overlapped step (`--dense-overlap`), graded
     /// policies (`--dense-policy`) and per-group telemetry.
     #[arg(long, value_enum, default_value_t = DenseOpt::ZeroOneAdam)]
